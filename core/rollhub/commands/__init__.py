@@ -1,0 +1,1 @@
+"""Subcommands of the ``rollhub`` CLI, one module each (``add_arguments`` + ``run``)."""

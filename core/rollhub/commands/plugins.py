@@ -1,0 +1,44 @@
+"""``rollhub plugins``: every plugin and component, with distribution, version and failures."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rollhub.plugins import build_host
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def run(args: argparse.Namespace) -> int:
+    host = build_host()
+    rows = []
+    for rec in host.plugins.values():
+        rows.append(
+            {
+                "plugin": rec.name,
+                "source": rec.source,
+                "distribution": rec.distribution or ("rollhub" if rec.source == "builtin" else "-"),
+                "version": rec.version or "-",
+                "components": rec.components,
+                "error": str(rec.error) if rec.error else None,
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 1 if host.failures() else 0
+    print("Plugins:")
+    for r in rows:
+        status = "FAILED" if r["error"] else "ok"
+        print(f"  {r['plugin']:<34} {r['distribution']:<22} {r['version']:<10} {status}")
+    print("\nComponents:")
+    for c in host.registry.all():
+        print(f"  {c.kind:<17} {c.name:<14} {c.plugin} ({c.distribution or 'rollhub'})")
+    failures = host.failures()
+    if failures:
+        print("\nLoad failures:")
+        for err in failures:
+            print(f"  {err}")
+    return 1 if failures else 0

@@ -1,0 +1,306 @@
+"""``rollhub.toml``: one file that names the runtime, store, token source and trainer.
+
+::
+
+    [experiment]
+    name = "math-demo"
+    dataset = "data/math.jsonl"
+    n_samples = 4
+
+    [runtime]
+    name = "local"                       # a registered runtime
+    app = "examples/math/agent.py:app"   # options of that runtime
+
+    [store]
+    url = "file://runs/results"
+
+    [token_source]
+    name = "gateway"
+
+    [trainer]
+    name = "export"
+
+Each component section has a ``name`` (a config word some plugin registered) and the
+component's own options, validated by the component's ``Options`` model when it is built.
+Environment variables override the file: ``ROLLHUB_RUNTIME__WORKERS=4`` sets
+``runtime.workers`` (values are read as TOML when they parse, else as strings).
+
+Errors are :class:`~rollhub.errors.ConfigError`s that name the field, the bad value and
+the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from rollhub.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rollhub.registry import ComponentKind, ComponentRegistry
+
+__all__ = [
+    "ComponentSection",
+    "ExperimentConfig",
+    "LoggingConfig",
+    "PluginsConfig",
+    "RewardsConfig",
+    "RollhubConfig",
+    "StoreSection",
+    "build_options",
+    "load_config",
+    "parse_config",
+]
+
+ENV_PREFIX = "ROLLHUB_"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ExperimentConfig(_Strict):
+    """What to run: the dataset, samples per prompt, concurrency, outputs."""
+
+    name: str = Field("rollhub", description="experiment name; default exp_id")
+    exp_id: str | None = Field(None, description="result-store prefix; reruns with the same id resume")
+    dataset: str | None = Field(None, description="JSONL file of payloads, one prompt per line")
+    id_field: str = Field("id", description="payload field that holds the prompt id (input_id)")
+    max_prompts: int | None = Field(None, ge=1, description="use only the first N prompts")
+    n_samples: int = Field(4, ge=1, description="samples per prompt (the GRPO group size)")
+    concurrency: int = Field(16, ge=1, description="rollouts in flight at once")
+    timeout_s: float = Field(600.0, gt=0, description="deadline of one rollout")
+    output_dir: str = Field("runs", description="where run directories are created")
+    seed: int = 0
+    max_staleness: int | None = Field(
+        None, ge=0, description="stop submitting when the oldest rollout lags this many versions"
+    )
+    progress: bool = True
+
+    @property
+    def resolved_exp_id(self) -> str:
+        """``exp_id`` or, when unset, the experiment name."""
+        return self.exp_id or self.name
+
+
+class ComponentSection(BaseModel):
+    """A component choice: its ``name`` plus that component's options (extra keys)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The component's own options (every key but ``name``)."""
+        return dict(self.model_extra or {})
+
+
+class StoreSection(_Strict):
+    """The result store, chosen by URL scheme."""
+
+    url: str = Field("file://runs/results", description="file://DIR or s3://bucket/prefix")
+    options: dict[str, Any] = Field(default_factory=dict, description="store options")
+
+    @field_validator("url")
+    @classmethod
+    def _has_scheme(cls, value: str) -> str:
+        if "://" not in value:
+            raise ValueError("needs a scheme: file://DIR or s3://bucket/prefix")
+        return value
+
+    @property
+    def scheme(self) -> str:
+        """The URL scheme, which names the store component."""
+        return self.url.split("://", 1)[0]
+
+
+class RewardsConfig(_Strict):
+    """How rewards are collected and what happens to failed rollouts."""
+
+    on_failure: Literal["exclude_episode", "drop_group", "zero_reward"] = Field(
+        "exclude_episode", description="what training sees of a failed rollout"
+    )
+    weights: dict[str, float] = Field(
+        default_factory=dict, description="weight per reward component (default 1.0 each)"
+    )
+    success_threshold: float = Field(1.0, description="reward at which a sample passes (pass@k)")
+
+
+class LoggingConfig(_Strict):
+    """Standard-library logging settings."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    file: str | None = None
+
+
+class PluginsConfig(BaseModel):
+    """``[plugins]``: extra plugin modules and per-plugin settings (``[plugins.<name>]``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    modules: list[str] = Field(default_factory=list, description="dotted plugin modules to load")
+
+    def settings(self, plugin: str) -> dict[str, Any]:
+        """The ``[plugins.<plugin>]`` table (empty when absent)."""
+        value = (self.model_extra or {}).get(plugin, {})
+        return dict(value) if isinstance(value, Mapping) else {}
+
+
+class RollhubConfig(_Strict):
+    """The whole ``rollhub.toml``."""
+
+    experiment: ExperimentConfig = Field(default_factory=ExperimentConfig)
+    runtime: ComponentSection = Field(default_factory=lambda: ComponentSection(name="local"))
+    store: StoreSection = Field(default_factory=StoreSection)
+    token_source: ComponentSection = Field(default_factory=lambda: ComponentSection(name="none"))
+    trainer: ComponentSection = Field(default_factory=lambda: ComponentSection(name="export"))
+    rewards: RewardsConfig = Field(default_factory=RewardsConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    plugins: PluginsConfig = Field(default_factory=PluginsConfig)
+
+    #: directory relative paths in the file are resolved against (set by the loader).
+    base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
+
+    def path(self, value: str | os.PathLike[str]) -> Path:
+        """Resolve a path from the config against the config file's directory."""
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else (self.base_dir / p)
+
+    def to_toml_dict(self) -> dict[str, Any]:
+        """The resolved config as plain data (for the run directory's copy)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+# ------------------------------------------------------------------------------------------
+# Loading
+# ------------------------------------------------------------------------------------------
+
+
+def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> RollhubConfig:
+    """Read, override from the environment, and validate a ``rollhub.toml``."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(p)!r} does not exist", field=None) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: not valid TOML: {exc}", field=None) from exc
+    return parse_config(data, env=env, base_dir=p.resolve().parent, source=str(p))
+
+
+def parse_config(
+    data: Mapping[str, Any],
+    *,
+    env: Mapping[str, str] | None = None,
+    base_dir: Path | None = None,
+    source: str = "config",
+) -> RollhubConfig:
+    """Validate config data (a parsed TOML document), after environment overrides."""
+    merged = _apply_env(dict(data), os.environ if env is None else env)
+    try:
+        cfg = RollhubConfig.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, RollhubConfig, source), field=_first_loc(exc)) from None
+    if base_dir is not None:
+        cfg.base_dir = base_dir
+    return cfg
+
+
+def build_options(
+    registry: ComponentRegistry,
+    kind: ComponentKind,
+    name: str,
+    options: Mapping[str, Any],
+    *,
+    section: str,
+) -> tuple[type, BaseModel | None]:
+    """Find a component class and validate its options from config section ``section``.
+
+    :returns: the class and its validated ``Options`` instance (None if it has no model).
+    :raises UnknownComponentError: the name is not registered (names the distribution).
+    :raises ConfigError: an option is unknown or has a bad value (names ``section.key``).
+    """
+    cls = registry.get(kind, name, field=f"{section}.name")
+    model = getattr(cls, "Options", None)
+    if model is None:
+        if options:
+            keys = ", ".join(sorted(options))
+            raise ConfigError(
+                f"{section}: {kind} {name!r} takes no options, got: {keys}", field=section
+            )
+        return cls, None
+    try:
+        return cls, model.model_validate(dict(options))
+    except ValidationError as exc:
+        raise ConfigError(
+            _explain(exc, model, f"{section} ({kind} {name!r})", prefix=section),
+            field=_first_loc(exc, prefix=section),
+        ) from None
+
+
+def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    for var, raw in sorted(env.items()):
+        if not var.startswith(ENV_PREFIX) or "__" not in var:
+            continue
+        parts = [p.lower() for p in var[len(ENV_PREFIX) :].split("__")]
+        node = data
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[parts[-1]] = _parse_env_value(raw)
+    return data
+
+
+def _parse_env_value(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def _first_loc(exc: ValidationError, prefix: str | None = None) -> str:
+    loc = ".".join(str(p) for p in exc.errors()[0]["loc"])
+    return f"{prefix}.{loc}" if prefix else loc
+
+
+def _explain(exc: ValidationError, model: type[BaseModel], source: str, prefix: str | None = None) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        dotted = ".".join(([prefix] if prefix else []) + loc)
+        if err["type"] == "extra_forbidden":
+            valid = _fields_at(model, err["loc"][:-1])
+            hint = ""
+            close = difflib.get_close_matches(loc[-1], valid, n=1)
+            if close:
+                hint = f"; did you mean {close[0]!r}?"
+            lines.append(
+                f"unknown key {dotted!r}{hint} valid keys here: {', '.join(sorted(valid)) or 'none'}"
+            )
+        else:
+            got = err.get("input")
+            shown = repr(got) if not isinstance(got, dict) else "a table"
+            lines.append(f"{dotted}: {err['msg']} (got {shown})")
+    return f"{source}: " + "; ".join(lines)
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    current: Any = model
+    for part in loc:
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        current = field.annotation
+    return list(getattr(current, "model_fields", {}))

@@ -1,0 +1,119 @@
+"""Typed errors of rollhub.
+
+The tree::
+
+    RollhubError
+    ├── ConfigError (+ValueError)            bad rollhub.toml, env override or component options
+    ├── PluginError
+    │   ├── PluginLoadError                  an installed plugin failed to import
+    │   └── UnknownComponentError (+LookupError)  config names a component nobody registered
+    ├── RolloutFailed                        the machinery around one rollout failed
+    │   ├── SubmissionError                  the runtime refused or could not take the rollout
+    │   ├── TokenRetrievalError              traces could not be read from the token source
+    │   ├── RewardError                      a reward hook failed or returned bad values
+    │   └── RolloutTimeout (+TimeoutError)   no result within the deadline
+    ├── StoreError                           a result store could not read or write
+    ├── GatewayError                         the token-capture gateway failed
+    └── UsageError (+RuntimeError)           the API was used the wrong way
+
+An agent's own failure is *data* (an error result, an episode with status ``agent_error``),
+never one of these exceptions. Every error keeps its context in keyword-only attributes and
+stays picklable, because Ray and worker processes send them across process boundaries.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "GatewayError",
+    "PluginError",
+    "PluginLoadError",
+    "RewardError",
+    "RollhubError",
+    "RolloutFailed",
+    "RolloutTimeout",
+    "StoreError",
+    "SubmissionError",
+    "TokenRetrievalError",
+    "UnknownComponentError",
+    "UsageError",
+]
+
+
+class RollhubError(Exception):
+    """Base class of every error rollhub raises on purpose."""
+
+    def __init__(self, message: str = "", **context: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.context = context
+        for key, value in context.items():
+            setattr(self, key, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.context))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _rebuild(cls: type[RollhubError], message: str, context: dict[str, Any]) -> RollhubError:
+    return cls(message, **context)
+
+
+class ConfigError(RollhubError, ValueError):
+    """The configuration is invalid; the message names the field, the value and the fix."""
+
+
+class PluginError(RollhubError):
+    """A plugin could not be loaded or a component could not be found."""
+
+
+class PluginLoadError(PluginError):
+    """An installed plugin failed to import. Context: ``plugin``, ``distribution``, ``error``."""
+
+
+class UnknownComponentError(PluginError, LookupError):
+    """Config picks a component nobody registered. Context: ``kind``, ``name``, ``installed``."""
+
+
+class RolloutFailed(RollhubError):
+    """The machinery around one rollout failed (not the agent itself)."""
+
+
+class SubmissionError(RolloutFailed):
+    """The runtime refused the rollout. ``transient`` says whether a retry may succeed."""
+
+    def __init__(self, message: str = "", *, transient: bool = False, **context: Any) -> None:
+        super().__init__(message, transient=transient, **context)
+
+
+class TokenRetrievalError(RolloutFailed):
+    """The token source could not return the session's traces."""
+
+
+class RewardError(RolloutFailed):
+    """A reward hook failed or returned something that is not a finite number."""
+
+
+class RolloutTimeout(RolloutFailed, TimeoutError):
+    """No terminal result arrived before the deadline."""
+
+
+class StoreError(RollhubError):
+    """A result store failed to read or write (I/O, permissions, the S3 service)."""
+
+
+class GatewayError(RollhubError):
+    """The token-capture gateway failed (engine error, bad session, protocol error)."""
+
+
+class UsageError(RollhubError, RuntimeError):
+    """The API was used the wrong way, e.g. a sync method called inside a running loop."""
+
+
+for _cls in [v for v in list(globals().values()) if isinstance(v, type)]:
+    if issubclass(_cls, RollhubError):
+        _cls.__module__ = "rollhub"

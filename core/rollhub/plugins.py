@@ -1,0 +1,263 @@
+"""Plugin discovery and the plugin manager.
+
+Built-in behaviour is ordinary plugins named in :data:`DEFAULT_PLUGINS`. Installed plugins
+are entry points in the ``rollhub`` group, each loaded on its own with stevedore: a plugin
+that fails to import becomes a :class:`~rollhub.errors.PluginLoadError` record (listed by
+``rollhub plugins``) and never hides the others. A user's own plugin can also be registered
+in code (:meth:`PluginHost.register`) or from config (``[plugins] modules = ["pkg.mod"]``).
+
+Switches:
+
+- ``ROLLHUB_DISABLE_PLUGINS``: comma-separated entry-point names not to load.
+- ``ROLLHUB_TRACE_HOOKS=1``: log every hook call and result at DEBUG.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import os
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, TypeVar
+
+import pluggy
+
+from rollhub import hookspecs
+from rollhub.errors import PluginError, PluginLoadError
+from rollhub.markers import PROJECT_NAME
+from rollhub.registry import ComponentRegistry
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "rollhub"
+
+#: Core modules that implement the default behaviour of every hook, registered first.
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "rollhub.builtin.components",
+    "rollhub.builtin.pipeline",
+)
+
+T = TypeVar("T")
+
+
+@dataclass
+class PluginRecord:
+    """One plugin known to the host: a loaded module or a load failure."""
+
+    name: str
+    module: str
+    distribution: str | None = None
+    version: str | None = None
+    source: str = "entry point"  # "builtin", "entry point", "config", "code"
+    error: PluginLoadError | None = None
+    components: list[str] = field(default_factory=list)
+
+
+class PluginHost:
+    """The pluggy manager, the component registry and the list of plugins, together."""
+
+    def __init__(self) -> None:
+        self.pm = pluggy.PluginManager(PROJECT_NAME)
+        self.pm.add_hookspecs(hookspecs)
+        self.registry = ComponentRegistry()
+        self.plugins: dict[str, PluginRecord] = {}
+        if os.environ.get("ROLLHUB_TRACE_HOOKS"):
+            self.pm.trace.root.setwriter(lambda msg: log.debug("hook: %s", msg.rstrip()))
+            self.pm.enable_tracing()
+        self._historic_done = False
+
+    @property
+    def hook(self) -> Any:
+        """The pluggy hook relay (``host.hook.rollhub_…(**kwargs)``)."""
+        return self.pm.hook
+
+    # Loading ------------------------------------------------------------------------------
+
+    def load_default_plugins(self) -> None:
+        """Register the core's built-in plugins."""
+        for modname in DEFAULT_PLUGINS:
+            self.register(importlib.import_module(modname), name=modname, source="builtin")
+
+    def load_entry_points(self, *, disabled: Iterable[str] | None = None) -> None:
+        """Load every installed plugin of the ``rollhub`` entry-point group, one by one."""
+        from stevedore import EnabledExtensionManager
+
+        if disabled is None:
+            disabled = _env_list("ROLLHUB_DISABLE_PLUGINS")
+        skip = set(disabled)
+
+        def on_failure(_manager: Any, ep: Any, exc: BaseException) -> None:
+            dist, version = _dist_of(ep)
+            err = PluginLoadError(
+                f"plugin {ep.name!r} ({ep.value}, from {dist or 'unknown distribution'}) "
+                f"failed to load: {type(exc).__name__}: {exc}",
+                plugin=ep.name,
+                distribution=dist,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            log.warning("%s", err)
+            log.debug("plugin %s load traceback", ep.name, exc_info=exc)
+            self.plugins[ep.name] = PluginRecord(
+                ep.name, ep.value, dist, version, "entry point", error=err
+            )
+            self.registry.load_failures[ep.name] = err
+
+        mgr = EnabledExtensionManager(
+            namespace=ENTRY_POINT_GROUP,
+            invoke_on_load=False,
+            on_load_failure_callback=on_failure,
+            check_func=lambda ext: ext.name not in skip,
+        )
+        for ext in mgr.extensions:
+            dist, version = _dist_of(ext.entry_point)
+            self.register(
+                ext.plugin,
+                name=ext.name,
+                source="entry point",
+                distribution=dist,
+                version=version,
+            )
+
+    def load_modules(self, modules: Iterable[str], *, source: str = "config") -> None:
+        """Import and register plugins given as dotted module paths (``pkg.mod``)."""
+        for modname in modules:
+            try:
+                module = importlib.import_module(modname)
+            except Exception as exc:
+                raise PluginLoadError(
+                    f"plugin module {modname!r} (plugins.modules) could not be imported: "
+                    f"{type(exc).__name__}: {exc}; check the module path and that its "
+                    f"package is installed",
+                    plugin=modname,
+                    distribution=None,
+                    error=str(exc),
+                ) from exc
+            self.register(module, name=modname, source=source)
+
+    def register(
+        self,
+        plugin: ModuleType | object,
+        *,
+        name: str | None = None,
+        source: str = "code",
+        distribution: str | None = None,
+        version: str | None = None,
+    ) -> str:
+        """Register one plugin (a module or object of ``@hookimpl`` functions).
+
+        Its ``rollhub_register_components`` runs at once (the hook is historic), with the
+        components attributed to this plugin.
+        """
+        name = name or getattr(plugin, "__name__", None) or repr(plugin)
+        if self.pm.is_registered(plugin) or self.pm.has_plugin(name):
+            return name
+        record = PluginRecord(
+            name, getattr(plugin, "__name__", type(plugin).__name__), distribution, version, source
+        )
+        self.plugins[name] = record
+        before = {(c.kind, c.name) for c in self.registry.all()}
+        self.registry._current_plugin = (name, distribution, version)
+        try:
+            try:
+                self.pm.register(plugin, name=name)
+            except pluggy.PluginValidationError as exc:
+                raise PluginError(f"plugin {name!r} is invalid: {exc}", plugin=name) from exc
+            if not self._historic_done:
+                self.pm.hook.rollhub_addhooks.call_historic(kwargs={"pluginmanager": self.pm})
+                self.pm.hook.rollhub_register_components.call_historic(
+                    kwargs={"registry": self.registry}
+                )
+                self._historic_done = True
+        finally:
+            self.registry._current_plugin = ("<code>", None, None)
+        after = self.registry.all()
+        record.components = [f"{c.kind}:{c.name}" for c in after if (c.kind, c.name) not in before]
+        return name
+
+    def check_pending(self) -> None:
+        """Raise when a plugin implements a ``rollhub_`` hook that no spec declares."""
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(str(exc)) from exc
+
+    def failures(self) -> list[PluginLoadError]:
+        """Load failures of installed plugins."""
+        return [r.error for r in self.plugins.values() if r.error is not None]
+
+
+def build_host(
+    *,
+    entry_points: bool = True,
+    modules: Iterable[str] = (),
+    plugins: Iterable[ModuleType | object] = (),
+) -> PluginHost:
+    """A :class:`PluginHost` with the built-ins, installed plugins and the given extras."""
+    host = PluginHost()
+    host.load_default_plugins()
+    if entry_points:
+        host.load_entry_points()
+    host.load_modules(modules)
+    for plugin in plugins:
+        host.register(plugin)
+    host.check_pending()
+    return host
+
+
+async def resolve(value: T | Awaitable[T]) -> T:
+    """Await ``value`` if it is awaitable, else return it (hooks may be sync or async)."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+async def call_all(hook: Any, **kwargs: Any) -> list[Any]:
+    """Call an all-results hook and await each awaitable result, in call order."""
+    return [await resolve(r) for r in hook(**kwargs)]
+
+
+async def call_first(hook: Any, **kwargs: Any) -> Any:
+    """Call a firstresult hook and await its result when it is awaitable."""
+    return await resolve(hook(**kwargs))
+
+
+def _env_list(var: str) -> list[str]:
+    return [p.strip() for p in os.environ.get(var, "").split(",") if p.strip()]
+
+
+def _dist_of(ep: Any) -> tuple[str | None, str | None]:
+    """The distribution (name, version) that provides an entry point."""
+    from importlib import metadata
+
+    dist = getattr(ep, "dist", None)
+    if dist is not None:
+        return dist.metadata["Name"], dist.version
+    top = ep.value.split(":")[0].split(".")[0]
+    names = _packages_distributions().get(top)
+    if not names:
+        return None, None
+    try:
+        return names[0], metadata.version(names[0])
+    except metadata.PackageNotFoundError:
+        return names[0], None
+
+
+_PKG_DISTS: dict[str, list[str]] | None = None
+
+
+def _packages_distributions() -> dict[str, list[str]]:
+    global _PKG_DISTS
+    if _PKG_DISTS is None:
+        from importlib import metadata
+
+        _PKG_DISTS = dict(metadata.packages_distributions())
+        # Editable installs expose no top-level names; read them from the entry points.
+        for dist in metadata.distributions():
+            for ep in dist.entry_points:
+                if ep.group == ENTRY_POINT_GROUP:
+                    top = ep.value.split(":")[0].split(".")[0]
+                    _PKG_DISTS.setdefault(top, [dist.metadata["Name"]])
+    return _PKG_DISTS

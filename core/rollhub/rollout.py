@@ -1,0 +1,139 @@
+"""The ``_rollout`` config, the request a runtime receives, and the result-key layout.
+
+The trainer side puts a ``_rollout`` object into every payload it submits; the agent side
+(:class:`rollhub.app.RolloutApp`) validates it with :class:`RolloutConfig` before any work
+starts. Results live at ``{exp_id}/{input_id}/{session_id}.json`` in every result store.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+__all__ = [
+    "RESULT_META_KEY",
+    "ROLLOUT_KEY",
+    "RolloutConfig",
+    "RolloutRequest",
+    "SubmitReceipt",
+    "result_key",
+    "validate_key_part",
+]
+
+#: Key of the rollout config inside a payload.
+ROLLOUT_KEY = "_rollout"
+#: Reserved key under which the app stores its metadata next to the agent's result.
+RESULT_META_KEY = "_rollhub"
+
+_KEY_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:=@+-]{0,199}$")
+
+
+def validate_key_part(value: str, field_name: str) -> str:
+    """Check one component of a result key: no slashes, no ``..``, no NUL, ≤ 200 chars."""
+    if not isinstance(value, str) or not _KEY_PART.match(value) or ".." in value:
+        raise ValueError(
+            f"{field_name}={value!r} is not a valid key part: use 1-200 characters of "
+            f"letters, digits and . _ : = @ + - (not starting with a symbol, no '..', no '/')"
+        )
+    return value
+
+
+def result_key(exp_id: str, input_id: str, session_id: str) -> str:
+    """The store key of one rollout's result: ``{exp_id}/{input_id}/{session_id}.json``."""
+    return "/".join(
+        (
+            validate_key_part(exp_id, "exp_id"),
+            validate_key_part(input_id, "input_id"),
+            validate_key_part(session_id, "session_id") + ".json",
+        )
+    )
+
+
+class RolloutConfig(BaseModel):
+    """The ``_rollout`` object of a payload: who the rollout is and where things go.
+
+    Unknown keys are kept (``extra="allow"``) and passed through to the agent, so trainers can
+    add their own fields. ``s3_bucket`` (the field name older toolkits use) is accepted as a
+    shorthand for ``result_store="s3://<bucket>"``.
+    """
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    exp_id: str = Field(description="experiment id; first part of the result key")
+    input_id: str = Field(description="prompt id; samples of one prompt share it (GRPO group)")
+    session_id: str = Field(description="unique id of this rollout")
+    result_store: str = Field(description="result store URL: file:///dir or s3://bucket/prefix")
+    base_url: str | None = Field(None, description="OpenAI/Anthropic-compatible model endpoint")
+    model_id: str | None = Field(None, description="model name to send to base_url")
+    api_key: SecretStr | None = Field(None, description="key for base_url (a gateway session)")
+    sampling: dict[str, Any] = Field(default_factory=dict, description="sampling parameters")
+    callback_url: str | None = Field(None, description="where to POST completion notices")
+    weight_version: int | None = Field(None, description="policy version that serves the rollout")
+    sample_index: int | None = Field(None, description="index of this sample in its group")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _s3_bucket_alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "result_store" not in data and data.get("s3_bucket"):
+            data = {**data, "result_store": f"s3://{data['s3_bucket']}"}
+        return data
+
+    @field_validator("exp_id", "input_id", "session_id")
+    @classmethod
+    def _key_safe(cls, value: str, info: Any) -> str:
+        return validate_key_part(value, info.field_name)
+
+    @field_validator("result_store")
+    @classmethod
+    def _store_url(cls, value: str) -> str:
+        if "://" not in value:
+            raise ValueError(
+                f"result_store={value!r} is not a URL; use file:///abs/dir or s3://bucket/prefix"
+            )
+        return value
+
+    @property
+    def result_key(self) -> str:
+        """Where this rollout's result is stored, relative to the store root."""
+        return result_key(self.exp_id, self.input_id, self.session_id)
+
+    def public_dict(self) -> dict[str, Any]:
+        """The config without secrets: safe to store next to a result or to log."""
+        data = self.model_dump(mode="json", exclude={"api_key"})
+        return data
+
+    def wire_dict(self) -> dict[str, Any]:
+        """The config as sent to an agent, secrets included."""
+        data = self.model_dump(mode="json")
+        if self.api_key is not None:
+            data["api_key"] = self.api_key.get_secret_value()
+        return {k: v for k, v in data.items() if v is not None}
+
+
+@dataclass
+class RolloutRequest:
+    """One rollout on its way to a runtime: the agent's payload and its ``_rollout`` config."""
+
+    payload: dict[str, Any]
+    rollout: RolloutConfig
+    #: free space for plugins preparing the request (typed keys, not new attributes).
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON body of ``POST /invocations``: the payload plus ``_rollout``."""
+        return {**self.payload, ROLLOUT_KEY: self.rollout.wire_dict()}
+
+
+@dataclass(frozen=True)
+class SubmitReceipt:
+    """What a runtime returns once it has accepted a rollout (fire-and-forget)."""
+
+    session_id: str
+    result_location: str
+    runtime: str
+    submitted_at: float = field(default_factory=time.time)
+    details: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,94 @@
+"""The sampling-backend interface: token ids in, sampled token ids and logprobs out.
+
+The gateway renders messages to token ids itself and asks a backend (a local transformers
+engine, vLLM, SGLang, Tinker) to continue them, so the ids a trainer receives are exactly
+the ids the engine sampled.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "Generation",
+    "SamplingBackend",
+    "SamplingBackendOptions",
+    "SamplingParams",
+    "TokenChunk",
+]
+
+
+class SamplingBackendOptions(BaseModel):
+    """Options every sampling backend accepts; backends subclass this for their own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling parameters in engine-neutral form."""
+
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TokenChunk:
+    """Tokens the engine produced since the last chunk (streaming)."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One finished generation: exactly what the engine sampled."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" | "length" | "abort"
+    weight_version: int | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class SamplingBackend(ABC):
+    """Continue a token-id prompt. Subclasses set ``name`` and ``Options``."""
+
+    name: ClassVar[str]
+    Options: ClassVar[type[SamplingBackendOptions]] = SamplingBackendOptions
+
+    def __init__(self, options: SamplingBackendOptions | None = None, **_: Any) -> None:
+        self.options = options or self.Options()
+
+    async def start(self) -> None:  # noqa: B027 - optional lifecycle step
+        """Load the model or open connections. Idempotent."""
+
+    @abstractmethod
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+        """Sample a continuation of ``prompt_ids``."""
+
+    async def stream(
+        self, prompt_ids: list[int], params: SamplingParams
+    ) -> AsyncIterator[TokenChunk | Generation]:
+        """Yield chunks as the engine produces them, then the final :class:`Generation`.
+
+        Closing the iterator early aborts the engine request. The default implementation
+        yields the whole generation at once; engines that can stream override it.
+        """
+        gen = await self.generate(prompt_ids, params)
+        yield TokenChunk(gen.token_ids, gen.logprobs)
+        yield gen
+
+    async def close(self) -> None:  # noqa: B027 - optional lifecycle step
+        """Release the model or connections. Idempotent."""

@@ -1,0 +1,1 @@
+"""Result stores: where agents write their results and the client reads them."""

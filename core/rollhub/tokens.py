@@ -1,0 +1,87 @@
+"""The token-source interface: where exact token ids and logprobs of a rollout come from.
+
+A token source opens a capture session before a rollout is submitted (the agent gets a
+``base_url`` and an ``api_key`` for it) and returns the session's
+:class:`~rollhub.trace.TraceRecord`s when the rollout is done.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from rollhub.trace import TraceRecord
+
+__all__ = ["CaptureSession", "NoTokenSource", "TokenSource", "TokenSourceOptions"]
+
+
+class TokenSourceOptions(BaseModel):
+    """Options every token source accepts; sources subclass this for their own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class CaptureSession:
+    """What an agent needs to talk to the model through a capture session."""
+
+    session_id: str
+    base_url: str | None
+    api_key: str | None
+    model_id: str | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class TokenSource(ABC):
+    """Open sessions, fetch their traces, close them. Subclasses set ``name``/``Options``."""
+
+    name: ClassVar[str]
+    Options: ClassVar[type[TokenSourceOptions]] = TokenSourceOptions
+
+    def __init__(self, options: TokenSourceOptions | None = None, **_: Any) -> None:
+        self.options = options or self.Options()
+        self.weight_version: int | None = None
+
+    async def start(self) -> None:  # noqa: B027 - optional lifecycle step
+        """Acquire resources (start the gateway, open clients). Idempotent."""
+
+    @abstractmethod
+    async def open_session(
+        self, session_id: str, *, sampling: dict[str, Any] | None = None
+    ) -> CaptureSession:
+        """Open a capture session for one rollout."""
+
+    @abstractmethod
+    async def fetch_traces(self, session_id: str) -> list[TraceRecord]:
+        """Every trace the session recorded, complete (never a partial read)."""
+
+    @abstractmethod
+    async def close_session(self, session_id: str, *, drop: bool = False) -> None:
+        """Finish (or, with ``drop``, discard) a session."""
+
+    def set_weight_version(self, version: int | None) -> None:
+        """The policy version that new model calls are served by."""
+        self.weight_version = version
+
+    async def close(self) -> None:  # noqa: B027 - optional lifecycle step
+        """Release everything :meth:`start` acquired. Idempotent."""
+
+
+class NoTokenSource(TokenSource):
+    """No token capture: the agent uses the model endpoint it was configured with (eval)."""
+
+    name = "none"
+
+    async def open_session(
+        self, session_id: str, *, sampling: dict[str, Any] | None = None
+    ) -> CaptureSession:
+        return CaptureSession(session_id, None, None, None)
+
+    async def fetch_traces(self, session_id: str) -> list[TraceRecord]:
+        return []
+
+    async def close_session(self, session_id: str, *, drop: bool = False) -> None:
+        return None

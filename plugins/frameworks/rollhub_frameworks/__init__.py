@@ -1,0 +1,3 @@
+"""rollhub-frameworks: the rollhub agent-framework adapters."""
+
+__version__ = "0.1.0"

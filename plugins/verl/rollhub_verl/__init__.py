@@ -1,0 +1,3 @@
+"""rollhub-verl: the rollhub verl backend."""
+
+__version__ = "0.1.0"

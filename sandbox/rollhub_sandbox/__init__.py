@@ -1,0 +1,3 @@
+"""rollhub-sandbox: the rollhub sandboxes."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,6 @@
+"""Suite-wide test settings. Area fixtures live in tests/<area>/conftest.py."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
