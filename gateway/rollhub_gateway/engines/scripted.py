@@ -1,0 +1,96 @@
+"""A scripted sampling backend: returns given token ids, for tests that need exact output.
+
+Each call pops the next script entry (a list of token ids, or a callable of the prompt ids
+returning one). Logprobs are deterministic functions of position so a test can check they
+were carried through unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+from pydantic import Field
+
+from rollhub.errors import GatewayError
+from rollhub.sampling import (
+    Generation,
+    SamplingBackend,
+    SamplingBackendOptions,
+    SamplingParams,
+    TokenChunk,
+)
+
+Script = list[int] | Callable[[list[int]], list[int]]
+
+
+class ScriptedOptions(SamplingBackendOptions):
+    """Options of the scripted backend."""
+
+    token_delay_s: float = Field(0.0, ge=0, description="sleep per generated token")
+    latency_s: float = Field(0.0, ge=0, description="sleep before the first token")
+
+
+def scripted_logprob(position: int, token_id: int) -> float:
+    """The logprob the scripted backend reports for ``token_id`` at ``position``."""
+    return -((position * 7919 + token_id) % 1000) / 997.0 - 0.001
+
+
+class ScriptedBackend(SamplingBackend):
+    """Replays scripted outputs; records every prompt it was given in ``prompts``."""
+
+    name = "scripted"
+    Options = ScriptedOptions
+
+    def __init__(
+        self,
+        script: Iterable[Script] = (),
+        options: ScriptedOptions | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(options, **kwargs)
+        self.script: deque[Script] = deque(script)
+        self.prompts: list[list[int]] = []
+        self.aborted = 0
+
+    def add(self, *entries: Script) -> None:
+        """Append outputs to the script."""
+        self.script.extend(entries)
+
+    def _next(self, prompt_ids: list[int], params: SamplingParams) -> tuple[list[int], str]:
+        if not self.script:
+            raise GatewayError("scripted backend ran out of scripted outputs")
+        entry = self.script.popleft()
+        ids = list(entry(prompt_ids) if callable(entry) else entry)
+        finish = "stop"
+        if len(ids) > params.max_tokens:
+            ids, finish = ids[: params.max_tokens], "length"
+        return ids, finish
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+        self.prompts.append(list(prompt_ids))
+        ids, finish = self._next(prompt_ids, params)
+        delay = self.options.latency_s + self.options.token_delay_s * len(ids)
+        if delay:
+            await asyncio.sleep(delay)
+        return Generation(ids, [scripted_logprob(i, t) for i, t in enumerate(ids)], finish)
+
+    async def stream(
+        self, prompt_ids: list[int], params: SamplingParams
+    ) -> AsyncIterator[TokenChunk | Generation]:
+        self.prompts.append(list(prompt_ids))
+        ids, finish = self._next(prompt_ids, params)
+        if self.options.latency_s:
+            await asyncio.sleep(self.options.latency_s)
+        lps = [scripted_logprob(i, t) for i, t in enumerate(ids)]
+        try:
+            for i, t in enumerate(ids):
+                if self.options.token_delay_s:
+                    await asyncio.sleep(self.options.token_delay_s)
+                yield TokenChunk([t], [lps[i]])
+        except (GeneratorExit, asyncio.CancelledError):
+            self.aborted += 1
+            raise
+        yield Generation(ids, lps, finish)
