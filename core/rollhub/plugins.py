@@ -37,6 +37,8 @@ ENTRY_POINT_GROUP = "rollhub"
 #: Core modules that implement the default behaviour of every hook, registered first.
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "rollhub.builtin.components",
+    "rollhub.builtin.stores",
+    "rollhub.builtin.runtimes",
     "rollhub.builtin.pipeline",
 )
 
