@@ -31,6 +31,7 @@ the fix.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 import tomllib
@@ -47,6 +48,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ComponentSection",
+    "RuntimeSection",
+    "TokenSourceSection",
+    "TrainerSection",
     "ExperimentConfig",
     "LoggingConfig",
     "PluginsConfig",
@@ -78,6 +82,9 @@ class ExperimentConfig(_Strict):
     timeout_s: float = Field(600.0, gt=0, description="deadline of one rollout")
     output_dir: str = Field("runs", description="where run directories are created")
     seed: int = 0
+    sampling: dict[str, Any] = Field(
+        default_factory=dict, description="sampling defaults sent to agents (temperature, max_tokens…)"
+    )
     max_staleness: int | None = Field(
         None, ge=0, description="stop submitting when the oldest rollout lags this many versions"
     )
@@ -100,6 +107,24 @@ class ComponentSection(BaseModel):
     def options(self) -> dict[str, Any]:
         """The component's own options (every key but ``name``)."""
         return dict(self.model_extra or {})
+
+
+class RuntimeSection(ComponentSection):
+    """``[runtime]``: where agent code runs (default ``local``: worker processes here)."""
+
+    name: str = "local"
+
+
+class TokenSourceSection(ComponentSection):
+    """``[token_source]``: where token ids come from (default ``none``: no capture)."""
+
+    name: str = "none"
+
+
+class TrainerSection(ComponentSection):
+    """``[trainer]``: what consumes finished groups (default ``export``: Parquet + JSONL)."""
+
+    name: str = "export"
 
 
 class StoreSection(_Strict):
@@ -157,10 +182,10 @@ class RollhubConfig(_Strict):
     """The whole ``rollhub.toml``."""
 
     experiment: ExperimentConfig = Field(default_factory=ExperimentConfig)
-    runtime: ComponentSection = Field(default_factory=lambda: ComponentSection(name="local"))
+    runtime: RuntimeSection = Field(default_factory=RuntimeSection)
     store: StoreSection = Field(default_factory=StoreSection)
-    token_source: ComponentSection = Field(default_factory=lambda: ComponentSection(name="none"))
-    trainer: ComponentSection = Field(default_factory=lambda: ComponentSection(name="export"))
+    token_source: TokenSourceSection = Field(default_factory=TokenSourceSection)
+    trainer: TrainerSection = Field(default_factory=TrainerSection)
     rewards: RewardsConfig = Field(default_factory=RewardsConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
@@ -205,7 +230,7 @@ def parse_config(
     source: str = "config",
 ) -> RollhubConfig:
     """Validate config data (a parsed TOML document), after environment overrides."""
-    merged = _apply_env(dict(data), os.environ if env is None else env)
+    merged = _apply_env(copy.deepcopy(dict(data)), os.environ if env is None else env)
     try:
         cfg = RollhubConfig.model_validate(merged)
     except ValidationError as exc:
@@ -289,6 +314,8 @@ def _explain(exc: ValidationError, model: type[BaseModel], source: str, prefix: 
             lines.append(
                 f"unknown key {dotted!r}{hint} valid keys here: {', '.join(sorted(valid)) or 'none'}"
             )
+        elif err["type"] == "missing":
+            lines.append(f"{dotted}: required; add it")
         else:
             got = err.get("input")
             shown = repr(got) if not isinstance(got, dict) else "a table"

@@ -59,6 +59,8 @@ class Episode:
     submitted_at: float | None = None
     finished_at: float | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: whether trainers should learn from this episode (set by the failure policy)
+    trainable: bool = True
 
     @property
     def ok(self) -> bool:
@@ -90,6 +92,11 @@ class EpisodeGroup:
     group_id: str
     payload: dict[str, Any]
     episodes: list[Episode]
+
+    @property
+    def trainable_episodes(self) -> list[Episode]:
+        """The episodes trainers should learn from, after the failure policy."""
+        return [e for e in self.episodes if e.trainable]
 
     @property
     def rewards(self) -> list[float | None]:

@@ -83,10 +83,12 @@ def rollhub_prepare_rollout(request: RolloutRequest, hub: AsyncHub) -> Awaitable
         ``request.payload`` in place.
     :param hub: the hub running the experiment.
 
-    All implementations run, in registration order (LIFO, the default last); awaitables
-    are awaited one after another. Returns None or an awaitable of None.
-    Default: the core opens a token-capture session on the configured token source and
-    fills ``base_url``, ``api_key`` and ``model_id`` into ``_rollout``.
+    Runs after the hub has opened the rollout's token-capture session and filled
+    ``base_url``, ``api_key`` and ``model_id`` into ``_rollout``.
+
+    All implementations run (LIFO: the last registered first); awaitables are awaited one
+    after another. Returns None or an awaitable of None.
+    Default: none.
     Awaitable: yes.
     Example: a plugin adds a per-rollout random seed to ``request.rollout.sampling``.
     """

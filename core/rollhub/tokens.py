@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from rollhub.trace import TraceRecord
 
@@ -70,15 +70,26 @@ class TokenSource(ABC):
         """Release everything :meth:`start` acquired. Idempotent."""
 
 
+class NoTokenSourceOptions(TokenSourceOptions):
+    """Where agents send model calls when nothing captures tokens (evaluation only)."""
+
+    base_url: str | None = Field(None, description="OpenAI-compatible endpoint for the agents")
+    model_id: str | None = Field(None, description="model name to use at base_url")
+    api_key: SecretStr | None = Field(None, description="key for base_url")
+
+
 class NoTokenSource(TokenSource):
-    """No token capture: the agent uses the model endpoint it was configured with (eval)."""
+    """No token capture: agents call the configured endpoint directly; no traces (eval)."""
 
     name = "none"
+    Options = NoTokenSourceOptions
+    options: NoTokenSourceOptions
 
     async def open_session(
         self, session_id: str, *, sampling: dict[str, Any] | None = None
     ) -> CaptureSession:
-        return CaptureSession(session_id, None, None, None)
+        key = self.options.api_key.get_secret_value() if self.options.api_key else None
+        return CaptureSession(session_id, self.options.base_url, key, self.options.model_id)
 
     async def fetch_traces(self, session_id: str) -> list[TraceRecord]:
         return []

@@ -13,5 +13,7 @@ from rollhub.registry import ComponentRegistry
 @hookimpl
 def rollhub_register_components(registry: ComponentRegistry) -> None:
     from rollhub.tokens import NoTokenSource
+    from rollhub.trainers.export import ExportTrainer
 
     registry.add_token_source(NoTokenSource)
+    registry.add_trainer(ExportTrainer)

@@ -1,0 +1,217 @@
+"""Episodes on disk: one row per episode, in Parquet (pyarrow) and JSONL, schema version 1.
+
+Columns (Parquet types; JSONL carries the same keys):
+
+==================== ==================================================================
+schema_version       int32 — this layout's version (1)
+exp_id               string
+episode_id           string — equals session_id
+group_id             string — the prompt id (input_id); samples of a prompt share it
+session_id           string
+sample_index         int32
+status               string — ok | agent_error | timeout | submit_error | cancelled
+trainable            bool — after the failure policy
+reward               float64, null when the rollout failed or gave no reward
+reward_components    string (JSON object name → float)
+error_type           string, null
+error_message        string, null
+weight_version       int64, null
+submitted_at         float64 (epoch s)
+finished_at          float64 (epoch s)
+elapsed_s            float64
+num_turns            int32
+num_sampled_tokens   int64
+payload              string (JSON) — the prompt payload
+result               string (JSON) — the agent's result document, null on failure
+metrics              string (JSON)
+traces               list<struct> — :class:`rollhub.trace.TraceRecord` fields; ``turns``
+                     as list<struct>, ``metadata`` as JSON text
+==================== ==================================================================
+
+Free-form dicts are JSON text so the schema never changes with agent output. Load with
+``pandas.read_parquet``, ``datasets.load_dataset("parquet", data_files=...)`` or
+:func:`read_episodes`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rollhub.episode import Episode, ErrorInfo
+from rollhub.errors import UsageError
+from rollhub.trace import TraceRecord
+
+EXPORT_SCHEMA_VERSION = 1
+
+__all__ = [
+    "EXPORT_SCHEMA_VERSION",
+    "arrow_schema",
+    "episode_from_row",
+    "episode_to_row",
+    "read_episodes",
+    "read_rows",
+    "write_rows",
+]
+
+
+def episode_to_row(episode: Episode, exp_id: str) -> dict[str, Any]:
+    """One episode as a flat row of the export schema."""
+    return {
+        "schema_version": EXPORT_SCHEMA_VERSION,
+        "exp_id": exp_id,
+        "episode_id": episode.episode_id,
+        "group_id": episode.group_id,
+        "session_id": episode.session_id,
+        "sample_index": episode.sample_index,
+        "status": episode.status,
+        "trainable": episode.trainable,
+        "reward": episode.reward,
+        "reward_components": json.dumps(episode.reward_components, sort_keys=True),
+        "error_type": episode.error.type if episode.error else None,
+        "error_message": episode.error.message if episode.error else None,
+        "weight_version": episode.weight_version,
+        "submitted_at": episode.submitted_at,
+        "finished_at": episode.finished_at,
+        "elapsed_s": episode.elapsed,
+        "num_turns": episode.num_turns,
+        "num_sampled_tokens": episode.num_sampled_tokens,
+        "payload": json.dumps(episode.payload, sort_keys=True, default=str),
+        "result": None if episode.result is None else json.dumps(episode.result, sort_keys=True),
+        "metrics": json.dumps(episode.metrics, sort_keys=True, default=str),
+        "traces": [_trace_to_row(t) for t in episode.traces],
+    }
+
+
+def _trace_to_row(trace: TraceRecord) -> dict[str, Any]:
+    data = trace.model_dump(mode="json")
+    extra = {k: data.pop(k) for k in list(data) if k not in _TRACE_FIELDS}
+    data["metadata"] = json.dumps({**data.get("metadata", {}), **extra}, sort_keys=True)
+    data["turns"] = [{k: t.get(k) for k in _TURN_FIELDS} for t in data["turns"]]
+    return data
+
+
+def episode_from_row(row: dict[str, Any]) -> Episode:
+    """Rebuild an :class:`Episode` from a row (Parquet or JSONL)."""
+    if row.get("schema_version") != EXPORT_SCHEMA_VERSION:
+        raise UsageError(
+            f"episode row has schema_version {row.get('schema_version')!r}; this rollhub reads "
+            f"version {EXPORT_SCHEMA_VERSION}"
+        )
+    traces = []
+    for t in row.get("traces") or []:
+        t = dict(t)
+        t["metadata"] = json.loads(t["metadata"]) if isinstance(t.get("metadata"), str) else {}
+        traces.append(TraceRecord.model_validate(t))
+    error = ErrorInfo(row["error_type"], row["error_message"] or "") if row.get("error_type") else None
+    return Episode(
+        episode_id=row["episode_id"],
+        group_id=row["group_id"],
+        session_id=row["session_id"],
+        sample_index=row["sample_index"],
+        status=row["status"],
+        payload=json.loads(row["payload"]),
+        result=None if row.get("result") is None else json.loads(row["result"]),
+        reward=row.get("reward"),
+        reward_components=json.loads(row["reward_components"]),
+        error=error,
+        traces=traces,
+        weight_version=row.get("weight_version"),
+        submitted_at=row.get("submitted_at"),
+        finished_at=row.get("finished_at"),
+        metrics=json.loads(row["metrics"]),
+        trainable=bool(row["trainable"]),
+    )
+
+
+_TURN_FIELDS = (
+    "turn_index", "start", "end", "finish_reason", "weight_version", "drift", "ill_formed",
+    "masked_tokens",
+)
+_TRACE_FIELDS = (
+    "schema_version", "session_id", "branch_id", "parent_branch_id", "fork_turn", "prompt_ids",
+    "response_ids", "response_mask", "response_logprobs", "turns", "finish_reason", "model_id",
+    "metadata",
+)
+
+
+def arrow_schema() -> Any:
+    """The pyarrow schema of the Parquet export."""
+    import pyarrow as pa
+
+    turn = pa.struct(
+        [
+            ("turn_index", pa.int32()), ("start", pa.int64()), ("end", pa.int64()),
+            ("finish_reason", pa.string()), ("weight_version", pa.int64()),
+            ("drift", pa.string()), ("ill_formed", pa.bool_()), ("masked_tokens", pa.int64()),
+        ]
+    )
+    trace = pa.struct(
+        [
+            ("schema_version", pa.int32()), ("session_id", pa.string()),
+            ("branch_id", pa.int32()), ("parent_branch_id", pa.int32()),
+            ("fork_turn", pa.int32()), ("prompt_ids", pa.list_(pa.int64())),
+            ("response_ids", pa.list_(pa.int64())), ("response_mask", pa.list_(pa.int8())),
+            ("response_logprobs", pa.list_(pa.float64())), ("turns", pa.list_(turn)),
+            ("finish_reason", pa.string()), ("model_id", pa.string()),
+            ("metadata", pa.string()),
+        ]
+    )
+    return pa.schema(
+        [
+            ("schema_version", pa.int32()), ("exp_id", pa.string()), ("episode_id", pa.string()),
+            ("group_id", pa.string()), ("session_id", pa.string()), ("sample_index", pa.int32()),
+            ("status", pa.string()), ("trainable", pa.bool_()), ("reward", pa.float64()),
+            ("reward_components", pa.string()), ("error_type", pa.string()),
+            ("error_message", pa.string()), ("weight_version", pa.int64()),
+            ("submitted_at", pa.float64()), ("finished_at", pa.float64()),
+            ("elapsed_s", pa.float64()), ("num_turns", pa.int32()),
+            ("num_sampled_tokens", pa.int64()), ("payload", pa.string()), ("result", pa.string()),
+            ("metrics", pa.string()), ("traces", pa.list_(trace)),
+        ]
+    )
+
+
+def write_rows(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
+    """Write rows to ``.parquet`` or ``.jsonl`` (chosen by suffix)."""
+    p = Path(path)
+    rows = list(rows)
+    if p.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pylist(rows, schema=arrow_schema())
+        tmp = p.with_suffix(".parquet.tmp")
+        pq.write_table(table, tmp)
+        tmp.replace(p)
+    elif p.suffix == ".jsonl":
+        tmp = p.with_suffix(".jsonl.tmp")
+        with tmp.open("w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, sort_keys=True) + "\n")
+        tmp.replace(p)
+    else:
+        raise UsageError(f"cannot write {str(p)!r}: use a .parquet or .jsonl file name")
+    return p
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Read rows from ``.parquet`` or ``.jsonl``."""
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"episodes file {str(p)!r} does not exist")
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(p).to_pylist()
+    if p.suffix == ".jsonl":
+        with p.open(encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    raise UsageError(f"cannot read {str(p)!r}: use a .parquet or .jsonl file")
+
+
+def read_episodes(path: str | Path) -> list[Episode]:
+    """Episodes from an export file."""
+    return [episode_from_row(r) for r in read_rows(path)]

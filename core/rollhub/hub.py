@@ -1,0 +1,411 @@
+"""The episode pipeline: prompts in, training-ready episode groups out.
+
+For each prompt × n samples (a GRPO group) the hub runs, per sample::
+
+    prepare   rollhub_prepare_rollout   open a capture session, fill _rollout
+    submit    rollhub_submit_rollout    runtime.submit (fire-and-forget)
+    await     the rollout client        callback or store poll → terminal outcome
+    retrieve  rollhub_retrieve_tokens   the session's TraceRecords
+    reward    rollhub_collect_rewards   named components merged → episode.reward
+    done      rollhub_episode_done
+
+and yields each :class:`~rollhub.episode.EpisodeGroup` as soon as all its samples are
+terminal, so a trainer can start on the first full groups while others still run. Every
+submitted sample ends in exactly one episode; failures are marked, never turned into a
+silent zero reward (see ``[rewards] on_failure``).
+
+:class:`AsyncHub` is the truth; :class:`Hub` is its synchronous twin for trainers that do
+not run an event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from rollhub.config import RollhubConfig, build_options
+from rollhub.episode import Episode, EpisodeGroup, ErrorInfo
+from rollhub.errors import RewardError, RollhubError, TokenRetrievalError, UsageError
+from rollhub.loop_thread import LoopThread
+from rollhub.plugins import PluginHost, build_host, call_all, call_first
+from rollhub.rollout import RolloutConfig, RolloutRequest, SubmitReceipt
+from rollhub.staleness import StalenessGate
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AsyncHub", "Hub"]
+
+
+class AsyncHub:
+    """Runs rollouts through the configured components and the plugin hooks.
+
+    :param config: the validated ``rollhub.toml``.
+    :param host: a plugin host (default: built-ins, installed plugins and
+        ``config.plugins.modules``).
+    :param run_dir: where the trainer writes its outputs.
+    """
+
+    def __init__(
+        self,
+        config: RollhubConfig,
+        *,
+        host: PluginHost | None = None,
+        run_dir: Path | None = None,
+    ) -> None:
+        self.config = config
+        self.host = host or build_host(modules=config.plugins.modules)
+        self.run_dir = run_dir
+        self.exp_id = config.experiment.resolved_exp_id
+        self.runtime: Any = None
+        self.store: Any = None
+        self.token_source: Any = None
+        self.trainer: Any = None
+        self.client: Any = None
+        self._gate = StalenessGate(config.experiment.max_staleness)
+        self._slots = asyncio.Semaphore(config.experiment.concurrency)
+        self._started = False
+        self.stats: dict[str, Any] = {}
+
+    # Lifecycle -----------------------------------------------------------------------------
+
+    @property
+    def hook(self) -> Any:
+        """The pluggy hook relay."""
+        return self.host.hook
+
+    @property
+    def weight_version(self) -> int | None:
+        """The policy version new rollouts are served by (set by the trainer)."""
+        return self._gate.current
+
+    def set_weight_version(self, version: int) -> None:
+        """Record a new policy version; it is stamped on new episodes and gateway turns."""
+        self._gate.set_current(version)
+        if self.token_source is not None:
+            self.token_source.set_weight_version(version)
+
+    def _build(self, kind: str, section: str, name: str, options: Mapping[str, Any], **kw: Any) -> Any:
+        cls, opts = build_options(self.host.registry, kind, name, options, section=section)  # type: ignore[arg-type]
+        return cls(opts, **kw) if opts is not None else cls(**kw)
+
+    async def start(self) -> AsyncHub:
+        """Build and start the runtime, store, token source, trainer and client."""
+        if self._started:
+            return self
+        from rollhub.client import AsyncRolloutClient
+        from rollhub.stores import open_store
+
+        cfg = self.config
+        self.store = open_store(
+            _absolute_store_url(cfg), registry=self.host.registry, **cfg.store.options
+        )
+        self.runtime = self._build(
+            "runtime", "runtime", cfg.runtime.name, cfg.runtime.options, base_dir=cfg.base_dir
+        )
+        self.token_source = self._build(
+            "token_source", "token_source", cfg.token_source.name, cfg.token_source.options,
+            base_dir=cfg.base_dir,
+        )
+        self.trainer = self._build(
+            "trainer", "trainer", cfg.trainer.name, cfg.trainer.options,
+            run_dir=self.run_dir, exp_id=self.exp_id,
+        )
+        await self.token_source.start()
+        if self._gate.current is not None:
+            self.token_source.set_weight_version(self._gate.current)
+        await self.runtime.start()
+        await self.trainer.start()
+        self.client = AsyncRolloutClient(
+            self.runtime,
+            self.store,
+            exp_id=self.exp_id,
+            submit=self._submit,
+            progress=False,
+        )
+        await self.client.start()
+        self._started = True
+        await call_all(self.hook.rollhub_hub_started, hub=self)
+        return self
+
+    async def close(self) -> dict[str, Any]:
+        """Stop every component (reverse order); return what the trainer wrote."""
+        if not self._started:
+            return {}
+        self._started = False
+        out: dict[str, Any] = {}
+        try:
+            out = await self.trainer.close() or {}
+        finally:
+            await self.client.close()
+            await self.runtime.close()
+            await self.token_source.close()
+            await call_all(self.hook.rollhub_hub_stopped, hub=self, stats=self.stats)
+        return out
+
+    async def __aenter__(self) -> AsyncHub:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # One episode --------------------------------------------------------------------------
+
+    async def _submit(self, request: RolloutRequest) -> SubmitReceipt:
+        """The client's submit path: prepare hooks, then the firstresult submit hook."""
+        await call_all(self.hook.rollhub_prepare_rollout, request=request, hub=self)
+        return await call_first(
+            self.hook.rollhub_submit_rollout, request=request, runtime=self.runtime, hub=self
+        )
+
+    def _request(self, payload: Mapping[str, Any], group_id: str, index: int) -> RolloutRequest:
+        sid = f"{group_id}-{index}-{uuid.uuid4().hex[:12]}"
+        rollout = RolloutConfig(
+            exp_id=self.exp_id,
+            input_id=group_id,
+            session_id=sid,
+            result_store=self.store.url,
+            sampling=dict(self.config.experiment.sampling),
+            weight_version=self.weight_version,
+            sample_index=index,
+        )
+        return RolloutRequest(payload={k: v for k, v in payload.items() if k != "_rollout"},
+                              rollout=rollout)
+
+    async def run_episode(self, payload: Mapping[str, Any], group_id: str, index: int) -> Episode:
+        """Run one sample to its terminal episode (never raises for a failed rollout)."""
+        self._require_started()
+        request = self._request(payload, group_id, index)
+        sid = request.rollout.session_id
+        async with self._slots:
+            await self._gate.wait_to_submit()
+            version = self.weight_version
+            self._gate.enter(sid, version)
+            try:
+                episode = await self._run_admitted(request, version)
+            finally:
+                self._gate.leave(sid)
+        await call_all(self.hook.rollhub_episode_done, episode=episode, hub=self)
+        return episode
+
+    async def _run_admitted(self, request: RolloutRequest, version: int | None) -> Episode:
+        rollout = request.rollout
+        opened = False
+        episode = Episode(
+            episode_id=rollout.session_id,
+            group_id=rollout.input_id,
+            session_id=rollout.session_id,
+            sample_index=rollout.sample_index or 0,
+            status="submit_error",
+            payload=dict(request.payload),
+            weight_version=version,
+            submitted_at=time.time(),
+        )
+        try:
+            capture = await self.token_source.open_session(rollout.session_id, sampling=rollout.sampling)
+            opened = True
+            _fill_capture(rollout, capture)
+            future = await self.client.submit_request_async(request)
+            outcome = await future.result_async(timeout=self.config.experiment.timeout_s)
+            episode.status = outcome.status
+            episode.result = outcome.result
+            episode.error = outcome.error
+            episode.finished_at = outcome.finished_at or time.time()
+            if outcome.status == "ok":
+                await self._retrieve(episode)
+                await self._reward(episode)
+        except asyncio.CancelledError:
+            episode.status, episode.finished_at = "cancelled", time.time()
+            raise
+        except RollhubError as exc:
+            log.warning("episode %s failed: %s", rollout.session_id, exc)
+            episode.status = "agent_error" if episode.status == "ok" else episode.status
+            episode.error = ErrorInfo.from_exception(exc)
+            episode.finished_at = episode.finished_at or time.time()
+        finally:
+            if opened:
+                await asyncio.shield(
+                    self.token_source.close_session(rollout.session_id, drop=episode.status != "ok")
+                )
+        episode.metrics.setdefault("elapsed_s", episode.elapsed)
+        return episode
+
+    async def _retrieve(self, episode: Episode) -> None:
+        try:
+            traces = await call_first(
+                self.hook.rollhub_retrieve_tokens, episode=episode, source=self.token_source, hub=self
+            )
+        except TokenRetrievalError:
+            raise
+        except Exception as exc:
+            raise TokenRetrievalError(
+                f"token retrieval for session {episode.session_id!r} failed: {exc}",
+                session_id=episode.session_id,
+            ) from exc
+        episode.traces = list(traces or [])
+
+    async def _reward(self, episode: Episode) -> None:
+        parts = await call_all(self.hook.rollhub_collect_rewards, episode=episode, hub=self)
+        episode.reward_components = merge_reward_components(parts)
+        if episode.reward_components:
+            weights = self.config.rewards.weights
+            episode.reward = sum(
+                weights.get(name, 1.0) * value for name, value in episode.reward_components.items()
+            )
+
+    # Groups -------------------------------------------------------------------------------
+
+    async def run_group(self, payload: Mapping[str, Any], n: int | None = None,
+                        *, group_id: str | None = None) -> EpisodeGroup:
+        """Run ``n`` samples of one prompt and return the finished group."""
+        n = n or self.config.experiment.n_samples
+        gid = group_id or group_id_of(payload, self.config.experiment.id_field)
+        episodes = await asyncio.gather(*(self.run_episode(payload, gid, i) for i in range(n)))
+        group = EpisodeGroup(gid, dict(payload), list(episodes))
+        apply_failure_policy(group, self.config.rewards.on_failure)
+        return group
+
+    async def iter_groups(
+        self, payloads: Iterable[Mapping[str, Any]], n: int | None = None
+    ) -> AsyncIterator[EpisodeGroup]:
+        """Yield groups in completion order. Leaving the loop early cancels the rest."""
+        self._require_started()
+        tasks: set[asyncio.Task[EpisodeGroup]] = set()
+        for payload in payloads:
+            tasks.add(asyncio.ensure_future(self.run_group(payload, n)))
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                yield await next_done
+        finally:
+            pending = [t for t in tasks if not t.done()]
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+
+    def _require_started(self) -> None:
+        if not self._started:
+            raise UsageError("the hub is not started: use 'async with AsyncHub(cfg) as hub' or await hub.start()")
+
+
+class Hub:
+    """Synchronous twin of :class:`AsyncHub`; runs it on a private event-loop thread."""
+
+    def __init__(self, config: RollhubConfig, *, host: PluginHost | None = None,
+                 run_dir: Path | None = None) -> None:
+        self._loop = LoopThread("rollhub-hub")
+        self._hub = self._loop.call(_make_async_hub, config, host, run_dir)
+
+    @property
+    def weight_version(self) -> int | None:
+        """The policy version new rollouts are served by."""
+        return self._hub.weight_version
+
+    def set_weight_version(self, version: int) -> None:
+        """Record a new policy version."""
+        self._loop.call_soon(self._hub.set_weight_version, version)
+
+    def start(self) -> Hub:
+        """Start every component."""
+        self._loop.run(self._hub.start())
+        return self
+
+    def close(self) -> dict[str, Any]:
+        """Stop every component and the loop thread."""
+        try:
+            return self._loop.run(self._hub.close())
+        finally:
+            self._loop.stop()
+
+    def __enter__(self) -> Hub:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run_episode(self, payload: Mapping[str, Any], group_id: str, index: int) -> Episode:
+        """Run one sample to its terminal episode."""
+        return self._loop.run(self._hub.run_episode(payload, group_id, index))
+
+    def run_group(self, payload: Mapping[str, Any], n: int | None = None,
+                  *, group_id: str | None = None) -> EpisodeGroup:
+        """Run ``n`` samples of one prompt and return the finished group."""
+        return self._loop.run(self._hub.run_group(payload, n, group_id=group_id))
+
+    def iter_groups(self, payloads: Iterable[Mapping[str, Any]], n: int | None = None) -> Iterator[EpisodeGroup]:
+        """Yield groups in completion order. Leaving the loop early cancels the rest."""
+        yield from self._loop.iterate(self._hub.iter_groups(payloads, n))
+
+
+def _make_async_hub(config: RollhubConfig, host: PluginHost | None, run_dir: Path | None) -> AsyncHub:
+    return AsyncHub(config, host=host, run_dir=run_dir)
+
+
+# Pure helpers ------------------------------------------------------------------------------
+
+
+def group_id_of(payload: Mapping[str, Any], id_field: str) -> str:
+    """The prompt id of a payload (its ``id_field``), required to be present."""
+    value = payload.get(id_field)
+    if value is None or value == "":
+        raise UsageError(
+            f"payload has no {id_field!r} field (experiment.id_field); every prompt needs a "
+            f"stable id so its samples form one group and reruns can resume"
+        )
+    return str(value)
+
+
+def merge_reward_components(parts: Iterable[Mapping[str, float] | None]) -> dict[str, float]:
+    """Merge reward hook results; a component named twice or a non-finite value is an error."""
+    import math
+
+    merged: dict[str, float] = {}
+    for part in parts:
+        if not part:
+            continue
+        for name, value in part.items():
+            if name in merged:
+                raise RewardError(f"reward component {name!r} was returned by two reward hooks; rename one")
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise RewardError(f"reward component {name!r} must be a finite number, got {value!r}")
+            merged[name] = float(value)
+    return merged
+
+
+def apply_failure_policy(group: EpisodeGroup, policy: str) -> None:
+    """Mark which episodes trainers learn from (``[rewards] on_failure``)."""
+    failed = [e for e in group.episodes if not e.ok or e.reward is None]
+    for e in group.episodes:
+        e.trainable = e.ok and e.reward is not None
+    if policy == "drop_group" and failed:
+        for e in group.episodes:
+            e.trainable = False
+    elif policy == "zero_reward":
+        for e in failed:
+            e.reward = 0.0
+            e.metrics["reward_imputed"] = True
+            e.trainable = True
+
+
+def _fill_capture(rollout: RolloutConfig, capture: Any) -> None:
+    from pydantic import SecretStr
+
+    if capture.base_url is not None:
+        rollout.base_url = capture.base_url
+    if capture.api_key is not None:
+        rollout.api_key = SecretStr(capture.api_key)
+    if capture.model_id is not None:
+        rollout.model_id = capture.model_id
+
+
+def _absolute_store_url(cfg: RollhubConfig) -> str:
+    """``file://`` URLs relative to the config file become absolute (workers run elsewhere)."""
+    url = cfg.store.url
+    if url.startswith("file://"):
+        path = url[len("file://") :]
+        return "file://" + str(cfg.path(path).resolve())
+    return url

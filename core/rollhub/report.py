@@ -1,0 +1,137 @@
+"""Run summaries and plots, computed from episodes alone.
+
+The same :func:`summarize` runs at the end of ``rollhub run`` and on an exported file, so
+the printed numbers can always be recomputed from the data on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rollhub.episode import Episode, pass_at_k
+
+__all__ = ["plot_run", "render_summary", "summarize"]
+
+
+def summarize(
+    episodes: Iterable[Episode], *, wall_time_s: float | None = None, success_threshold: float = 1.0
+) -> dict[str, Any]:
+    """Summary numbers of a run.
+
+    Rewards are taken from successful episodes only (failed ones have no reward unless the
+    failure policy imputed one, which is counted separately). pass@k is the mean over
+    groups of the unbiased estimate with k = 1 and k = group size.
+    """
+    eps = list(episodes)
+    status = Counter(e.status for e in eps)
+    rewards = [e.reward for e in eps if e.ok and e.reward is not None]
+    mean = sum(rewards) / len(rewards) if rewards else None
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)) if rewards else None
+    groups: dict[str, list[Episode]] = defaultdict(list)
+    for e in eps:
+        groups[e.group_id].append(e)
+    k_max = max((len(g) for g in groups.values()), default=0)
+    pass1, passk = [], []
+    for g in groups.values():
+        n = len(g)
+        c = sum(1 for e in g if e.ok and e.reward is not None and e.reward >= success_threshold)
+        pass1.append(pass_at_k(n, c, 1))
+        passk.append(pass_at_k(n, c, n))
+    drift: Counter[str] = Counter()
+    masked = 0
+    for e in eps:
+        for t in e.traces:
+            if t.branch_id > 0:
+                drift["forked_branches"] += 1
+            for turn in t.turns:
+                drift[turn.drift] += 1
+                masked += turn.masked_tokens
+    tokens = sum(e.num_sampled_tokens for e in eps)
+    ok_eps = [e for e in eps if e.ok]
+    out: dict[str, Any] = {
+        "episodes": len(eps),
+        "groups": len(groups),
+        "ok": status.get("ok", 0),
+        "failed": len(eps) - status.get("ok", 0),
+        "by_status": dict(sorted(status.items())),
+        "trainable": sum(1 for e in eps if e.trainable),
+        "reward_imputed": sum(1 for e in eps if e.metrics.get("reward_imputed")),
+        "reward_mean": mean,
+        "reward_std": std,
+        "pass@1": sum(pass1) / len(pass1) if pass1 else None,
+        f"pass@{k_max}": sum(passk) / len(passk) if passk else None,
+        "mean_turns": sum(e.num_turns for e in ok_eps) / len(ok_eps) if ok_eps else None,
+        "sampled_tokens": tokens,
+        "drift": {"append": drift.get("append", 0), "rerender": drift.get("rerender", 0),
+                  "fork": drift.get("fork", 0), "forked_branches": drift.get("forked_branches", 0),
+                  "masked_tokens": masked},
+    }
+    if wall_time_s is not None:
+        out["wall_time_s"] = wall_time_s
+        out["episodes_per_s"] = len(eps) / wall_time_s if wall_time_s > 0 else None
+        out["tokens_per_s"] = tokens / wall_time_s if wall_time_s > 0 else None
+    return out
+
+
+def render_summary(summary: dict[str, Any]) -> Any:
+    """A rich table of a summary."""
+    from rich.table import Table
+
+    table = Table(title="rollhub run summary", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in summary.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items())
+        elif isinstance(value, float):
+            value = f"{value:.4g}"
+        table.add_row(key, str(value))
+    return table
+
+
+def plot_run(episodes: Iterable[Episode], path: str | Path) -> Path:
+    """Reward histogram, per-group reward spread and latency distribution, as one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    eps = list(episodes)
+    rewards = [e.reward for e in eps if e.ok and e.reward is not None]
+    latencies = [e.elapsed for e in eps if e.elapsed is not None]
+    groups: dict[str, list[float]] = defaultdict(list)
+    for e in eps:
+        if e.ok and e.reward is not None:
+            groups[e.group_id].append(e.reward)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    ax = axes[0]
+    ax.hist(rewards, bins=min(20, max(1, len(set(rewards)) * 2)), color="#4c72b0")
+    ax.set(title=f"reward (n={len(rewards)})", xlabel="reward", ylabel="episodes")
+    ax = axes[1]
+    ordered = sorted(groups.items(), key=lambda kv: sum(kv[1]) / len(kv[1]))
+    xs = range(len(ordered))
+    means = [sum(v) / len(v) for _, v in ordered]
+    ax.vlines(xs, [min(v) for _, v in ordered], [max(v) for _, v in ordered], color="#999999")
+    ax.plot(xs, means, "o", color="#dd8452", markersize=4)
+    ax.set(title="per-group reward (min–max, mean)", xlabel="group (sorted by mean)",
+           ylabel="reward")
+    ax = axes[2]
+    ax.hist(latencies, bins=30, color="#55a868")
+    ax.set(title="rollout latency", xlabel="seconds", ylabel="episodes")
+    fig.tight_layout()
+    p = Path(path)
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    return p
+
+
+def write_summary(summary: dict[str, Any], path: str | Path) -> Path:
+    """Write a summary as JSON."""
+    p = Path(path)
+    p.write_text(json.dumps(summary, indent=2, sort_keys=True))
+    return p

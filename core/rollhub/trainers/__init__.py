@@ -1,0 +1,1 @@
+"""Trainers that ship with the core."""

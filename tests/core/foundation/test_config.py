@@ -1,0 +1,144 @@
+"""Every class of config error names the field, the bad value and the fix."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollhub.config import build_options, load_config, parse_config
+from rollhub.errors import ConfigError, UnknownComponentError
+from rollhub.plugins import build_host
+from rollhub.registry import ComponentRegistry
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "rollhub.toml"
+    p.write_text(text)
+    return p
+
+
+def test_defaults_and_relative_paths(tmp_path):
+    cfg = load_config(write(tmp_path, '[experiment]\nname = "demo"\ndataset = "data/x.jsonl"\n'))
+    assert cfg.experiment.resolved_exp_id == "demo"
+    assert cfg.runtime.name == "local"
+    assert cfg.store.scheme == "file"
+    assert cfg.path(cfg.experiment.dataset) == tmp_path / "data" / "x.jsonl"
+
+
+def test_unknown_key_names_it_and_suggests(tmp_path):
+    with pytest.raises(ConfigError) as ei:
+        load_config(write(tmp_path, "[experiment]\nn_sample = 4\n"))
+    msg = str(ei.value)
+    assert "unknown key 'experiment.n_sample'" in msg
+    assert "did you mean 'n_samples'?" in msg
+    assert ei.value.field == "experiment.n_sample"
+
+
+def test_unknown_top_level_section(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown key 'runtme'; did you mean 'runtime'\?"):
+        load_config(write(tmp_path, '[runtme]\nname = "local"\n'))
+
+
+def test_bad_type_names_field_and_value(tmp_path):
+    with pytest.raises(ConfigError) as ei:
+        load_config(write(tmp_path, '[experiment]\nn_samples = "four"\n'))
+    assert "experiment.n_samples" in str(ei.value)
+    assert "'four'" in str(ei.value)
+
+
+def test_bad_choice_lists_valid_choices(tmp_path):
+    with pytest.raises(ConfigError) as ei:
+        load_config(write(tmp_path, '[rewards]\non_failure = "ignore"\n'))
+    msg = str(ei.value)
+    assert "rewards.on_failure" in msg and "'ignore'" in msg
+    assert "exclude_episode" in msg and "drop_group" in msg and "zero_reward" in msg
+
+
+def test_invalid_toml_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(write(tmp_path, "[experiment\n"))
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_env_overrides_file(tmp_path):
+    cfg = load_config(
+        write(tmp_path, "[experiment]\nn_samples = 2\n"),
+        env={"ROLLHUB_EXPERIMENT__N_SAMPLES": "8", "ROLLHUB_RUNTIME__WORKERS": "3",
+             "ROLLHUB_STORE__URL": "s3://bucket/prefix", "UNRELATED": "x"},
+    )
+    assert cfg.experiment.n_samples == 8
+    assert cfg.runtime.options == {"workers": 3}
+    assert cfg.store.url == "s3://bucket/prefix"
+
+
+def test_env_override_errors_name_the_field(tmp_path):
+    with pytest.raises(ConfigError, match="experiment.concurrency"):
+        parse_config({}, env={"ROLLHUB_EXPERIMENT__CONCURRENCY": "0"})
+
+
+class _Opts(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    workers: int = Field(1, ge=1)
+
+
+class _Runtime:
+    name = "fake"
+    Options = _Opts
+
+
+def test_component_options_validated_with_section_prefix():
+    reg = ComponentRegistry()
+    reg.add_runtime(_Runtime)
+    cls, opts = build_options(reg, "runtime", "fake", {"workers": 2}, section="runtime")
+    assert cls is _Runtime and opts.workers == 2
+    with pytest.raises(ConfigError) as ei:
+        build_options(reg, "runtime", "fake", {"worker": 2}, section="runtime")
+    assert "unknown key 'runtime.worker'; did you mean 'workers'?" in str(ei.value)
+    with pytest.raises(ConfigError, match=r"runtime.workers: .*greater than or equal to 1 \(got 0\)"):
+        build_options(reg, "runtime", "fake", {"workers": 0}, section="runtime")
+
+
+def test_unknown_component_lists_installed_and_suggests():
+    reg = ComponentRegistry()
+    reg.add_runtime(_Runtime)
+    with pytest.raises(UnknownComponentError) as ei:
+        reg.get("runtime", "fak", field="runtime.name")
+    msg = str(ei.value)
+    assert "no runtime named 'fak' (runtime.name); installed: fake; did you mean 'fake'?" == msg
+
+
+def test_component_of_missing_distribution_says_what_to_install():
+    reg = ComponentRegistry()
+    with pytest.raises(UnknownComponentError) as ei:
+        reg.get("trainer", "verl", field="trainer.name")
+    assert "it ships in rollhub-verl: pip install 'rollhub-verl'" in str(ei.value)
+
+
+def test_plugin_modules_from_config_are_loaded(tmp_path, monkeypatch):
+    (tmp_path / "my_local_plugin.py").write_text(
+        "from rollhub import hookimpl\n"
+        "class T:\n    name = 'mine'\n"
+        "@hookimpl\n"
+        "def rollhub_register_components(registry):\n    registry.add_trainer(T)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = parse_config({"plugins": {"modules": ["my_local_plugin"]}, "trainer": {"name": "mine"}})
+    host = build_host(entry_points=False, modules=cfg.plugins.modules)
+    assert host.registry.get("trainer", "mine").__name__ == "T"
+    assert host.plugins["my_local_plugin"].source == "config"
+
+
+def test_missing_plugin_module_is_a_clear_error():
+    with pytest.raises(Exception) as ei:
+        build_host(entry_points=False, modules=["no_such_plugin_module"])
+    assert "plugin module 'no_such_plugin_module' (plugins.modules) could not be imported" in str(ei.value)
+
+
+def test_config_error_pickles():
+    err = ConfigError("x: bad", field="x")
+    again = pickle.loads(pickle.dumps(err))
+    assert type(again) is ConfigError and again.field == "x" and str(again) == "x: bad"
