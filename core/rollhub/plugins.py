@@ -85,7 +85,15 @@ class PluginHost:
 
     def load_entry_points(self, *, disabled: Iterable[str] | None = None) -> None:
         """Load every installed plugin of the ``rollhub`` entry-point group, one by one."""
-        from stevedore import EnabledExtensionManager
+        from stevedore import ExtensionManager
+
+        class _SkippingManager(ExtensionManager):  # type: ignore[misc]
+            # Disabled plugins must not even be imported, so filter before loading.
+            def _load_one_plugin(self, ep: Any, *args: Any, **kwargs: Any) -> Any:
+                if ep.name in skip:
+                    log.info("plugin %s disabled by ROLLHUB_DISABLE_PLUGINS", ep.name)
+                    return None
+                return super()._load_one_plugin(ep, *args, **kwargs)
 
         if disabled is None:
             disabled = _env_list("ROLLHUB_DISABLE_PLUGINS")
@@ -107,11 +115,10 @@ class PluginHost:
             )
             self.registry.load_failures[ep.name] = err
 
-        mgr = EnabledExtensionManager(
+        mgr = _SkippingManager(
             namespace=ENTRY_POINT_GROUP,
             invoke_on_load=False,
             on_load_failure_callback=on_failure,
-            check_func=lambda ext: ext.name not in skip,
         )
         for ext in mgr.extensions:
             dist, version = _dist_of(ext.entry_point)
