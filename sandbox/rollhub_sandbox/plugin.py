@@ -8,4 +8,14 @@ from rollhub.registry import ComponentRegistry
 
 @hookimpl
 def rollhub_register_components(registry: ComponentRegistry) -> None:
-    """Components of rollhub-sandbox are registered here as they land."""
+    """Register the ``local``, ``agentcore`` and ``docker`` sandbox providers.
+
+    The provider modules import boto3 and the Docker CLI lazily, so this stays cheap.
+    """
+    from rollhub_sandbox.agentcore import AgentCoreProvider
+    from rollhub_sandbox.docker import DockerProvider
+    from rollhub_sandbox.local import LocalProvider
+
+    registry.add_sandbox_provider(LocalProvider)
+    registry.add_sandbox_provider(AgentCoreProvider)
+    registry.add_sandbox_provider(DockerProvider)

@@ -1,0 +1,451 @@
+"""The public API: :class:`AsyncSandboxClient` / :class:`AsyncSandbox` and their sync twins.
+
+::
+
+    from rollhub_sandbox import SandboxClient
+
+    client = SandboxClient(provider="local")
+    with client.start("path/to/template", ttl=600) as sb:
+        result = sb.exec("pytest -q", timeout=120)
+        print(result.exit_code, result.stdout)
+
+    async with client.start_async("path/to/template") as sb:    # inside async code
+        result = await sb.exec("make test")
+
+The async classes are the truth. :class:`SandboxClient` and :class:`Sandbox` have the same
+methods in the same order and run the async ones on a private event-loop thread; called
+inside a running event loop they raise :class:`~rollhub.errors.UsageError` (they would block
+it) and point at the async API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import threading
+from collections.abc import Coroutine, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from rollhub.errors import ConfigError, UnknownComponentError, UsageError
+from rollhub_sandbox.errors import SandboxArgumentError
+from rollhub_sandbox.provider import ProviderSandbox, SandboxProvider
+from rollhub_sandbox.result import ExecResult
+from rollhub_sandbox.shell import (
+    check_command,
+    check_env,
+    check_sandbox_id,
+    check_timeout,
+    join_remote,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "BUILTIN_PROVIDERS",
+    "AsyncSandbox",
+    "AsyncSandboxClient",
+    "Sandbox",
+    "SandboxClient",
+    "build_provider",
+]
+
+T = TypeVar("T")
+
+#: The providers this distribution ships, by config word (imported on first use).
+BUILTIN_PROVIDERS: dict[str, str] = {
+    "local": "rollhub_sandbox.local:LocalProvider",
+    "agentcore": "rollhub_sandbox.agentcore:AgentCoreProvider",
+    "docker": "rollhub_sandbox.docker:DockerProvider",
+}
+DEFAULT_TTL = 3600.0
+
+
+def build_provider(provider: str | type[SandboxProvider] | SandboxProvider,
+                   options: Mapping[str, Any] | None = None,
+                   *, registry: Any | None = None) -> SandboxProvider:
+    """A provider instance from a config word, a class or an instance.
+
+    :param registry: a :class:`rollhub.registry.ComponentRegistry` consulted for names
+        this distribution does not ship (third-party providers).
+    :raises UnknownComponentError: no provider has that name.
+    :raises ConfigError: the options do not validate; the message names each field.
+    """
+    if isinstance(provider, SandboxProvider):
+        if options:
+            raise SandboxArgumentError("options were given with a provider instance; pass the "
+                                       "class or its name instead", field="options")
+        return provider
+    if isinstance(provider, str):
+        if registry is not None and provider in registry.names("sandbox_provider"):
+            cls = registry.get("sandbox_provider", provider)
+        elif provider in BUILTIN_PROVIDERS:
+            modname, _, attr = BUILTIN_PROVIDERS[provider].partition(":")
+            cls = getattr(importlib.import_module(modname), attr)
+        else:
+            installed = sorted(BUILTIN_PROVIDERS)
+            raise UnknownComponentError(
+                f"no sandbox provider named {provider!r} (provider); installed: "
+                f"{', '.join(installed)}",
+                kind="sandbox_provider", name=provider, installed=installed,
+            )
+    else:
+        cls = provider
+    try:
+        opts = cls.Options(**dict(options or {}))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(options)'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"sandbox provider {cls.name!r} options are invalid: {problems}",
+                          field="options") from exc
+    return cls(opts)
+
+
+class AsyncSandbox:
+    """One live sandbox. Methods validate arguments, then call the provider.
+
+    Relative paths and ``cwd`` resolve against :attr:`workdir`. Providers that share the
+    host's file system (``local``) refuse paths that leave the workspace
+    (:class:`~rollhub_sandbox.errors.SandboxPathError`).
+    """
+
+    def __init__(self, inner: ProviderSandbox, provider: SandboxProvider) -> None:
+        self._inner = inner
+        self._provider = provider
+
+    @property
+    def id(self) -> str:
+        """The sandbox id; ``client.attach(id)`` finds it again, from any process."""
+        return self._inner.id
+
+    @property
+    def workdir(self) -> str:
+        """The directory commands start in, as commands see it."""
+        return self._inner.workdir
+
+    @property
+    def provider(self) -> str:
+        """The provider's config word."""
+        return self._provider.name
+
+    def __repr__(self) -> str:
+        return f"<AsyncSandbox {self.id} provider={self.provider} workdir={self.workdir!r}>"
+
+    def _path(self, path: str) -> str:
+        return join_remote(self.workdir, path, confine=self._inner.confine_paths)
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        max_output: int | None = None,
+    ) -> ExecResult:
+        """Run ``command`` with ``/bin/sh -c``; its failure or timeout is the result.
+
+        :param cwd: directory to run in (relative to :attr:`workdir`); if it cannot be
+            entered the command does not run and the result's exit code is 2.
+        :param env: extra environment variables (names must be shell identifiers).
+        :param timeout: seconds; at the deadline the command's whole process tree is
+            killed and ``timed_out`` is set. Default: the provider's ``default_timeout``.
+        :param stdin: bytes (or text, sent as UTF-8) on standard input; default none.
+        :param max_output: bytes kept per stream (default: the provider's ``max_output``).
+        :raises SandboxArgumentError: an invalid argument.
+        :raises SandboxNotFound: the sandbox no longer exists.
+        :raises SandboxProviderError: the backend could not run the command at all.
+        """
+        check_command(command)
+        values = check_env(env)
+        limit = check_timeout(timeout if timeout is not None else self._provider.options.default_timeout)
+        run_in = self.workdir if cwd is None else join_remote(self.workdir, cwd, confine=False)
+        cap = self._provider.options.max_output if max_output is None else max_output
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+            raise SandboxArgumentError(f"max_output={max_output!r} must be an int >= 0",
+                                       field="max_output", value=max_output)
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        return await self._inner.exec(command, cwd=run_in, env=values, timeout=limit, stdin=data,
+                                      max_output=cap)
+
+    async def write_file(self, path: str, data: bytes | str) -> None:
+        """Write ``data`` (text is UTF-8 encoded) to ``path``, creating parent directories."""
+        if isinstance(data, str):
+            data = data.encode()
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise SandboxArgumentError(f"data must be bytes or str, not {type(data).__name__}",
+                                       field="data")
+        await self._inner.write_file(self._path(path), bytes(data))
+
+    async def read_file(self, path: str) -> bytes:
+        """The bytes of ``path``. :raises SandboxFileError: missing or unreadable."""
+        return await self._inner.read_file(self._path(path))
+
+    async def upload(self, local_dir: str | Path, remote_dir: str = ".") -> None:
+        """Copy the local directory ``local_dir`` into ``remote_dir`` (merged with what is there)."""
+        src = Path(local_dir)
+        if not src.is_dir():
+            raise SandboxArgumentError(f"local_dir={str(local_dir)!r} is not a directory",
+                                       field="local_dir", value=str(local_dir))
+        await self._inner.upload(src, self._path(remote_dir))
+
+    async def destroy(self) -> None:
+        """Stop everything in the sandbox and delete it. Idempotent."""
+        await self._inner.destroy()
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.destroy()
+
+
+class _AsyncStart:
+    """``async with client.start(...) as sb``: created on enter, destroyed on exit."""
+
+    def __init__(self, client: AsyncSandboxClient, source: str | None, ttl: float) -> None:
+        self._client, self._source, self._ttl = client, source, ttl
+        self._sandbox: AsyncSandbox | None = None
+
+    async def __aenter__(self) -> AsyncSandbox:
+        self._sandbox = await self._client.create(self._source, ttl=self._ttl)
+        return self._sandbox
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._sandbox is not None:
+            await self._sandbox.destroy()
+
+
+class AsyncSandboxClient:
+    """Creates and finds sandboxes of one provider.
+
+    :param provider: a config word (``local``, ``agentcore``, ``docker``), a provider class
+        or instance.
+    :param registry: a component registry for third-party provider names.
+    :param options: the provider's options (validated by its ``Options`` model).
+    """
+
+    def __init__(self, provider: str | type[SandboxProvider] | SandboxProvider = "local", *,
+                 registry: Any | None = None, **options: Any) -> None:
+        self.provider = build_provider(provider, options, registry=registry)
+
+    async def create(self, source: str | None = None, *, ttl: float = DEFAULT_TTL) -> AsyncSandbox:
+        """Start a sandbox that lives until :meth:`AsyncSandbox.destroy` or its ``ttl``.
+
+        :param source: a template directory (``local``), an image (``docker``), or None.
+        :param ttl: seconds after which an abandoned sandbox is reaped.
+        """
+        ttl = _check_ttl(ttl)
+        return AsyncSandbox(await self.provider.create(source, ttl=ttl), self.provider)
+
+    def start(self, source: str | None = None, *, ttl: float = DEFAULT_TTL) -> _AsyncStart:
+        """``async with client.start(source, ttl=…) as sb``: destroyed when the block ends."""
+        return _AsyncStart(self, source, _check_ttl(ttl))
+
+    async def attach(self, sandbox_id: str) -> AsyncSandbox:
+        """The live sandbox ``sandbox_id``. :raises SandboxNotFound: unknown or expired."""
+        check_sandbox_id(sandbox_id)
+        return AsyncSandbox(await self.provider.attach(sandbox_id), self.provider)
+
+    async def reap(self) -> list[str]:
+        """Remove expired sandboxes now; return their ids."""
+        return await self.provider.reap()
+
+    async def aclose(self) -> None:
+        """Release the provider's resources (sandboxes live on until destroyed or reaped)."""
+        await self.provider.aclose()
+
+
+def _check_ttl(ttl: float) -> float:
+    value = check_timeout(ttl)
+    if value is None:
+        raise SandboxArgumentError("ttl must be a number of seconds > 0", field="ttl", value=ttl)
+    return value
+
+
+# ------------------------------------------------------------------------------------------
+# Sync twins
+# ------------------------------------------------------------------------------------------
+
+
+class _LoopThread:
+    """An event loop on a daemon thread that sync methods hand their coroutines to."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def run(self, what: str, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            coro.close()
+            raise UsageError(
+                f"{what} blocks, and was called inside a running event loop; use the async "
+                f"API there (AsyncSandboxClient, or client.start_async()/attach_async())"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, self._ensure()).result()
+
+    def _ensure(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="rollhub-sandbox-loop",
+                                          daemon=True)
+                thread.start()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    def stop(self) -> None:
+        with self._lock:
+            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
+        if loop is not None and thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=10)
+            loop.close()
+
+
+class Sandbox:
+    """Synchronous twin of :class:`AsyncSandbox` (same methods, same order)."""
+
+    def __init__(self, inner: AsyncSandbox, runner: _LoopThread) -> None:
+        self._async = inner
+        self._runner = runner
+
+    @property
+    def id(self) -> str:
+        """The sandbox id."""
+        return self._async.id
+
+    @property
+    def workdir(self) -> str:
+        """The directory commands start in, as commands see it."""
+        return self._async.workdir
+
+    @property
+    def provider(self) -> str:
+        """The provider's config word."""
+        return self._async.provider
+
+    def __repr__(self) -> str:
+        return f"<Sandbox {self.id} provider={self.provider} workdir={self.workdir!r}>"
+
+    def exec(self, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+             timeout: float | None = None, stdin: bytes | str | None = None,
+             max_output: int | None = None) -> ExecResult:
+        """See :meth:`AsyncSandbox.exec`."""
+        return self._runner.run("Sandbox.exec", self._async.exec(
+            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, max_output=max_output))
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        """See :meth:`AsyncSandbox.write_file`."""
+        self._runner.run("Sandbox.write_file", self._async.write_file(path, data))
+
+    def read_file(self, path: str) -> bytes:
+        """See :meth:`AsyncSandbox.read_file`."""
+        return self._runner.run("Sandbox.read_file", self._async.read_file(path))
+
+    def upload(self, local_dir: str | Path, remote_dir: str = ".") -> None:
+        """See :meth:`AsyncSandbox.upload`."""
+        self._runner.run("Sandbox.upload", self._async.upload(local_dir, remote_dir))
+
+    def destroy(self) -> None:
+        """See :meth:`AsyncSandbox.destroy`."""
+        self._runner.run("Sandbox.destroy", self._async.destroy())
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.destroy()
+
+
+class _SyncStart:
+    """``with client.start(...) as sb``: created on enter, destroyed on exit."""
+
+    def __init__(self, client: SandboxClient, source: str | None, ttl: float) -> None:
+        self._client, self._source, self._ttl = client, source, ttl
+        self._sandbox: Sandbox | None = None
+
+    def __enter__(self) -> Sandbox:
+        self._sandbox = self._client.create(self._source, ttl=self._ttl)
+        return self._sandbox
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._sandbox is not None:
+            self._sandbox.destroy()
+
+
+class SandboxClient:
+    """Synchronous twin of :class:`AsyncSandboxClient` (same methods, same order).
+
+    ``start_async``/``attach_async`` hand out the async objects, sharing this client's
+    provider, for code that runs inside an event loop.
+    """
+
+    def __init__(self, provider: str | type[SandboxProvider] | SandboxProvider = "local", *,
+                 registry: Any | None = None, **options: Any) -> None:
+        self._async = AsyncSandboxClient(provider, registry=registry, **options)
+        self._runner = _LoopThread()
+
+    @property
+    def provider(self) -> SandboxProvider:
+        """The provider instance."""
+        return self._async.provider
+
+    def create(self, source: str | None = None, *, ttl: float = DEFAULT_TTL) -> Sandbox:
+        """See :meth:`AsyncSandboxClient.create`."""
+        inner = self._runner.run("SandboxClient.create", self._async.create(source, ttl=ttl))
+        return Sandbox(inner, self._runner)
+
+    def start(self, source: str | None = None, *, ttl: float = DEFAULT_TTL) -> _SyncStart:
+        """``with client.start(source, ttl=…) as sb``: destroyed when the block ends."""
+        return _SyncStart(self, source, _check_ttl(ttl))
+
+    def attach(self, sandbox_id: str) -> Sandbox:
+        """See :meth:`AsyncSandboxClient.attach`."""
+        inner = self._runner.run("SandboxClient.attach", self._async.attach(sandbox_id))
+        return Sandbox(inner, self._runner)
+
+    def reap(self) -> list[str]:
+        """See :meth:`AsyncSandboxClient.reap`."""
+        return self._runner.run("SandboxClient.reap", self._async.reap())
+
+    def close(self) -> None:
+        """Release the provider's resources and stop the private loop thread."""
+        try:
+            self._runner.run("SandboxClient.close", self._async.aclose())
+        finally:
+            self._runner.stop()
+
+    def __enter__(self) -> SandboxClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # Bridges to the async API, for callers inside an event loop.
+
+    def start_async(self, source: str | None = None, *, ttl: float = DEFAULT_TTL) -> _AsyncStart:
+        """``async with client.start_async(source, ttl=…) as sb`` (an :class:`AsyncSandbox`)."""
+        return self._async.start(source, ttl=ttl)
+
+    async def create_async(self, source: str | None = None, *, ttl: float = DEFAULT_TTL
+                           ) -> AsyncSandbox:
+        """The async :meth:`AsyncSandboxClient.create`, on the caller's loop."""
+        return await self._async.create(source, ttl=ttl)
+
+    async def attach_async(self, sandbox_id: str) -> AsyncSandbox:
+        """The async :meth:`AsyncSandboxClient.attach`, on the caller's loop."""
+        return await self._async.attach(sandbox_id)

@@ -1,0 +1,342 @@
+"""The ``local`` provider: a fresh workspace directory per sandbox, commands as child processes.
+
+Layout under ``root`` (shared by every process on the machine that uses the same root)::
+
+    <root>/<sandbox id>/sandbox.json   marker: expiry time, isolation mode
+    <root>/<sandbox id>/work/          the workspace (copied from the template, if any)
+
+Because the marker is a file, ``attach(id)`` works from any process (the agent creates the
+sandbox in a worker, the reward hook attaches from the hub), and any process reaps
+sandboxes whose ``expires_at`` has passed. A sandbox being created lives under
+``.tmp-<id>`` until it is complete, so a reaper never sees half a sandbox.
+
+Without isolation this provider separates *work*, not *trust*: commands run as the calling
+user with the host's file system and network. See :mod:`rollhub_sandbox.isolation`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import posixpath
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from rollhub_sandbox.errors import (
+    SandboxFileError,
+    SandboxNotFound,
+    SandboxPathError,
+    SandboxProviderError,
+    SandboxStartError,
+)
+from rollhub_sandbox.isolation import SANDBOX_WORKDIR, bwrap_argv, bwrap_status
+from rollhub_sandbox.process import kill_tagged, run_process
+from rollhub_sandbox.provider import ProviderOptions, ProviderSandbox, SandboxProvider
+from rollhub_sandbox.result import ExecResult
+from rollhub_sandbox.shell import CD_FAILED, SANDBOX_ID_RE, check_sandbox_id
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LocalOptions", "LocalProvider", "LocalSandbox", "default_root", "reap_root"]
+
+MARKER = "sandbox.json"
+#: Leftovers of interrupted creations/removals older than this are deleted by reapers.
+STALE_S = 600.0
+# cwd and command arrive as positional parameters, so no content needs quoting.
+_CD_THEN_RUN = f'cd -- "$1" || exit {CD_FAILED}; shift; exec /bin/sh -c "$1"'
+_PASSED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
+
+
+def default_root() -> str:
+    """``$ROLLHUB_SANDBOX_ROOT`` or ``<system temp dir>/rollhub-sandboxes``."""
+    return os.environ.get("ROLLHUB_SANDBOX_ROOT") or os.path.join(
+        tempfile.gettempdir(), "rollhub-sandboxes"
+    )
+
+
+class LocalOptions(ProviderOptions):
+    """Options of the ``local`` provider."""
+
+    root: str | None = Field(None, description="directory holding sandboxes (default: default_root())")
+    isolation: Literal["none", "bwrap", "auto"] = Field(
+        "none", description="'bwrap' isolates file system and network; 'auto' uses it when usable"
+    )
+    ro_binds: list[str] = Field(
+        default_factory=list, description="host paths visible read-only inside bwrap (e.g. a venv)"
+    )
+    network: bool = Field(False, description="keep the network inside bwrap")
+    inherit_env: bool = Field(
+        False, description="pass the whole host environment (default: PATH, LANG, TZ, TERM only)"
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment of every command")
+    kill_grace: float = Field(2.0, ge=0, description="seconds between SIGTERM and SIGKILL at a timeout")
+    reap_interval: float = Field(30.0, ge=0, description="at most one reaping pass per this many seconds")
+
+
+class LocalSandbox(ProviderSandbox):
+    """One workspace directory; commands run as process groups (optionally under bwrap)."""
+
+    confine_paths = True
+
+    def __init__(self, provider: LocalProvider, sandbox_id: str, path: Path,
+                 marker: dict[str, Any]) -> None:
+        self.provider = provider
+        self.id = sandbox_id
+        self.path = path
+        self.work = os.path.realpath(path / "work")
+        self.isolated = marker.get("isolation") == "bwrap"
+        self.expires_at = float(marker["expires_at"])
+        self.workdir = SANDBOX_WORKDIR if self.isolated else self.work
+
+    def _check_alive(self) -> None:
+        if not (self.path / MARKER).exists():
+            raise SandboxNotFound(f"sandbox {self.id!r} was destroyed", sandbox_id=self.id)
+        if time.time() >= self.expires_at:
+            raise SandboxNotFound(f"sandbox {self.id!r} expired (its ttl passed)", sandbox_id=self.id)
+
+    def _host_path(self, remote: str) -> str:
+        rel = posixpath.relpath(remote, self.workdir)
+        host = self.work if rel == "." else os.path.join(self.work, rel)
+        real = os.path.realpath(host)
+        if real != self.work and not real.startswith(self.work + os.sep):
+            raise SandboxPathError(
+                f"path {remote!r} leads outside the workspace through a symlink",
+                path=remote,
+                workspace=self.workdir,
+            )
+        return real
+
+    async def exec(self, command: str, *, cwd: str, env: dict[str, str], timeout: float | None,
+                   stdin: bytes | None, max_output: int) -> ExecResult:
+        self._check_alive()
+        opts = self.provider.options
+        base = dict(os.environ) if opts.inherit_env else {
+            k: os.environ[k] for k in _PASSED_ENV if k in os.environ
+        }
+        base.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+        full_env = {**base, "HOME": self.workdir, **opts.env, **env,
+                    "ROLLHUB_SANDBOX_ID": self.id}
+        argv = ["/bin/sh", "-c", _CD_THEN_RUN, "rollhub-sh", cwd, command]
+        if self.isolated:
+            argv = bwrap_argv(self.work, ro_binds=opts.ro_binds, network=opts.network) + argv
+        try:
+            return await run_process(
+                argv,
+                env=full_env,
+                tag=f"ROLLHUB_SANDBOX_EXEC={uuid.uuid4().hex}",
+                cwd=self.work,
+                stdin=stdin,
+                timeout=timeout,
+                max_output=max_output,
+                kill_grace=opts.kill_grace,
+            )
+        except OSError as exc:
+            raise SandboxProviderError(
+                f"could not start a process in sandbox {self.id!r}: {exc}", sandbox_id=self.id
+            ) from exc
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        self._check_alive()
+        host = self._host_path(path)
+        await asyncio.to_thread(_write, host, data, path, self.id)
+
+    async def read_file(self, path: str) -> bytes:
+        self._check_alive()
+        host = self._host_path(path)
+        return await asyncio.to_thread(_read, host, path, self.id)
+
+    async def upload(self, local_dir: Path, remote_dir: str) -> None:
+        self._check_alive()
+        host = self._host_path(remote_dir)
+        try:
+            await asyncio.to_thread(shutil.copytree, local_dir, host, symlinks=True,
+                                    dirs_exist_ok=True)
+        except (OSError, shutil.Error) as exc:
+            raise SandboxFileError(f"upload of {str(local_dir)!r} to {remote_dir!r} failed: {exc}",
+                                   path=remote_dir, sandbox_id=self.id) from exc
+
+    async def destroy(self) -> None:
+        await asyncio.to_thread(_remove_sandbox, self.path, self.id)
+
+
+class LocalProvider(SandboxProvider):
+    """Sandboxes as workspace directories on this machine (the embedded default)."""
+
+    name = "local"
+    Options = LocalOptions
+    options: LocalOptions
+
+    def __init__(self, options: LocalOptions | None = None) -> None:
+        super().__init__(options)
+        self.root = Path(self.options.root or default_root())
+        self._last_reap = float("-inf")
+
+    def _isolation(self) -> str:
+        mode = self.options.isolation
+        if mode == "none":
+            return "none"
+        usable, reason = bwrap_status()
+        if usable:
+            return "bwrap"
+        if mode == "bwrap":
+            raise SandboxStartError(
+                f"isolation='bwrap' was asked for but is unavailable: {reason}; install "
+                f"bubblewrap or set isolation='auto' to fall back to plain processes",
+                reason=reason,
+            )
+        log.warning("local sandbox isolation falls back to plain processes: %s", reason)
+        return "none"
+
+    async def create(self, source: str | None, *, ttl: float) -> LocalSandbox:
+        await self._maybe_reap()
+        isolation = self._isolation()
+        template = None
+        if source is not None:
+            template = Path(source).expanduser()
+            if not template.is_dir():
+                raise SandboxStartError(
+                    f"template {source!r} is not a directory; the local provider starts from a "
+                    f"template directory (or None for an empty workspace)",
+                    source=source,
+                )
+        sandbox_id = f"sbx-{uuid.uuid4().hex}"
+        now = time.time()
+        marker = {"id": sandbox_id, "created_at": now, "expires_at": now + ttl, "ttl": ttl,
+                  "isolation": isolation, "template": str(template) if template else None,
+                  "pid": os.getpid()}
+        try:
+            path = await asyncio.to_thread(_build_sandbox, self.root, sandbox_id, template, marker)
+        except (OSError, shutil.Error) as exc:
+            raise SandboxStartError(f"could not create a sandbox under {str(self.root)!r}: {exc}",
+                                    source=source) from exc
+        log.debug("created local sandbox %s (isolation=%s)", sandbox_id, isolation)
+        return LocalSandbox(self, sandbox_id, path, marker)
+
+    async def attach(self, sandbox_id: str) -> LocalSandbox:
+        check_sandbox_id(sandbox_id)
+        await self._maybe_reap()
+        path = self.root / sandbox_id
+        marker = _read_marker(path)
+        if marker is None:
+            raise SandboxNotFound(
+                f"no sandbox {sandbox_id!r} under {str(self.root)!r} (never created, destroyed "
+                f"or reaped after its ttl)",
+                sandbox_id=sandbox_id,
+            )
+        sandbox = LocalSandbox(self, sandbox_id, path, marker)
+        if time.time() >= sandbox.expires_at:
+            await sandbox.destroy()
+            raise SandboxNotFound(f"sandbox {sandbox_id!r} expired (its ttl passed)",
+                                  sandbox_id=sandbox_id)
+        return sandbox
+
+    async def reap(self) -> list[str]:
+        self._last_reap = time.monotonic()
+        return await asyncio.to_thread(reap_root, self.root)
+
+    async def _maybe_reap(self) -> None:
+        if time.monotonic() - self._last_reap >= self.options.reap_interval:
+            reaped = await self.reap()
+            if reaped:
+                log.info("reaped %d expired sandbox(es) under %s", len(reaped), self.root)
+
+
+# Blocking helpers, run in threads ----------------------------------------------------------
+
+
+def _build_sandbox(root: Path, sandbox_id: str, template: Path | None,
+                   marker: dict[str, Any]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".tmp-{sandbox_id}"
+    tmp.mkdir()
+    try:
+        if template is not None:
+            shutil.copytree(template, tmp / "work", symlinks=True)
+        else:
+            (tmp / "work").mkdir()
+        (tmp / MARKER).write_text(json.dumps(marker), encoding="utf-8")
+        final = root / sandbox_id
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _read_marker(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((path / MARKER).read_text(encoding="utf-8"))
+        float(data["expires_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _remove_sandbox(path: Path, sandbox_id: str) -> None:
+    """Kill the sandbox's processes, then delete it (renamed first: atomic for others)."""
+    kill_tagged(f"ROLLHUB_SANDBOX_ID={sandbox_id}")
+    trash = path.parent / f".reaped-{sandbox_id}-{uuid.uuid4().hex[:8]}"
+    try:
+        os.rename(path, trash)
+    except FileNotFoundError:
+        return  # already gone: destroy is idempotent, and another reaper may have won
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def reap_root(root: Path, now: float | None = None) -> list[str]:
+    """Remove every expired sandbox under ``root`` (and stale leftovers); return their ids.
+
+    Safe to run from several processes at once: each sandbox is renamed away by exactly one.
+    """
+    now = time.time() if now is None else now
+    reaped: list[str] = []
+    try:
+        entries = list(os.scandir(root))
+    except FileNotFoundError:
+        return reaped
+    for entry in entries:
+        name = entry.name
+        with contextlib.suppress(FileNotFoundError):
+            if name.startswith((".tmp-", ".reaped-")):
+                if now - entry.stat(follow_symlinks=False).st_mtime > STALE_S:
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                continue
+            if not SANDBOX_ID_RE.fullmatch(name) or not entry.is_dir(follow_symlinks=False):
+                continue
+            marker = _read_marker(Path(entry.path))
+            if marker is None:
+                if now - entry.stat(follow_symlinks=False).st_mtime > STALE_S:
+                    _remove_sandbox(Path(entry.path), name)
+                continue
+            if float(marker["expires_at"]) <= now:
+                _remove_sandbox(Path(entry.path), name)
+                reaped.append(name)
+    return reaped
+
+
+def _write(host: str, data: bytes, remote: str, sandbox_id: str) -> None:
+    try:
+        os.makedirs(os.path.dirname(host), exist_ok=True)
+        with open(host, "wb") as fh:
+            fh.write(data)
+    except OSError as exc:
+        raise SandboxFileError(f"cannot write {remote!r} in sandbox {sandbox_id!r}: {exc.strerror}",
+                               path=remote, sandbox_id=sandbox_id) from exc
+
+
+def _read(host: str, remote: str, sandbox_id: str) -> bytes:
+    try:
+        with open(host, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise SandboxFileError(f"cannot read {remote!r} in sandbox {sandbox_id!r}: {exc.strerror}",
+                               path=remote, sandbox_id=sandbox_id) from exc

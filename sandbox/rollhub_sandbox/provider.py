@@ -1,0 +1,117 @@
+"""The provider interface: what a backend (local processes, AgentCore, Docker) implements.
+
+A :class:`SandboxProvider` creates and finds sandboxes; a :class:`ProviderSandbox` is one
+live sandbox. Both are asynchronous. The public :class:`~rollhub_sandbox.client.AsyncSandbox`
+validates arguments and resolves paths before calling a provider, so a provider receives a
+checked command, a validated env and absolute, normalised POSIX paths.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollhub_sandbox.result import DEFAULT_MAX_OUTPUT, ExecResult
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ProviderOptions", "ProviderSandbox", "SandboxProvider"]
+
+
+class ProviderOptions(BaseModel):
+    """Base of every provider's ``Options``: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_output: int = Field(
+        DEFAULT_MAX_OUTPUT, ge=0, description="bytes kept per stream (stdout, stderr) per command"
+    )
+    default_timeout: float | None = Field(
+        None, gt=0, description="seconds a command may run when exec() gives no timeout"
+    )
+
+
+class ProviderSandbox(ABC):
+    """One live sandbox of some provider.
+
+    :ivar id: the sandbox id (``client.attach(id)`` finds it again, in any process).
+    :ivar workdir: the directory commands start in; relative paths resolve against it.
+    :ivar confine_paths: whether file paths must stay inside ``workdir`` (true where the
+        rest of the file system is the host's).
+    """
+
+    id: str
+    workdir: str
+    confine_paths: ClassVar[bool] = False
+
+    @abstractmethod
+    async def exec(
+        self,
+        command: str,
+        *,
+        cwd: str,
+        env: dict[str, str],
+        timeout: float | None,
+        stdin: bytes | None,
+        max_output: int,
+    ) -> ExecResult:
+        """Run ``/bin/sh -c command`` in ``cwd``; never raise for the command's own failure."""
+
+    @abstractmethod
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Write ``data`` to the absolute path ``path``, creating parent directories."""
+
+    @abstractmethod
+    async def read_file(self, path: str) -> bytes:
+        """The bytes of the absolute path ``path``."""
+
+    async def upload(self, local_dir: Path, remote_dir: str) -> None:
+        """Copy a local directory tree into ``remote_dir`` (default: file by file)."""
+        for dirpath, _dirnames, filenames in os.walk(local_dir):
+            rel = os.path.relpath(dirpath, local_dir)
+            for fname in filenames:
+                src = Path(dirpath) / fname
+                if src.is_symlink() or not src.is_file():
+                    log.debug("upload skips %s (not a regular file)", src)
+                    continue
+                dest = posixpath.normpath(posixpath.join(remote_dir, rel.replace(os.sep, "/"), fname))
+                await self.write_file(dest, src.read_bytes())
+
+    @abstractmethod
+    async def destroy(self) -> None:
+        """Stop everything running in the sandbox and delete it. Idempotent."""
+
+
+class SandboxProvider(ABC):
+    """A kind of sandbox, registered by config word (``name``) with an ``Options`` model."""
+
+    name: ClassVar[str]
+    Options: ClassVar[type[ProviderOptions]] = ProviderOptions
+
+    def __init__(self, options: ProviderOptions | None = None) -> None:
+        self.options = options if options is not None else self.Options()
+
+    @abstractmethod
+    async def create(self, source: str | None, *, ttl: float) -> ProviderSandbox:
+        """Start a sandbox from ``source`` (a template directory, an image, …)."""
+
+    @abstractmethod
+    async def attach(self, sandbox_id: str) -> ProviderSandbox:
+        """Find a live sandbox by id; :class:`~rollhub_sandbox.errors.SandboxNotFound` if none."""
+
+    async def reap(self) -> list[str]:
+        """Remove expired sandboxes this provider can see; return their ids."""
+        return []
+
+    async def aclose(self) -> None:
+        """Release the provider's own resources (not the sandboxes)."""
+
+    def describe(self) -> dict[str, Any]:
+        """Options and capabilities, for logs and ``rollhub plugins``."""
+        return {"provider": self.name, **self.options.model_dump()}
