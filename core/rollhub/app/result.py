@@ -1,0 +1,251 @@
+"""The stored result document: build it on the agent side, read it on the client side.
+
+No I/O here. The app calls :func:`build_result_document` once per rollout, and the client
+reads what it finds in the store with :func:`read_status` / :func:`read_result`.
+
+A document is the handler's returned dict plus one reserved key,
+:data:`~rollhub.rollout.RESULT_META_KEY` (``"_rollhub"``)::
+
+    {
+      "rewards": 1.0, "answer": 42, ...,            # the handler's dict, unchanged
+      "_rollhub": {
+        "schema": 1,
+        "status": "ok",                             # or "error"
+        "error": null,                              # or {"type", "message", "traceback"}
+        "started_at": 1767000000.1, "finished_at": 1767000003.4, "elapsed_s": 3.3,
+        "exp_id": "...", "input_id": "...", "session_id": "...", "result_key": "...",
+        "payload": {...},                           # the payload, without _rollout
+        "rollout": {...}                            # RolloutConfig.public_dict(): no api key
+      }
+    }
+
+An error document holds only the ``_rollhub`` key.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback as tb_module
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rollhub.rollout import RESULT_META_KEY, ROLLOUT_KEY, RolloutConfig
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "InvalidResultError",
+    "ResultView",
+    "build_result_document",
+    "error_info",
+    "read_result",
+    "read_status",
+    "redact",
+    "validate_result",
+]
+
+#: Version of the ``_rollhub`` metadata layout.
+SCHEMA_VERSION = 1
+REDACTED = "**redacted**"
+
+ResultStatus = Literal["ok", "error"]
+
+
+class InvalidResultError(ValueError):
+    """A handler returned something that cannot be stored; the message names the key path."""
+
+
+def validate_result(result: Any) -> dict[str, Any]:
+    """Check a handler's return value and return it as a plain JSON-ready dict.
+
+    :raises InvalidResultError: naming the offending key path and type, e.g.
+        ``result['metrics']['t']: datetime is not JSON serialisable``.
+    """
+    if not isinstance(result, dict):
+        raise InvalidResultError(
+            f"result: the handler returned {type(result).__name__}; return a dict "
+            f"such as {{'rewards': 1.0}}"
+        )
+    if RESULT_META_KEY in result:
+        raise InvalidResultError(
+            f"result[{RESULT_META_KEY!r}]: the key is reserved for rollhub metadata; rename it"
+        )
+    clean = _check_json(result, "result")
+    if "rewards" in clean:
+        _check_rewards(clean["rewards"])
+    return clean
+
+
+def _check_json(value: Any, path: str) -> Any:
+    """A JSON-ready copy of ``value`` (tuples become lists), or InvalidResultError."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidResultError(f"{path}: {value!r} is not valid JSON (NaN and inf are not)")
+        return value
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidResultError(
+                    f"{path}: key {key!r} is a {type(key).__name__}; JSON object keys are strings"
+                )
+            out[key] = _check_json(item, f"{path}[{key!r}]")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_check_json(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    raise InvalidResultError(f"{path}: {type(value).__name__} is not JSON serialisable")
+
+
+def _check_rewards(rewards: Any) -> None:
+    items = rewards if isinstance(rewards, list) else [rewards]
+    for i, item in enumerate(items):
+        path = f"result['rewards'][{i}]" if isinstance(rewards, list) else "result['rewards']"
+        if isinstance(item, bool) or not isinstance(item, (int, float)):
+            raise InvalidResultError(
+                f"{path}: {item!r} ({type(item).__name__}) is not a number; rewards must be "
+                f"a number or a list of numbers"
+            )
+        if not math.isfinite(item):
+            raise InvalidResultError(f"{path}: {item!r} is not a finite number")
+
+
+def error_info(exc: BaseException, *, default_message: str = "") -> dict[str, Any]:
+    """``{"type", "message", "traceback"}`` of an exception, for an error document."""
+    message = str(exc) or default_message
+    trace = "".join(tb_module.format_exception(type(exc), exc, exc.__traceback__))
+    return {"type": type(exc).__name__, "message": message, "traceback": trace}
+
+
+def redact(value: Any, secrets: Iterable[str]) -> Any:
+    """A copy of ``value`` in which every occurrence of a secret string is replaced."""
+    words = [s for s in secrets if s]
+    if not words:
+        return value
+    return _redact(value, words)
+
+
+def _redact(value: Any, words: list[str]) -> Any:
+    if isinstance(value, str):
+        for word in words:
+            if word in value:
+                value = value.replace(word, REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {_redact(k, words): _redact(v, words) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v, words) for v in value]
+    return value
+
+
+def public_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload as stored: ``_rollout`` (which carries the api key) left out."""
+    return {k: v for k, v in payload.items() if k != ROLLOUT_KEY}
+
+
+def build_result_document(
+    *,
+    rollout: RolloutConfig,
+    payload: dict[str, Any],
+    started_at: float,
+    finished_at: float,
+    result: Any = None,
+    error: BaseException | dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The document to store for one finished rollout.
+
+    :param rollout: the validated ``_rollout`` config.
+    :param payload: the invocation payload (``_rollout`` is dropped from the stored copy).
+    :param started_at: epoch seconds when the handler started.
+    :param finished_at: epoch seconds when it returned or failed.
+    :param result: the handler's return value (ignored when ``error`` is given).
+    :param error: the exception the handler raised (cancellation included), or an
+        :func:`error_info` dict.
+    :returns: a JSON-ready dict. A return value that fails :func:`validate_result` turns into
+        an error document of type ``InvalidResultError``. The api key of ``rollout`` is
+        replaced wherever it appears, so it never reaches a store.
+    """
+    body: dict[str, Any] = {}
+    err: dict[str, Any] | None = None
+    if error is not None:
+        err = error if isinstance(error, dict) else error_info(error)
+    else:
+        try:
+            body = validate_result(result)
+        except InvalidResultError as exc:
+            err = {"type": "InvalidResultError", "message": str(exc), "traceback": None}
+    meta = {
+        "schema": SCHEMA_VERSION,
+        "status": "ok" if err is None else "error",
+        "error": err,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "elapsed_s": round(finished_at - started_at, 6),
+        "exp_id": rollout.exp_id,
+        "input_id": rollout.input_id,
+        "session_id": rollout.session_id,
+        "result_key": rollout.result_key,
+        "payload": _check_json_lenient(public_payload(payload)),
+        "rollout": rollout.public_dict(),
+    }
+    document = {**body, RESULT_META_KEY: meta}
+    secrets = [rollout.api_key.get_secret_value()] if rollout.api_key is not None else []
+    return redact(document, secrets)
+
+
+def _check_json_lenient(value: Any) -> Any:
+    """The payload came from JSON, but a caller may pass anything: fall back to ``repr``."""
+    try:
+        return _check_json(value, "payload")
+    except InvalidResultError:
+        return {"repr": repr(value)}
+
+
+@dataclass(frozen=True)
+class ResultView:
+    """A stored document, split into the agent's result and rollhub's metadata."""
+
+    status: ResultStatus
+    result: dict[str, Any]
+    error: dict[str, Any] | None
+    meta: dict[str, Any]
+
+    @property
+    def rewards(self) -> float | list[float] | None:
+        """The result's ``rewards`` (None when absent or when the rollout failed)."""
+        return self.result.get("rewards") if self.status == "ok" else None
+
+
+def read_status(document: dict[str, Any]) -> ResultStatus:
+    """``"ok"`` or ``"error"`` for a stored document.
+
+    A document without ``_rollhub`` metadata (written by an agent that stores its own
+    results) counts as ``"ok"``.
+
+    :raises InvalidResultError: the document is not a dict or its status is unknown.
+    """
+    if not isinstance(document, dict):
+        raise InvalidResultError(
+            f"a result document is a JSON object, got {type(document).__name__}"
+        )
+    meta = document.get(RESULT_META_KEY)
+    if meta is None:
+        return "ok"
+    status = meta.get("status") if isinstance(meta, dict) else None
+    if status not in ("ok", "error"):
+        raise InvalidResultError(
+            f"document[{RESULT_META_KEY!r}]['status'] is {status!r}; expected 'ok' or 'error'"
+        )
+    return status
+
+
+def read_result(document: dict[str, Any]) -> ResultView:
+    """Split a stored document into status, the agent's result, the error and metadata."""
+    status = read_status(document)
+    meta = document.get(RESULT_META_KEY) or {}
+    body = {k: v for k, v in document.items() if k != RESULT_META_KEY}
+    error = meta.get("error") if status == "error" else None
+    if status == "error" and not isinstance(error, dict):
+        error = {"type": "UnknownError", "message": str(error), "traceback": None}
+    return ResultView(status=status, result=body, error=error, meta=meta)

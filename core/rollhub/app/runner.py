@@ -1,0 +1,323 @@
+"""Runs rollouts in the background: handler → result document → store → completion notice.
+
+One :class:`RolloutRunner` belongs to one app. It lives on the server's event loop and
+keeps a reference to every task it starts. Handlers run away from that loop, so a handler
+that blocks never stalls ``/ping``: sync handlers in a thread pool, async handlers on one
+worker event loop in its own thread (the same split the AgentCore app makes).
+
+Every started rollout ends in exactly one stored document: success, handler error,
+invalid result or cancellation. Cancelling a sync handler cannot stop its thread; its
+late return value is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from rollhub.app.callback import DEFAULT_BACKOFF_S, completion_notice, send_notice
+from rollhub.app.result import build_result_document, error_info
+from rollhub.rollout import RolloutConfig
+from rollhub.stores.base import ResultStore
+
+__all__ = ["RolloutRunner", "RunningRollout"]
+
+log = logging.getLogger(__name__)
+
+#: Tries of a store write before the rollout is given up as unstorable.
+STORE_ATTEMPTS = 3
+
+
+@dataclass
+class RunningRollout:
+    """One rollout in flight."""
+
+    session_id: str
+    rollout: RolloutConfig
+    location: str
+    task: asyncio.Task[None]
+    handler_task: asyncio.Task[Any]
+    started_at: float = field(default_factory=time.time)
+    cancel_reason: str | None = None
+
+
+class RolloutRunner:
+    """Starts, tracks, cancels and finishes rollouts for one app.
+
+    :param on_change: called (on the server loop) when the set of running rollouts changes.
+    :param max_sync_workers: threads for sync handlers (each running sync rollout holds one).
+    :param callback_backoff_s: waits between completion-notice retries.
+    """
+
+    def __init__(
+        self,
+        *,
+        on_change: Callable[[], None] | None = None,
+        max_sync_workers: int = 256,
+        callback_backoff_s: tuple[float, ...] = DEFAULT_BACKOFF_S,
+    ) -> None:
+        self.running: dict[str, RunningRollout] = {}
+        self._side_tasks: set[asyncio.Task[Any]] = set()
+        self._on_change = on_change
+        self._max_sync_workers = max_sync_workers
+        self._callback_backoff_s = callback_backoff_s
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._worker_loop: asyncio.AbstractEventLoop | None = None
+        self._worker_thread: threading.Thread | None = None
+        self._worker_lock = threading.Lock()
+        self._http: httpx.AsyncClient | None = None
+        #: rollouts finished (stored) since start; for logs and tests.
+        self.finished_count = 0
+
+    # Starting ----------------------------------------------------------------------------
+
+    def start(
+        self,
+        handler: Callable[..., Any],
+        args: tuple[Any, ...],
+        *,
+        rollout: RolloutConfig,
+        payload: dict[str, Any],
+        store: ResultStore,
+    ) -> RunningRollout:
+        """Start ``handler(*args)`` in the background, or return the run already in flight.
+
+        Must be called on the server loop; there is no ``await`` between the lookup and the
+        insert, so two invocations of one session cannot both start it.
+        """
+        existing = self.running.get(rollout.session_id)
+        if existing is not None:
+            log.info("session %s is already running; not starting it twice", rollout.session_id)
+            return existing
+        location = store.location(rollout.result_key)
+        loop = asyncio.get_running_loop()
+        # The handler gets its own task so that a cancel, even one that lands before the
+        # handler started, always reaches _run's except clause and gets stored.
+        handler_task = loop.create_task(self.call(handler, args))
+        task = loop.create_task(
+            self._run(handler_task, rollout, payload, store),
+            name=f"rollout-{rollout.session_id}",
+        )
+        run = RunningRollout(rollout.session_id, rollout, location, task, handler_task)
+        was_idle = not self.running
+        self.running[rollout.session_id] = run
+        log.info("rollout %s started (%s)", rollout.session_id, rollout.result_key)
+        if was_idle and self._on_change is not None:
+            self._on_change()
+        return run
+
+    async def _run(
+        self,
+        handler_task: asyncio.Task[Any],
+        rollout: RolloutConfig,
+        payload: dict[str, Any],
+        store: ResultStore,
+    ) -> None:
+        started = time.time()
+        result: Any = None
+        error: BaseException | dict[str, Any] | None = None
+        try:
+            result = await handler_task
+        except asyncio.CancelledError as exc:
+            # Cancellation is an outcome like any other: it gets stored, then the task ends.
+            if not handler_task.done():  # this task itself was cancelled from outside
+                _uncancel()
+                handler_task.cancel()
+            run = self.running.get(rollout.session_id)
+            reason = (run.cancel_reason if run else None) or "rollout cancelled"
+            error = error_info(exc, default_message=reason)
+        except BaseException as exc:
+            error = exc
+        finished = time.time()
+        try:
+            document = build_result_document(
+                rollout=rollout,
+                payload=payload,
+                started_at=started,
+                finished_at=finished,
+                result=result,
+                error=error,
+            )
+        except Exception as exc:  # a bug here must still leave a terminal result behind
+            log.exception("building the result document of %s failed", rollout.session_id)
+            document = build_result_document(
+                rollout=rollout,
+                payload=payload,
+                started_at=started,
+                finished_at=finished,
+                error=exc,
+            )
+        stored = await self._store_until_done(store, rollout, document)
+        self.running.pop(rollout.session_id, None)
+        self.finished_count += 1
+        status = document["_rollhub"]["status"]
+        log.info("rollout %s finished: %s in %.3fs", rollout.session_id, status, finished - started)
+        if not self.running and self._on_change is not None:
+            self._on_change()
+        if stored and rollout.callback_url:
+            self.spawn(self._notify(rollout, status))
+
+    async def _store_until_done(
+        self, store: ResultStore, rollout: RolloutConfig, document: dict[str, Any]
+    ) -> bool:
+        """Write the document; a cancel that arrives now waits for the write to land."""
+        write = asyncio.ensure_future(self._store(store, rollout, document))
+        while True:
+            try:
+                return await asyncio.shield(write)
+            except asyncio.CancelledError:
+                _uncancel()
+                if write.done():
+                    return False if write.cancelled() else write.result()
+
+    async def _store(
+        self, store: ResultStore, rollout: RolloutConfig, document: dict[str, Any]
+    ) -> bool:
+        delay = 0.2
+        for attempt in range(1, STORE_ATTEMPTS + 1):
+            try:
+                await asyncio.to_thread(store.put, rollout.result_key, document)
+                return True
+            except Exception as exc:
+                if attempt == STORE_ATTEMPTS:
+                    log.error(
+                        "could not store the result of %s at %s after %d tries: %s",
+                        rollout.session_id,
+                        store.location(rollout.result_key),
+                        attempt,
+                        exc,
+                    )
+                    return False
+                log.warning("store write of %s failed (%s); retrying", rollout.session_id, exc)
+                await asyncio.sleep(delay)
+                delay *= 3
+        return False
+
+    async def _notify(self, rollout: RolloutConfig, status: str) -> None:
+        if self._http is None:
+            self._http = httpx.AsyncClient()
+        assert rollout.callback_url is not None
+        await send_notice(
+            self._http,
+            rollout.callback_url,
+            completion_notice(rollout, status),
+            backoff_s=self._callback_backoff_s,
+        )
+
+    # Running handlers --------------------------------------------------------------------
+
+    async def call(self, handler: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """Run a handler off the server loop and return its result."""
+        if _is_async_callable(handler):
+            return await self._on_worker_loop(handler(*args))
+        loop = asyncio.get_running_loop()
+        ctx = contextvars.copy_context()
+        value = await loop.run_in_executor(self._threads(), ctx.run, handler, *args)
+        if inspect.isawaitable(value):
+            value = await self._on_worker_loop(value)
+        return value
+
+    async def _on_worker_loop(self, awaitable: Any) -> Any:
+        future = asyncio.run_coroutine_threadsafe(_as_coroutine(awaitable), self._worker())
+        # Cancelling the wrapper cancels the task on the worker loop too.
+        return await asyncio.wrap_future(future)
+
+    def _threads(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=self._max_sync_workers, thread_name_prefix="rollhub-handler"
+            )
+        return self._executor
+
+    def _worker(self) -> asyncio.AbstractEventLoop:
+        with self._worker_lock:
+            if self._worker_loop is None or self._worker_loop.is_closed():
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(ready.set)
+                    loop.run_forever()
+
+                thread = threading.Thread(target=run, name="rollhub-worker-loop", daemon=True)
+                thread.start()
+                ready.wait(10)
+                self._worker_loop, self._worker_thread = loop, thread
+            return self._worker_loop
+
+    # Control -----------------------------------------------------------------------------
+
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+        """Start a side task and keep a reference until it ends."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+        return task
+
+    async def cancel(self, session_id: str, *, reason: str, wait_s: float = 5.0) -> bool:
+        """Cancel a running rollout and wait (up to ``wait_s``) until its result is stored.
+
+        :returns: False when no rollout of that session is running.
+        """
+        run = self.running.get(session_id)
+        if run is None:
+            return False
+        run.cancel_reason = reason
+        run.handler_task.cancel(reason)
+        await asyncio.wait({run.task}, timeout=wait_s)
+        return True
+
+    async def shutdown(self, *, wait_s: float = 10.0) -> None:
+        """Cancel every running rollout, wait for their results and notices, free threads."""
+        runs = list(self.running.values())
+        for run in runs:
+            run.cancel_reason = "the app shut down before the rollout finished"
+            run.handler_task.cancel(run.cancel_reason)
+        pending = {r.task for r in runs} | set(self._side_tasks)
+        if pending:
+            await asyncio.wait(pending, timeout=wait_s)
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+        with self._worker_lock:
+            loop, self._worker_loop = self._worker_loop, None
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(loop.stop)
+            if self._worker_thread is not None:
+                await asyncio.to_thread(self._worker_thread.join, 5)
+            if not loop.is_running():
+                loop.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+
+def _uncancel() -> None:
+    """Clear the pending-cancel count of the current task after a handled cancellation."""
+    task = asyncio.current_task()
+    if task is not None and hasattr(task, "uncancel"):
+        task.uncancel()
+
+
+async def _as_coroutine(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _is_async_callable(obj: Any) -> bool:
+    while isinstance(obj, functools.partial):
+        obj = obj.func
+    return inspect.iscoroutinefunction(obj) or inspect.iscoroutinefunction(
+        getattr(obj, "__call__", None)  # noqa: B004 - async callable objects
+    )

@@ -1,0 +1,447 @@
+"""``RolloutApp``: a drop-in for ``bedrock_agentcore.runtime.BedrockAgentCoreApp``.
+
+It serves the AgentCore Runtime HTTP contract (``POST /invocations``, ``GET /ping``, port
+8080) and adds rollouts: ``@app.rollout_entrypoint`` validates ``_rollout``, starts the
+handler in the background, answers ``{"status": "processing", "result": <URL>}`` at once,
+and writes the handler's dict to the result store that ``_rollout.result_store`` names.
+
+Extensions beyond the AgentCore contract (used by the local runtime):
+
+- ``GET /rollouts`` → ``{"running": [session ids]}``
+- ``DELETE /rollouts/{session_id}`` → cancels the rollout; its stored result is an error of
+  type ``CancelledError``. 200 with ``{"status": "cancelled", "session_id", "result"}``,
+  404 when no rollout of that session is running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from rollhub.app.callback import DEFAULT_BACKOFF_S
+from rollhub.app.context import (
+    SESSION_HEADER,
+    PingStatus,
+    RolloutContext,
+    forwardable_headers,
+    takes_context,
+)
+from rollhub.app.runner import RolloutRunner
+from rollhub.errors import RollhubError
+from rollhub.rollout import ROLLOUT_KEY, RolloutConfig
+from rollhub.stores import open_store
+from rollhub.stores.base import ResultStore
+
+__all__ = ["RolloutApp"]
+
+log = logging.getLogger(__name__)
+
+
+class RolloutApp(Starlette):
+    """An AgentCore-compatible app whose entrypoint runs RL rollouts in the background.
+
+    :param debug: Starlette debug mode.
+    :param lifespan: your own lifespan context manager (runs inside the app's).
+    :param middleware: Starlette middleware, as for ``BedrockAgentCoreApp``.
+    :param registry: a ``PluginHost`` or ``ComponentRegistry`` whose stores to use
+        (default: the built-in ``file://`` and ``s3://`` stores).
+    :param store_options: keyword options for every store the app opens (e.g.
+        ``endpoint_url`` for S3).
+    :param max_sync_workers: threads for sync handlers.
+    :param cancel_wait_s: how long ``DELETE /rollouts/{id}`` waits for the stored result.
+    :param shutdown_wait_s: how long shutdown waits for cancelled rollouts to be stored.
+
+    Example::
+
+        app = RolloutApp()
+
+        @app.rollout_entrypoint
+        def solve(payload, context):
+            client = OpenAI(base_url=context.rollout.base_url,
+                            api_key=context.rollout.api_key.get_secret_value())
+            ...
+            return {"rewards": 1.0}
+
+        if __name__ == "__main__":
+            app.run()
+    """
+
+    def __init__(
+        self,
+        debug: bool = False,
+        lifespan: Callable[[Any], Any] | None = None,
+        middleware: Sequence[Any] | None = None,
+        *,
+        registry: Any = None,
+        store_options: dict[str, Any] | None = None,
+        max_sync_workers: int = 256,
+        callback_backoff_s: tuple[float, ...] = DEFAULT_BACKOFF_S,
+        cancel_wait_s: float = 5.0,
+        shutdown_wait_s: float = 10.0,
+    ) -> None:
+        self.handlers: dict[str, Callable[..., Any]] = {}
+        self._rollout_handler: Callable[..., Any] | None = None
+        self._ping_handler: Callable[[], Any] | None = None
+        self._forced_ping_status: PingStatus | None = None
+        self._async_tasks: dict[int, dict[str, Any]] = {}
+        self._task_lock = threading.Lock()
+        self._last_status: PingStatus = PingStatus.HEALTHY
+        self._last_status_update_time = time.time()
+        self._registry = registry
+        self._store_options = dict(store_options or {})
+        self._stores: dict[str, ResultStore] = {}
+        self._cancel_wait_s = cancel_wait_s
+        self._shutdown_wait_s = shutdown_wait_s
+        self.runner = RolloutRunner(
+            on_change=self._refresh_status,
+            max_sync_workers=max_sync_workers,
+            callback_backoff_s=callback_backoff_s,
+        )
+        routes = [
+            Route("/invocations", self._handle_invocation, methods=["POST"]),
+            Route("/ping", self._handle_ping, methods=["GET"]),
+            Route("/rollouts", self._handle_list_rollouts, methods=["GET"]),
+            Route("/rollouts/{session_id}", self._handle_cancel_rollout, methods=["DELETE"]),
+        ]
+        super().__init__(
+            debug=debug,
+            routes=routes,
+            middleware=middleware,
+            lifespan=self._make_lifespan(lifespan),
+        )
+
+    # Decorators --------------------------------------------------------------------------
+
+    def rollout_entrypoint(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """Register the rollout handler: ``(payload)`` or ``(payload, context)``, sync or async.
+
+        The handler returns a dict (``{"rewards": ..., ...}``); the app stores it with
+        metadata at ``_rollout.result_key``. Exceptions are stored as error results.
+        """
+        self._rollout_handler = func
+        self._attach_run(func)
+        return func
+
+    def entrypoint(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """Register a plain AgentCore entrypoint: its return value is the HTTP answer."""
+        self.handlers["main"] = func
+        self._attach_run(func)
+        return func
+
+    def ping(self, func: Callable[[], Any]) -> Callable[[], Any]:
+        """Register a custom ping status function (returns a ``PingStatus`` or its value)."""
+        self._ping_handler = func
+        return func
+
+    def _attach_run(self, func: Callable[..., Any]) -> None:
+        with contextlib.suppress(AttributeError):
+            func.run = lambda port=8080, host=None: self.run(port, host)  # type: ignore[attr-defined]
+
+    # Ping --------------------------------------------------------------------------------
+
+    def get_current_ping_status(self) -> PingStatus:
+        """Forced status, else the custom ping function, else Busy while work is running."""
+        status: PingStatus | None = self._forced_ping_status
+        if status is None and self._ping_handler is not None:
+            try:
+                value = self._ping_handler()
+                status = PingStatus(value) if value is not None else None
+            except Exception as exc:
+                log.warning("custom ping handler failed, using automatic status: %s", exc)
+        if status is None:
+            busy = bool(self.runner.running) or bool(self._async_tasks)
+            status = PingStatus.HEALTHY_BUSY if busy else PingStatus.HEALTHY
+        if status != self._last_status:
+            self._last_status = status
+            self._last_status_update_time = time.time()
+        return status
+
+    def _refresh_status(self) -> None:
+        self.get_current_ping_status()
+
+    def force_ping_status(self, status: PingStatus) -> None:
+        """Report ``status`` until :meth:`clear_forced_ping_status`."""
+        self._forced_ping_status = PingStatus(status)
+        self._refresh_status()
+
+    def clear_forced_ping_status(self) -> None:
+        """Go back to the automatic status."""
+        self._forced_ping_status = None
+        self._refresh_status()
+
+    def add_async_task(self, name: str, metadata: dict[str, Any] | None = None) -> int:
+        """Mark your own background work as running (``/ping`` says HealthyBusy)."""
+        with self._task_lock:
+            task_id = uuid.uuid4().int >> 64
+            self._async_tasks[task_id] = {
+                "name": name,
+                "start_time": time.time(),
+                **({"metadata": metadata} if metadata else {}),
+            }
+        self._refresh_status()
+        return task_id
+
+    def complete_async_task(self, task_id: int) -> bool:
+        """Mark work from :meth:`add_async_task` as done; False for an unknown id."""
+        with self._task_lock:
+            found = self._async_tasks.pop(task_id, None) is not None
+        self._refresh_status()
+        return found
+
+    def async_task(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorate an async function so the app reports Busy while it runs."""
+        if not inspect.iscoroutinefunction(func):
+            raise ValueError("@async_task can only be applied to async functions")
+
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            task_id = self.add_async_task(func.__name__)
+            try:
+                return await func(*args, **kwargs)
+            finally:
+                self.complete_async_task(task_id)
+
+        wrapper.__name__ = func.__name__
+        return wrapper
+
+    # Stores ------------------------------------------------------------------------------
+
+    def store_for(self, url: str) -> ResultStore:
+        """The store a ``result_store`` URL names, opened once and cached."""
+        store = self._stores.get(url)
+        if store is None:
+            store = open_store(url, self._registry, **self._store_options)
+            self._stores[url] = store
+        return store
+
+    # HTTP handlers -----------------------------------------------------------------------
+
+    async def _handle_ping(self, request: Request) -> JSONResponse:
+        status = self.get_current_ping_status()
+        return JSONResponse(
+            {"status": status.value, "time_of_last_update": int(self._last_status_update_time)}
+        )
+
+    async def _handle_invocation(self, request: Request) -> Response:
+        session_id = _session_header(request) or str(uuid.uuid4())
+        try:
+            payload = await request.json()
+        except json.JSONDecodeError as exc:
+            return JSONResponse({"error": "Invalid JSON", "details": str(exc)}, status_code=400)
+        except UnicodeDecodeError as exc:
+            return JSONResponse({"error": "Invalid encoding", "details": str(exc)}, status_code=400)
+        plain = self.handlers.get("main")
+        rollout_payload = isinstance(payload, dict) and ROLLOUT_KEY in payload
+        if self._rollout_handler is not None and (plain is None or rollout_payload):
+            return self._start_rollout(request, payload)
+        if plain is None:
+            log.error("no entrypoint defined")
+            return JSONResponse({"error": "No entrypoint defined"}, status_code=500)
+        return await self._invoke_plain(plain, request, session_id, payload)
+
+    def _start_rollout(self, request: Request, payload: Any) -> JSONResponse:
+        """Validate, then start in the background. No ``await`` here (see RolloutRunner)."""
+        handler = self._rollout_handler
+        assert handler is not None
+        if not isinstance(payload, dict):
+            return _bad_request(
+                f"the payload is a JSON {type(payload).__name__}; send a JSON object "
+                f"with a '{ROLLOUT_KEY}' object inside",
+                field=None,
+            )
+        raw = payload.get(ROLLOUT_KEY)
+        if not isinstance(raw, dict):
+            what = "missing" if raw is None else f"a {type(raw).__name__}, not an object"
+            return _bad_request(
+                f"'{ROLLOUT_KEY}' is {what}; rollout payloads carry a '{ROLLOUT_KEY}' object "
+                f"with exp_id, input_id, session_id and result_store",
+                field=ROLLOUT_KEY,
+            )
+        try:
+            rollout = RolloutConfig.model_validate(raw)
+        except ValidationError as exc:
+            return _validation_error(exc)
+        try:
+            store = self.store_for(rollout.result_store)
+        except (RollhubError, ValueError) as exc:
+            return _bad_request(
+                f"{ROLLOUT_KEY}.result_store: {exc}", field=f"{ROLLOUT_KEY}.result_store"
+            )
+        header_sid = _session_header(request)
+        if header_sid and header_sid != rollout.session_id:
+            log.warning(
+                "session header %s differs from %s.session_id %s; the result key uses the latter",
+                header_sid,
+                ROLLOUT_KEY,
+                rollout.session_id,
+            )
+        headers = forwardable_headers(request.headers)
+        args: tuple[Any, ...] = (payload,)
+        if takes_context(handler):
+            context = RolloutContext(
+                session_id=rollout.session_id, rollout=rollout, request_headers=headers
+            )
+            args = (payload, context)
+        run = self.runner.start(handler, args, rollout=rollout, payload=payload, store=store)
+        return JSONResponse({"status": "processing", "result": run.location})
+
+    async def _invoke_plain(
+        self, handler: Callable[..., Any], request: Request, session_id: str, payload: Any
+    ) -> Response:
+        args: tuple[Any, ...] = (payload,)
+        if takes_context(handler):
+            context = RolloutContext(
+                session_id=session_id,
+                request_headers=forwardable_headers(request.headers),
+                request=request,
+            )
+            args = (payload, context)
+        try:
+            result = await self.runner.call(handler, args)
+        except HTTPException as exc:
+            return JSONResponse({"error": exc.detail}, status_code=exc.status_code)
+        except Exception as exc:
+            log.exception("invocation failed")
+            return JSONResponse({"error": str(exc)}, status_code=500)
+        if isinstance(result, Response):
+            return result
+        if inspect.isgenerator(result) or inspect.isasyncgen(result):
+            return StreamingResponse(_sse(result), media_type="text/event-stream")
+        return Response(_to_json(result), media_type="application/json")
+
+    async def _handle_list_rollouts(self, request: Request) -> JSONResponse:
+        return JSONResponse({"running": sorted(self.runner.running)})
+
+    async def _handle_cancel_rollout(self, request: Request) -> JSONResponse:
+        session_id = request.path_params["session_id"]
+        run = self.runner.running.get(session_id)
+        if run is None:
+            return JSONResponse(
+                {"error": f"no running rollout with session_id {session_id!r}"},
+                status_code=404,
+            )
+        await self.runner.cancel(
+            session_id,
+            reason=f"rollout cancelled by DELETE /rollouts/{session_id}",
+            wait_s=self._cancel_wait_s,
+        )
+        stored = session_id not in self.runner.running
+        return JSONResponse(
+            {
+                "status": "cancelled" if stored else "cancelling",
+                "session_id": session_id,
+                "result": run.location,
+            }
+        )
+
+    # Serving -----------------------------------------------------------------------------
+
+    def _make_lifespan(self, user_lifespan: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
+        @contextlib.asynccontextmanager
+        async def lifespan(app: Any) -> AsyncIterator[Any]:
+            try:
+                if user_lifespan is None:
+                    yield None
+                else:
+                    async with user_lifespan(app) as state:
+                        yield state
+            finally:
+                await self.shutdown()
+
+        return lifespan
+
+    async def shutdown(self) -> None:
+        """Cancel running rollouts (each stores a ``CancelledError`` result) and free threads."""
+        if self.runner.running:
+            log.warning("shutting down with %d rollouts running", len(self.runner.running))
+        await self.runner.shutdown(wait_s=self._shutdown_wait_s)
+
+    def run(self, port: int = 8080, host: str | None = None, **kwargs: Any) -> None:
+        """Serve with uvicorn (blocking). Same signature as ``BedrockAgentCoreApp.run``.
+
+        ``host`` defaults to 127.0.0.1, or 0.0.0.0 inside a container (as AgentCore does).
+        ``app.run("127.0.0.1", 8080)`` works too: a string port and int host are swapped.
+        """
+        import uvicorn
+
+        if isinstance(port, str) and (host is None or isinstance(host, int)):
+            port, host = (host if host is not None else 8080), port
+        if host is None:
+            in_container = os.path.exists("/.dockerenv") or os.environ.get("DOCKER_CONTAINER")
+            host = "0.0.0.0" if in_container else "127.0.0.1"
+        params: dict[str, Any] = {
+            "host": host,
+            "port": int(port),
+            "access_log": self.debug,
+            "log_level": "info" if self.debug else "warning",
+        }
+        params.update(kwargs)
+        uvicorn.run(self, **params)
+
+
+def _session_header(request: Request) -> str | None:
+    return request.headers.get(SESSION_HEADER) or None
+
+
+def _bad_request(message: str, *, field: str | None, details: Any = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": message, "field": field}
+    if details is not None:
+        body["details"] = details
+    return JSONResponse(body, status_code=400)
+
+
+def _validation_error(exc: ValidationError) -> JSONResponse:
+    """400 naming each bad ``_rollout`` field; input values are left out (api key)."""
+    errors = exc.errors(include_input=False, include_url=False, include_context=False)
+    fields = [".".join([ROLLOUT_KEY, *(str(p) for p in e["loc"])]) for e in errors]
+    parts = [f"{f}: {e['msg']}" for f, e in zip(fields, errors, strict=True)]
+    details = [
+        {"field": f, "message": e["msg"], "type": e["type"]}
+        for f, e in zip(fields, errors, strict=True)
+    ]
+    return _bad_request(
+        f"invalid {ROLLOUT_KEY}: " + "; ".join(parts),
+        field=fields[0] if fields else ROLLOUT_KEY,
+        details=details,
+    )
+
+
+def _to_json(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return json.dumps(value, ensure_ascii=False, default=str)
+
+
+async def _sse(stream: Any) -> AsyncIterator[bytes]:
+    """Server-sent events from a sync or async generator, as AgentCore streams them."""
+    try:
+        if inspect.isasyncgen(stream):
+            async for item in stream:
+                yield f"data: {_to_json(item)}\n\n".encode()
+        else:
+            done = object()
+            while True:
+                item = await asyncio.to_thread(next, stream, done)
+                if item is done:
+                    break
+                yield f"data: {_to_json(item)}\n\n".encode()
+    except Exception as exc:
+        log.exception("error while streaming")
+        event = {"error": str(exc), "error_type": type(exc).__name__}
+        yield f"data: {_to_json(event)}\n\n".encode()

@@ -1,0 +1,149 @@
+"""``file://DIR``: the embedded result store, one JSON file per key under a directory.
+
+Writes are atomic: the document goes to a temporary file in the key's own directory, is
+flushed to disk, then renamed over the key with :func:`os.replace`. A reader therefore
+sees either no file or the whole document, never a partial one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rollhub.errors import StoreError
+from rollhub.stores import check_key, check_prefix
+from rollhub.stores.base import ResultStore
+
+__all__ = ["FileResultStore"]
+
+log = logging.getLogger(__name__)
+
+_TMP_PREFIX = ".tmp-"
+
+
+class FileResultStore(ResultStore):
+    """Results as JSON files under a root directory.
+
+    :param root: the directory; created on the first write.
+    :param fsync: flush each document to disk before it becomes visible (default on, so a
+        machine crash cannot leave a renamed but empty file).
+
+    Example::
+
+        store = FileResultStore.from_url("file://runs/results")
+        store.put("exp/q1/s1.json", {"rewards": 1.0})
+        assert store.get("exp/q1/s1.json")["rewards"] == 1.0
+    """
+
+    name: ClassVar[str] = "file"
+
+    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
+        self.root = Path(root).expanduser().absolute()
+        self.fsync = fsync
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> FileResultStore:
+        """Open ``file:///abs/dir`` or ``file://rel/dir`` (relative to the working directory)."""
+        if not url.startswith("file://"):
+            raise StoreError(f"{url!r} is not a file:// URL", url=url)
+        path = url[len("file://") :]
+        if not path:
+            raise StoreError(f"store URL {url!r} names no directory; use file://DIR", url=url)
+        return cls(path, **options)
+
+    @property
+    def url(self) -> str:
+        """``file://`` plus the absolute root, so the URL means the same from any directory."""
+        return f"file://{self.root.as_posix()}"
+
+    def path(self, key: str) -> Path:
+        """The file that holds ``key`` (after checking the key cannot leave the root)."""
+        return self.root.joinpath(*check_key(key).split("/"))
+
+    def put(self, key: str, document: dict[str, Any]) -> None:
+        """Write ``document`` as JSON at ``key``, atomically."""
+        target = self.path(key)
+        data = _encode(document, key)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=".json", dir=target.parent)
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                    if self.fsync:
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                os.replace(tmp, target)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except OSError as exc:
+            raise StoreError(
+                f"could not write {key!r} to {self.url}: {exc}", url=self.url, key=key
+            ) from exc
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The document at ``key``, or None when there is none."""
+        target = self.path(key)
+        try:
+            data = target.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(
+                f"could not read {key!r} from {self.url}: {exc}", url=self.url, key=key
+            ) from exc
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise StoreError(
+                f"{key!r} in {self.url} is not valid JSON: {exc}", url=self.url, key=key
+            ) from exc
+
+    def exists(self, key: str) -> bool:
+        """Whether a document is stored at ``key``."""
+        return self.path(key).is_file()
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Keys that start with ``prefix``, sorted; temporary files are never listed."""
+        check_prefix(prefix)
+        # Walk only the deepest directory the prefix pins down.
+        head, _, _ = prefix.rpartition("/")
+        start = self.root.joinpath(*head.split("/")) if head else self.root
+        if not start.is_dir():
+            return []
+        keys: list[str] = []
+        for dirpath, _dirs, files in os.walk(start):
+            rel_dir = Path(dirpath).relative_to(self.root).as_posix()
+            for fname in files:
+                if fname.startswith(_TMP_PREFIX):
+                    continue
+                key = fname if rel_dir == "." else f"{rel_dir}/{fname}"
+                if key.startswith(prefix):
+                    keys.append(key)
+        return sorted(keys)
+
+    def delete(self, key: str) -> None:
+        """Remove ``key``; a missing key is not an error."""
+        try:
+            self.path(key).unlink(missing_ok=True)
+        except OSError as exc:
+            raise StoreError(
+                f"could not delete {key!r} from {self.url}: {exc}", url=self.url, key=key
+            ) from exc
+
+    def __repr__(self) -> str:
+        return f"FileResultStore({self.url!r})"
+
+
+def _encode(document: dict[str, Any], key: str) -> bytes:
+    try:
+        return json.dumps(document, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"document for {key!r} is not JSON: {exc}", key=key) from exc

@@ -1,0 +1,27 @@
+"""Helpers for testing rollhub and rollhub plugins against real local services.
+
+- :func:`rollhub.testing.seaweedfs.seaweedfs_server`: a throwaway S3 endpoint (SeaweedFS).
+- :func:`rollhub.testing.servers.serve_app`: any ASGI app (a ``RolloutApp``) served by
+  uvicorn on a free loopback port, in a background thread.
+
+Submodules are imported on use; nothing here runs at ``import rollhub``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["seaweedfs_server", "serve_app"]
+
+_LAZY = {
+    "seaweedfs_server": "rollhub.testing.seaweedfs",
+    "serve_app": "rollhub.testing.servers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rollhub.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
