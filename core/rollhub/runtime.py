@@ -7,6 +7,8 @@ at once: rollouts are fire-and-forget, and their results arrive through the resu
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -16,6 +18,8 @@ from pydantic import BaseModel, ConfigDict
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 
 __all__ = ["Runtime", "RuntimeOptions", "SessionLostCallback"]
+
+log = logging.getLogger(__name__)
 
 #: Called by a runtime when it knows a session can never produce a result
 #: (its worker died, the service reported it gone): ``callback(session_id, reason)``.
@@ -29,7 +33,14 @@ class RuntimeOptions(BaseModel):
 
 
 class Runtime(ABC):
-    """Submit → handle, cancel, liveness. Subclasses set ``name`` and ``Options``."""
+    """Submit → receipt, cancel, liveness. Subclasses set ``name`` and ``Options``.
+
+    Lifecycle: ``await start()`` once, then ``submit``/``cancel``/``finish`` from the same
+    event loop, then ``await close()``. ``async with runtime:`` does start and close.
+    Liveness: a runtime that learns a session can never write its result (its worker died)
+    calls the :meth:`on_session_lost` callbacks; the client then ends that rollout as
+    ``agent_error`` (after one last look in the store).
+    """
 
     name: ClassVar[str]
     Options: ClassVar[type[RuntimeOptions]] = RuntimeOptions
@@ -38,13 +49,30 @@ class Runtime(ABC):
         self.options = options or self.Options()
         self._on_lost: list[SessionLostCallback] = []
 
+    #: Whether agents started by this runtime can reach a callback server bound to
+    #: 127.0.0.1 in this process (true for worker processes on this machine).
+    loopback_callbacks: bool = False
+
     def on_session_lost(self, callback: SessionLostCallback) -> None:
-        """Register ``callback(session_id, reason)`` for sessions that can no longer finish."""
+        """Register ``callback(session_id, reason)`` for sessions that can no longer finish.
+
+        Callbacks run on the event loop the runtime was started on; they must not block.
+        Every registered callback sees every lost session, so several clients can share
+        one runtime and ignore the ids they do not know.
+        """
         self._on_lost.append(callback)
+
+    def remove_session_lost(self, callback: SessionLostCallback) -> None:
+        """Unregister a callback added with :meth:`on_session_lost` (no error if absent)."""
+        with contextlib.suppress(ValueError):
+            self._on_lost.remove(callback)
 
     def _report_lost(self, session_id: str, reason: str) -> None:
         for cb in list(self._on_lost):
-            cb(session_id, reason)
+            try:
+                cb(session_id, reason)
+            except Exception:  # a broken listener must not hide the loss from the others
+                log.exception("session-lost callback failed for %s", session_id)
 
     async def start(self) -> None:  # noqa: B027 - optional lifecycle step
         """Acquire resources (start workers, open clients). Idempotent."""
@@ -60,5 +88,21 @@ class Runtime(ABC):
     async def cancel(self, session_id: str) -> None:
         """Stop a session's work (best effort; a finished session is not an error)."""
 
+    async def finish(self, session_id: str) -> None:
+        """The client holds the session's terminal result: free what the session still holds.
+
+        Default: :meth:`cancel`, because a remote session (an AgentCore microVM) stays
+        allocated after its handler returns. Runtimes whose sessions end on their own
+        override this with bookkeeping only.
+        """
+        await self.cancel(session_id)
+
     async def close(self) -> None:  # noqa: B027 - optional lifecycle step
         """Release everything :meth:`start` acquired. Idempotent."""
+
+    async def __aenter__(self) -> Runtime:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

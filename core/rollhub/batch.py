@@ -1,0 +1,246 @@
+"""Batch runs: many payloads, bounded concurrency, one terminal item per payload.
+
+::
+
+    async with AsyncRolloutClient(runtime, store, exp_id="exp1") as client:
+        async for item in client.run_batch_async(payloads, max_concurrent=64):
+            print(item.index, item.status, item.result)
+
+Guarantees: every payload yields exactly one :class:`BatchItem` (in completion order);
+leaving the loop early (``break``, an exception) cancels every live session and every
+pending submission; a stored error result is ``agent_error``, never a success. With
+``resume=True`` (the default) inputs whose ok result is already stored under the same
+``exp_id`` are not run again: they are yielded first, marked ``resumed``.
+
+Input ids are deterministic, so a rerun finds its earlier results: the payload's
+``id_field`` value when it is a valid key part, else a hash of the payload's content;
+repeated ids get ``.1``, ``.2``… suffixes in payload order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rollhub.episode import ErrorInfo, Status
+from rollhub.errors import ConfigError
+from rollhub.progress import RolloutProgress
+from rollhub.rollout import validate_key_part
+
+if TYPE_CHECKING:
+    from rollhub.client import AsyncRolloutClient, RolloutFuture, RolloutOutcome
+
+__all__ = ["BatchItem", "assign_input_ids", "content_input_id", "run_batch_async"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """The terminal item of one payload of a batch."""
+
+    index: int
+    input_id: str
+    session_id: str | None
+    status: Status
+    result: dict[str, Any] | None = None
+    error: ErrorInfo | None = None
+    elapsed: float | None = None
+    resumed: bool = False
+    outcome: RolloutOutcome | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the agent's result was stored with status ok."""
+        return self.status == "ok"
+
+
+def content_input_id(payload: Any) -> str:
+    """A stable id from a payload's content: ``h-`` + 16 hex digits of its SHA-256."""
+    canon = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=repr)
+    return "h-" + hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+def assign_input_ids(
+    payloads: Sequence[Mapping[str, Any]],
+    *,
+    id_field: str = "id",
+    input_ids: Sequence[str] | None = None,
+) -> list[str]:
+    """Deterministic, unique input ids for ``payloads`` (see the module docstring).
+
+    :raises ConfigError: ``input_ids`` has the wrong length or an invalid id.
+    """
+    if input_ids is not None:
+        if len(input_ids) != len(payloads):
+            raise ConfigError(
+                f"input_ids has {len(input_ids)} ids for {len(payloads)} payloads; give one per payload"
+            )
+        base = []
+        for i, value in enumerate(input_ids):
+            try:
+                base.append(validate_key_part(str(value), f"input_ids[{i}]"))
+            except ValueError as exc:
+                raise ConfigError(str(exc), field=f"input_ids[{i}]") from exc
+    else:
+        base = [_id_of(p, id_field) for p in payloads]
+    seen: dict[str, int] = {}
+    out = []
+    for value in base:
+        n = seen.get(value, 0)
+        seen[value] = n + 1
+        out.append(value if n == 0 else f"{value}.{n}")
+    return out
+
+
+def _id_of(payload: Mapping[str, Any], id_field: str) -> str:
+    value = payload.get(id_field) if isinstance(payload, Mapping) else None
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        try:
+            return validate_key_part(str(value), id_field)
+        except ValueError:
+            return content_input_id(value)
+    return content_input_id(payload)
+
+
+async def _stored_results(client: AsyncRolloutClient, ids: Sequence[str], rerun_failed: bool) -> dict[str, tuple[str, dict[str, Any]]]:
+    """input_id -> (key, document) of a stored result to reuse."""
+    from rollhub.app.result import read_status
+
+    store = client.store
+    wanted = set(ids)
+    keys = await asyncio.to_thread(store.list, f"{client.exp_id}/")
+    by_input: dict[str, list[str]] = {}
+    for key in keys:
+        parts = key.split("/")
+        if len(parts) == 3 and parts[1] in wanted and parts[2].endswith(".json"):
+            by_input.setdefault(parts[1], []).append(key)
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
+    for input_id, candidates in by_input.items():
+        fallback = None
+        for key in candidates:
+            doc = await asyncio.to_thread(store.get, key)
+            if doc is None:
+                continue
+            try:
+                status = read_status(doc)
+            except ValueError:
+                continue
+            if status == "ok":
+                found[input_id] = (key, doc)
+                break
+            fallback = fallback or (key, doc)
+        else:
+            if fallback is not None and not rerun_failed:
+                found[input_id] = fallback
+    return found
+
+
+def _resumed_item(index: int, input_id: str, key: str, doc: dict[str, Any]) -> BatchItem:
+    from rollhub.app.result import read_result
+
+    view = read_result(doc)
+    error = None
+    if view.status != "ok":
+        err = view.error or {}
+        error = ErrorInfo(str(err.get("type")), str(err.get("message")), err.get("traceback"))
+    return BatchItem(
+        index=index,
+        input_id=input_id,
+        session_id=key.rsplit("/", 1)[-1][: -len(".json")],
+        status="ok" if view.status == "ok" else "agent_error",
+        result=view.result,
+        error=error,
+        elapsed=view.meta.get("elapsed_s"),
+        resumed=True,
+    )
+
+
+def _item(index: int, fut: RolloutFuture) -> BatchItem:
+    outcome = fut._outcome.result()
+    return BatchItem(
+        index=index,
+        input_id=outcome.input_id,
+        session_id=outcome.session_id,
+        status=outcome.status,
+        result=outcome.result,
+        error=outcome.error,
+        elapsed=outcome.elapsed,
+        outcome=outcome,
+    )
+
+
+async def run_batch_async(
+    client: AsyncRolloutClient,
+    payloads: Iterable[Mapping[str, Any]],
+    *,
+    max_concurrent: int = 16,
+    timeout: float | None = None,
+    id_field: str = "id",
+    input_ids: Sequence[str] | None = None,
+    resume: bool = True,
+    rerun_failed: bool = True,
+    progress: bool | None = None,
+    **rollout: Any,
+) -> AsyncIterator[BatchItem]:
+    """Run every payload through ``client``; yield one :class:`BatchItem` each as it ends.
+
+    :param payloads: the agent inputs (JSON objects); read into a list first.
+    :param max_concurrent: rollouts in flight at once (submissions included).
+    :param timeout: deadline of each rollout in seconds (default: the client's).
+    :param id_field: payload field holding the input id.
+    :param input_ids: explicit input ids, one per payload (overrides ``id_field``).
+    :param resume: reuse ok results already stored under this ``exp_id``.
+    :param rerun_failed: with ``resume``, run inputs whose stored result is an error again
+        (False yields those stored errors as resumed ``agent_error`` items).
+    :param progress: draw a progress bar (None: only on a terminal).
+    :param rollout: ``_rollout`` overrides for every rollout.
+    :raises ConfigError: ``max_concurrent`` < 1, or bad ``input_ids``, before anything runs.
+    """
+    if max_concurrent < 1:
+        raise ConfigError(f"max_concurrent={max_concurrent!r} must be >= 1")
+    items = list(payloads)
+    ids = assign_input_ids(items, id_field=id_field, input_ids=input_ids)
+    stored = await _stored_results(client, ids, rerun_failed) if resume and items else {}
+    bar = RolloutProgress(len(items), enabled=progress)
+    pending = deque(i for i in range(len(items)) if ids[i] not in stored)
+    live: dict[asyncio.Future[Any], tuple[int, RolloutFuture]] = {}
+    try:
+        for i, input_id in enumerate(ids):
+            if input_id in stored:
+                key, doc = stored[input_id]
+                item = _resumed_item(i, input_id, key, doc)
+                bar.finished(item.status, resumed=True, was_running=False)
+                yield item
+        while pending or live:
+            while pending and len(live) < max_concurrent:
+                i = pending.popleft()
+                try:
+                    fut = client.invoke(items[i], timeout=timeout, **{**rollout, "input_id": ids[i]})
+                except ConfigError as exc:
+                    bar.finished("submit_error", was_running=False)
+                    yield BatchItem(i, ids[i], None, "submit_error", error=ErrorInfo.from_exception(exc))
+                    continue
+                live[fut._outcome] = (i, fut)
+                bar.started()
+            if not live:
+                continue
+            done, _ = await asyncio.wait(live, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in done:
+                i, fut = live.pop(waiter)
+                item = _item(i, fut)
+                bar.finished(item.status)
+                yield item
+    finally:
+        for _i, fut in live.values():
+            fut.cancel()
+        if live:
+            log.info("batch stopped early: cancelled %d live rollouts", len(live))
+            await client._watch.settle()
+        bar.close()

@@ -1,0 +1,485 @@
+"""The rollout client: submit rollouts, get futures, await terminal outcomes.
+
+Rollouts run for minutes or hours, so submission is fire-and-forget and completion is
+awaited::
+
+    async with AsyncRolloutClient(runtime, "file://runs/results", exp_id="exp1") as client:
+        future = client.invoke({"question": "2+2?"}, model_id="qwen")
+        outcome = await future           # RolloutOutcome: status, result, error, timings
+
+Each future ends in exactly one terminal status (``ok``, ``agent_error``, ``timeout``,
+``submit_error``, ``cancelled``). Completion comes from the app's callback notice (the
+client runs a loopback :class:`~rollhub.callbacks.CallbackServer` when the runtime's agents
+can reach it), from the runtime reporting the session lost, or from a sparse store poll.
+:class:`RolloutClient` is the synchronous twin: same methods, same order, driving the async
+client on a private event-loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from rollhub.callbacks import CallbackServer, SessionWatch
+from rollhub.episode import ErrorInfo, Status
+from rollhub.errors import ConfigError, UsageError
+from rollhub.loop_thread import LoopThread, ensure_no_running_loop
+from rollhub.retry import Backoff
+from rollhub.rollout import ROLLOUT_KEY, RolloutConfig, RolloutRequest, SubmitReceipt
+
+if TYPE_CHECKING:
+    from rollhub.batch import BatchItem
+    from rollhub.runtime import Runtime
+    from rollhub.stores.base import ResultStore
+
+__all__ = ["AsyncRolloutClient", "RolloutClient", "RolloutFuture", "RolloutOutcome"]
+
+log = logging.getLogger(__name__)
+
+SubmitFn = Callable[[RolloutRequest], Awaitable[SubmitReceipt]]
+
+
+@dataclass(frozen=True)
+class RolloutOutcome:
+    """How one rollout ended: exactly one per submitted rollout.
+
+    ``result`` is the agent's dict (without rollhub's metadata) when a document was
+    stored; ``document`` is the stored document as read. ``error`` says why a rollout that
+    is not ``ok`` failed.
+    """
+
+    session_id: str
+    exp_id: str
+    input_id: str
+    result_key: str
+    status: Status
+    result: dict[str, Any] | None = None
+    error: ErrorInfo | None = None
+    document: dict[str, Any] | None = None
+    submitted_at: float | None = None
+    accepted_at: float | None = None
+    finished_at: float | None = None
+    attempts: int = 0
+    resumed: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when the agent's result was stored with status ok."""
+        return self.status == "ok"
+
+    @property
+    def elapsed(self) -> float | None:
+        """Seconds from the first submission attempt to the terminal outcome."""
+        if self.submitted_at is None or self.finished_at is None:
+            return None
+        return self.finished_at - self.submitted_at
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The ``_rollhub`` metadata of the stored document (empty when there is none)."""
+        return dict((self.document or {}).get("_rollhub") or {})
+
+
+class RolloutFuture:
+    """The pending outcome of one rollout.
+
+    Usable from the loop that owns it (``await future``, :meth:`result_async`) and from any
+    other thread (:meth:`result`). Waiting with a ``timeout`` that expires ends the rollout
+    as ``timeout`` and cancels its runtime session; use :meth:`done` to check without
+    side effects.
+    """
+
+    def __init__(self, request: RolloutRequest, loop: asyncio.AbstractEventLoop, watch: SessionWatch) -> None:
+        self.request = request
+        self.session_id = request.rollout.session_id
+        self.input_id = request.rollout.input_id
+        self.result_key = request.rollout.result_key
+        self.receipt: SubmitReceipt | None = None
+        self.attempts = 0
+        self.submitted_at: float | None = None
+        self._loop = loop
+        self._watch = watch
+        self._outcome: asyncio.Future[RolloutOutcome] = loop.create_future()
+        self._submitted: asyncio.Future[None] = loop.create_future()
+        self._task: asyncio.Task[None] | None = None
+
+    def done(self) -> bool:
+        """Whether the outcome is known."""
+        return self._outcome.done()
+
+    def result(self, timeout: float | None = None) -> RolloutOutcome:
+        """Block until the outcome is known (from a thread without a running loop).
+
+        :param timeout: seconds to wait; when they pass, the rollout ends as ``timeout``.
+        :raises UsageError: called inside a running event loop (use ``await``).
+        """
+        ensure_no_running_loop("RolloutFuture.result()")
+        return asyncio.run_coroutine_threadsafe(self.result_async(timeout), self._loop).result()
+
+    async def result_async(self, timeout: float | None = None) -> RolloutOutcome:
+        """Await the outcome; with ``timeout``, end the rollout as ``timeout`` when it passes."""
+        if asyncio.get_running_loop() is not self._loop:
+            inner = asyncio.run_coroutine_threadsafe(self.result_async(timeout), self._loop)
+            return await asyncio.wrap_future(inner)
+        if timeout is None:
+            return await asyncio.shield(self._outcome)
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._outcome), timeout)
+        except TimeoutError:
+            self._watch.end_early(self, "timeout", f"no result within {timeout} s")
+            return self._outcome.result()
+
+    def __await__(self) -> Any:
+        return self.result_async().__await__()
+
+    def cancel(self) -> bool:
+        """End the rollout as ``cancelled`` and stop its session; False if already done."""
+        if self.done():
+            return False
+        if _on_loop(self._loop):
+            self._watch.end_early(self, "cancelled", "cancelled by the client")
+        else:
+            self._loop.call_soon_threadsafe(
+                self._watch.end_early, self, "cancelled", "cancelled by the client"
+            )
+        return True
+
+    async def wait_submitted(self) -> None:
+        """Wait until the submission step ended (accepted, refused or abandoned)."""
+        await asyncio.shield(self._submitted)
+
+    def __repr__(self) -> str:
+        state = self._outcome.result().status if self.done() else "pending"
+        return f"<RolloutFuture {self.session_id} {state}>"
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def new_session_id() -> str:
+    """A fresh session id: 35 characters, valid as a key part and as an AgentCore id."""
+    return f"rh-{uuid.uuid4().hex}"
+
+
+def build_request(
+    payload: Mapping[str, Any],
+    *,
+    exp_id: str,
+    store_url: str,
+    defaults: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+    callback_url: str | None,
+) -> RolloutRequest:
+    """Merge required fields → client defaults → per-call overrides and validate them.
+
+    :raises ConfigError: naming the bad ``_rollout`` field and what it accepts.
+    """
+    if not isinstance(payload, Mapping):
+        raise ConfigError(f"payload must be a JSON object (dict), got {type(payload).__name__}")
+    body = {k: v for k, v in payload.items() if k != ROLLOUT_KEY}
+    fields: dict[str, Any] = {
+        "exp_id": exp_id,
+        "input_id": _default_input_id(body),
+        "session_id": new_session_id(),
+        "result_store": store_url,
+    }
+    if callback_url is not None:
+        fields["callback_url"] = callback_url
+    embedded = payload.get(ROLLOUT_KEY)
+    if isinstance(embedded, Mapping):
+        fields.update(embedded)
+    fields.update(defaults)
+    fields.update(overrides)
+    try:
+        rollout = RolloutConfig.model_validate(fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "_rollout"
+        raise ConfigError(
+            f"_rollout.{loc}: {err['msg']} (got {err.get('input')!r}); fix the client default "
+            f"or the per-call override",
+            field=f"_rollout.{loc}",
+        ) from exc
+    return RolloutRequest(payload=body, rollout=rollout)
+
+
+def _default_input_id(body: Mapping[str, Any]) -> str:
+    from rollhub.batch import content_input_id
+
+    value = body.get("id")
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        return str(value)
+    return content_input_id(body)
+
+
+class AsyncRolloutClient:
+    """Submits rollouts to a runtime and resolves their futures from the result store.
+
+    :param runtime: a :class:`~rollhub.runtime.Runtime` (started by :meth:`start`).
+    :param store: a :class:`~rollhub.stores.base.ResultStore` or its URL.
+    :param exp_id: experiment id (first part of every result key).
+    :param defaults: ``_rollout`` fields for every rollout (``base_url``, ``model_id``…).
+    :param submit: replaces ``runtime.submit`` (the pipeline routes it through the
+        ``rollhub_submit_rollout`` hook).
+    :param timeout_s: default deadline of one rollout, submission included (None: none).
+    :param callbacks: ``"auto"`` (a loopback callback server when the runtime's agents can
+        reach it), True (always; set ``callback_host`` if agents run elsewhere) or False.
+    :param callback_host: address to bind the callback server and to advertise.
+    :param submit_attempts: tries per submission for transient errors (throttling, 5xx,
+        connection refused); permanent errors are not retried.
+    :param submit_backoff: delays between those tries.
+    :param poll_initial_s: first store poll (default 2 s with callbacks, 50 ms without).
+    :param poll_max_s: longest gap between store polls.
+    :param close_runtime: also close the runtime in :meth:`close`.
+    :param progress: default of ``run_batch_async(progress=...)``.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        store: ResultStore | str,
+        *,
+        exp_id: str,
+        defaults: Mapping[str, Any] | None = None,
+        submit: SubmitFn | None = None,
+        timeout_s: float | None = None,
+        callbacks: bool | str = "auto",
+        callback_host: str = "127.0.0.1",
+        submit_attempts: int = 5,
+        submit_backoff: Backoff | None = None,
+        poll_initial_s: float | None = None,
+        poll_max_s: float | None = None,
+        close_runtime: bool = False,
+        progress: bool | None = None,
+    ) -> None:
+        if isinstance(store, str):
+            from rollhub.stores import open_store
+
+            store = open_store(store)
+        from rollhub.rollout import validate_key_part
+
+        try:
+            validate_key_part(exp_id, "exp_id")
+        except ValueError as exc:
+            raise ConfigError(str(exc), field="exp_id") from exc
+        if callbacks not in (True, False, "auto"):
+            raise ConfigError(f"callbacks={callbacks!r}: use True, False or 'auto'")
+        if submit_attempts < 1:
+            raise ConfigError(f"submit_attempts={submit_attempts!r} must be >= 1")
+        self.runtime = runtime
+        self.store = store
+        self.exp_id = exp_id
+        self.defaults = dict(defaults or {})
+        self.timeout_s = timeout_s
+        self.progress = progress
+        self._submit_fn: SubmitFn = submit or runtime.submit
+        self._use_callbacks = (
+            bool(runtime.loopback_callbacks) if callbacks == "auto" else bool(callbacks)
+        )
+        self._callback_host = callback_host
+        self._close_runtime = close_runtime
+        self._watch = SessionWatch(
+            make_future=RolloutFuture,
+            make_outcome=RolloutOutcome,
+            runtime=runtime,
+            store=store,
+            submit=self._submit_fn,
+            submit_attempts=submit_attempts,
+            submit_backoff=submit_backoff or Backoff(initial=0.2, factor=2.0, maximum=10.0),
+            callbacks=self._use_callbacks,
+            poll_initial_s=poll_initial_s,
+            poll_max_s=poll_max_s,
+        )
+        self._server: CallbackServer | None = None
+        self._started = False
+        self._closed = False
+
+    @property
+    def callback_url(self) -> str | None:
+        """Where agents post completion notices (None when callbacks are off)."""
+        return self._server.url if self._server is not None else None
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: submitted, store reads, callbacks received, sessions lost."""
+        stats = dict(self._watch.stats)
+        stats["callbacks"] = self._server.received if self._server else 0
+        return stats
+
+    async def start(self) -> AsyncRolloutClient:
+        """Start the runtime (idempotent) and the callback server."""
+        if self._closed:
+            raise UsageError("this AsyncRolloutClient is closed; create a new one")
+        if self._started:
+            return self
+        await self.runtime.start()
+        if self._use_callbacks:
+            self._server = CallbackServer(self._watch.notice, host=self._callback_host)
+            await self._server.start()
+        self._watch.attach(asyncio.get_running_loop())
+        self._started = True
+        return self
+
+    def invoke(self, payload: Mapping[str, Any], *, timeout: float | None = None, **rollout: Any) -> RolloutFuture:
+        """Start one rollout in the background and return its future at once.
+
+        :param payload: the agent's input (a JSON object).
+        :param timeout: deadline in seconds for this rollout (default: ``timeout_s``).
+        :param rollout: ``_rollout`` overrides (``input_id``, ``model_id``, ``sampling``…).
+        :raises ConfigError: a bad ``_rollout`` field (before anything is submitted).
+        """
+        return self.submit_request(self.request(payload, **rollout), timeout=timeout)
+
+    async def invoke_async(
+        self, payload: Mapping[str, Any], *, timeout: float | None = None, **rollout: Any
+    ) -> RolloutFuture:
+        """Like :meth:`invoke`, but return once the runtime accepted (or refused) the rollout."""
+        return await self.submit_request_async(self.request(payload, **rollout), timeout=timeout)
+
+    def submit_request(self, request: RolloutRequest, *, timeout: float | None = None) -> RolloutFuture:
+        """Start a prepared request in the background and return its future at once."""
+        self._require_started()
+        return self._watch.launch(request, timeout if timeout is not None else self.timeout_s)
+
+    async def submit_request_async(
+        self, request: RolloutRequest, *, timeout: float | None = None
+    ) -> RolloutFuture:
+        """Like :meth:`submit_request`, but return once the submission step has ended."""
+        future = self.submit_request(request, timeout=timeout)
+        await future.wait_submitted()
+        return future
+
+    def run_batch_async(self, payloads: Iterable[Mapping[str, Any]], **options: Any) -> AsyncIterator[BatchItem]:
+        """Run many rollouts; yield a :class:`~rollhub.batch.BatchItem` per payload as each ends.
+
+        See :func:`rollhub.batch.run_batch_async` for the options.
+        """
+        from rollhub.batch import run_batch_async
+
+        options.setdefault("progress", self.progress)
+        return run_batch_async(self, payloads, **options)
+
+    async def close(self) -> None:
+        """Cancel rollouts still running, stop the callback server (and the runtime if owned)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._started:
+                await self._watch.shutdown()
+        finally:
+            if self._server is not None:
+                await self._server.close()
+            if self._close_runtime:
+                await self.runtime.close()
+
+    async def __aenter__(self) -> AsyncRolloutClient:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # Pure helpers ---------------------------------------------------------------------------
+
+    def request(self, payload: Mapping[str, Any], **rollout: Any) -> RolloutRequest:
+        """Build and validate the request :meth:`invoke` would submit (no I/O)."""
+        self._require_started()
+        return build_request(
+            payload,
+            exp_id=self.exp_id,
+            store_url=self.store.url,
+            defaults=self.defaults,
+            overrides=rollout,
+            callback_url=self.callback_url,
+        )
+
+    def _require_started(self) -> None:
+        if self._closed:
+            raise UsageError("this rollout client is closed; create a new one")
+        if not self._started:
+            raise UsageError(
+                "the rollout client is not started; use 'async with client:' or await client.start()"
+            )
+
+
+class RolloutClient:
+    """The synchronous twin of :class:`AsyncRolloutClient` (same arguments, same methods).
+
+    It runs the async client on a private event-loop thread, so futures keep resolving
+    while your code blocks. Calling it from inside a running event loop raises
+    :class:`~rollhub.errors.UsageError`: use the async client there.
+    """
+
+    def __init__(self, runtime: Runtime, store: ResultStore | str, *, exp_id: str, **options: Any) -> None:
+        ensure_no_running_loop("RolloutClient()")
+        self._async = AsyncRolloutClient(runtime, store, exp_id=exp_id, **options)
+        self._loop: LoopThread | None = None
+
+    @property
+    def callback_url(self) -> str | None:
+        """Where agents post completion notices (None when callbacks are off)."""
+        return self._async.callback_url
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: submitted, store reads, callbacks received, sessions lost."""
+        return self._async.stats
+
+    def start(self) -> RolloutClient:
+        """Start the runtime and the callback server on the client's loop thread."""
+        ensure_no_running_loop("RolloutClient.start()")
+        if self._loop is None:
+            self._loop = LoopThread("rollhub-client")
+        self._loop.run(self._async.start())
+        return self
+
+    def invoke(self, payload: Mapping[str, Any], *, timeout: float | None = None, **rollout: Any) -> RolloutFuture:
+        """Start one rollout in the background and return its future at once."""
+        return self._portal().call(lambda: self._async.invoke(payload, timeout=timeout, **rollout))
+
+    def submit_request(self, request: RolloutRequest, *, timeout: float | None = None) -> RolloutFuture:
+        """Start a prepared request in the background and return its future at once."""
+        return self._portal().call(lambda: self._async.submit_request(request, timeout=timeout))
+
+    def run_batch(self, payloads: Iterable[Mapping[str, Any]], **options: Any) -> Iterator[BatchItem]:
+        """Run many rollouts; yield a :class:`~rollhub.batch.BatchItem` per payload as each ends.
+
+        Leaving the loop early (``break``, an exception) cancels every live rollout.
+        """
+        portal = self._portal()
+        agen = portal.call(lambda: self._async.run_batch_async(payloads, **options))
+        return portal.iterate(agen)
+
+    def close(self) -> None:
+        """Cancel rollouts still running, stop the server, then the loop thread."""
+        if self._loop is None:
+            return
+        ensure_no_running_loop("RolloutClient.close()")
+        try:
+            self._loop.run(self._async.close())
+        finally:
+            self._loop.stop()
+            self._loop = None
+
+    def __enter__(self) -> RolloutClient:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _portal(self) -> LoopThread:
+        ensure_no_running_loop("RolloutClient")
+        if self._loop is None:
+            raise UsageError("the rollout client is not started; use 'with client:' or client.start()")
+        return self._loop

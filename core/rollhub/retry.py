@@ -1,0 +1,95 @@
+"""Backoff schedules: exponential growth, a cap, and full jitter.
+
+Pure helpers, shared by submission retries and store polling, so the timing rules are
+written (and tested) once. Full jitter spreads retries of many clients that failed at the
+same moment, which is what throttled services need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from rollhub.errors import SubmissionError
+
+__all__ = ["Backoff", "is_transient", "retry_async"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delays ``initial * factor**attempt`` capped at ``maximum``, then jittered.
+
+    :param initial: first delay in seconds.
+    :param factor: growth per attempt.
+    :param maximum: cap in seconds.
+    :param jitter: fraction of the delay that is random: 0 gives a fixed schedule, 1 gives
+        "full jitter" (uniform in ``[0, delay]``).
+    """
+
+    initial: float = 0.1
+    factor: float = 2.0
+    maximum: float = 10.0
+    jitter: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.initial < 0 or self.maximum < 0:
+            raise ValueError("Backoff delays must be >= 0 seconds")
+        if self.factor < 1:
+            raise ValueError(f"Backoff factor={self.factor!r} must be >= 1")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError(f"Backoff jitter={self.jitter!r} must be within [0, 1]")
+
+    def base(self, attempt: int) -> float:
+        """The delay before retry ``attempt`` (0-based) without jitter."""
+        # min() before the power would overflow for large attempts.
+        exp = min(attempt, 64)
+        return min(self.maximum, self.initial * self.factor**exp)
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """The jittered delay before retry ``attempt``: within ``[(1-jitter)*base, base]``."""
+        base = self.base(attempt)
+        r = (rng or random).random()
+        return base * (1.0 - self.jitter * r)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a submission failure may succeed when retried."""
+    if isinstance(exc, SubmissionError):
+        return bool(getattr(exc, "transient", False))
+    return isinstance(exc, ConnectionError | TimeoutError)
+
+
+async def retry_async(
+    fn: Callable[[], Awaitable[T]],
+    *,
+    attempts: int,
+    backoff: Backoff,
+    retry_if: Callable[[BaseException], bool] = is_transient,
+    what: str = "call",
+) -> T:
+    """Await ``fn()`` up to ``attempts`` times, sleeping ``backoff.delay(i)`` between tries.
+
+    Only errors for which ``retry_if`` is true are retried; the last error is re-raised.
+
+    :raises ValueError: ``attempts`` < 1.
+    """
+    if attempts < 1:
+        raise ValueError(f"attempts={attempts!r} must be >= 1")
+    for attempt in range(attempts):
+        try:
+            return await fn()
+        except Exception as exc:
+            if attempt + 1 >= attempts or not retry_if(exc):
+                raise
+            wait = backoff.delay(attempt)
+            log.debug("%s failed (%s); retry %d in %.3fs", what, exc, attempt + 1, wait)
+            await asyncio.sleep(wait)
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,430 @@
+"""``local``: a pool of worker processes on this machine, each serving the user's RolloutApp.
+
+The embedded default runtime. Each worker is ``python -m rollhub.runtimes.local_worker``
+serving the app on its own 127.0.0.1 port and speaking the AgentCore Runtime contract
+(``POST /invocations``, ``GET /ping``) plus rollhub's ``DELETE /rollouts/{id}`` and
+``GET /rollouts``. Sessions go to the least-loaded worker. A worker that exits or stops
+answering ``/ping`` is killed, its sessions are reported lost (the client ends them as
+``agent_error`` unless their result is already stored) and a fresh worker replaces it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import json
+import logging
+import os
+import sys
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+from pydantic import Field
+
+from rollhub.errors import ConfigError, RollhubError, SubmissionError
+from rollhub.rollout import RolloutRequest, SubmitReceipt
+from rollhub.runtime import Runtime, RuntimeOptions
+
+__all__ = ["LocalRuntime", "LocalRuntimeOptions"]
+
+log = logging.getLogger(__name__)
+
+SESSION_HEADER = "X-Amzn-Bedrock-AgentCore-Runtime-Session-Id"
+#: consecutive failed pings after which a worker is killed and replaced
+PING_FAILURES = 3
+
+_LIVE: weakref.WeakSet[LocalRuntime] = weakref.WeakSet()
+
+
+class LocalRuntimeOptions(RuntimeOptions):
+    """``[runtime]`` options of the ``local`` runtime."""
+
+    app: str = Field(description="the RolloutApp: 'path/to/agent.py:app' or 'pkg.module:app'")
+    workers: int = Field(2, ge=1, description="worker processes")
+    max_concurrency_per_worker: int = Field(64, ge=1, description="sessions one worker runs at once")
+    startup_timeout_s: float = Field(30.0, gt=0, description="deadline for a worker to answer /ping")
+    ping_interval_s: float = Field(1.0, gt=0, description="seconds between liveness checks")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment of the workers")
+
+
+@dataclass
+class _Worker:
+    index: int
+    proc: asyncio.subprocess.Process
+    port: int
+    #: session id -> accepted time (None while its POST is in flight)
+    sessions: dict[str, float | None] = field(default_factory=dict)
+    alive: bool = True
+    failures: int = 0
+    stderr: deque[str] = field(default_factory=lambda: deque(maxlen=50))
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+class LocalRuntime(Runtime):
+    """Worker processes on this machine, started from the user's app reference.
+
+    :param options: :class:`LocalRuntimeOptions`, or pass its fields as keywords.
+    :param base_dir: directory a relative ``app`` path is resolved against (the config
+        file's directory); default: the working directory.
+
+    Example::
+
+        async with LocalRuntime(app="examples/math/agent.py:app", workers=2) as runtime:
+            receipt = await runtime.submit(request)
+    """
+
+    name: ClassVar[str] = "local"
+    Options: ClassVar[type[RuntimeOptions]] = LocalRuntimeOptions
+    loopback_callbacks = True
+
+    def __init__(
+        self,
+        options: LocalRuntimeOptions | None = None,
+        *,
+        base_dir: str | os.PathLike[str] | None = None,
+        **fields: Any,
+    ) -> None:
+        if options is None:
+            try:
+                options = LocalRuntimeOptions(**fields)
+            except ValueError as exc:
+                raise ConfigError(f"local runtime options: {exc}") from exc
+        super().__init__(options)
+        self.options: LocalRuntimeOptions = options
+        self._base_dir = Path(base_dir) if base_dir is not None else None
+        self._workers: list[_Worker] = []
+        self._where: dict[str, _Worker] = {}
+        self._http: httpx.AsyncClient | None = None
+        self._capacity: asyncio.Condition | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._closing = False
+        self._started = False
+        self._next_index = 0
+        #: workers started so far, replacements included (for tests and logs)
+        self.workers_started = 0
+
+    # Lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def app_ref(self) -> str:
+        """The app reference with a relative file path made absolute."""
+        target, sep, attr = self.options.app.partition(":")
+        if target.endswith(".py") or "/" in target:
+            path = Path(target).expanduser()
+            if not path.is_absolute():
+                path = (self._base_dir or Path.cwd()) / path
+            target = str(path.resolve())
+        return f"{target}{sep}{attr}"
+
+    async def start(self) -> None:
+        """Start the workers and wait until each answers ``/ping``."""
+        if self._started:
+            return
+        self._started = True
+        self._closing = False
+        limits = httpx.Limits(
+            max_connections=self.options.workers * self.options.max_concurrency_per_worker + 16,
+            max_keepalive_connections=self.options.workers * 32,
+        )
+        self._http = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(30.0, connect=5.0))
+        self._capacity = asyncio.Condition()
+        _LIVE.add(self)
+        try:
+            self._workers = list(
+                await asyncio.gather(*(self._spawn() for _ in range(self.options.workers)))
+            )
+        except BaseException:
+            await self.close()
+            raise
+        self._tasks.append(asyncio.get_running_loop().create_task(self._ping_loop()))
+
+    async def close(self) -> None:
+        """Stop every worker (SIGTERM, then SIGKILL) and the HTTP client."""
+        if not self._started:
+            return
+        self._closing = True
+        self._started = False
+        for task in self._tasks:
+            task.cancel()
+        self._tasks.clear()
+        workers, self._workers = self._workers, []
+        await asyncio.gather(*(self._stop(w) for w in workers), return_exceptions=True)
+        self._where.clear()
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+        _LIVE.discard(self)
+
+    # Runtime interface -------------------------------------------------------------------
+
+    async def submit(self, request: RolloutRequest) -> SubmitReceipt:
+        """POST the request to the least-loaded live worker."""
+        if not self._started or self._http is None:
+            raise SubmissionError("the local runtime is not started", transient=False)
+        sid = request.rollout.session_id
+        worker = await self._pick()
+        worker.sessions[sid] = None
+        self._where[sid] = worker
+        try:
+            response = await self._http.post(
+                f"{worker.base}/invocations",
+                json=request.to_wire(),
+                headers={SESSION_HEADER: sid},
+            )
+        except httpx.HTTPError as exc:
+            self._forget(sid)
+            raise SubmissionError(
+                f"worker {worker.index} did not take session {sid}: {type(exc).__name__}: {exc}",
+                transient=True,
+                session_id=sid,
+            ) from exc
+        if response.status_code != 200:
+            self._forget(sid)
+            raise _http_error(response, sid)
+        worker.sessions[sid] = time.monotonic()
+        body = response.json()
+        return SubmitReceipt(
+            session_id=sid,
+            result_location=str(body.get("result", "")),
+            runtime=self.name,
+            details={"worker": worker.index, "pid": worker.proc.pid},
+        )
+
+    async def cancel(self, session_id: str) -> None:
+        """``DELETE /rollouts/{id}`` on the session's worker; unknown sessions are ignored."""
+        worker = self._where.get(session_id)
+        if worker is None or self._http is None or not worker.alive:
+            self._forget(session_id)
+            return
+        try:
+            await self._http.delete(f"{worker.base}/rollouts/{session_id}", timeout=10.0)
+        except httpx.HTTPError as exc:
+            log.debug("cancel of %s on worker %d failed: %s", session_id, worker.index, exc)
+        finally:
+            self._forget(session_id)
+
+    async def finish(self, session_id: str) -> None:
+        """The result is stored, so the app has already ended the session: bookkeeping only."""
+        self._forget(session_id)
+
+    def load(self) -> dict[int, int]:
+        """Sessions in flight per live worker (by worker index)."""
+        return {w.index: len(w.sessions) for w in self._workers if w.alive}
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live workers."""
+        return [w.proc.pid for w in self._workers if w.alive]
+
+    # Routing ------------------------------------------------------------------------------
+
+    async def _pick(self) -> _Worker:
+        assert self._capacity is not None
+        limit = self.options.max_concurrency_per_worker
+        deadline = time.monotonic() + self.options.startup_timeout_s
+        async with self._capacity:
+            while True:
+                live = [w for w in self._workers if w.alive and len(w.sessions) < limit]
+                if live:
+                    return min(live, key=lambda w: len(w.sessions))
+                if not any(w.alive for w in self._workers) and time.monotonic() > deadline:
+                    raise SubmissionError(
+                        "no local worker is alive; see the worker log above", transient=True
+                    )
+                # Woken when a session ends or a worker comes up; the timeout re-checks.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._capacity.wait(), 1.0)
+
+    def _forget(self, session_id: str) -> None:
+        worker = self._where.pop(session_id, None)
+        if worker is not None:
+            worker.sessions.pop(session_id, None)
+            self._wake()
+
+    def _wake(self) -> None:
+        cond = self._capacity
+        if cond is None:
+            return
+
+        async def notify() -> None:
+            async with cond:
+                cond.notify_all()
+
+        with contextlib.suppress(RuntimeError):
+            asyncio.get_running_loop().create_task(notify())
+
+    # Workers ------------------------------------------------------------------------------
+
+    async def _spawn(self) -> _Worker:
+        index = self._next_index
+        self._next_index += 1
+        env = {**os.environ, **self.options.env, "PYTHONUNBUFFERED": "1"}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "rollhub.runtimes.local_worker",
+            "--app", self.app_ref, "--parent-pid", str(os.getpid()),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            cwd=str(self._base_dir) if self._base_dir else None,
+        )  # fmt: skip
+        stderr: deque[str] = deque(maxlen=50)
+        drain = asyncio.get_running_loop().create_task(_drain(proc, index, stderr))
+        try:
+            port = await asyncio.wait_for(self._read_port(proc), self.options.startup_timeout_s)
+            worker = _Worker(index, proc, port, stderr=stderr, tasks=[drain])
+            await self._wait_healthy(worker)
+        except BaseException as exc:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            await asyncio.wait([drain], timeout=1.0)
+            if isinstance(exc, Exception):
+                tail = "\n".join(stderr) or "(no output)"
+                raise RollhubError(
+                    f"local worker for app={self.options.app!r} failed to start "
+                    f"({type(exc).__name__}: {exc}); its stderr ends with:\n{tail}",
+                    app=self.options.app,
+                ) from exc
+            raise
+        self.workers_started += 1
+        worker.tasks.append(asyncio.get_running_loop().create_task(self._watch(worker)))
+        log.info("local worker %d up (pid %d, port %d)", index, proc.pid, port)
+        self._wake()
+        return worker
+
+    async def _read_port(self, proc: asyncio.subprocess.Process) -> int:
+        assert proc.stdout is not None
+        while True:
+            line = await proc.stdout.readline()
+            if not line:
+                raise RollhubError("the worker exited before it announced its port")
+            with contextlib.suppress(ValueError):
+                return int(json.loads(line)["port"])
+
+    async def _wait_healthy(self, worker: _Worker) -> None:
+        assert self._http is not None
+        while True:
+            if worker.proc.returncode is not None:
+                raise RollhubError(f"the worker exited with code {worker.proc.returncode}")
+            try:
+                r = await self._http.get(f"{worker.base}/ping", timeout=2.0)
+                if r.status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.05)
+
+    async def _watch(self, worker: _Worker) -> None:
+        """Wait for the worker to exit; report its sessions lost and replace it."""
+        code = await worker.proc.wait()
+        worker.alive = False
+        if self._closing:
+            return
+        lost = list(worker.sessions)
+        log.warning(
+            "local worker %d (pid %d) exited with code %s; %d sessions lost",
+            worker.index, worker.proc.pid, code, len(lost),
+        )  # fmt: skip
+        for sid in lost:
+            self._forget(sid)
+            self._report_lost(sid, f"local worker {worker.index} (pid {worker.proc.pid}) exited with code {code}")
+        with contextlib.suppress(ValueError):
+            self._workers.remove(worker)
+        delay = 0.0
+        while not self._closing:
+            try:
+                await asyncio.sleep(delay)
+                self._workers.append(await self._spawn())
+                return
+            except RollhubError as exc:
+                delay = min(10.0, max(0.5, delay * 2))
+                log.error("replacing local worker %d failed: %s; retrying in %.1fs", worker.index, exc, delay)
+
+    async def _ping_loop(self) -> None:
+        interval = self.options.ping_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            await asyncio.gather(*(self._ping(w, interval) for w in list(self._workers) if w.alive))
+
+    async def _ping(self, worker: _Worker, timeout: float) -> None:
+        assert self._http is not None
+        asked_at = time.monotonic()
+        try:
+            r = await self._http.get(f"{worker.base}/rollouts", timeout=max(timeout, 0.5))
+            r.raise_for_status()
+            running = set(r.json().get("running", []))
+        except (httpx.HTTPError, ValueError) as exc:
+            worker.failures += 1
+            log.warning("local worker %d failed a liveness check (%d/%d): %s",
+                        worker.index, worker.failures, PING_FAILURES, exc)  # fmt: skip
+            if worker.failures >= PING_FAILURES and worker.alive:
+                log.error("killing unresponsive local worker %d (pid %d)", worker.index, worker.proc.pid)
+                with contextlib.suppress(ProcessLookupError):
+                    worker.proc.kill()
+            return
+        worker.failures = 0
+        # Sessions accepted before we asked and no longer running have ended on their own
+        # (their result is stored); free their slots even if no client called finish().
+        for sid, accepted in list(worker.sessions.items()):
+            if accepted is not None and accepted < asked_at and sid not in running:
+                self._forget(sid)
+
+    async def _stop(self, worker: _Worker) -> None:
+        worker.alive = False
+        if worker.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                worker.proc.terminate()
+            try:
+                await asyncio.wait_for(worker.proc.wait(), 5.0)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    worker.proc.kill()
+                await worker.proc.wait()
+        for task in worker.tasks:
+            task.cancel()
+        await asyncio.gather(*worker.tasks, return_exceptions=True)
+
+
+async def _drain(proc: asyncio.subprocess.Process, index: int, tail: deque[str]) -> None:
+    assert proc.stderr is not None
+    while True:
+        line = await proc.stderr.readline()
+        if not line:
+            return
+        text = line.decode(errors="replace").rstrip()
+        tail.append(text)
+        log.debug("worker %d: %s", index, text)
+
+
+def _http_error(response: httpx.Response, sid: str) -> SubmissionError:
+    try:
+        detail: Any = response.json()
+    except ValueError:
+        detail = response.text[:500]
+    transient = response.status_code >= 500 or response.status_code in (408, 429)
+    return SubmissionError(
+        f"the worker refused session {sid}: HTTP {response.status_code}: {detail}",
+        transient=transient,
+        session_id=sid,
+        status_code=response.status_code,
+    )
+
+
+@atexit.register
+def _kill_workers() -> None:
+    # Last resort when a program exits without closing its runtime: no orphan workers.
+    for runtime in list(_LIVE):
+        for worker in runtime._workers:
+            if worker.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    worker.proc.kill()
