@@ -1,0 +1,328 @@
+"""The token path behind the HTTP layer: a :class:`~rollhub_gateway.turns.ChatModel` built
+on a Hugging Face tokenizer and a real chat template.
+
+``build_chat_model("smollm2-135m-instruct")`` gives the embedded default (ChatML, no
+tools); ``chat_template=`` swaps in a tools-aware template and ``family=`` overrides
+detection. With ``journal=`` every committed turn is written to a SQLite journal before
+:meth:`HFConversation.commit` returns, and ``new_conversation(sid)`` of a restarted gateway
+resumes the session from it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rollhub.errors import GatewayError
+from rollhub.sampling import Generation
+from rollhub.trace import DriftKind, TraceRecord
+from rollhub_gateway.families import Family, IncrementalDecoder, detect_family, get_family
+from rollhub_gateway.journal import SessionJournal
+from rollhub_gateway.render import TemplateRenderer, canonical_tools, text_digest
+from rollhub_gateway.trajectory import TrajectoryTree, TurnNode, prefix_digests
+from rollhub_gateway.turns import ChatTurn, ParsedOutput, PreparedTurn, StreamingParser
+
+log = logging.getLogger(__name__)
+
+__all__ = ["HFChatModel", "HFConversation", "build_chat_model"]
+
+
+def build_chat_model(
+    model: str = "smollm2-135m-instruct",
+    *,
+    chat_template: str | None = None,
+    family: str | None = None,
+    journal: str | Path | None = None,
+    tokenizer: Any = None,
+) -> HFChatModel:
+    """A chat model for the gateway.
+
+    :param model: config word of a packaged model or a local model directory (its
+        tokenizer is loaded offline), also used as the model id.
+    :param chat_template: a jinja chat template replacing the tokenizer's own.
+    :param family: template family override (``"hermes"``, ``"qwen3"``, …); detected from
+        the template when omitted.
+    :param journal: path of the SQLite session journal; ``None`` keeps sessions in memory.
+    :param tokenizer: a ready tokenizer (skips loading ``model``'s).
+    :raises ConfigError: unknown family or model.
+    """
+    if tokenizer is None:
+        from rollhub_gateway.models import load_tokenizer
+
+        tokenizer = load_tokenizer(model)
+    template = chat_template or getattr(tokenizer, "chat_template", None)
+    fam: Family | None = get_family(family) if family else detect_family(template)
+    if fam is None:
+        log.warning("chat template of %s matches no known family; tools are disabled", model)
+        fam = get_family("chatml")
+        fam.supports_tools = False  # type: ignore[misc]
+    renderer = TemplateRenderer(tokenizer, fam, chat_template)
+    return HFChatModel(renderer, model_id=model, journal=SessionJournal(journal) if journal else None)
+
+
+class HFChatModel:
+    """Tokenizer + template + family, and the factory of per-session conversations."""
+
+    def __init__(
+        self, renderer: TemplateRenderer, *, model_id: str, journal: SessionJournal | None = None
+    ) -> None:
+        self.renderer = renderer
+        self.model_id = model_id
+        self.family = renderer.family.name
+        self.journal = journal
+
+    def supports_tools(self) -> bool:
+        """Whether the chat template can render tools and the parser can read calls."""
+        return self.renderer.family.supports_tools
+
+    def stop_token_ids(self) -> list[int]:
+        """Ids that end a turn (EOS, end-of-turn markers)."""
+        return list(self.renderer.stop_ids)
+
+    def count_tokens(self, turn: ChatTurn) -> int:
+        """Prompt tokens of a turn rendered from scratch (Anthropic count_tokens)."""
+        r = self.renderer
+        return len(r.encode(r.render_text(r.template_messages(turn.messages), turn.tools, generation=True)))
+
+    def new_parser(self) -> StreamingParser:
+        """A parser for one generation."""
+        r = self.renderer
+        decoder = IncrementalDecoder(r.tokenizer, set(r.stop_ids))
+        return r.family.new_stream_parser(decoder, in_reasoning=r.prompt_opens_reasoning)
+
+    def parse(self, token_ids: list[int]) -> ParsedOutput:
+        """Parse a whole generation at once."""
+        parser = self.new_parser()
+        parser.feed(token_ids)
+        return parser.finish()
+
+    def new_conversation(self, session_id: str) -> HFConversation:
+        """Per-session trajectory state; resumed from the journal when it holds the session."""
+        conv = HFConversation(self, session_id)
+        if self.journal is not None:
+            turns = self.journal.turns(session_id)
+            if turns:
+                conv._recover(turns)
+            else:
+                self.journal.open_session(session_id, self.model_id)
+        return conv
+
+    def open_sessions(self) -> list[str]:
+        """Sessions the journal holds that were never finished (to resume after a restart)."""
+        return self.journal.open_sessions() if self.journal else []
+
+
+@dataclass
+class _Pending:
+    """What :meth:`HFConversation.prepare` decided, applied by ``commit``."""
+
+    parent: TurnNode | None
+    base: TurnNode | None
+    extra_ids: list[int]
+    history: list[dict[str, Any]]  # template-form messages of the prompt
+    history_digest: str
+    prompt_text: str
+    tools_key: str
+    masked: int
+
+
+class HFConversation:
+    """One session's trajectory: renders turns with continuity and records them."""
+
+    def __init__(self, model: HFChatModel, session_id: str) -> None:
+        self.model = model
+        self.session_id = session_id
+        self.tree = TrajectoryTree(session_id, model.model_id)
+        self._next_turn = 0
+        self.finished = False
+
+    # prepare ---------------------------------------------------------------------------------
+
+    def prepare(self, turn: ChatTurn) -> PreparedTurn:
+        """Render a turn's prompt ids, reusing previous ids when the history extends them.
+
+        :raises GatewayError: tools given to a template family that cannot render them
+            (before anything is sampled), naming the config override.
+        """
+        r = self.model.renderer
+        if turn.tools and not r.family.supports_tools:
+            raise GatewayError(
+                f"model {self.model.model_id!r} uses chat template family {r.family.name!r}, "
+                "which cannot render tools or parse tool calls; configure a tools-aware "
+                'chat_template and, if it is not detected, set family = "hermes" (or another '
+                "family) in the gateway config",
+                field="family",
+            )
+        if not turn.messages:
+            raise GatewayError("a chat turn needs at least one message", field="messages")
+        digests = prefix_digests(turn.messages)
+        tools_key = canonical_tools(turn.tools)
+        parent = self.tree.find_parent(digests, tools_key)
+        known = len(parent.messages) if parent else 0
+        history = (parent.messages if parent else []) + r.template_messages(turn.messages[known:])
+        full_text = r.render_text(history, turn.tools, generation=True)
+        base, extra, drift, masked = self._continue(parent, turn, full_text)
+        prompt = (self.tree.ids_through(base) if base else []) + extra
+        index = self._next_turn
+        self._next_turn += 1
+        state = _Pending(parent, base, extra, history, digests[-1], full_text, tools_key, masked)
+        return PreparedTurn(prompt_ids=prompt, drift=drift, turn_index=index, state=state)
+
+    def _continue(
+        self, parent: TurnNode | None, turn: ChatTurn, full_text: str
+    ) -> tuple[TurnNode | None, list[int], DriftKind, int]:
+        """``(base, extra ids, drift, masked tokens)`` for a new prompt."""
+        r = self.model.renderer
+        if parent is None:
+            drift: DriftKind = "fork" if self.tree.nodes else "append"
+            return None, r.encode(full_text), drift, 0
+        is_tip = parent.branch is not None and parent.branch.tip is parent
+        through = r.render_text(parent.messages, turn.tools, generation=False)
+        cont = r.continuation(
+            prev_prompt_len=parent.prompt_text_len,
+            prev_prompt_digest=parent.prompt_text_digest,
+            output_ids=parent.output_ids,
+            through_text=through,
+            full_text=full_text,
+        )
+        if cont is not None:
+            return parent, r.encode(cont.extra_text), "append" if is_tip else "fork", 0
+        ids = r.encode(full_text)
+        prev = self.tree.ids_through(parent)
+        if ids[: len(prev)] == prev:  # a full render that happens to extend the ids
+            return parent, ids[len(prev) :], "append" if is_tip else "fork", 0
+        lcp = 0
+        for a, b in zip(prev, ids):
+            if a != b:
+                break
+            lcp += 1
+        masked = self.tree.sampled_after(parent, lcp)
+        log.debug("session %s: history rewritten at id %d, %d sampled ids masked",
+                  self.session_id, lcp, masked)
+        return None, ids, "rerender" if is_tip else "fork", masked
+
+    # commit ----------------------------------------------------------------------------------
+
+    def commit(
+        self,
+        prepared: PreparedTurn,
+        generation: Generation,
+        parsed: ParsedOutput,
+        *,
+        weight_version: int | None = None,
+    ) -> None:
+        """Record a sampled turn (journal write included) before the response is sent."""
+        st = prepared.state
+        if not isinstance(st, _Pending):
+            raise GatewayError("commit() needs the PreparedTurn that prepare() of this session returned")
+        if len(generation.logprobs) != len(generation.token_ids):
+            raise GatewayError(
+                f"engine returned {len(generation.token_ids)} token ids but "
+                f"{len(generation.logprobs)} logprobs; the trace needs one logprob per id",
+                field="logprobs",
+            )
+        fam = self.model.renderer.family
+        assistant = fam.assistant_message(parsed)
+        asst_digest = prefix_digests([assistant], st.history_digest)[-1]
+        finish = generation.finish_reason
+        if parsed.tool_calls and finish == "stop":
+            finish = "tool_calls"
+        wv = weight_version if weight_version is not None else generation.weight_version
+        node = TurnNode(
+            index=prepared.turn_index,
+            parent=st.parent,
+            base=st.base,
+            extra_ids=st.extra_ids,
+            output_ids=list(generation.token_ids),
+            logprobs=list(generation.logprobs),
+            finish_reason=finish,
+            weight_version=wv,
+            drift=prepared.drift,
+            ill_formed=parsed.ill_formed,
+            masked_tokens=st.masked,
+            messages=st.history + [fam.to_template_message(assistant)],
+            history_digest=asst_digest,
+            prompt_text_len=len(st.prompt_text),
+            prompt_text_digest=text_digest(st.prompt_text),
+            tools_key=st.tools_key,
+        )
+        self.tree.add(node)
+        if self.model.journal is not None:
+            self.model.journal.append(self.session_id, node.index, _journal_entry(node))
+
+    # results ---------------------------------------------------------------------------------
+
+    def traces(self) -> list[TraceRecord]:
+        """The session's linearised records, one per branch."""
+        return self.tree.records()
+
+    def drift_counts(self) -> dict[str, int]:
+        """Counts of append / rerender / fork turns, masked tokens and ill-formed turns."""
+        return dict(self.tree.counts)
+
+    def finish(self) -> list[TraceRecord]:
+        """Close the session: mark it done in the journal and return its records."""
+        records = self.traces()
+        if self.model.journal is not None:
+            self.model.journal.finish(self.session_id)
+        self.finished = True
+        return records
+
+    def discard(self) -> None:
+        """Drop the session and its journal entries without producing records."""
+        if self.model.journal is not None:
+            self.model.journal.discard(self.session_id)
+        self.finished = True
+
+    def _recover(self, entries: list[dict[str, Any]]) -> None:
+        """Rebuild the tree from journal entries, in commit order."""
+        by_index: dict[int, TurnNode] = {}
+        for e in entries:
+            parent = by_index.get(e["parent"]) if e["parent"] is not None else None
+            base = by_index.get(e["base"]) if e["base"] is not None else None
+            node = TurnNode(
+                index=e["turn"],
+                parent=parent,
+                base=base,
+                extra_ids=e["extra_ids"],
+                output_ids=e["output_ids"],
+                logprobs=e["logprobs"],
+                finish_reason=e["finish_reason"],
+                weight_version=e["weight_version"],
+                drift=e["drift"],
+                ill_formed=e["ill_formed"],
+                masked_tokens=e["masked"],
+                messages=(parent.messages if parent else []) + e["new_messages"],
+                history_digest=e["history_digest"],
+                prompt_text_len=e["prompt_text_len"],
+                prompt_text_digest=e["prompt_text_digest"],
+                tools_key=e["tools_key"],
+            )
+            self.tree.add(node)
+            by_index[node.index] = node
+            self._next_turn = max(self._next_turn, node.index + 1)
+        log.info("session %s: recovered %d turns from the journal", self.session_id, len(entries))
+
+
+def _journal_entry(node: TurnNode) -> dict[str, Any]:
+    known = len(node.parent.messages) if node.parent else 0
+    return {
+        "turn": node.index,
+        "parent": node.parent.index if node.parent else None,
+        "base": node.base.index if node.base else None,
+        "extra_ids": node.extra_ids,
+        "output_ids": node.output_ids,
+        "logprobs": node.logprobs,
+        "finish_reason": node.finish_reason,
+        "weight_version": node.weight_version,
+        "drift": node.drift,
+        "ill_formed": node.ill_formed,
+        "masked": node.masked_tokens,
+        "new_messages": node.messages[known:],
+        "history_digest": node.history_digest,
+        "prompt_text_len": node.prompt_text_len,
+        "prompt_text_digest": node.prompt_text_digest,
+        "tools_key": node.tools_key,
+    }

@@ -1,0 +1,308 @@
+"""The shape of a template family: how its chat template wants messages, and how its
+sampled text splits into reasoning, content and tool calls.
+
+A family is stateless and shared by every session of a model. Parsing works on the text
+of the sampled ids (special tokens kept, the final stop id removed), so the same code
+serves whole outputs (:meth:`Family.parse`) and streams (:class:`MarkupStreamParser`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import uuid
+from typing import Any, ClassVar
+
+from rollhub_gateway.turns import OutputDelta, ParsedOutput, ToolCall
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Family", "MarkupStreamParser", "IncrementalDecoder", "new_call_id", "partial_suffix"]
+
+
+def new_call_id() -> str:
+    """A fresh OpenAI-style tool call id."""
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def partial_suffix(text: str, markers: tuple[str, ...]) -> int:
+    """Length of the longest tail of ``text`` that is a proper prefix of some marker."""
+    best = 0
+    for marker in markers:
+        for n in range(min(len(marker) - 1, len(text)), best, -1):
+            if text.endswith(marker[:n]):
+                best = n
+                break
+    return best
+
+
+def json_arguments(value: Any) -> str:
+    """Arguments as compact JSON text (the neutral format carries JSON text)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+class Family:
+    """A template family. Subclasses set the class attributes and the tool-section parser.
+
+    Attributes:
+        name: config word (``family = "hermes"``).
+        supports_tools: whether tools can be rendered and calls parsed.
+        reasoning_markup: ``(open, close)`` around reasoning in the output, or ``None``.
+        tool_markers: strings that open the tool-call section of an output.
+        reasoning_key: message key the template reads earlier reasoning from.
+        arguments_as_text: the template concatenates ``arguments`` as a string (DeepSeek)
+            instead of serialising a mapping.
+    """
+
+    name: ClassVar[str] = "base"
+    supports_tools: ClassVar[bool] = True
+    reasoning_markup: ClassVar[tuple[str, str] | None] = None
+    tool_markers: ClassVar[tuple[str, ...]] = ()
+    reasoning_key: ClassVar[str] = "reasoning_content"
+    arguments_as_text: ClassVar[bool] = False
+    #: tokens that end an assistant turn (the tokenizer's EOS is added to these)
+    stop_tokens: ClassVar[tuple[str, ...]] = ("<|im_end|>", "<|endoftext|>")
+    #: extra keyword arguments for ``apply_chat_template``
+    template_kwargs: ClassVar[dict[str, Any]] = {}
+
+    # Rendering -------------------------------------------------------------------------------
+
+    def to_template_message(self, message: dict[str, Any]) -> dict[str, Any]:
+        """A neutral message in the form this family's template reads."""
+        out = {k: v for k, v in message.items() if v is not None or k == "content"}
+        content = out.get("content")
+        if isinstance(content, list):
+            out["content"] = "".join(
+                p.get("text", "") if isinstance(p, dict) else str(p) for p in content
+            )
+        if out.get("content") is None:
+            out["content"] = ""
+        reasoning = out.pop("reasoning_content", None)
+        if reasoning is not None and message.get("role") == "assistant":
+            out[self.reasoning_key] = reasoning
+        if out.get("tool_calls"):
+            calls = []
+            for call in out["tool_calls"]:
+                call = copy.deepcopy(call)
+                fn = call.setdefault("function", {})
+                args = fn.get("arguments")
+                if self.arguments_as_text:
+                    fn["arguments"] = json_arguments(args) if args is not None else "{}"
+                elif isinstance(args, str):
+                    try:
+                        fn["arguments"] = json.loads(args) if args.strip() else {}
+                    except ValueError:
+                        fn["arguments"] = args
+                call.setdefault("type", "function")
+                calls.append(call)
+            out["tool_calls"] = calls
+        else:
+            out.pop("tool_calls", None)
+        return out
+
+    def assistant_message(self, parsed: ParsedOutput) -> dict[str, Any]:
+        """The neutral assistant message a parsed output becomes."""
+        msg: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+        if parsed.reasoning is not None:
+            msg["reasoning_content"] = parsed.reasoning
+        if parsed.tool_calls:
+            msg["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in parsed.tool_calls
+            ]
+        return msg
+
+    # Parsing ---------------------------------------------------------------------------------
+
+    def parse(self, text: str, *, in_reasoning: bool = False) -> ParsedOutput:
+        """Split a whole output into reasoning, content and tool calls.
+
+        :param text: the decoded sampled ids, special tokens kept, stop id removed.
+        :param in_reasoning: the generation prompt already opened the reasoning block.
+        """
+        reasoning, rest = self.split_reasoning(text, in_reasoning=in_reasoning)
+        if not self.supports_tools:
+            return ParsedOutput(content=rest, reasoning=reasoning)
+        start = self.tool_section_start(rest)
+        if start is None:
+            return ParsedOutput(content=rest, reasoning=reasoning)
+        section = rest[start:]
+        try:
+            calls = self.parse_tool_section(section)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.debug("ill-formed tool section (%s): %r", exc, section[:200])
+            calls = None
+        if not calls:
+            return ParsedOutput(content=rest, reasoning=reasoning, ill_formed=calls is None)
+        return ParsedOutput(content=rest[:start].rstrip(), reasoning=reasoning, tool_calls=calls)
+
+    def split_reasoning(self, text: str, *, in_reasoning: bool) -> tuple[str | None, str]:
+        """``(reasoning, rest)``; reasoning is ``None`` when the output has none."""
+        if self.reasoning_markup is None:
+            return None, text
+        open_, close = self.reasoning_markup
+        body = text
+        if not in_reasoning:
+            stripped = text.lstrip()
+            if not stripped.startswith(open_):
+                return None, text
+            body = stripped[len(open_) :]
+        end = body.find(close)
+        if end < 0:
+            return body.strip("\n"), ""
+        return body[:end].strip("\n"), body[end + len(close) :].lstrip("\n")
+
+    def tool_section_start(self, text: str) -> int | None:
+        """Offset where the tool-call section begins, or ``None``."""
+        found = [i for i in (text.find(m) for m in self.tool_markers) if i >= 0]
+        return min(found) if found else None
+
+    def parse_tool_section(self, section: str) -> list[ToolCall] | None:
+        """Tool calls of a section that starts with a tool marker; ``None`` if ill-formed."""
+        raise NotImplementedError
+
+    # Streaming -------------------------------------------------------------------------------
+
+    def new_stream_parser(self, decoder: IncrementalDecoder, *, in_reasoning: bool) -> Any:
+        """A :class:`~rollhub_gateway.turns.StreamingParser` for one generation."""
+        return MarkupStreamParser(self, decoder, in_reasoning=in_reasoning)
+
+
+class IncrementalDecoder:
+    """Detokenises a growing id list without re-decoding it whole on every step.
+
+    Decodes a short window before the newest ids and keeps only the new text; text that
+    ends in an incomplete UTF-8 sequence (``\\ufffd``) is held until the next ids arrive.
+    """
+
+    def __init__(self, tokenizer: Any, stop_ids: set[int]) -> None:
+        self._tok = tokenizer
+        self._stop = stop_ids
+        self.ids: list[int] = []
+        self._prefix = 0
+        self._read = 0
+        self.text = ""
+
+    def _decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def feed(self, token_ids: list[int]) -> str:
+        """Add ids; return the text they complete."""
+        out = []
+        for t in token_ids:
+            self.ids.append(t)
+            if t in self._stop:
+                continue
+            window = [i for i in self.ids[self._prefix :] if i not in self._stop]
+            prev = [i for i in self.ids[self._prefix : self._read] if i not in self._stop]
+            prefix_text = self._decode(prev)
+            new_text = self._decode(window)
+            if len(new_text) > len(prefix_text) and not new_text.endswith("\ufffd"):
+                delta = new_text[len(prefix_text) :]
+                out.append(delta)
+                self._prefix = self._read
+                self._read = len(self.ids)
+        text = "".join(out)
+        self.text += text
+        return text
+
+    def final_text(self) -> str:
+        """The whole output text (stop ids removed), incomplete tails included."""
+        return self._decode([i for i in self.ids if i not in self._stop])
+
+
+class MarkupStreamParser:
+    """Streams reasoning and content; holds back partial markers and the tool section."""
+
+    def __init__(self, family: Family, decoder: IncrementalDecoder, *, in_reasoning: bool) -> None:
+        self.family = family
+        self.decoder = decoder
+        self.in_reasoning = in_reasoning
+        self._buf = ""
+        self._pos = 0
+        self._state = "start" if family.reasoning_markup and not in_reasoning else (
+            "reasoning" if in_reasoning else "content"
+        )
+        self._skip_newlines = in_reasoning
+        self._sent_content = ""
+
+    def feed(self, token_ids: list[int]) -> list[OutputDelta]:
+        """Consume ids; return text that is safe to show now."""
+        self._buf += self.decoder.feed(token_ids)
+        return self._advance()
+
+    def _advance(self) -> list[OutputDelta]:
+        out: list[OutputDelta] = []
+        fam = self.family
+        while True:
+            rest = self._buf[self._pos :]
+            if self._state == "start":
+                open_ = fam.reasoning_markup[0]  # type: ignore[index]
+                stripped = rest.lstrip()
+                if stripped.startswith(open_):
+                    self._pos += len(rest) - len(stripped) + len(open_)
+                    self._state, self._skip_newlines = "reasoning", True
+                    continue
+                if not stripped or open_.startswith(stripped):
+                    return out
+                self._state = "content"
+                continue
+            if self._state == "reasoning":
+                if self._skip_newlines:
+                    stripped = rest.lstrip("\n")
+                    self._pos += len(rest) - len(stripped)
+                    rest = stripped
+                    if not rest:
+                        return out
+                    self._skip_newlines = False
+                close = fam.reasoning_markup[1]  # type: ignore[index]
+                end = rest.find(close)
+                if end >= 0:
+                    self._emit(out, "reasoning", rest[:end].rstrip("\n"))
+                    self._pos += end + len(close)
+                    self._state, self._skip_newlines = "content", True
+                    continue
+                keep = partial_suffix(rest, (close,))
+                safe = rest[: len(rest) - keep]
+                safe = safe.rstrip("\n")  # trailing newlines before </think> are stripped
+                self._emit(out, "reasoning", safe)
+                self._pos += len(safe)
+                return out
+            if self._state == "content":
+                if self._skip_newlines:
+                    stripped = rest.lstrip("\n")
+                    self._pos += len(rest) - len(stripped)
+                    rest = stripped
+                    if not rest:
+                        return out
+                    self._skip_newlines = False
+                start = fam.tool_section_start(rest) if fam.supports_tools else None
+                if start is not None:
+                    self._emit(out, "content", rest[:start].rstrip())
+                    self._pos += start
+                    self._state = "tool"
+                    return out
+                keep = partial_suffix(rest, fam.tool_markers) if fam.supports_tools else 0
+                safe = rest[: len(rest) - keep]
+                safe = safe[: len(safe.rstrip())]  # trailing space may precede a tool call
+                self._emit(out, "content", safe)
+                self._pos += len(safe)
+                return out
+            return out  # tool section: held until finish()
+
+    def _emit(self, out: list[OutputDelta], kind: str, text: str) -> None:
+        if text:
+            out.append(OutputDelta(kind, text))  # type: ignore[arg-type]
+            if kind == "content":
+                self._sent_content += text
+
+    def finish(self) -> ParsedOutput:
+        """The whole output, parsed from the full text."""
+        return self.family.parse(self.decoder.final_text(), in_reasoning=self.in_reasoning)

@@ -1,0 +1,152 @@
+"""GPT-OSS (the harmony format): an output is a run of channel messages.
+
+After the generation prompt ``<|start|>assistant`` the model writes, for example::
+
+    <|channel|>analysis<|message|>…reasoning…<|end|>
+    <|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{…}<|call|>
+
+or ends with ``<|channel|>final<|message|>…answer…<|return|>``. ``analysis`` is reasoning,
+``final`` (and ``commentary`` without a recipient) is content, and a ``commentary`` message
+addressed ``to=functions.NAME`` is a tool call. ``<|call|>`` and ``<|return|>`` are stop ids.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from rollhub_gateway.families.base import Family, IncrementalDecoder, new_call_id, partial_suffix
+from rollhub_gateway.turns import OutputDelta, ParsedOutput, ToolCall
+
+__all__ = ["HarmonyFamily"]
+
+START, CHANNEL, MESSAGE, END = "<|start|>", "<|channel|>", "<|message|>", "<|end|>"
+_RECIPIENT = re.compile(r"to=([^\s<]+)")
+_CHANNEL = re.compile(re.escape(CHANNEL) + r"(\w+)")
+
+
+def _header(header: str) -> tuple[str | None, str | None]:
+    """``(channel, recipient)`` of a message header."""
+    ch = _CHANNEL.search(header)
+    to = _RECIPIENT.search(header)
+    return (ch.group(1) if ch else None), (to.group(1) if to else None)
+
+
+class HarmonyFamily(Family):
+    """GPT-OSS channels."""
+
+    name = "gpt_oss"
+    stop_tokens = ("<|return|>", "<|call|>")
+    tool_markers = ()
+    reasoning_key = "thinking"
+
+    def to_template_message(self, message: dict[str, Any]) -> dict[str, Any]:
+        out = super().to_template_message(message)
+        if out.get("role") == "assistant" and out.get("tool_calls") and out.get("content"):
+            # the template takes an analysis message in one field only
+            out.setdefault("thinking", out["content"])
+            out["content"] = ""
+        return out
+
+    def parse(self, text: str, *, in_reasoning: bool = False) -> ParsedOutput:
+        reasoning: list[str] = []
+        content: list[str] = []
+        calls: list[ToolCall] = []
+        ill = False
+        for chunk in text.split(START):
+            if not chunk.strip():
+                continue
+            if chunk.startswith("assistant"):
+                chunk = chunk[len("assistant") :]
+            header, sep, body = chunk.partition(MESSAGE)
+            if not sep:
+                ill = True
+                break
+            if body.endswith(END):
+                body = body[: -len(END)]
+            channel, to = _header(header)
+            if to and to.startswith("functions."):
+                try:
+                    json.loads(body)
+                except ValueError:
+                    ill = True
+                    break
+                calls.append(ToolCall(new_call_id(), to[len("functions.") :], body.strip()))
+            elif channel == "analysis":
+                reasoning.append(body)
+            elif channel in ("final", "commentary"):
+                content.append(body)
+            else:
+                ill = True
+                break
+        if ill:
+            return ParsedOutput(content=text, reasoning="".join(reasoning) or None, ill_formed=True)
+        return ParsedOutput(
+            content="".join(content), reasoning="\n".join(reasoning) or None, tool_calls=calls
+        )
+
+    def new_stream_parser(self, decoder: IncrementalDecoder, *, in_reasoning: bool) -> Any:
+        return HarmonyStreamParser(self, decoder)
+
+
+class HarmonyStreamParser:
+    """Streams analysis as reasoning and final/commentary as content; holds tool calls."""
+
+    def __init__(self, family: HarmonyFamily, decoder: IncrementalDecoder) -> None:
+        self.family = family
+        self.decoder = decoder
+        self._buf = ""
+        self._pos = 0
+        self._kind: str | None = None  # None: reading a header
+        self._messages = 0
+
+    def feed(self, token_ids: list[int]) -> list[OutputDelta]:
+        """Consume ids; return text that is safe to show now."""
+        self._buf += self.decoder.feed(token_ids)
+        out: list[OutputDelta] = []
+        while True:
+            rest = self._buf[self._pos :]
+            if self._kind is None:
+                i = rest.find(MESSAGE)
+                if i < 0:
+                    return out
+                channel, to = _header(rest[:i])
+                if to:
+                    self._kind = "tool"
+                elif channel == "analysis":
+                    self._kind = "reasoning"
+                else:
+                    self._kind = "content"
+                self._pos += i + len(MESSAGE)
+                continue
+            end = rest.find(END)
+            body = rest if end < 0 else rest[:end]
+            if end < 0:
+                body = body[: len(body) - partial_suffix(body, (END,))]
+            if self._kind in ("reasoning", "content") and body:
+                if self._kind == "reasoning" and self._messages and not self._pos_started():
+                    out.append(OutputDelta("reasoning", "\n"))
+                out.append(OutputDelta(self._kind, body))  # type: ignore[arg-type]
+                self._mark_started()
+            if end < 0:
+                if self._kind != "tool":
+                    self._pos += len(body)
+                return out
+            self._pos += end + len(END)
+            if self._kind == "reasoning":
+                self._messages += 1
+            self._kind = None
+            self._started = False
+
+    _started = False
+
+    def _pos_started(self) -> bool:
+        return self._started
+
+    def _mark_started(self) -> None:
+        self._started = True
+
+    def finish(self) -> ParsedOutput:
+        """The whole output, parsed from the full text."""
+        return self.family.parse(self.decoder.final_text())

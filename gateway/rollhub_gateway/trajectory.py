@@ -1,0 +1,259 @@
+"""A session's trajectory: a tree of sampled turns, linearised into :class:`TraceRecord`s.
+
+Every committed turn is a node. Its prompt either *continues* an earlier node (the exact
+ids that node saw and sampled, plus the ids of the new tail) or was rendered from scratch.
+Nodes that continue one another form a *branch*: one growing id sequence, one record.
+A turn that continues a node which already has a successor (the agent replayed an earlier
+state, a sub-agent, a retry), or whose prompt was rendered from scratch (the template or
+the agent rewrote the history), starts a new branch. A new branch's record holds the shared
+prefix as ``prompt_ids`` (mask 0), so no sampled token is trained twice.
+
+Drift counts (``append`` / ``rerender`` / ``fork`` turns and ``masked_tokens``: sampled
+tokens that a rewritten history dropped from the model's view) are kept per session and
+globally; :func:`global_drift_counts` is what ``/metrics`` reports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollhub.trace import DriftKind, TraceRecord, TurnSpan
+
+__all__ = ["Branch", "TrajectoryTree", "TurnNode", "global_drift_counts", "message_key", "prefix_digests"]
+
+_GLOBAL = Counter({"append": 0, "rerender": 0, "fork": 0, "masked_tokens": 0, "ill_formed": 0})
+_GLOBAL_LOCK = threading.Lock()
+
+
+def global_drift_counts() -> dict[str, int]:
+    """Process-wide counts of append / rerender / fork turns, masked tokens, ill-formed turns."""
+    with _GLOBAL_LOCK:
+        return dict(_GLOBAL)
+
+
+def _count(key: str, n: int = 1) -> None:
+    with _GLOBAL_LOCK:
+        _GLOBAL[key] += n
+
+
+def _canon_args(text: Any) -> Any:
+    if isinstance(text, str):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text.strip()
+    return text
+
+
+def message_key(message: dict[str, Any]) -> str:
+    """A semantic key of a neutral message for matching histories.
+
+    Ignores what agents routinely drop or regenerate when they send our answer back:
+    reasoning, tool call ids, surrounding whitespace, ``None`` vs ``""`` content, and the
+    formatting of JSON arguments.
+    """
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    key: dict[str, Any] = {"role": message.get("role"), "content": (content or "").strip()}
+    calls = message.get("tool_calls") or []
+    if calls:
+        key["calls"] = [
+            [c.get("function", {}).get("name"), _canon_args(c.get("function", {}).get("arguments"))]
+            for c in calls
+        ]
+    if message.get("role") == "tool" and message.get("name"):
+        key["name"] = message["name"]
+    return json.dumps(key, sort_keys=True, ensure_ascii=False)
+
+
+@dataclass
+class TurnNode:
+    """One committed model call."""
+
+    index: int
+    parent: TurnNode | None  # node whose history this turn's messages extend
+    base: TurnNode | None  # node whose ids this turn's prompt continues
+    extra_ids: list[int]  # prompt ids after ``base``'s ids (the whole prompt if no base)
+    output_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    weight_version: int | None
+    drift: DriftKind
+    ill_formed: bool
+    masked_tokens: int
+    messages: list[dict[str, Any]]  # template-form history through our assistant message
+    history_digest: str  # prefix_digests(keys)[-1] of that history
+    prompt_text_len: int
+    prompt_text_digest: str
+    tools_key: str
+    branch: Branch | None = None
+    end: int = 0  # offset in branch.ids one past this turn's output
+    children: int = 0
+
+
+@dataclass
+class Branch:
+    """One linear id sequence: the record of one session branch."""
+
+    id: int
+    parent_id: int | None
+    fork_turn: int | None
+    prompt_len: int
+    ids: list[int]
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    spans: list[TurnSpan] = field(default_factory=list)
+    tip: TurnNode | None = None
+
+
+class TrajectoryTree:
+    """The turns of one session and their branches."""
+
+    def __init__(self, session_id: str, model_id: str | None = None) -> None:
+        self.session_id = session_id
+        self.model_id = model_id
+        self.nodes: list[TurnNode] = []
+        self.branches: list[Branch] = []
+        self.counts = Counter({"append": 0, "rerender": 0, "fork": 0, "masked_tokens": 0,
+                               "ill_formed": 0})
+        self._by_history: dict[str, list[TurnNode]] = {}
+        self._lock = threading.Lock()
+
+    # Lookup ----------------------------------------------------------------------------------
+
+    def find_parent(self, digests: list[str], tools_key: str) -> TurnNode | None:
+        """The node with the longest history that a conversation extends, if any.
+
+        :param digests: :func:`prefix_digests` of the new conversation's messages.
+        :param tools_key: nodes rendered with the same tools are preferred.
+        """
+        for n in range(len(digests) - 1, 0, -1):
+            hit = self._by_history.get(digests[n - 1])
+            if hit:
+                same_tools = [node for node in hit if node.tools_key == tools_key]
+                pool = same_tools or hit
+                # prefer a branch tip (clean append) and then the latest turn
+                tips = [node for node in pool if node.branch and node.branch.tip is node]
+                return (tips or pool)[-1]
+        return None
+
+    def ids_through(self, node: TurnNode) -> list[int]:
+        """The exact ids ``node`` saw and sampled: its prompt followed by its output."""
+        assert node.branch is not None
+        return node.branch.ids[: node.end]
+
+    def sampled_after(self, node: TurnNode, offset: int) -> int:
+        """Sampled tokens in ``node``'s sequence at or after ``offset``."""
+        assert node.branch is not None
+        b = node.branch
+        start = max(offset - b.prompt_len, 0)
+        stop = node.end - b.prompt_len
+        return sum(b.mask[start:stop]) if stop > start else 0
+
+    # Commit ----------------------------------------------------------------------------------
+
+    def add(self, node: TurnNode) -> TurnNode:
+        """Record a sampled turn; returns it with its branch set."""
+        with self._lock:
+            base = node.base
+            if base is not None and base.branch is not None and base.branch.tip is base:
+                branch = base.branch
+            else:
+                if base is not None:
+                    prompt = self.ids_through(base) + node.extra_ids
+                    parent_branch = base.branch.id if base.branch else None
+                    fork_turn = base.index
+                    if node.drift == "append":
+                        node.drift = "fork"  # a concurrent turn took the tip first
+                else:
+                    prompt = list(node.extra_ids)
+                    origin = node.parent
+                    parent_branch = origin.branch.id if origin and origin.branch else None
+                    fork_turn = origin.index if origin else None
+                branch = Branch(len(self.branches), parent_branch, fork_turn, len(prompt), prompt)
+                self.branches.append(branch)
+            if branch.tip is not None:  # continuing: the tail is environment text
+                branch.ids.extend(node.extra_ids)
+                branch.mask.extend([0] * len(node.extra_ids))
+                branch.logprobs.extend([0.0] * len(node.extra_ids))
+            start = len(branch.ids) - branch.prompt_len
+            branch.ids.extend(node.output_ids)
+            branch.mask.extend([1] * len(node.output_ids))
+            branch.logprobs.extend(node.logprobs)
+            branch.spans.append(
+                TurnSpan(
+                    turn_index=node.index,
+                    start=start,
+                    end=start + len(node.output_ids),
+                    finish_reason=node.finish_reason,
+                    weight_version=node.weight_version,
+                    drift=node.drift,
+                    ill_formed=node.ill_formed,
+                    masked_tokens=node.masked_tokens,
+                )
+            )
+            branch.tip = node
+            node.branch = branch
+            node.end = len(branch.ids)
+            if node.parent is not None:
+                node.parent.children += 1
+            self.nodes.append(node)
+            self._by_history.setdefault(node.history_digest, []).append(node)
+            self._count(node)
+            return node
+
+    def _count(self, node: TurnNode) -> None:
+        self.counts[node.drift] += 1
+        _count(node.drift)
+        if node.masked_tokens:
+            self.counts["masked_tokens"] += node.masked_tokens
+            _count("masked_tokens", node.masked_tokens)
+        if node.ill_formed:
+            self.counts["ill_formed"] += 1
+            _count("ill_formed")
+
+    # Records ---------------------------------------------------------------------------------
+
+    def records(self) -> list[TraceRecord]:
+        """One record per branch, in branch order, with drift counts in ``metadata``."""
+        with self._lock:
+            out = []
+            for b in self.branches:
+                last = b.spans[-1].finish_reason if b.spans else "stop"
+                out.append(
+                    TraceRecord(
+                        session_id=self.session_id,
+                        branch_id=b.id,
+                        parent_branch_id=b.parent_id,
+                        fork_turn=b.fork_turn,
+                        prompt_ids=b.ids[: b.prompt_len],
+                        response_ids=b.ids[b.prompt_len :],
+                        response_mask=list(b.mask),
+                        response_logprobs=list(b.logprobs),
+                        turns=[s.model_copy() for s in b.spans],
+                        finish_reason=last,
+                        model_id=self.model_id,
+                        metadata={"drift": dict(self.counts), "num_branches": len(self.branches)},
+                    )
+                )
+            return out
+
+
+def prefix_digests(messages: list[dict[str, Any]], start: str = "") -> list[str]:
+    """Chained digest of each prefix of a conversation (``[i]`` covers ``messages[: i + 1]``).
+
+    :param start: the digest of the history these messages follow (``""`` at the start).
+    """
+    out, prev = [], start
+    for m in messages:
+        h = hashlib.blake2b(prev.encode("ascii"), digest_size=16)
+        h.update(message_key(m).encode("utf-8", "surrogatepass"))
+        prev = h.hexdigest()
+        out.append(prev)
+    return out
