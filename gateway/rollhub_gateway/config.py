@@ -1,0 +1,145 @@
+"""Configuration of the gateway: where it listens, which model and engine, session policy.
+
+One pydantic model, :class:`GatewayConfig`, serves the standalone server (``rollhub gateway
+serve --config gateway.toml``), the in-process gateway and the ``gateway`` token source
+(whose options extend it with the URL of a remote gateway).
+
+A TOML file holds the same keys at its top level, or under a ``[gateway]`` table::
+
+    host = "127.0.0.1"
+    port = 8790
+    model = "smollm2-135m-instruct"
+    journal_path = "runs/gateway.sqlite"
+
+    [engine]
+    name = "transformers"
+    options = { max_batch_size = 8 }
+
+    [policy]
+    temperature = 1.0
+    pinned = ["temperature", "top_p"]
+    max_turns = 64
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rollhub.errors import ConfigError
+
+__all__ = ["EngineSection", "GatewayConfig", "SessionPolicy", "load_gateway_config"]
+
+#: sampling fields a policy can pin (the agent's value is then ignored)
+PinnableField = Literal["temperature", "top_p", "top_k", "seed", "max_tokens", "stop"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SessionPolicy(_Strict):
+    """Sampling defaults and limits of one session.
+
+    The agent's own sampling fields (``temperature``, ``max_tokens``…) apply unless the
+    field is listed in ``pinned``; ``max_tokens`` is always clipped to ``max_tokens_cap``
+    and to what is left of ``max_context_tokens``.
+    """
+
+    temperature: float = Field(1.0, ge=0, description="default sampling temperature")
+    top_p: float = Field(1.0, gt=0, le=1, description="default nucleus mass")
+    top_k: int = Field(-1, description="default top-k (-1: off)")
+    seed: int | None = Field(None, description="default sampling seed")
+    max_tokens: int = Field(1024, ge=1, description="output tokens when the agent sets none")
+    max_tokens_cap: int | None = Field(None, ge=1, description="upper bound of max_tokens")
+    pinned: list[PinnableField] = Field(
+        default_factory=list,
+        description="fields whose policy value wins over the agent's (e.g. temperature)",
+    )
+    max_turns: int | None = Field(None, ge=1, description="model calls allowed per session")
+    max_context_tokens: int | None = Field(
+        None, ge=1, description="prompt + output tokens allowed per call"
+    )
+    max_concurrent_requests: int = Field(
+        8, ge=1, description="model calls of one session in flight at once (more: 429)"
+    )
+
+
+class EngineSection(_Strict):
+    """The sampling backend: a registered name plus that backend's own options."""
+
+    name: str = Field("transformers", description="a registered sampling backend")
+    options: dict[str, Any] = Field(default_factory=dict, description="the backend's options")
+
+
+class GatewayConfig(_Strict):
+    """Everything the gateway needs to serve: network, model, engine, sessions, limits."""
+
+    host: str = Field("127.0.0.1", description="interface to bind (loopback by default)")
+    port: int = Field(0, ge=0, le=65535, description="port to bind; 0 picks a free one")
+    admin_token: str | None = Field(
+        None, description="bearer token of the /sessions admin routes; random when unset"
+    )
+    model: str = Field(
+        "smollm2-135m-instruct", description="model config word or a local model directory"
+    )
+    model_id: str | None = Field(None, description="name served in /v1/models (default: model)")
+    chat_template: str | None = Field(
+        None, description="chat template override: Jinja text or a path to a .jinja file"
+    )
+    family: str | None = Field(None, description="template family override (output parser)")
+    engine: EngineSection = Field(default_factory=EngineSection)
+    journal_path: str | None = Field(None, description="SQLite journal of sessions (durable)")
+    session_ttl_s: float = Field(
+        3600.0, gt=0, description="idle sessions are dropped after this many seconds"
+    )
+    reap_interval_s: float | None = Field(
+        None, gt=0, description="how often idle sessions are looked for (default ttl/4)"
+    )
+    policy: SessionPolicy = Field(default_factory=SessionPolicy)
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, description="largest request body accepted (else 413)"
+    )
+    log_turns: bool = Field(True, description="one structured INFO log line per turn")
+
+    @property
+    def served_model_id(self) -> str:
+        """The model name clients see."""
+        return self.model_id or self.model
+
+
+def load_gateway_config(path: str | Path, **overrides: Any) -> GatewayConfig:
+    """Read a gateway TOML file (top-level keys or a ``[gateway]`` table) and validate it.
+
+    :param overrides: keys that replace the file's values (None values are ignored).
+    :raises ConfigError: unreadable file, bad TOML, unknown key or bad value.
+    """
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"gateway config file {str(p)!r} does not exist", field=None) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: not valid TOML: {exc}", field=None) from exc
+    if isinstance(data.get("gateway"), dict):
+        data = data["gateway"]
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return parse_gateway_config(data, source=str(p))
+
+
+def parse_gateway_config(data: dict[str, Any], *, source: str = "gateway config") -> GatewayConfig:
+    """Validate gateway config data, raising a :class:`ConfigError` that names the key."""
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        parts = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            if err["type"] == "extra_forbidden":
+                parts.append(f"unknown key {loc!r}")
+            else:
+                parts.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
+        first = ".".join(str(p) for p in exc.errors()[0]["loc"])
+        raise ConfigError(f"{source}: " + "; ".join(parts), field=first) from None

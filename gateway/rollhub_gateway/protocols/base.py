@@ -1,0 +1,267 @@
+"""What every wire protocol shares: request errors, requested sampling, finished turns.
+
+A protocol module turns its wire request into a :class:`WireRequest` (a neutral
+:class:`~rollhub_gateway.turns.ChatTurn` plus the agent's sampling fields), and a
+:class:`TurnResult` back into its wire response, stream events or error body.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from rollhub.sampling import Generation
+
+from rollhub_gateway.turns import ChatTurn, ParsedOutput
+
+__all__ = [
+    "ErrorKind",
+    "RequestedSampling",
+    "TurnResult",
+    "WireError",
+    "WireRequest",
+    "new_id",
+    "opt_bool",
+    "opt_float",
+    "opt_int",
+    "opt_stop",
+    "require",
+]
+
+#: error kind -> HTTP status
+ErrorKind = str
+STATUS: dict[ErrorKind, int] = {
+    "invalid_request": 400,
+    "authentication": 401,
+    "permission": 403,
+    "not_found": 404,
+    "too_large": 413,
+    "rate_limit": 429,
+    "engine": 502,
+    "overloaded": 503,
+    "internal": 500,
+}
+
+
+class WireError(Exception):
+    """A request that fails with an HTTP status; each protocol renders its own body.
+
+    :param kind: one of :data:`STATUS`'s keys.
+    :param param: the request field at fault (named in the body where the format allows).
+    """
+
+    def __init__(self, kind: ErrorKind, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        if kind not in STATUS:
+            raise ValueError(f"unknown error kind {kind!r}")
+        self.kind = kind
+        self.message = message
+        self.param = param
+
+    @property
+    def status(self) -> int:
+        """The HTTP status of this error."""
+        return STATUS[self.kind]
+
+
+@dataclass(frozen=True)
+class RequestedSampling:
+    """The sampling fields the agent sent (None: not sent)."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class WireRequest:
+    """One parsed model call."""
+
+    turn: ChatTurn
+    sampling: RequestedSampling
+    stream: bool = False
+    model: str | None = None
+    #: protocol-specific extras (OpenAI logprobs, include_usage…)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """A sampled, parsed and committed turn, ready to be rendered for the caller."""
+
+    parsed: ParsedOutput
+    generation: Generation
+    prompt_tokens: int
+    model_id: str
+    turn_index: int
+    #: decoded text of each sampled token (for OpenAI logprobs), when the tokenizer is known
+    token_texts: list[str] | None = None
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def completion_tokens(self) -> int:
+        """Number of sampled tokens."""
+        return len(self.generation.token_ids)
+
+    @property
+    def finish_reason(self) -> str:
+        """Neutral finish reason: ``tool_calls``, ``stop``, ``length`` or ``abort``."""
+        if self.parsed.tool_calls:
+            return "tool_calls"
+        return self.generation.finish_reason
+
+
+class ProtocolAdapter:
+    """Base of the three wire formats. Subclasses implement every method."""
+
+    name: ClassVar[str]
+
+    def error_body(self, err: WireError) -> dict[str, Any]:  # pragma: no cover - abstract
+        """The JSON error body of this format."""
+        raise NotImplementedError
+
+
+def new_id(prefix: str) -> str:
+    """A random id with a format prefix (``chatcmpl-``, ``msg_``, ``call_``…)."""
+    return f"{prefix}{uuid.uuid4().hex[:24]}"
+
+
+# Field readers: each names the field in its 400 ----------------------------------------------
+
+
+def require(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    """``body[name]``, which must be present and of ``kind``."""
+    if name not in body or body[name] is None:
+        raise WireError("invalid_request", f"missing required field {name!r}", param=name)
+    value = body[name]
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _tuple(kind)):
+        raise WireError(
+            "invalid_request",
+            f"field {name!r} must be {_kind_name(kind)}, got {type(value).__name__}",
+            param=name,
+        )
+    return value
+
+
+def opt_int(body: Mapping[str, Any], name: str, *, minimum: int | None = None) -> int | None:
+    """An optional integer field."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WireError("invalid_request", f"field {name!r} must be an integer", param=name)
+    if minimum is not None and value < minimum:
+        raise WireError("invalid_request", f"field {name!r} must be >= {minimum}", param=name)
+    return value
+
+
+def opt_float(
+    body: Mapping[str, Any],
+    name: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> float | None:
+    """An optional number field within bounds."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise WireError("invalid_request", f"field {name!r} must be a number", param=name)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise WireError(
+            "invalid_request",
+            f"field {name!r}={value} is outside [{minimum}, {maximum}]",
+            param=name,
+        )
+    return float(value)
+
+
+def opt_bool(body: Mapping[str, Any], name: str) -> bool | None:
+    """An optional boolean field."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise WireError("invalid_request", f"field {name!r} must be true or false", param=name)
+    return value
+
+
+def opt_stop(body: Mapping[str, Any], name: str) -> tuple[str, ...] | None:
+    """An optional stop field: a string or a list of strings."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(s, str) for s in value):
+        return tuple(value)
+    raise WireError(
+        "invalid_request", f"field {name!r} must be a string or list of strings", param=name
+    )
+
+
+def json_text(value: Any, name: str) -> str:
+    """Tool-call arguments as JSON text (objects are serialised, text is kept as sent)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise WireError(
+            "invalid_request", f"field {name!r} is not JSON-serialisable", param=name
+        ) from exc
+
+
+def _tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {
+        str: "a string",
+        list: "an array",
+        dict: "an object",
+        int: "an integer",
+        bool: "a boolean",
+    }
+    return " or ".join(names.get(k, k.__name__) for k in _tuple(kind))
+
+
+# Server-sent events --------------------------------------------------------------------------
+
+
+def sse(data: Any, event: str | None = None) -> bytes:
+    """One server-sent event; ``data`` is JSON-encoded unless it is already text."""
+    payload = (
+        data
+        if isinstance(data, str)
+        else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    )
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {payload}\n\n".encode()
+
+
+def remainder(streamed: str, final: str) -> str:
+    """The part of ``final`` not yet streamed (empty when the stream diverged from it).
+
+    A streaming parser may hold back text that could have been the start of tool-call
+    markup; once the output is finished that text is known and still owed to the caller.
+    """
+    return final[len(streamed) :] if final.startswith(streamed) else ""
+
+
+def parse_arguments(arguments: str) -> Any:
+    """Tool-call arguments as an object (formats that carry objects, not JSON text)."""
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {"value": value}

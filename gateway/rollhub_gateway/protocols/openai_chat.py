@@ -1,0 +1,363 @@
+"""OpenAI Chat Completions (``POST /v1/chat/completions``) ⇄ neutral turns.
+
+Supported: messages of every role (text parts; images are refused), function tools and
+``tool_choice``, ``n=1``, ``max_tokens``/``max_completion_tokens``, ``temperature``,
+``top_p``, ``stop``, ``seed``, ``logprobs``/``top_logprobs`` (the sampled tokens' logprobs;
+no alternatives are known, so ``top_logprobs`` lists are empty), and ``stream`` with
+``stream_options.include_usage``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from rollhub_gateway.protocols.base import (
+    ProtocolAdapter,
+    RequestedSampling,
+    TurnResult,
+    WireError,
+    WireRequest,
+    json_text,
+    new_id,
+    opt_bool,
+    opt_float,
+    opt_int,
+    opt_stop,
+    remainder,
+    require,
+    sse,
+)
+from rollhub_gateway.protocols.execution import Finished, Started, StreamEvent
+from rollhub_gateway.turns import ChatTurn, OutputDelta
+
+__all__ = ["OpenAIChat", "parse_messages", "parse_tools"]
+
+_ERROR_TYPES = {
+    "invalid_request": ("invalid_request_error", None),
+    "authentication": ("authentication_error", "invalid_api_key"),
+    "permission": ("permission_error", None),
+    "not_found": ("not_found_error", None),
+    "too_large": ("invalid_request_error", "request_too_large"),
+    "rate_limit": ("rate_limit_error", "rate_limit_exceeded"),
+    "engine": ("server_error", "engine_error"),
+    "overloaded": ("server_error", "overloaded"),
+    "internal": ("server_error", None),
+}
+_FINISH = {"abort": "stop", "error": "stop"}
+
+
+def _text_of(content: Any, where: str) -> str | None:
+    """Text of an OpenAI message content: a string or a list of text parts."""
+    if content is None or isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise WireError(
+            "invalid_request",
+            f"{where}.content must be a string or a list of parts",
+            param=f"{where}.content",
+        )
+    texts = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("text", "input_text", "output_text"):
+            texts.append(str(part.get("text", "")))
+        elif kind in ("image_url", "input_image", "input_audio", "file"):
+            raise WireError(
+                "invalid_request",
+                f"{where}.content[{j}] is {kind!r}: this gateway serves a text-only model; send text parts",
+                param=f"{where}.content",
+            )
+        else:
+            raise WireError(
+                "invalid_request",
+                f"{where}.content[{j}] has unknown type {kind!r}",
+                param=f"{where}.content",
+            )
+    return "".join(texts)
+
+
+def parse_messages(messages: Any, field: str = "messages") -> list[dict[str, Any]]:
+    """Validate OpenAI chat messages and return them in neutral form."""
+    if not isinstance(messages, list) or not messages:
+        raise WireError(
+            "invalid_request", f"{field!r} must be a non-empty array of messages", param=field
+        )
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(messages):
+        where = f"{field}[{i}]"
+        if not isinstance(m, dict):
+            raise WireError("invalid_request", f"{where} must be an object", param=where)
+        role = m.get("role")
+        if role == "developer":
+            role = "system"
+        if role not in ("system", "user", "assistant", "tool"):
+            raise WireError(
+                "invalid_request",
+                f"{where}.role={role!r} must be system, developer, user, assistant or tool",
+                param=f"{where}.role",
+            )
+        msg: dict[str, Any] = {"role": role, "content": _text_of(m.get("content"), where)}
+        if role == "assistant":
+            calls = m.get("tool_calls") or []
+            if not isinstance(calls, list):
+                raise WireError(
+                    "invalid_request",
+                    f"{where}.tool_calls must be an array",
+                    param=f"{where}.tool_calls",
+                )
+            if calls:
+                msg["tool_calls"] = [
+                    _tool_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)
+                ]
+            reasoning = m.get("reasoning_content", m.get("reasoning"))
+            if isinstance(reasoning, str) and reasoning:
+                msg["reasoning_content"] = reasoning
+        elif role == "tool":
+            call_id = m.get("tool_call_id")
+            if not isinstance(call_id, str):
+                raise WireError(
+                    "invalid_request",
+                    f"{where}.tool_call_id is required for role 'tool'",
+                    param=f"{where}.tool_call_id",
+                )
+            msg["tool_call_id"] = call_id
+            msg["content"] = msg["content"] or ""
+        elif msg["content"] is None:
+            raise WireError(
+                "invalid_request",
+                f"{where}.content is required for role {role!r}",
+                param=f"{where}.content",
+            )
+        out.append(msg)
+    return out
+
+
+def _tool_call(call: Any, where: str) -> dict[str, Any]:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise WireError("invalid_request", f"{where}.function.name is required", param=where)
+    return {
+        "id": str(call.get("id") or new_id("call_")),
+        "type": "function",
+        "function": {
+            "name": fn["name"],
+            "arguments": json_text(fn.get("arguments", "{}"), f"{where}.function.arguments"),
+        },
+    }
+
+
+def parse_tools(tools: Any, field: str = "tools") -> list[dict[str, Any]] | None:
+    """Validate OpenAI function tools (neutral form is the same)."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise WireError("invalid_request", f"{field!r} must be an array", param=field)
+    out = []
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(fn, dict):
+            raise WireError(
+                "invalid_request",
+                f"{field}[{i}] must be {{'type': 'function', 'function': {{...}}}}",
+                param=f"{field}[{i}]",
+            )
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise WireError(
+                "invalid_request",
+                f"{field}[{i}].function.name is required",
+                param=f"{field}[{i}].function.name",
+            )
+        entry = {
+            "name": fn["name"],
+            "parameters": fn.get("parameters") or {"type": "object", "properties": {}},
+        }
+        if fn.get("description"):
+            entry["description"] = fn["description"]
+        out.append({"type": "function", "function": entry})
+    return out or None
+
+
+class OpenAIChat(ProtocolAdapter):
+    """The Chat Completions wire format."""
+
+    name = "openai_chat"
+
+    def parse(self, body: Mapping[str, Any]) -> WireRequest:
+        """Validate a request body; every 400 names its field."""
+        n = opt_int(body, "n")
+        if n not in (None, 1):
+            raise WireError(
+                "invalid_request",
+                f"n={n} is not supported: this gateway returns one choice (n=1); send n separate requests",
+                param="n",
+            )
+        messages = parse_messages(require(body, "messages", list))
+        max_tokens = opt_int(body, "max_completion_tokens", minimum=1)
+        if max_tokens is None:
+            max_tokens = opt_int(body, "max_tokens", minimum=1)
+        stream = bool(opt_bool(body, "stream"))
+        stream_options = body.get("stream_options") or {}
+        if not isinstance(stream_options, dict):
+            raise WireError(
+                "invalid_request", "'stream_options' must be an object", param="stream_options"
+            )
+        top_logprobs = opt_int(body, "top_logprobs", minimum=0)
+        tool_choice = body.get("tool_choice")
+        if tool_choice is not None and not (
+            tool_choice in ("none", "auto", "required") or isinstance(tool_choice, dict)
+        ):
+            raise WireError(
+                "invalid_request",
+                "'tool_choice' must be 'none', 'auto', 'required' or a function object",
+                param="tool_choice",
+            )
+        return WireRequest(
+            turn=ChatTurn(messages, parse_tools(body.get("tools")), tool_choice),
+            sampling=RequestedSampling(
+                max_tokens=max_tokens,
+                temperature=opt_float(body, "temperature", minimum=0, maximum=2),
+                top_p=opt_float(body, "top_p", minimum=0, maximum=1),
+                top_k=opt_int(body, "top_k"),
+                seed=opt_int(body, "seed"),
+                stop=opt_stop(body, "stop"),
+            ),
+            stream=stream,
+            model=body.get("model"),
+            options={
+                "logprobs": bool(opt_bool(body, "logprobs")) or bool(top_logprobs),
+                "include_usage": bool(stream_options.get("include_usage")),
+            },
+        )
+
+    # Responses ----------------------------------------------------------------------------
+
+    def response(self, req: WireRequest, result: TurnResult) -> dict[str, Any]:
+        """The ``chat.completion`` object."""
+        p = result.parsed
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": p.content if (p.content or not p.tool_calls) else None,
+        }
+        if p.tool_calls:
+            message["tool_calls"] = [_call_json(c) for c in p.tool_calls]
+        if p.reasoning:
+            message["reasoning_content"] = p.reasoning
+        return {
+            "id": new_id("chatcmpl-"),
+            "object": "chat.completion",
+            "created": result.created,
+            "model": result.model_id,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": _FINISH.get(result.finish_reason, result.finish_reason),
+                    "logprobs": _logprobs(result) if req.options.get("logprobs") else None,
+                }
+            ],
+            "usage": _usage(result),
+        }
+
+    async def stream(
+        self, req: WireRequest, events: AsyncIterator[StreamEvent]
+    ) -> AsyncIterator[bytes]:
+        """``chat.completion.chunk`` events, then ``[DONE]``."""
+        cid, created = new_id("chatcmpl-"), 0
+        include_usage = req.options.get("include_usage")
+        model = ""
+        streamed = {"content": "", "reasoning": ""}
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+            body = {
+                "id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, **extra}],
+            }  # fmt: skip
+            if include_usage:
+                body["usage"] = None
+            return sse(body)
+
+        def text(d: OutputDelta) -> bytes:
+            streamed[d.kind] += d.text
+            return chunk({"reasoning_content" if d.kind == "reasoning" else "content": d.text})
+
+        async for ev in events:
+            if isinstance(ev, Started):
+                created, model = int(time.time()), ev.model_id
+                yield chunk({"role": "assistant", "content": ""})
+            elif isinstance(ev, OutputDelta):
+                if ev.text:
+                    yield text(ev)
+            elif isinstance(ev, Finished):
+                r = ev.result
+                model = r.model_id
+                for kind, final in (
+                    ("reasoning", r.parsed.reasoning or ""),
+                    ("content", r.parsed.content),
+                ):
+                    rest = remainder(streamed[kind], final)
+                    if rest:
+                        yield text(OutputDelta(kind, rest))  # type: ignore[arg-type]
+                for i, c in enumerate(r.parsed.tool_calls):
+                    yield chunk({"tool_calls": [{"index": i, **_call_json(c)}]})
+                lp = _logprobs(r) if req.options.get("logprobs") else None
+                yield chunk({}, _FINISH.get(r.finish_reason, r.finish_reason), logprobs=lp)
+                if include_usage:
+                    yield sse(
+                        {
+                            "id": cid,
+                            "object": "chat.completion.chunk",
+                            "created": created,
+                            "model": model,
+                            "choices": [],
+                            "usage": _usage(r),
+                        }
+                    )
+                yield sse("[DONE]")
+
+    # Errors -------------------------------------------------------------------------------
+
+    def error_body(self, err: WireError) -> dict[str, Any]:
+        """``{"error": {message, type, param, code}}``."""
+        etype, code = _ERROR_TYPES[err.kind]
+        return {"error": {"message": err.message, "type": etype, "param": err.param, "code": code}}
+
+    def stream_error(self, err: WireError) -> bytes:
+        """An error after the stream began: an ``error`` data event."""
+        return sse(self.error_body(err))
+
+
+def _call_json(call: Any) -> dict[str, Any]:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+
+
+def _usage(r: TurnResult) -> dict[str, int]:
+    return {
+        "prompt_tokens": r.prompt_tokens,
+        "completion_tokens": r.completion_tokens,
+        "total_tokens": r.prompt_tokens + r.completion_tokens,
+    }
+
+
+def _logprobs(r: TurnResult) -> dict[str, Any]:
+    texts = r.token_texts or [""] * len(r.generation.token_ids)
+    return {
+        "content": [
+            {
+                "token": t,
+                "logprob": lp,
+                "bytes": list(t.encode("utf-8")),
+                "top_logprobs": [],
+                "token_id": tid,
+            }
+            for t, lp, tid in zip(
+                texts, r.generation.logprobs, r.generation.token_ids, strict=False
+            )
+        ],
+        "refusal": None,
+    }

@@ -1,0 +1,489 @@
+"""OpenAI Responses (``POST /v1/responses``) ⇄ neutral turns.
+
+Supported: ``input`` as a string or a list of items (messages with text parts,
+``function_call``, ``function_call_output``, ``reasoning``), ``instructions``, function
+tools and ``tool_choice``, ``max_output_tokens``, ``temperature``, ``top_p``, and ``stream``
+(the documented ``response.*`` event sequence). The gateway keeps no server-side response
+state: ``previous_response_id`` is refused; send the whole conversation as ``input``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from rollhub_gateway.protocols.base import (
+    ProtocolAdapter,
+    RequestedSampling,
+    TurnResult,
+    WireError,
+    WireRequest,
+    json_text,
+    new_id,
+    opt_bool,
+    opt_float,
+    opt_int,
+    remainder,
+    sse,
+)
+from rollhub_gateway.protocols.execution import Finished, Started, StreamEvent
+from rollhub_gateway.protocols.openai_chat import OpenAIChat
+from rollhub_gateway.turns import ChatTurn, OutputDelta
+
+__all__ = ["OpenAIResponses"]
+
+
+def _content_text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise WireError(
+            "invalid_request",
+            f"{where}.content must be a string or a list of parts",
+            param=f"{where}.content",
+        )
+    texts = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text"):
+            texts.append(str(part.get("text", "")))
+        elif kind in ("input_image", "input_file", "input_audio"):
+            raise WireError(
+                "invalid_request",
+                f"{where}.content[{j}] is {kind!r}: this gateway serves a text-only model; send input_text parts",
+                param=f"{where}.content",
+            )
+        else:
+            raise WireError(
+                "invalid_request",
+                f"{where}.content[{j}] has unknown type {kind!r}",
+                param=f"{where}.content",
+            )
+    return "".join(texts)
+
+
+def _input(items: Any) -> list[dict[str, Any]]:
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    if not isinstance(items, list) or not items:
+        raise WireError(
+            "invalid_request",
+            "'input' must be a string or a non-empty array of items",
+            param="input",
+        )
+    out: list[dict[str, Any]] = []
+    pending_reasoning: str | None = None
+    for i, item in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise WireError("invalid_request", f"{where} must be an object", param=where)
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role == "developer":
+                role = "system"
+            if role not in ("system", "user", "assistant"):
+                raise WireError(
+                    "invalid_request",
+                    f"{where}.role={role!r} must be system, developer, user or assistant",
+                    param=f"{where}.role",
+                )
+            msg: dict[str, Any] = {
+                "role": role,
+                "content": _content_text(item.get("content"), where),
+            }
+            if role == "assistant" and pending_reasoning:
+                msg["reasoning_content"], pending_reasoning = pending_reasoning, None
+            out.append(msg)
+        elif kind == "function_call":
+            if not isinstance(item.get("name"), str) or not isinstance(item.get("call_id"), str):
+                raise WireError(
+                    "invalid_request",
+                    f"{where} (function_call) needs 'call_id' and 'name'",
+                    param=where,
+                )
+            call = {
+                "id": item["call_id"],
+                "type": "function",
+                "function": {
+                    "name": item["name"],
+                    "arguments": json_text(item.get("arguments", "{}"), f"{where}.arguments"),
+                },
+            }
+            last = out[-1] if out else None
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                msg = {"role": "assistant", "content": None, "tool_calls": [call]}
+                if pending_reasoning:
+                    msg["reasoning_content"], pending_reasoning = pending_reasoning, None
+                out.append(msg)
+        elif kind == "function_call_output":
+            if not isinstance(item.get("call_id"), str):
+                raise WireError(
+                    "invalid_request", f"{where}.call_id is required", param=f"{where}.call_id"
+                )
+            output = item.get("output", "")
+            text = output if isinstance(output, str) else _content_text(output, where)
+            out.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
+        elif kind == "reasoning":
+            parts = item.get("content") or item.get("summary") or []
+            pending_reasoning = "".join(
+                str(p.get("text", "")) for p in parts if isinstance(p, dict)
+            )
+        else:
+            raise WireError(
+                "invalid_request",
+                f"{where}.type={kind!r} is not supported (message, function_call, function_call_output, reasoning)",
+                param=f"{where}.type",
+            )
+    return out
+
+
+def _tools(tools: Any) -> list[dict[str, Any]] | None:
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise WireError("invalid_request", "'tools' must be an array", param="tools")
+    out = []
+    for i, t in enumerate(tools):
+        if not isinstance(t, dict) or t.get("type") != "function":
+            raise WireError(
+                "invalid_request",
+                f"tools[{i}]: only function tools are supported (type 'function')",
+                param=f"tools[{i}].type",
+            )
+        if not isinstance(t.get("name"), str):
+            raise WireError(
+                "invalid_request", f"tools[{i}].name is required", param=f"tools[{i}].name"
+            )
+        fn = {
+            "name": t["name"],
+            "parameters": t.get("parameters") or {"type": "object", "properties": {}},
+        }
+        if t.get("description"):
+            fn["description"] = t["description"]
+        out.append({"type": "function", "function": fn})
+    return out or None
+
+
+def _tool_choice(choice: Any) -> Any:
+    if choice is None or choice in ("none", "auto", "required"):
+        return choice
+    if (
+        isinstance(choice, dict)
+        and choice.get("type") == "function"
+        and isinstance(choice.get("name"), str)
+    ):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    raise WireError(
+        "invalid_request",
+        "'tool_choice' must be none, auto, required or {type: function, name}",
+        param="tool_choice",
+    )
+
+
+class OpenAIResponses(ProtocolAdapter):
+    """The Responses wire format (stateless)."""
+
+    name = "openai_responses"
+
+    def parse(self, body: Mapping[str, Any]) -> WireRequest:
+        """Validate a request body; every 400 names its field."""
+        if body.get("previous_response_id") is not None:
+            raise WireError(
+                "invalid_request",
+                "'previous_response_id' is not supported: the gateway stores no responses; send the whole conversation as 'input'",
+                param="previous_response_id",
+            )
+        if "input" not in body:
+            raise WireError("invalid_request", "missing required field 'input'", param="input")
+        messages = _input(body["input"])
+        instructions = body.get("instructions")
+        if instructions is not None:
+            if not isinstance(instructions, str):
+                raise WireError(
+                    "invalid_request", "'instructions' must be a string", param="instructions"
+                )
+            messages.insert(0, {"role": "system", "content": instructions})
+        return WireRequest(
+            turn=ChatTurn(
+                messages, _tools(body.get("tools")), _tool_choice(body.get("tool_choice"))
+            ),
+            sampling=RequestedSampling(
+                max_tokens=opt_int(body, "max_output_tokens", minimum=1),
+                temperature=opt_float(body, "temperature", minimum=0, maximum=2),
+                top_p=opt_float(body, "top_p", minimum=0, maximum=1),
+            ),
+            stream=bool(opt_bool(body, "stream")),
+            model=body.get("model"),
+            options={
+                "body": {
+                    k: body.get(k)
+                    for k in (
+                        "instructions",
+                        "tools",
+                        "tool_choice",
+                        "temperature",
+                        "top_p",
+                        "max_output_tokens",
+                        "metadata",
+                    )
+                }
+            },
+        )
+
+    def _envelope(
+        self, req: WireRequest, rid: str, created: int, model: str, status: str
+    ) -> dict[str, Any]:
+        echo = req.options.get("body", {})
+        return {
+            "id": rid, "object": "response", "created_at": created, "status": status, "model": model,
+            "output": [], "error": None, "incomplete_details": None,
+            "instructions": echo.get("instructions"), "tools": echo.get("tools") or [],
+            "tool_choice": echo.get("tool_choice") or "auto", "parallel_tool_calls": True,
+            "temperature": echo.get("temperature"), "top_p": echo.get("top_p"),
+            "max_output_tokens": echo.get("max_output_tokens"), "metadata": echo.get("metadata") or {},
+            "text": {"format": {"type": "text"}}, "usage": None,
+        }  # fmt: skip
+
+    def response(
+        self, req: WireRequest, result: TurnResult, rid: str | None = None
+    ) -> dict[str, Any]:
+        """The ``response`` object."""
+        incomplete = result.finish_reason == "length"
+        env = self._envelope(
+            req,
+            rid or new_id("resp_"),
+            result.created,
+            result.model_id,
+            "incomplete" if incomplete else "completed",
+        )
+        if incomplete:
+            env["incomplete_details"] = {"reason": "max_output_tokens"}
+        p = result.parsed
+        if p.reasoning:
+            env["output"].append(_reasoning_item(new_id("rs_"), p.reasoning))
+        if p.content or not p.tool_calls:
+            env["output"].append(_message_item(new_id("msg_"), p.content))
+        env["output"] += [
+            _call_item(new_id("fc_"), c.id, c.name, c.arguments) for c in p.tool_calls
+        ]
+        env["usage"] = {
+            "input_tokens": result.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": result.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": result.prompt_tokens + result.completion_tokens,
+        }  # fmt: skip
+        return env
+
+    async def stream(
+        self, req: WireRequest, events: AsyncIterator[StreamEvent]
+    ) -> AsyncIterator[bytes]:
+        """response.created … output items and their deltas … response.completed."""
+        rid = new_id("resp_")
+        seq = 0
+        streamed = {"content": "", "reasoning": ""}
+        items: list[dict[str, Any]] = []
+        cur: dict[str, Any] = {}
+
+        def ev(kind: str, **data: Any) -> bytes:
+            nonlocal seq
+            seq += 1
+            return sse({"type": kind, "sequence_number": seq - 1, **data}, kind)
+
+        def close() -> list[bytes]:
+            if not cur:
+                return []
+            idx, item, text = cur["index"], cur["item"], cur["text"]
+            out = []
+            if item["type"] == "message":
+                part = {"type": "output_text", "text": text, "annotations": []}
+                out.append(
+                    ev(
+                        "response.output_text.done",
+                        item_id=item["id"],
+                        output_index=idx,
+                        content_index=0,
+                        text=text,
+                        logprobs=[],
+                    )
+                )
+                out.append(
+                    ev(
+                        "response.content_part.done",
+                        item_id=item["id"],
+                        output_index=idx,
+                        content_index=0,
+                        part=part,
+                    )
+                )
+                done = _message_item(item["id"], text)
+            else:
+                out.append(
+                    ev(
+                        "response.reasoning_text.done",
+                        item_id=item["id"],
+                        output_index=idx,
+                        content_index=0,
+                        text=text,
+                    )
+                )
+                done = _reasoning_item(item["id"], text)
+            items.append(done)
+            out.append(ev("response.output_item.done", output_index=idx, item=done))
+            cur.clear()
+            return out
+
+        def text(kind: str, piece: str) -> list[bytes]:
+            out: list[bytes] = []
+            want = "message" if kind == "content" else "reasoning"
+            if not cur or cur["item"]["type"] != want:
+                out += close()
+                idx = len(items)
+                if want == "message":
+                    item = {
+                        "type": "message",
+                        "id": new_id("msg_"),
+                        "status": "in_progress",
+                        "role": "assistant",
+                        "content": [],
+                    }
+                else:
+                    item = {"type": "reasoning", "id": new_id("rs_"), "summary": [], "content": []}
+                cur.update(index=idx, item=item, text="")
+                out.append(ev("response.output_item.added", output_index=idx, item=item))
+                if want == "message":
+                    out.append(
+                        ev(
+                            "response.content_part.added",
+                            item_id=item["id"],
+                            output_index=idx,
+                            content_index=0,
+                            part={"type": "output_text", "text": "", "annotations": []},
+                        )
+                    )
+            streamed[kind] += piece
+            cur["text"] += piece
+            name = (
+                "response.output_text.delta"
+                if want == "message"
+                else "response.reasoning_text.delta"
+            )
+            extra = {"logprobs": []} if want == "message" else {}
+            out.append(
+                ev(
+                    name,
+                    item_id=cur["item"]["id"],
+                    output_index=cur["index"],
+                    content_index=0,
+                    delta=piece,
+                    **extra,
+                )
+            )
+            return out
+
+        async for e in events:
+            if isinstance(e, Started):
+                env = self._envelope(req, rid, int(time.time()), e.model_id, "in_progress")
+                yield ev("response.created", response=env)
+                yield ev("response.in_progress", response=env)
+            elif isinstance(e, OutputDelta):
+                if e.text:
+                    for b in text(e.kind, e.text):
+                        yield b
+            elif isinstance(e, Finished):
+                r = e.result
+                chunks: list[bytes] = []
+                for kind, final in (
+                    ("reasoning", r.parsed.reasoning or ""),
+                    ("content", r.parsed.content),
+                ):
+                    rest = remainder(streamed[kind], final)
+                    if rest:
+                        chunks += text(kind, rest)
+                chunks += close()
+                for c in r.parsed.tool_calls:
+                    idx, fid = len(items), new_id("fc_")
+                    added = _call_item(fid, c.id, c.name, "", status="in_progress")
+                    chunks.append(ev("response.output_item.added", output_index=idx, item=added))
+                    chunks.append(
+                        ev(
+                            "response.function_call_arguments.delta",
+                            item_id=fid,
+                            output_index=idx,
+                            delta=c.arguments,
+                        )
+                    )
+                    chunks.append(
+                        ev(
+                            "response.function_call_arguments.done",
+                            item_id=fid,
+                            output_index=idx,
+                            arguments=c.arguments,
+                            name=c.name,
+                        )
+                    )
+                    done = _call_item(fid, c.id, c.name, c.arguments)
+                    items.append(done)
+                    chunks.append(ev("response.output_item.done", output_index=idx, item=done))
+                final_env = self.response(req, r, rid)
+                final_env["output"] = items if items else final_env["output"]
+                kind = (
+                    "response.incomplete"
+                    if final_env["status"] == "incomplete"
+                    else "response.completed"
+                )
+                chunks.append(ev(kind, response=final_env))
+                for b in chunks:
+                    yield b
+
+    def error_body(self, err: WireError) -> dict[str, Any]:
+        """Same error shape as Chat Completions."""
+        return OpenAIChat().error_body(err)
+
+    def stream_error(self, err: WireError) -> bytes:
+        """An ``error`` event after the stream began."""
+        body = self.error_body(err)["error"]
+        return sse(
+            {
+                "type": "error",
+                "code": body["code"],
+                "message": body["message"],
+                "param": body["param"],
+                "sequence_number": 0,
+            },
+            "error",
+        )
+
+
+def _message_item(mid: str, text: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": mid,
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def _reasoning_item(rid: str, text: str) -> dict[str, Any]:
+    return {
+        "type": "reasoning",
+        "id": rid,
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+    }
+
+
+def _call_item(
+    fid: str, call_id: str, name: str, arguments: str, status: str = "completed"
+) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": fid,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }

@@ -1,0 +1,434 @@
+"""The gateway's aiohttp application: model routes for three wire formats, admin routes.
+
+Model routes (session key in ``Authorization: Bearer`` or ``x-api-key``)::
+
+    POST /v1/chat/completions          OpenAI Chat Completions
+    POST /v1/responses                 OpenAI Responses
+    POST /v1/messages                  Anthropic Messages
+    POST /v1/messages/count_tokens     Anthropic token counting
+    GET  /v1/models                    the served model
+
+Admin routes (``Authorization: Bearer <admin token>``)::
+
+    POST   /sessions                   open a session → {session_id, api_key, base_url}
+    GET    /sessions/{sid}/traces      the session's TraceRecords so far
+    POST   /sessions/{sid}/finish      close it and return its TraceRecords
+    DELETE /sessions/{sid}             close it and discard its turns
+    PUT    /weight_version             {"version": int | null}
+
+Open routes: ``GET /healthz``, ``GET /metrics`` (Prometheus text).
+
+Errors come back in the caller's wire format with the status SDKs expect: 400 (naming
+the field), 401, 404, 413, 429 (per-session concurrency), 502 (engine failure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+from typing import Any
+
+from aiohttp import web
+from rollhub.errors import ConfigError
+from rollhub.sampling import SamplingBackend
+from rollhub.trace import TraceRecord
+
+from rollhub_gateway.config import GatewayConfig, SessionPolicy
+from rollhub_gateway.metrics import GatewayMetrics
+from rollhub_gateway.protocols import AnthropicMessages, OpenAIChat, OpenAIResponses, WireError
+from rollhub_gateway.protocols.base import ProtocolAdapter
+from rollhub_gateway.protocols.execution import ClientGone, TurnRunner
+from rollhub_gateway.sessions import Session, SessionError, SessionManager
+from rollhub_gateway.turns import ChatModel
+
+__all__ = ["Gateway"]
+
+log = logging.getLogger(__name__)
+
+_OPENAI, _RESPONSES, _ANTHROPIC = OpenAIChat(), OpenAIResponses(), AnthropicMessages()
+
+
+class Gateway:
+    """One gateway: an engine, a chat model, sessions, metrics, and the HTTP app serving them.
+
+    Use it in process (:meth:`open_session`, :meth:`finish_session`…), mount :meth:`app`
+    into another aiohttp application, or serve it with :meth:`start` (see
+    :mod:`rollhub_gateway.serving` for threaded and standalone serving).
+
+    :param backend: the sampling backend (started by :meth:`start` / the app's startup).
+    :param chat_model: renders turns to ids and parses outputs.
+    :param config: network, session and limit settings (the model/engine fields are used
+        by :func:`~rollhub_gateway.serving.build_gateway`, not here).
+    """
+
+    def __init__(
+        self,
+        backend: SamplingBackend,
+        chat_model: ChatModel,
+        config: GatewayConfig | None = None,
+    ) -> None:
+        self.config = config or GatewayConfig()
+        self.backend = backend
+        self.chat_model = chat_model
+        self.admin_token = self.config.admin_token or secrets.token_urlsafe(24)
+        self.metrics = GatewayMetrics()
+        self.sessions = SessionManager(
+            chat_model,
+            default_policy=self.config.policy,
+            ttl_s=self.config.session_ttl_s,
+            reap_interval_s=self.config.reap_interval_s,
+            on_close=lambda _s, how: self.metrics.session_closed(how),
+        )
+        self.metrics.active_sessions = lambda: len(self.sessions)
+        self.metrics.drift_counts = self.sessions.drift_totals
+        self.weight_version: int | None = None
+        self.runner = TurnRunner(
+            backend, chat_model, self.metrics,
+            weight_version=lambda: self.weight_version, log_turns=self.config.log_turns,
+        )  # fmt: skip
+        self.url: str | None = None
+        self._server: Any = None
+
+    # In-process API ---------------------------------------------------------------------------
+
+    def open_session(
+        self,
+        session_id: str | None = None,
+        *,
+        policy: SessionPolicy | dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Session:
+        """Open a capture session; give ``session.key`` to the agent as its api key."""
+        session = self.sessions.open(session_id, policy=policy, metadata=metadata)
+        self.metrics.session_opened()
+        return session
+
+    def traces(self, session_id: str) -> list[TraceRecord]:
+        """The open session's records (every answered call is in them)."""
+        return self.sessions.traces(session_id)
+
+    def finish_session(self, session_id: str) -> list[TraceRecord]:
+        """Close a session and return its records."""
+        return self.sessions.finish(session_id)
+
+    def drop_session(self, session_id: str) -> None:
+        """Close a session and discard its records."""
+        self.sessions.drop(session_id)
+
+    def set_weight_version(self, version: int | None) -> None:
+        """The policy version stamped on every turn committed from now on."""
+        self.weight_version = version
+
+    @property
+    def base_url(self) -> str | None:
+        """``http://host:port/v1`` once served (OpenAI SDKs); Anthropic SDKs use :attr:`url`."""
+        return f"{self.url}/v1" if self.url else None
+
+    async def start(self, host: str | None = None, port: int | None = None) -> str:
+        """Serve on the running loop; returns the root URL (``http://host:port``)."""
+        from rollhub_gateway.serving import AppServer
+
+        if self._server is None:
+            self._server = AppServer(
+                self.app(), host or self.config.host, self.config.port if port is None else port
+            )
+            self.url = await self._server.start()
+        return self.url or ""
+
+    async def stop(self) -> None:
+        """Stop serving (sessions stay in memory until finished or dropped)."""
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop()
+        self.url = None
+
+    async def close(self) -> None:
+        """Stop serving and close the sampling backend."""
+        await self.stop()
+        await self.backend.close()
+
+    # The aiohttp application ---------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        """A new aiohttp application (mountable as a sub-app) serving this gateway."""
+        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[self._count])
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/responses", self._responses)
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_post("/sessions", self._admin_open)
+        app.router.add_get("/sessions/{sid}/traces", self._admin_traces)
+        app.router.add_post("/sessions/{sid}/finish", self._admin_finish)
+        app.router.add_delete("/sessions/{sid}", self._admin_drop)
+        app.router.add_put("/weight_version", self._admin_weight_version)
+        app.on_startup.append(self._on_startup)
+        app.on_cleanup.append(self._on_cleanup)
+        return app
+
+    async def _on_startup(self, _app: web.Application) -> None:
+        await self.backend.start()
+        self.sessions.start_reaper()
+
+    async def _on_cleanup(self, _app: web.Application) -> None:
+        await self.sessions.stop_reaper()
+
+    @web.middleware
+    async def _count(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        route = request.match_info.route.resource
+        name = route.canonical if route is not None else "unmatched"
+        status = 500
+        try:
+            resp = await handler(request)
+            status = resp.status
+            return resp
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        finally:
+            self.metrics.request(name, status)
+
+    # Model routes ---------------------------------------------------------------------------
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._model_call(request, _OPENAI, "/v1/chat/completions")
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._model_call(request, _RESPONSES, "/v1/responses")
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        return await self._model_call(request, _ANTHROPIC, "/v1/messages")
+
+    async def _model_call(
+        self, request: web.Request, adapter: Any, route: str
+    ) -> web.StreamResponse:
+        try:
+            session = self._session(request)
+            req = adapter.parse(await _body(request))
+            session.touch()
+            plan = self.runner.plan(session, req, route=route)
+            if not req.stream:
+                result = await self.runner.complete(plan)
+                return web.json_response(adapter.response(req, result))
+            return await self._stream(request, adapter, req, plan)
+        except WireError as err:
+            return _error(adapter, err)
+
+    async def _stream(
+        self, request: web.Request, adapter: Any, req: Any, plan: Any
+    ) -> web.StreamResponse:
+        stream = self.runner.stream(plan)
+        try:
+            await stream.start()  # a 502 before the first byte is still a plain error
+            resp = web.StreamResponse(
+                headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+            )
+            await resp.prepare(request)
+            events = stream.events(is_closed=lambda: _gone(request))
+            chunks = adapter.stream(req, events)
+            try:
+                async for chunk in chunks:
+                    await resp.write(chunk)
+            except WireError as err:
+                await resp.write(adapter.stream_error(err))
+            finally:
+                await chunks.aclose()
+                await events.aclose()
+            await resp.write_eof()
+            return resp
+        except (ConnectionResetError, ClientGone, asyncio.CancelledError) as exc:
+            log.info(
+                "session %s: client left a streamed call (%s); engine request aborted",
+                plan.session.session_id,
+                type(exc).__name__,
+            )
+            raise
+        finally:
+            await stream.aclose()
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        try:
+            self._session(request)
+            req = _ANTHROPIC.parse(await _body(request), count_only=True)
+            return web.json_response({"input_tokens": self.chat_model.count_tokens(req.turn)})
+        except WireError as err:
+            return _error(_ANTHROPIC, err)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        adapter = _ANTHROPIC if "anthropic-version" in request.headers else _OPENAI
+        try:
+            if not self._is_admin(request):
+                self._session(request)
+        except WireError as err:
+            return _error(adapter, err)
+        mid = self.chat_model.model_id
+        entry = {
+            "id": mid,
+            "object": "model",
+            "created": 0,
+            "owned_by": "rollhub",
+            "type": "model",
+            "display_name": mid,
+            "created_at": "1970-01-01T00:00:00Z",
+        }
+        return web.json_response(
+            {"object": "list", "data": [entry], "has_more": False, "first_id": mid, "last_id": mid}
+        )
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        return web.json_response(
+            {"status": "ok", "model": self.chat_model.model_id, "sessions": len(self.sessions)}
+        )
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(
+            text=self.metrics.render(),
+            content_type="text/plain",
+            charset="utf-8",
+            headers={"X-Content-Type-Options": "nosniff"},
+        )
+
+    def _session(self, request: web.Request) -> Session:
+        key = request.headers.get("x-api-key")
+        if not key:
+            auth = request.headers.get("Authorization", "")
+            key = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+        if not key:
+            raise WireError(
+                "authentication",
+                "missing api key: send the session key as 'Authorization: Bearer <key>' or 'x-api-key'",
+            )
+        try:
+            return self.sessions.by_key(key)
+        except SessionError:
+            raise WireError(
+                "authentication",
+                "invalid api key: no open session has this key (unknown, finished, dropped or expired)",
+            ) from None
+
+    # Admin routes ---------------------------------------------------------------------------
+
+    def _is_admin(self, request: web.Request) -> bool:
+        auth = request.headers.get("Authorization", "")
+        token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        return bool(token) and secrets.compare_digest(token.encode(), self.admin_token.encode())
+
+    def _admin(self, request: web.Request) -> None:
+        if not self._is_admin(request):
+            raise WireError(
+                "authentication", "admin routes need 'Authorization: Bearer <admin token>'"
+            )
+
+    async def _admin_open(self, request: web.Request) -> web.Response:
+        try:
+            self._admin(request)
+            body = await _body(request, allow_empty=True)
+            sid = body.get("session_id")
+            if sid is not None and (not isinstance(sid, str) or not sid):
+                raise WireError(
+                    "invalid_request", "'session_id' must be a non-empty string", param="session_id"
+                )
+            policy = body.get("policy")
+            if policy is not None and not isinstance(policy, dict):
+                raise WireError("invalid_request", "'policy' must be an object", param="policy")
+            try:
+                session = self.open_session(sid, policy=policy, metadata=body.get("metadata"))
+            except ConfigError as exc:
+                raise WireError(
+                    "invalid_request", str(exc), param=exc.context.get("field")
+                ) from None
+            except SessionError as exc:
+                raise WireError("invalid_request", str(exc), param="session_id") from None
+        except WireError as err:
+            return _error(_OPENAI, err)
+        root = f"{request.scheme}://{request.host}{request.path.removesuffix('/sessions')}"
+        return web.json_response(
+            {
+                "session_id": session.session_id,
+                "api_key": session.key,
+                "base_url": f"{root}/v1",
+                "anthropic_base_url": root,
+                "model": self.chat_model.model_id,
+            },
+            status=201,
+        )
+
+    async def _admin_traces(self, request: web.Request) -> web.Response:
+        return await self._admin_records(request, self.traces)
+
+    async def _admin_finish(self, request: web.Request) -> web.Response:
+        return await self._admin_records(request, self.finish_session)
+
+    async def _admin_records(self, request: web.Request, get: Any) -> web.Response:
+        sid = request.match_info["sid"]
+        try:
+            self._admin(request)
+            try:
+                records = get(sid)
+            except SessionError:
+                raise WireError("not_found", f"no open session {sid!r}") from None
+        except WireError as err:
+            return _error(_OPENAI, err)
+        return web.json_response(
+            {"session_id": sid, "traces": [r.model_dump(mode="json") for r in records]}
+        )
+
+    async def _admin_drop(self, request: web.Request) -> web.Response:
+        sid = request.match_info["sid"]
+        try:
+            self._admin(request)
+            try:
+                self.drop_session(sid)
+            except SessionError:
+                raise WireError("not_found", f"no open session {sid!r}") from None
+        except WireError as err:
+            return _error(_OPENAI, err)
+        return web.Response(status=204)
+
+    async def _admin_weight_version(self, request: web.Request) -> web.Response:
+        try:
+            self._admin(request)
+            body = await _body(request)
+            version = body.get("version")
+            if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+                raise WireError(
+                    "invalid_request", "'version' must be an integer or null", param="version"
+                )
+        except WireError as err:
+            return _error(_OPENAI, err)
+        self.set_weight_version(version)
+        return web.json_response({"version": version})
+
+
+async def _body(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
+    """The JSON object body; 413 past ``client_max_size``, 400 when it is not an object."""
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise WireError(
+            "too_large",
+            f"request body is larger than the gateway's limit of {request.app._client_max_size} bytes (max_body_bytes)",
+        ) from exc
+    if not raw and allow_empty:
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise WireError("invalid_request", f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise WireError("invalid_request", "request body must be a JSON object")
+    return body
+
+
+def _error(adapter: ProtocolAdapter, err: WireError) -> web.Response:
+    headers = {"Retry-After": "1"} if err.status in (429, 503) else None
+    return web.json_response(adapter.error_body(err), status=err.status, headers=headers)
+
+
+def _gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()

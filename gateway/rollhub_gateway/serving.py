@@ -1,0 +1,274 @@
+"""Ways to serve a gateway: on a running loop, in a background thread, or standalone.
+
+- In process: ``url = await gateway.start()`` serves on the caller's event loop, or mount
+  ``gateway.app()`` into an existing aiohttp application (``parent.add_subapp("/gw", app)``).
+- Threaded, for synchronous trainers: ``with ThreadedGateway(gateway) as gw: gw.url``
+  runs its own event loop in a daemon thread.
+- Standalone: ``rollhub gateway serve`` (:mod:`rollhub_gateway.cli`) calls
+  :func:`serve_forever`.
+
+:func:`build_gateway` builds the engine (through the component registry) and the chat
+model from a :class:`~rollhub_gateway.config.GatewayConfig`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from aiohttp import web
+from rollhub.errors import ConfigError, GatewayError, UsageError
+from rollhub.sampling import SamplingBackend
+
+from rollhub_gateway.config import GatewayConfig
+from rollhub_gateway.server import Gateway
+from rollhub_gateway.turns import ChatModel
+
+__all__ = [
+    "AppServer",
+    "ThreadedGateway",
+    "build_backend",
+    "build_chat_model_for",
+    "build_gateway",
+    "serve_forever",
+]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: listen backlog: thousands of agents may connect at once
+BACKLOG = 2048
+
+
+class AppServer:
+    """An aiohttp application served on the running loop (``host``/``port``; 0 = free port)."""
+
+    def __init__(self, app: web.Application, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.app = app
+        self.host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> str:
+        """Bind and serve; returns ``http://host:port``."""
+        # handler_cancellation: a client that disconnects mid-call cancels its handler,
+        # which closes the engine request instead of sampling for nobody
+        runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, backlog=BACKLOG)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise GatewayError(
+                f"cannot listen on {self.host}:{self.port}: {exc}; choose another port"
+            ) from exc
+        self._runner = runner
+        sockets = [s for s in (site._server.sockets if site._server else [])]
+        port = sockets[0].getsockname()[1] if sockets else self.port
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{port}"
+
+    async def stop(self) -> None:
+        """Stop serving and run the app's cleanup."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+
+def build_backend(config: GatewayConfig, registry: Any = None) -> SamplingBackend:
+    """The configured sampling backend, found by name in the component registry.
+
+    A backend whose options have a ``model`` field gets the gateway's ``model`` unless
+    ``engine.options`` sets its own.
+
+    :raises UnknownComponentError: no backend of that name (lists the installed ones).
+    :raises ConfigError: bad ``engine.options``.
+    """
+    from rollhub.config import build_options
+
+    if registry is None:
+        registry = _registry()
+    cls = registry.get("sampling_backend", config.engine.name, field="engine.name")
+    options = dict(config.engine.options)
+    fields = getattr(getattr(cls, "Options", None), "model_fields", {})
+    if "model" in fields and "model" not in options:
+        options["model"] = config.model
+    _, opts = build_options(
+        registry, "sampling_backend", config.engine.name, options, section="engine.options"
+    )
+    return cls(opts)
+
+
+def build_chat_model_for(config: GatewayConfig) -> ChatModel:
+    """The chat model (tokenizer, template family, parser, journal) of ``config``."""
+    from rollhub_gateway.chat_model import build_chat_model
+
+    template = config.chat_template
+    if template is not None and "{" not in template:
+        path = Path(template).expanduser()
+        if not path.is_file():
+            raise ConfigError(
+                f"chat_template={template!r} is neither Jinja text nor an existing file",
+                field="chat_template",
+            )
+        template = path.read_text(encoding="utf-8")
+    model = build_chat_model(
+        config.model, chat_template=template, family=config.family, journal=config.journal_path
+    )
+    model.model_id = config.served_model_id
+    return model
+
+
+def build_gateway(
+    config: GatewayConfig,
+    *,
+    backend: SamplingBackend | None = None,
+    chat_model: ChatModel | None = None,
+) -> Gateway:
+    """A gateway for ``config``; ``backend``/``chat_model`` replace the configured ones."""
+    return Gateway(
+        backend or build_backend(config), chat_model or build_chat_model_for(config), config
+    )
+
+
+def _registry() -> Any:
+    from rollhub.plugins import build_host
+
+    try:
+        return build_host().registry
+    except Exception as exc:  # a broken third-party plugin must not stop the gateway's own
+        log.warning("plugin discovery failed (%s); using the gateway's own backends only", exc)
+        from rollhub.registry import ComponentRegistry
+
+        from rollhub_gateway import plugin
+
+        reg = ComponentRegistry()
+        plugin.rollhub_register_components(reg)
+        return reg
+
+
+class ThreadedGateway:
+    """Serve a gateway from a background thread with its own event loop (sync callers).
+
+    Example::
+
+        with ThreadedGateway(gateway) as gw:
+            client = openai.OpenAI(base_url=gw.base_url, api_key=gw.open_session("s1").key)
+
+    Session methods (:meth:`open_session`, :meth:`finish_session`…) run on the gateway's
+    loop, so they are safe to call from any thread.
+    """
+
+    def __init__(self, gateway: Gateway, host: str | None = None, port: int | None = None) -> None:
+        self.gateway = gateway
+        self.host = host
+        self.port = port
+        self.url: str | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port/v1``."""
+        return f"{self.url}/v1"
+
+    def start(self) -> str:
+        """Start the thread and serve; returns the root URL."""
+        if self._thread is not None:
+            return self.url or ""
+        ready = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._run, args=(ready,), name="rollhub-gateway", daemon=True
+        )
+        self._thread.start()
+        ready.wait()
+        try:
+            self.url = self.call(self.gateway.start(self.host, self.port))
+        except BaseException:
+            self.stop()
+            raise
+        return self.url
+
+    def _run(self, ready: threading.Event) -> None:
+        assert self._loop is not None
+        asyncio.set_event_loop(self._loop)
+        self._loop.call_soon(ready.set)
+        self._loop.run_forever()
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run a coroutine on the gateway's loop and wait for its result."""
+        if self._loop is None:
+            coro.close()
+            raise UsageError("ThreadedGateway is not started; use it as a context manager")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def run_sync(self, fn: Callable[[], T]) -> T:
+        """Run a plain function on the gateway's loop (session bookkeeping is single-threaded)."""
+
+        async def _call() -> T:
+            return fn()
+
+        return self.call(_call())
+
+    def open_session(self, session_id: str | None = None, **kwargs: Any) -> Any:
+        """Open a session (see :meth:`Gateway.open_session`)."""
+        return self.run_sync(lambda: self.gateway.open_session(session_id, **kwargs))
+
+    def traces(self, session_id: str) -> list[Any]:
+        """The open session's records."""
+        return self.run_sync(lambda: self.gateway.traces(session_id))
+
+    def finish_session(self, session_id: str) -> list[Any]:
+        """Close a session and return its records."""
+        return self.run_sync(lambda: self.gateway.finish_session(session_id))
+
+    def drop_session(self, session_id: str) -> None:
+        """Close a session and discard its records."""
+        self.run_sync(lambda: self.gateway.drop_session(session_id))
+
+    def stop(self) -> None:
+        """Stop serving and end the thread (idempotent)."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        try:
+            if self.url is not None:
+                asyncio.run_coroutine_threadsafe(self.gateway.stop(), loop).result(30)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(30)
+            loop.close()
+            self._loop = self._thread = None
+            self.url = None
+
+    def __enter__(self) -> ThreadedGateway:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+async def serve_forever(
+    config: GatewayConfig, *, on_ready: Callable[[Gateway, str], None] | None = None
+) -> None:
+    """Build and serve a gateway until cancelled (the standalone server)."""
+    if config.host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning(
+            "gateway listens on %s: anyone who can reach it and holds a session key can sample",
+            config.host,
+        )
+    gateway = build_gateway(config)
+    await gateway.start()
+    try:
+        if on_ready is not None:
+            on_ready(gateway, gateway.url or "")
+        await asyncio.Event().wait()
+    finally:
+        await gateway.close()

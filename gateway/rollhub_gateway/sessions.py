@@ -1,0 +1,251 @@
+"""Capture sessions: who may call the model, under which policy, and where turns go.
+
+The hub opens a session (``POST /sessions`` with the admin token, or
+:meth:`SessionManager.open` in process) and receives a random session key. The agent
+presents that key in the api-key slot of its SDK; every call it makes is recorded in the
+session's :class:`~rollhub_gateway.turns.Conversation`. There are no implicit sessions: an
+unknown, finished, dropped or expired key is refused.
+
+Idle sessions (no call for ``session_ttl_s``) are dropped by a background reaper, so a
+rollout that died without closing its session does not hold memory forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+from rollhub.errors import ConfigError, GatewayError
+from rollhub.trace import TraceRecord
+
+from rollhub_gateway.config import SessionPolicy
+from rollhub_gateway.turns import ChatModel, Conversation
+
+__all__ = ["KEY_PREFIX", "Session", "SessionError", "SessionManager"]
+
+log = logging.getLogger(__name__)
+
+KEY_PREFIX = "rh-"
+
+
+class SessionError(GatewayError):
+    """A session is unknown, closed, or exists already. ``reason``: unknown|closed|exists."""
+
+    def __init__(self, message: str = "", *, reason: str = "unknown", **context: Any) -> None:
+        super().__init__(message, reason=reason, **context)
+
+
+@dataclass(eq=False)
+class Session:
+    """One open capture session."""
+
+    session_id: str
+    key: str
+    policy: SessionPolicy
+    conversation: Conversation
+    created: float = field(default_factory=time.monotonic)
+    last_used: float = field(default_factory=time.monotonic)
+    turns: int = 0
+    in_flight: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def touch(self) -> None:
+        """Mark the session as used now (resets its idle timer)."""
+        self.last_used = time.monotonic()
+
+
+class SessionManager:
+    """Open sessions by id and by key; finishing, dropping and idle expiry.
+
+    :param chat_model: builds each session's conversation.
+    :param default_policy: the policy of sessions opened without one.
+    :param ttl_s: idle seconds after which the reaper drops a session.
+    :param on_close: called with ``(session, how)`` when a session ends
+        (``finished``, ``dropped``, ``expired``).
+    """
+
+    def __init__(
+        self,
+        chat_model: ChatModel,
+        *,
+        default_policy: SessionPolicy | None = None,
+        ttl_s: float = 3600.0,
+        reap_interval_s: float | None = None,
+        on_close: Callable[[Session, str], None] | None = None,
+    ) -> None:
+        self.chat_model = chat_model
+        self.default_policy = default_policy or SessionPolicy()
+        self.ttl_s = ttl_s
+        self.reap_interval_s = reap_interval_s or max(0.05, min(ttl_s / 4, 60.0))
+        self.on_close = on_close
+        self._by_id: dict[str, Session] = {}
+        self._by_key: dict[str, Session] = {}
+        self._reaper: asyncio.Task[None] | None = None
+        #: drift counts of sessions that already ended (so metrics only grow)
+        self.closed_drift: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._by_id
+
+    # Opening and lookup ---------------------------------------------------------------------
+
+    def open(
+        self,
+        session_id: str | None = None,
+        *,
+        policy: SessionPolicy | dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Session:
+        """Open a session and return it (its ``key`` goes to the agent).
+
+        :param policy: a full policy, or a dict of fields that override the default policy.
+        :raises SessionError: ``session_id`` is already open (reason ``exists``).
+        """
+        sid = session_id or secrets.token_hex(8)
+        if sid in self._by_id:
+            raise SessionError(f"session {sid!r} is already open", reason="exists", session_id=sid)
+        if isinstance(policy, dict):
+            policy = self.merge_policy(policy)
+        key = KEY_PREFIX + secrets.token_urlsafe(24)
+        conversation = self.chat_model.new_conversation(sid)
+        session = Session(
+            sid, key, policy or self.default_policy, conversation, metadata=metadata or {}
+        )
+        self._by_id[sid] = session
+        self._by_key[key] = session
+        log.debug("opened session %s", sid)
+        return session
+
+    def merge_policy(self, overrides: dict[str, Any]) -> SessionPolicy:
+        """The default policy with ``overrides`` applied.
+
+        :raises ConfigError: an unknown policy field or a bad value, naming it.
+        """
+        try:
+            return SessionPolicy.model_validate({**self.default_policy.model_dump(), **overrides})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"])
+            raise ConfigError(f"policy.{loc}: {err['msg']}", field=f"policy.{loc}") from None
+
+    def by_key(self, key: str | None) -> Session:
+        """The open session of an api key.
+
+        :raises SessionError: no open session has this key.
+        """
+        session = self._by_key.get(key or "")
+        if session is None:
+            raise SessionError("invalid api key: no open session has this key", reason="unknown")
+        return session
+
+    def get(self, session_id: str) -> Session:
+        """The open session with this id.
+
+        :raises SessionError: no such open session.
+        """
+        session = self._by_id.get(session_id)
+        if session is None:
+            raise SessionError(
+                f"no open session {session_id!r}", reason="unknown", session_id=session_id
+            )
+        return session
+
+    def sessions(self) -> list[Session]:
+        """Every open session."""
+        return list(self._by_id.values())
+
+    # Ending ---------------------------------------------------------------------------------
+
+    def traces(self, session_id: str) -> list[TraceRecord]:
+        """The records of an open session so far (complete for every returned call)."""
+        return self.get(session_id).conversation.traces()
+
+    def finish(self, session_id: str) -> list[TraceRecord]:
+        """Close a session and return its records; its key stops working."""
+        session = self._remove(session_id)
+        records = session.conversation.traces()
+        finish = getattr(session.conversation, "finish", None)
+        if callable(finish):
+            finish()
+        self._closed(session, "finished")
+        return records
+
+    def drop(self, session_id: str, *, how: str = "dropped") -> None:
+        """Close a session and discard its records."""
+        session = self._remove(session_id)
+        discard = getattr(session.conversation, "discard", None)
+        if callable(discard):
+            discard()
+        self._closed(session, how)
+
+    def drift_totals(self) -> dict[str, int]:
+        """Drift counts of every session, ended or open."""
+        totals = dict(self.closed_drift)
+        for s in self._by_id.values():
+            for k, v in s.conversation.drift_counts().items():
+                totals[k] = totals.get(k, 0) + v
+        return totals
+
+    def _remove(self, session_id: str) -> Session:
+        session = self._by_id.pop(session_id, None)
+        if session is None:
+            raise SessionError(
+                f"no open session {session_id!r}", reason="unknown", session_id=session_id
+            )
+        self._by_key.pop(session.key, None)
+        return session
+
+    def _closed(self, session: Session, how: str) -> None:
+        for k, v in session.conversation.drift_counts().items():
+            self.closed_drift[k] = self.closed_drift.get(k, 0) + v
+        log.debug("session %s %s after %d turns", session.session_id, how, session.turns)
+        if self.on_close is not None:
+            self.on_close(session, how)
+
+    # Idle expiry ----------------------------------------------------------------------------
+
+    def reap(self, now: float | None = None) -> list[str]:
+        """Drop sessions idle for longer than the TTL (never one with a call in flight)."""
+        now = time.monotonic() if now is None else now
+        expired = [
+            s.session_id
+            for s in self._by_id.values()
+            if s.in_flight == 0 and now - s.last_used > self.ttl_s
+        ]
+        for sid in expired:
+            log.warning(
+                "session %s expired after %.0f s idle; its turns are discarded", sid, self.ttl_s
+            )
+            self.drop(sid, how="expired")
+        return expired
+
+    def start_reaper(self) -> None:
+        """Start the background reaper on the running loop (idempotent)."""
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.get_running_loop().create_task(self._reap_forever())
+
+    async def stop_reaper(self) -> None:
+        """Stop the background reaper."""
+        task, self._reaper = self._reaper, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _reap_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.reap_interval_s)
+            try:
+                self.reap()
+            except Exception:  # a failing discard must not stop expiry of the others
+                log.exception("session reaper failed")

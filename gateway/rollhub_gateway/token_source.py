@@ -1,0 +1,239 @@
+"""The ``gateway`` token source: capture sessions served by a rollhub gateway.
+
+In process (the default), :meth:`GatewayTokenSource.start` builds the engine and the chat
+model from the options and serves the gateway on the running event loop; agents reach it
+at ``http://127.0.0.1:<port>/v1``. With ``url`` set, it talks to a gateway that runs
+elsewhere (``rollhub gateway serve``) through its admin routes and ``admin_token``.
+
+Traces are complete as soon as the agent has its last reply: the gateway commits each turn
+before it answers, so :meth:`fetch_traces` never races the final turn.
+
+Example ``rollhub.toml``::
+
+    [token_source]
+    name = "gateway"
+    model = "smollm2-135m-instruct"
+    engine = { name = "transformers" }
+    policy = { max_turns = 32 }
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ConfigDict, Field
+from rollhub.errors import ConfigError, GatewayError, TokenRetrievalError, UsageError
+from rollhub.tokens import CaptureSession, TokenSource
+from rollhub.trace import TraceRecord
+
+from rollhub_gateway.config import GatewayConfig, SessionPolicy
+
+if TYPE_CHECKING:
+    from rollhub_gateway.server import Gateway
+
+__all__ = ["GatewaySourceOptions", "GatewayTokenSource"]
+
+log = logging.getLogger(__name__)
+
+
+class GatewaySourceOptions(GatewayConfig):
+    """The gateway config, plus where a remote gateway is (then nothing runs in process)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str | None = Field(
+        None, description="root URL of a running gateway (http://host:port); None: in process"
+    )
+    request_timeout_s: float = Field(60.0, gt=0, description="timeout of admin calls (remote)")
+
+
+class GatewayTokenSource(TokenSource):
+    """Token source backed by a rollhub gateway (in process or remote).
+
+    :param gateway: an already built gateway to serve (tests, custom engines); its config
+        replaces the options' network and policy settings.
+    """
+
+    name = "gateway"
+    Options = GatewaySourceOptions
+    options: GatewaySourceOptions
+
+    def __init__(
+        self,
+        options: GatewaySourceOptions | None = None,
+        *,
+        gateway: Gateway | None = None,
+        base_dir: str | Path | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(options, **kwargs)
+        journal = self.options.journal_path
+        if journal and base_dir is not None and not Path(journal).expanduser().is_absolute():
+            # relative paths in rollhub.toml are relative to the config file
+            self.options = self.options.model_copy(
+                update={"journal_path": str(Path(base_dir) / journal)}
+            )
+        self.gateway = gateway
+        self._owns_gateway = gateway is None
+        self._http: Any = None
+        self._root: str | None = None
+        self._model_id: str | None = None
+
+    @property
+    def url(self) -> str | None:
+        """Root URL of the gateway once started."""
+        return self._root
+
+    async def start(self) -> None:
+        """Serve the gateway in process, or connect to the remote one. Idempotent."""
+        if self._root is not None:
+            return
+        if self.options.url:
+            import aiohttp
+
+            if not self.options.admin_token:
+                raise ConfigError(
+                    "token_source.admin_token is required with token_source.url (the remote "
+                    "gateway's admin token)",
+                    field="token_source.admin_token",
+                )
+            self._http = aiohttp.ClientSession(
+                headers={"Authorization": f"Bearer {self.options.admin_token}"},
+                timeout=aiohttp.ClientTimeout(total=self.options.request_timeout_s),
+            )
+            self._root = self.options.url.rstrip("/")
+            return
+        if self.gateway is None:
+            from rollhub_gateway.serving import build_gateway
+
+            config = GatewayConfig.model_validate(
+                self.options.model_dump(exclude={"url", "request_timeout_s"})
+            )
+            self.gateway = build_gateway(config)
+        self.gateway.set_weight_version(self.weight_version)
+        self._root = await self.gateway.start()
+        self._model_id = self.gateway.chat_model.model_id
+        log.info("gateway token source serving at %s", self._root)
+
+    def _require(self) -> str:
+        if self._root is None:
+            raise UsageError("the gateway token source is not started; await source.start() first")
+        return self._root
+
+    async def open_session(
+        self, session_id: str, *, sampling: dict[str, Any] | None = None
+    ) -> CaptureSession:
+        """Open a session; ``sampling`` keys that are policy fields override the defaults.
+
+        E.g. ``{"temperature": 0.7, "max_tokens": 512}`` sets that session's defaults;
+        other keys are left to the agent's own requests.
+
+        :raises ConfigError: ``sampling`` names an unknown policy field or a bad value.
+        """
+        root = self._require()
+        policy = {k: v for k, v in (sampling or {}).items() if k in SessionPolicy.model_fields}
+        ignored = sorted(set(sampling or {}) - set(policy))
+        if ignored:
+            log.debug(
+                "session %s: sampling keys %s are not policy fields; left to the agent",
+                session_id,
+                ignored,
+            )
+        if self.gateway is not None:
+            session = self.gateway.open_session(session_id, policy=policy or None)
+            key, model = session.key, self._model_id
+        else:
+            data = await self._call(
+                "POST", "/sessions", json={"session_id": session_id, "policy": policy or None}
+            )
+            key, model = data["api_key"], data["model"]
+        return CaptureSession(
+            session_id=session_id,
+            base_url=f"{root}/v1",
+            api_key=key,
+            model_id=model,
+            extra={"anthropic_base_url": root},
+        )
+
+    async def fetch_traces(self, session_id: str) -> list[TraceRecord]:
+        """The session's records, complete for every call the agent got an answer to."""
+        self._require()
+        if self.gateway is not None:
+            try:
+                return self.gateway.traces(session_id)
+            except GatewayError as exc:
+                raise TokenRetrievalError(str(exc), session_id=session_id) from exc
+        data = await self._call("GET", f"/sessions/{session_id}/traces")
+        return [TraceRecord.model_validate(r) for r in data["traces"]]
+
+    async def close_session(self, session_id: str, *, drop: bool = False) -> None:
+        """Finish (or discard) a session; its key stops working. Unknown ids are ignored."""
+        self._require()
+        if self.gateway is not None:
+            if session_id not in self.gateway.sessions:
+                return
+            if drop:
+                self.gateway.drop_session(session_id)
+            else:
+                self.gateway.finish_session(session_id)
+            return
+        method, path = (
+            ("DELETE", f"/sessions/{session_id}")
+            if drop
+            else ("POST", f"/sessions/{session_id}/finish")
+        )
+        await self._call(method, path, missing_ok=True)
+
+    def set_weight_version(self, version: int | None) -> None:
+        """Stamp turns sampled from now on with ``version`` (in process: immediately)."""
+        super().set_weight_version(version)
+        if self.gateway is not None:
+            self.gateway.set_weight_version(version)
+        elif self._http is not None:
+            log.debug("weight version of a remote gateway is set on its next admin call")
+            self._pending_version = version
+
+    async def close(self) -> None:
+        """Stop the in-process gateway (and its engine) or the admin client. Idempotent."""
+        if self.gateway is not None and self._root is not None:
+            if self._owns_gateway:
+                await self.gateway.close()
+            else:
+                await self.gateway.stop()
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+        self._root = None
+
+    async def _call(
+        self, method: str, path: str, *, json: Any = None, missing_ok: bool = False
+    ) -> Any:
+        import aiohttp
+
+        root = self._require()
+        pending = getattr(self, "_pending_version", _UNSET)
+        try:
+            if pending is not _UNSET:
+                async with self._http.put(f"{root}/weight_version", json={"version": pending}) as r:
+                    if r.status == 200:
+                        del self._pending_version
+            async with self._http.request(method, f"{root}{path}", json=json) as resp:
+                if resp.status == 204 or (missing_ok and resp.status == 404):
+                    return None
+                body = await resp.json(content_type=None)
+                if resp.status >= 400:
+                    message = (body or {}).get("error", {}).get("message", str(body))
+                    raise TokenRetrievalError(
+                        f"gateway {root} answered {resp.status} to {method} {path}: {message}",
+                        status=resp.status,
+                    )
+                return body
+        except aiohttp.ClientError as exc:
+            raise TokenRetrievalError(
+                f"gateway {root} unreachable for {method} {path}: {exc}"
+            ) from exc
+
+
+_UNSET = object()
