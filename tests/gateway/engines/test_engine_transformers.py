@@ -1,0 +1,150 @@
+"""The embedded transformers engine with the real SmolLM2-135M-Instruct model."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import torch
+
+from rollhub.errors import GatewayError
+from rollhub.sampling import Generation, SamplingParams, TokenChunk
+from rollhub_gateway.engines.transformers_engine import TransformersBackend
+
+pytestmark = pytest.mark.slow
+
+QUESTIONS = [
+    "Write a haiku about rust.",
+    "Name three rivers in Europe.",
+    "Explain recursion briefly.",
+    "What is a prime number?",
+    "Describe the colour blue to a child.",
+    "List two uses of copper.",
+]
+
+
+def forward_logprobs(backend: TransformersBackend, prompt: list[int], ids: list[int], t: float):
+    """log_softmax(logits / t) of ``ids`` from one fresh forward pass over prompt + ids."""
+    full = torch.tensor([prompt + ids])
+    with torch.inference_mode():
+        logits = backend.model(input_ids=full).logits[0].float()
+    rows = logits[len(prompt) - 1 : len(prompt) - 1 + len(ids)]
+    lps = torch.log_softmax(rows / t, dim=-1)
+    return lps.gather(1, torch.tensor(ids)[:, None]).squeeze(1), rows.argmax(dim=-1)
+
+
+async def test_greedy_logprobs_match_a_forward_pass(smollm: TransformersBackend, chat_ids) -> None:
+    prompt = chat_ids(QUESTIONS[0])
+    gen = await smollm.generate(prompt, SamplingParams(max_tokens=16, temperature=0.0))
+    assert len(gen.token_ids) == len(gen.logprobs) == 16 and gen.finish_reason == "length"
+    ref, argmax = forward_logprobs(smollm, prompt, gen.token_ids, 1.0)
+    assert gen.token_ids == argmax.tolist()
+    assert max(abs(a - b) for a, b in zip(gen.logprobs, ref.tolist(), strict=True)) < 1e-3
+
+
+async def test_temperature_logprobs_are_log_softmax_of_scaled_logits(
+    smollm: TransformersBackend, chat_ids
+) -> None:
+    prompt = chat_ids(QUESTIONS[1])
+    params = SamplingParams(max_tokens=16, temperature=0.7, seed=3)
+    gen = await smollm.generate(prompt, params)
+    ref, _ = forward_logprobs(smollm, prompt, gen.token_ids, 0.7)
+    assert max(abs(a - b) for a, b in zip(gen.logprobs, ref.tolist(), strict=True)) < 1e-3
+    ref_t1, _ = forward_logprobs(smollm, prompt, gen.token_ids, 1.0)
+    # the reported value is the T=0.7 distribution, not the raw one
+    assert max(abs(a - b) for a, b in zip(gen.logprobs, ref_t1.tolist(), strict=True)) > 1e-2
+
+
+async def test_batched_greedy_equals_unbatched(smollm: TransformersBackend, chat_ids) -> None:
+    prompts = [chat_ids(q) for q in QUESTIONS]
+    params = SamplingParams(max_tokens=20, temperature=0.0)
+    alone = [await smollm.generate(p, params) for p in prompts]
+    assert all(g.metrics["max_batch"] <= 1 for g in alone)
+    together = await asyncio.gather(*(smollm.generate(p, params) for p in prompts))
+    assert max(g.metrics["max_batch"] for g in together) >= 4  # they really shared passes
+    for a, b in zip(alone, together, strict=True):
+        assert a.token_ids == b.token_ids
+        assert a.finish_reason == b.finish_reason
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-3
+
+
+async def test_stream_yields_tokens_before_the_generation_ends(smollm: TransformersBackend, chat_ids) -> None:
+    prompt = chat_ids(QUESTIONS[2])
+    arrivals: list[tuple[float, TokenChunk | Generation]] = []
+    async for item in smollm.stream(prompt, SamplingParams(max_tokens=16, temperature=0.0)):
+        arrivals.append((time.perf_counter(), item))
+    chunks = [i for _, i in arrivals if isinstance(i, TokenChunk)]
+    final = arrivals[-1][1]
+    assert isinstance(final, Generation) and len(chunks) == 16
+    assert [t for c in chunks for t in c.token_ids] == final.token_ids
+    assert [x for c in chunks for x in c.logprobs] == final.logprobs
+    # the first token arrived well before the last: tokens are streamed as produced
+    assert arrivals[-1][0] - arrivals[0][0] > 0.2
+    assert all(a[0] <= b[0] for a, b in zip(arrivals, arrivals[1:]))
+
+
+async def test_closing_a_stream_aborts_the_row(smollm: TransformersBackend, chat_ids) -> None:
+    engine = smollm.engine
+    assert engine is not None
+    prompt = chat_ids(QUESTIONS[3])
+    before = engine.stats["tokens"]
+    agen = smollm.stream(prompt, SamplingParams(max_tokens=400, temperature=0.0))
+    got = 0
+    async for item in agen:
+        assert isinstance(item, TokenChunk)
+        got += 1
+        if got == 3:
+            break
+    await agen.aclose()
+    deadline = time.monotonic() + 5
+    while engine.active and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert engine.active == 0
+    settled = engine.stats["tokens"]
+    await asyncio.sleep(0.3)
+    assert engine.stats["tokens"] == settled  # nothing decodes any more
+    assert settled - before < 12  # the row stopped near where the client left
+
+
+async def test_finish_reasons_eos_stop_ids_and_length(smollm: TransformersBackend, chat_ids) -> None:
+    prompt = chat_ids("What is 2+2? Answer with a number only.")
+    eos = await smollm.generate(prompt, SamplingParams(max_tokens=32, temperature=0.0))
+    assert eos.finish_reason == "stop" and eos.token_ids[-1] in smollm.eos_ids
+    stop_at = eos.token_ids[2]
+    stopped = await smollm.generate(
+        prompt, SamplingParams(max_tokens=32, temperature=0.0, stop_token_ids=(stop_at,))
+    )
+    assert stopped.finish_reason == "stop"
+    assert stopped.token_ids == eos.token_ids[: eos.token_ids.index(stop_at) + 1]
+    short = await smollm.generate(prompt, SamplingParams(max_tokens=3, temperature=0.0))
+    assert short.finish_reason == "length" and short.token_ids == eos.token_ids[:3]
+
+
+async def test_seed_makes_sampling_reproducible(smollm: TransformersBackend, chat_ids) -> None:
+    prompt = chat_ids(QUESTIONS[4])
+    p = SamplingParams(max_tokens=16, temperature=1.0, seed=1234)
+    first = await smollm.generate(prompt, p)
+    # same seed while sharing the batch with other requests: same draw
+    others = [
+        smollm.generate(chat_ids(q), SamplingParams(max_tokens=16, temperature=1.0))
+        for q in QUESTIONS[:3]
+    ]
+    again, *_ = await asyncio.gather(smollm.generate(prompt, p), *others)
+    assert again.token_ids == first.token_ids
+    other_seed = await smollm.generate(prompt, SamplingParams(max_tokens=16, temperature=1.0, seed=99))
+    assert other_seed.token_ids != first.token_ids
+
+
+async def test_top_k_one_is_greedy(smollm: TransformersBackend, chat_ids) -> None:
+    prompt = chat_ids(QUESTIONS[5])
+    greedy = await smollm.generate(prompt, SamplingParams(max_tokens=12, temperature=0.0))
+    top1 = await smollm.generate(prompt, SamplingParams(max_tokens=12, temperature=1.3, top_k=1))
+    assert top1.token_ids == greedy.token_ids
+
+
+async def test_bad_requests_name_the_field(smollm: TransformersBackend) -> None:
+    with pytest.raises(GatewayError, match="prompt_ids"):
+        await smollm.generate([], SamplingParams(max_tokens=4))
+    with pytest.raises(GatewayError, match="max_tokens"):
+        await smollm.generate([1] * 8000, SamplingParams(max_tokens=1000))
