@@ -264,9 +264,13 @@ class AsyncSandboxClient:
 
 
 def _check_ttl(ttl: float) -> float:
-    value = check_timeout(ttl)
+    try:
+        value = check_timeout(ttl)
+    except SandboxArgumentError:
+        value = None
     if value is None:
-        raise SandboxArgumentError("ttl must be a number of seconds > 0", field="ttl", value=ttl)
+        raise SandboxArgumentError(f"ttl={ttl!r} must be a finite number of seconds > 0",
+                                   field="ttl", value=ttl)
     return value
 
 

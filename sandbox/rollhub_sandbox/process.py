@@ -192,13 +192,23 @@ def _exit_future(loop: asyncio.AbstractEventLoop, proc: subprocess.Popen[bytes])
     except (AttributeError, OSError):
         pidfd = None
     if pidfd is not None:
+        fd: int = pidfd
+        closed = False
+
+        def release() -> None:
+            # Exactly once: after os.close the number may belong to another reader.
+            nonlocal closed
+            if not closed:
+                closed = True
+                loop.remove_reader(fd)
+                os.close(fd)
+
         def on_ready() -> None:
             if check():
-                loop.remove_reader(pidfd)
-                os.close(pidfd)
+                release()
 
-        loop.add_reader(pidfd, on_ready)
-        fut.add_done_callback(lambda _f: _close_reader(loop, pidfd))
+        loop.add_reader(fd, on_ready)
+        fut.add_done_callback(lambda _f: release())
     else:  # no pidfd (old kernel): poll
         async def poll() -> None:
             while not check():
@@ -208,8 +218,3 @@ def _exit_future(loop: asyncio.AbstractEventLoop, proc: subprocess.Popen[bytes])
         fut.add_done_callback(lambda _f: task.cancel())
     return fut
 
-
-def _close_reader(loop: asyncio.AbstractEventLoop, fd: int) -> None:
-    with contextlib.suppress(Exception):
-        if loop.remove_reader(fd):
-            os.close(fd)
