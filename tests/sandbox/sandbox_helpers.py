@@ -21,9 +21,12 @@ NASTY = [
 
 def direct(command: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``command`` with ``/bin/sh -c`` directly: the reference behaviour."""
-    return subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "HOME": "/home/x", **(env or {})},
-                          check=False)
+    raw = subprocess.run(["/bin/sh", "-c", command], capture_output=True,
+                         env={"PATH": "/usr/bin:/bin", "HOME": "/home/x", **(env or {})},
+                         check=False)
+    # Decoded by hand: text=True would translate "\r" into "\n".
+    return subprocess.CompletedProcess(raw.args, raw.returncode, raw.stdout.decode(),
+                                       raw.stderr.decode())
 
 
 def pid_gone(pid: int) -> bool:
