@@ -429,12 +429,9 @@ class OpenAIResponses(ProtocolAdapter):
                     chunks.append(ev("response.output_item.done", output_index=idx, item=done))
                 final_env = self.response(req, r, rid)
                 final_env["output"] = items if items else final_env["output"]
-                kind = (
-                    "response.incomplete"
-                    if final_env["status"] == "incomplete"
-                    else "response.completed"
-                )
-                chunks.append(ev(kind, response=final_env))
+                # always the terminal event SDK stream helpers wait for; the response's
+                # status says "incomplete" when max_output_tokens cut it short
+                chunks.append(ev("response.completed", response=final_env))
                 for b in chunks:
                     yield b
 

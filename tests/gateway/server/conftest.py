@@ -104,3 +104,36 @@ def threaded(
     """A gateway served from a background thread (for sync clients)."""
     with ThreadedGateway(Gateway(scripted, chat_model, config)) as gw:
         yield gw
+
+
+def recorded_turns(traces: list[Any]) -> dict[int, tuple[list[int], list[float], str]]:
+    """``turn index -> (sampled ids, logprobs, finish reason)`` over every trace record."""
+    out = {}
+    for rec in traces:
+        for t in rec.turns:
+            ids_ = rec.response_ids[t.start : t.end]
+            assert rec.response_mask[t.start : t.end] == [1] * len(ids_)
+            out[t.turn_index] = (ids_, rec.response_logprobs[t.start : t.end], t.finish_reason)
+    return out
+
+
+def assert_recorded(traces: list[Any], turn: int, engine_ids: list[int]) -> None:
+    """The recorded turn holds exactly the engine's ids and their (scripted) logprobs."""
+    from rollhub_gateway.engines.scripted import scripted_logprob
+
+    got_ids, got_lps, _ = recorded_turns(traces)[turn]
+    assert got_ids == engine_ids
+    assert got_lps == [scripted_logprob(i, t) for i, t in enumerate(engine_ids)]
+
+
+class Helpers:
+    """Shared checks, handed to tests as the ``helpers`` fixture."""
+
+    weather_tool = WEATHER_TOOL
+    recorded_turns = staticmethod(recorded_turns)
+    assert_recorded = staticmethod(assert_recorded)
+
+
+@pytest.fixture
+def helpers() -> type[Helpers]:
+    return Helpers
