@@ -142,7 +142,9 @@ class BatchEngine:
                         self._decode_step()
                 except Exception as exc:  # a failed pass fails its rows, not the engine
                     log.exception("engine step failed")
-                    err = GatewayError(f"transformers engine step failed: {exc}", engine="transformers")
+                    err = GatewayError(
+                        f"transformers engine step failed: {exc}", engine="transformers"
+                    )
                     err.__cause__ = exc
                     rows, self._rows = self._rows, []
                     self._cache = self._mask = None
@@ -252,8 +254,10 @@ class BatchEngine:
         row.emit(TokenChunk([token], [logprob]))
         if token in row.stop_ids:
             reason: str | None = "stop"
-        elif p.stop and row.decode is not None and any(
-            s in row.decode(row.token_ids) for s in p.stop
+        elif (
+            p.stop
+            and row.decode is not None
+            and any(s in row.decode(row.token_ids) for s in p.stop)
         ):
             reason = "stop"
         elif len(row.token_ids) >= row.max_tokens:

@@ -22,7 +22,6 @@ from contextlib import asynccontextmanager
 from typing import Any, ClassVar
 
 from pydantic import Field, SecretStr
-
 from rollhub.errors import GatewayError
 from rollhub.sampling import SamplingBackend, SamplingBackendOptions
 
@@ -116,13 +115,15 @@ class HTTPBackend(SamplingBackend):
             except connect_errors as exc:
                 if attempt >= self.options.connect_retries:
                     raise self._error(
-                        f"unreachable after {attempt + 1} attempts: {exc}", url=url, unreachable=True
+                        f"unreachable after {attempt + 1} attempts: {exc}",
+                        url=url,
+                        unreachable=True,
                     ) from exc
                 delay = self.options.retry_backoff_s * (2**attempt)
                 log.warning("%s engine unreachable (%s); retry in %.2fs", self.name, exc, delay)
                 attempt += 1
                 await asyncio.sleep(delay)
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 raise self._error(f"request failed: {exc!r}", url=url, unreachable=False) from exc
         try:
             if resp.status >= 400:
@@ -131,8 +132,10 @@ class HTTPBackend(SamplingBackend):
                     f"HTTP {resp.status}: {text}", url=url, unreachable=False, status=resp.status
                 )
             yield resp
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise self._error(f"reading the reply failed: {exc!r}", url=url, unreachable=False) from exc
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise self._error(
+                f"reading the reply failed: {exc!r}", url=url, unreachable=False
+            ) from exc
         finally:
             resp.close()
 
@@ -180,7 +183,9 @@ class HTTPBackend(SamplingBackend):
             raise self._error("SSE event is not an object", url=str(resp.url), unreachable=False)
         if "error" in event or event.get("object") == "error":
             detail = event.get("error") or event.get("message")
-            raise self._error(f"engine error in stream: {detail}", url=str(resp.url), unreachable=False)
+            raise self._error(
+                f"engine error in stream: {detail}", url=str(resp.url), unreachable=False
+            )
         return event
 
 

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from pydantic import Field
-
 from rollhub.errors import GatewayError
 from rollhub.sampling import (
     Generation,

@@ -29,7 +29,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import Field
-
 from rollhub.sampling import Generation, SamplingParams, TokenChunk
 
 from .http_client import HTTPBackend, HTTPBackendOptions
@@ -132,7 +131,9 @@ class SGLangBackend(HTTPBackend):
         data = await self._post_json("/generate", body, headers=headers)
         meta = data.get("meta_info") or {}
         ids, logprobs = self._triples(meta, url)
-        return Generation(ids, logprobs, self._finish(meta, url), self._version(meta), _metrics(meta))
+        return Generation(
+            ids, logprobs, self._finish(meta, url), self._version(meta), _metrics(meta)
+        )
 
     async def stream(
         self, prompt_ids: list[int], params: SamplingParams
@@ -165,11 +166,16 @@ class SGLangBackend(HTTPBackend):
                         yield TokenChunk(got_ids, got_lps)
                     if meta.get("finish_reason"):
                         final = Generation(
-                            list(ids), list(logprobs), self._finish(meta, url),
-                            self._version(meta), _metrics(meta),
+                            list(ids),
+                            list(logprobs),
+                            self._finish(meta, url),
+                            self._version(meta),
+                            _metrics(meta),
                         )
             if final is None:
-                raise self._error("stream ended without a finish_reason", url=url, unreachable=False)
+                raise self._error(
+                    "stream ended without a finish_reason", url=url, unreachable=False
+                )
             yield final
         finally:
             if final is None and self.options.abort_on_close:

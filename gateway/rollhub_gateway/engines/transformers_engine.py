@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from pydantic import Field
-
 from rollhub.errors import ConfigError, GatewayError
 from rollhub.sampling import (
     Generation,
@@ -112,7 +111,9 @@ class TransformersBackend(SamplingBackend):
             raise GatewayError("prompt_ids is empty: give at least one token id", engine=self.name)
         max_tokens = min(params.max_tokens, self.options.max_new_tokens)
         if max_tokens < 1:
-            raise GatewayError(f"max_tokens={params.max_tokens} must be at least 1", engine=self.name)
+            raise GatewayError(
+                f"max_tokens={params.max_tokens} must be at least 1", engine=self.name
+            )
         if self.max_positions and len(prompt_ids) + max_tokens > self.max_positions:
             raise GatewayError(
                 f"prompt ({len(prompt_ids)} tokens) + max_tokens ({max_tokens}) exceeds the "

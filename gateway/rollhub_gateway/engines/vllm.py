@@ -30,7 +30,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import Field
-
 from rollhub.sampling import Generation, SamplingParams, TokenChunk
 
 from .http_client import HTTPBackend, HTTPBackendOptions

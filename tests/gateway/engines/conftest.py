@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-
 from rollhub_gateway.engines.transformers_engine import TransformersBackend, TransformersOptions
 
 
@@ -77,7 +76,9 @@ class FakeEngine:
     aborted_rids: list[str] = field(default_factory=list)
     finished_streams: int = 0
 
-    def plan(self, prompt: list[int], max_tokens: int, stop_ids: list[int]) -> tuple[list[int], str]:
+    def plan(
+        self, prompt: list[int], max_tokens: int, stop_ids: list[int]
+    ) -> tuple[list[int], str]:
         ids: list[int] = []
         for i in range(max_tokens):
             ids.append(fake_token(prompt, i))
@@ -106,7 +107,11 @@ def vllm_app(state: FakeEngine) -> web.Application:
         if not (isinstance(prompt, list) and all(isinstance(t, int) for t in prompt)):
             return web.json_response({"error": {"message": "prompt"}}, status=400)
         ids, finish = state.plan(prompt, body.get("max_tokens", 16), body.get("stop_token_ids", []))
-        base = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": body["model"]}
+        base = {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "created": int(time.time()),
+            "model": body["model"],
+        }
         if not body.get("stream"):
             state.produced += len(ids)
             return web.json_response(
@@ -121,7 +126,9 @@ def vllm_app(state: FakeEngine) -> web.Application:
                                 "text_offset": list(range(len(ids))),
                                 "token_logprobs": [fake_logprob(i) for i in range(len(ids))],
                                 "tokens": [f"<{t}>" for t in ids],
-                                "top_logprobs": [{f"<{t}>": fake_logprob(i)} for i, t in enumerate(ids)],
+                                "top_logprobs": [
+                                    {f"<{t}>": fake_logprob(i)} for i, t in enumerate(ids)
+                                ],
                             },
                             "finish_reason": finish,
                             "stop_reason": ids[-1] if finish == "stop" else None,
@@ -139,23 +146,39 @@ def vllm_app(state: FakeEngine) -> web.Application:
                 if state.delay_s:
                     await asyncio.sleep(state.delay_s)
                 last = i == len(ids) - 1
-                await _sse(resp, {
+                await _sse(
+                    resp,
+                    {
+                        **base,
+                        "object": "text_completion",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "text": f"<{t}>",
+                                "logprobs": {
+                                    "text_offset": [i],
+                                    "token_logprobs": [fake_logprob(i)],
+                                    "tokens": [f"<{t}>"],
+                                    "top_logprobs": [{f"<{t}>": fake_logprob(i)}],
+                                },
+                                "finish_reason": finish if last else None,
+                                "stop_reason": None,
+                                "token_ids": [t],
+                                **({"prompt_token_ids": prompt} if i == 0 else {}),
+                            }
+                        ],
+                    },
+                )
+                state.produced += 1
+            await _sse(
+                resp,
+                {
                     **base,
                     "object": "text_completion",
-                    "choices": [{
-                        "index": 0,
-                        "text": f"<{t}>",
-                        "logprobs": {"text_offset": [i], "token_logprobs": [fake_logprob(i)],
-                                     "tokens": [f"<{t}>"], "top_logprobs": [{f"<{t}>": fake_logprob(i)}]},
-                        "finish_reason": finish if last else None,
-                        "stop_reason": None,
-                        "token_ids": [t],
-                        **({"prompt_token_ids": prompt} if i == 0 else {}),
-                    }],
-                })
-                state.produced += 1
-            await _sse(resp, {**base, "object": "text_completion", "choices": [],
-                              "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids)}})
+                    "choices": [],
+                    "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids)},
+                },
+            )
             await _sse(resp, "[DONE]")
             state.finished_streams += 1
         except (ConnectionResetError, ConnectionError):
@@ -170,7 +193,9 @@ def vllm_app(state: FakeEngine) -> web.Application:
 def sglang_app(state: FakeEngine) -> web.Application:
     """SGLang's ``POST /generate`` (input_ids, return_logprob) and ``POST /abort_request``."""
 
-    def meta(rid: str, prompt: list[int], ids: list[int], finish: Any, start: int) -> dict[str, Any]:
+    def meta(
+        rid: str, prompt: list[int], ids: list[int], finish: Any, start: int
+    ) -> dict[str, Any]:
         return {
             "id": rid,
             "finish_reason": finish,
@@ -178,7 +203,9 @@ def sglang_app(state: FakeEngine) -> web.Application:
             "completion_tokens": len(ids),
             "cached_tokens": 0,
             "weight_version": "7",
-            "output_token_logprobs": [[fake_logprob(i), t, None] for i, t in enumerate(ids)][start:],
+            "output_token_logprobs": [[fake_logprob(i), t, None] for i, t in enumerate(ids)][
+                start:
+            ],
         }
 
     async def generate(request: web.Request) -> web.StreamResponse:
@@ -188,7 +215,11 @@ def sglang_app(state: FakeEngine) -> web.Application:
             return web.json_response({"error": {"message": "boom"}}, status=state.fail_status)
         prompt, sp, rid = body["input_ids"], body["sampling_params"], body.get("rid", "")
         ids, kind = state.plan(prompt, sp.get("max_new_tokens", 128), sp.get("stop_token_ids", []))
-        finish = {"type": kind, "matched": ids[-1]} if kind == "stop" else {"type": kind, "length": len(ids)}
+        finish = (
+            {"type": kind, "matched": ids[-1]}
+            if kind == "stop"
+            else {"type": kind, "length": len(ids)}
+        )
         if not body.get("stream"):
             state.produced += len(ids)
             return web.json_response(
@@ -204,8 +235,14 @@ def sglang_app(state: FakeEngine) -> web.Application:
                     break
                 done = finish if i == len(ids) - 1 else None
                 start = i if state.incremental else 0
-                await _sse(resp, {"text": "", "output_ids": ids[start : i + 1],
-                                  "meta_info": meta(rid, prompt, ids[: i + 1], done, start)})
+                await _sse(
+                    resp,
+                    {
+                        "text": "",
+                        "output_ids": ids[start : i + 1],
+                        "meta_info": meta(rid, prompt, ids[: i + 1], done, start),
+                    },
+                )
                 state.produced += 1
             await _sse(resp, "[DONE]")
             state.finished_streams += 1

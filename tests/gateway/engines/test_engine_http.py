@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 from aiohttp import web
-
 from rollhub.errors import GatewayError
 from rollhub.sampling import Generation, SamplingParams, TokenChunk
 from rollhub_gateway.engines.sglang import SGLangBackend, SGLangOptions
@@ -78,7 +77,9 @@ async def test_stream_yields_chunks_as_they_arrive(engine) -> None:
     final = seen[-1][1]
     assert isinstance(final, Generation) and final.finish_reason == "length"
     assert len(chunks) == 8 and [c.token_ids[0] for c in chunks] == expected(8)
-    assert final.token_ids == expected(8) and final.logprobs == [x for c in chunks for x in c.logprobs]
+    assert final.token_ids == expected(8) and final.logprobs == [
+        x for c in chunks for x in c.logprobs
+    ]
     assert seen[-1][0] - seen[0][0] > 0.15  # chunks spread over the generation
 
 
@@ -194,8 +195,12 @@ async def test_vllm_without_return_token_ids(fakes, as_ids: bool) -> None:
     async def old(request: web.Request) -> web.Response:
         body = await request.json()
         toks = [f"token_id:{t}" if as_ids else "x" for t in (11, 12)]
-        choice = {"index": 0, "text": "ab", "finish_reason": "length",
-                  "logprobs": {"tokens": toks, "token_logprobs": [-0.5, -0.25]}}
+        choice = {
+            "index": 0,
+            "text": "ab",
+            "finish_reason": "length",
+            "logprobs": {"tokens": toks, "token_logprobs": [-0.5, -0.25]},
+        }
         return web.json_response({"choices": [choice], "model": body["model"]})
 
     app = web.Application()

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import pytest
 import torch
-
 from rollhub.errors import GatewayError
 from rollhub.sampling import Generation, SamplingParams, TokenChunk
 from rollhub_gateway.engines.transformers_engine import TransformersBackend
@@ -69,7 +69,9 @@ async def test_batched_greedy_equals_unbatched(smollm: TransformersBackend, chat
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-3
 
 
-async def test_stream_yields_tokens_before_the_generation_ends(smollm: TransformersBackend, chat_ids) -> None:
+async def test_stream_yields_tokens_before_the_generation_ends(
+    smollm: TransformersBackend, chat_ids
+) -> None:
     prompt = chat_ids(QUESTIONS[2])
     arrivals: list[tuple[float, TokenChunk | Generation]] = []
     async for item in smollm.stream(prompt, SamplingParams(max_tokens=16, temperature=0.0)):
@@ -81,7 +83,7 @@ async def test_stream_yields_tokens_before_the_generation_ends(smollm: Transform
     assert [x for c in chunks for x in c.logprobs] == final.logprobs
     # the first token arrived well before the last: tokens are streamed as produced
     assert arrivals[-1][0] - arrivals[0][0] > 0.2
-    assert all(a[0] <= b[0] for a, b in zip(arrivals, arrivals[1:]))
+    assert all(a[0] <= b[0] for a, b in itertools.pairwise(arrivals))
 
 
 async def test_closing_a_stream_aborts_the_row(smollm: TransformersBackend, chat_ids) -> None:
@@ -107,7 +109,9 @@ async def test_closing_a_stream_aborts_the_row(smollm: TransformersBackend, chat
     assert settled - before < 12  # the row stopped near where the client left
 
 
-async def test_finish_reasons_eos_stop_ids_and_length(smollm: TransformersBackend, chat_ids) -> None:
+async def test_finish_reasons_eos_stop_ids_and_length(
+    smollm: TransformersBackend, chat_ids
+) -> None:
     prompt = chat_ids("What is 2+2? Answer with a number only.")
     eos = await smollm.generate(prompt, SamplingParams(max_tokens=32, temperature=0.0))
     assert eos.finish_reason == "stop" and eos.token_ids[-1] in smollm.eos_ids
@@ -132,7 +136,9 @@ async def test_seed_makes_sampling_reproducible(smollm: TransformersBackend, cha
     ]
     again, *_ = await asyncio.gather(smollm.generate(prompt, p), *others)
     assert again.token_ids == first.token_ids
-    other_seed = await smollm.generate(prompt, SamplingParams(max_tokens=16, temperature=1.0, seed=99))
+    other_seed = await smollm.generate(
+        prompt, SamplingParams(max_tokens=16, temperature=1.0, seed=99)
+    )
     assert other_seed.token_ids != first.token_ids
 
 
