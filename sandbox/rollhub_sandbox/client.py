@@ -234,7 +234,12 @@ class AsyncSandboxClient:
 
     def __init__(self, provider: str | type[SandboxProvider] | SandboxProvider = "local", *,
                  registry: Any | None = None, **options: Any) -> None:
-        self.provider = build_provider(provider, options, registry=registry)
+        self._provider = build_provider(provider, options, registry=registry)
+
+    @property
+    def provider(self) -> SandboxProvider:
+        """The provider instance."""
+        return self._provider
 
     async def create(self, source: str | None = None, *, ttl: float = DEFAULT_TTL) -> AsyncSandbox:
         """Start a sandbox that lives until :meth:`AsyncSandbox.destroy` or its ``ttl``.

@@ -19,3 +19,9 @@ def rollhub_register_components(registry: ComponentRegistry) -> None:
     registry.add_sandbox_provider(LocalProvider)
     registry.add_sandbox_provider(AgentCoreProvider)
     registry.add_sandbox_provider(DockerProvider)
+
+
+# The reward hook lives with its settings and pure scoring functions.
+from rollhub_sandbox.rewards import rollhub_collect_rewards  # noqa: E402
+
+__all__ = ["rollhub_collect_rewards", "rollhub_register_components"]

@@ -1,0 +1,213 @@
+"""Sandbox rewards: run the task's tests in the episode's sandbox and score the outcome.
+
+Configured in ``rollhub.toml``::
+
+    [plugins.sandbox]
+    test_command = "python -m pytest -q tests"
+    reward = "fraction"            # or "binary"
+    timeout = 300
+    provider = "local"             # where the agent's sandboxes live
+    options = { root = "/tmp/rollhub-sandboxes" }
+
+The agent returns its sandbox id in its result (``{"sandbox_id": sb.id, ...}``); this hook
+attaches to that sandbox, runs ``test_command`` there and returns ``{"tests": score}``.
+Without ``test_command`` the hook does nothing. A failed rollout (any status but ``ok``) is
+left to the core's failure policy. A sandbox that cannot be reached is a
+:class:`~rollhub.errors.RewardError`: the machinery failed, not the agent.
+
+The mapping from a command's outcome to a score is pure (:func:`tests_reward`,
+:func:`parse_pytest_summary`) and tested on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rollhub import hookimpl
+from rollhub.errors import ConfigError, RewardError
+from rollhub_sandbox.errors import SandboxError
+from rollhub_sandbox.result import ExecResult
+
+if TYPE_CHECKING:
+    from rollhub.episode import Episode
+    from rollhub_sandbox.client import AsyncSandboxClient
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "SandboxRewardSettings",
+    "TestCounts",
+    "parse_pytest_summary",
+    "rollhub_collect_rewards",
+    "run_tests",
+    "tests_reward",
+]
+
+
+class SandboxRewardSettings(BaseModel):
+    """``[plugins.sandbox]`` in rollhub.toml."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    test_command: str | None = Field(None, description="shell command that runs the task's tests")
+    reward: Literal["fraction", "binary"] = Field(
+        "fraction", description="'fraction': passed / run (pytest summary); 'binary': exit 0 → 1"
+    )
+    name: str = Field("tests", description="reward component name")
+    timeout: float = Field(600.0, gt=0, description="seconds the tests may run")
+    cwd: str | None = Field(None, description="directory to run in (default: the workspace)")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment")
+    provider: str = Field("local", description="sandbox provider the agent used")
+    options: dict[str, Any] = Field(default_factory=dict, description="that provider's options")
+    sandbox_id_field: str = Field("sandbox_id", description="result key holding the sandbox id")
+    on_missing: Literal["zero", "skip", "error"] = Field(
+        "zero", description="an ok result without a sandbox id: score 0, no component, or error"
+    )
+    destroy: bool = Field(True, description="destroy the sandbox after scoring")
+
+
+@dataclass(frozen=True)
+class TestCounts:
+    """Outcome counts from a pytest summary line."""
+
+    __test__ = False  # not a pytest test class
+
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+    xfailed: int = 0
+    xpassed: int = 0
+
+    @property
+    def ran(self) -> int:
+        """Tests that count towards the score: passed, failed and errored."""
+        return self.passed + self.failed + self.errors
+
+
+_COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)")
+_SUMMARY = re.compile(r"\b\d+ (passed|failed|errors?|skipped|xfailed|xpassed|deselected)\b.* in [\d.]+s")
+
+
+def parse_pytest_summary(output: str) -> TestCounts | None:
+    """Counts from the last pytest summary line in ``output`` (``N passed, M failed in …s``).
+
+    >>> parse_pytest_summary("...\\n===== 3 passed, 1 failed, 2 errors in 0.12s =====\\n")
+    TestCounts(passed=3, failed=1, errors=2, skipped=0, xfailed=0, xpassed=0)
+    >>> parse_pytest_summary("no tests here") is None
+    True
+    """
+    for line in reversed(output.splitlines()):
+        if not _SUMMARY.search(line):
+            continue
+        counts: dict[str, int] = {}
+        for num, word in _COUNT.findall(line):
+            key = {"error": "errors", "warning": "warnings"}.get(word, word)
+            counts[key] = counts.get(key, 0) + int(num)
+        return TestCounts(**{k: v for k, v in counts.items() if k in TestCounts.__dataclass_fields__})
+    return None
+
+
+def tests_reward(result: ExecResult, mode: Literal["fraction", "binary"] = "fraction") -> float:
+    """Score one test run in [0, 1].
+
+    - a timeout scores 0;
+    - ``binary``: 1 when the command exited 0, else 0;
+    - ``fraction``: passed / (passed + failed + errors) from the pytest summary; without a
+      summary, 1 for exit 0 and 0 otherwise (so non-pytest commands still work).
+    """
+    if result.timed_out:
+        return 0.0
+    if mode == "binary":
+        return 1.0 if result.exit_code == 0 else 0.0
+    counts = parse_pytest_summary(result.stdout) or parse_pytest_summary(result.stderr)
+    if counts is not None and counts.ran > 0:
+        return counts.passed / counts.ran
+    return 1.0 if result.exit_code == 0 and counts is None else 0.0
+
+
+def load_settings(plugin_settings: Mapping[str, Any]) -> SandboxRewardSettings:
+    """Validate ``[plugins.sandbox]``; errors name the field and the fix."""
+    try:
+        return SandboxRewardSettings(**dict(plugin_settings))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"plugins.sandbox.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"invalid [plugins.sandbox] settings: {problems}",
+                          field="plugins.sandbox") from exc
+
+
+_CLIENTS: dict[str, AsyncSandboxClient] = {}
+
+
+def _client_for(settings: SandboxRewardSettings) -> AsyncSandboxClient:
+    from rollhub_sandbox.client import AsyncSandboxClient
+
+    key = json.dumps([settings.provider, settings.options], sort_keys=True, default=str)
+    client = _CLIENTS.get(key)
+    if client is None:
+        client = _CLIENTS[key] = AsyncSandboxClient(settings.provider, **settings.options)
+    return client
+
+
+async def run_tests(settings: SandboxRewardSettings, sandbox_id: str) -> ExecResult:
+    """Attach to ``sandbox_id``, run the test command, destroy the sandbox if configured.
+
+    :raises RewardError: the sandbox could not be reached or the command not started.
+    """
+    assert settings.test_command is not None
+    try:
+        sandbox = await _client_for(settings).attach(sandbox_id)
+        try:
+            return await sandbox.exec(settings.test_command, cwd=settings.cwd, env=settings.env,
+                                      timeout=settings.timeout)
+        finally:
+            if settings.destroy:
+                await sandbox.destroy()
+    except SandboxError as exc:
+        raise RewardError(f"sandbox tests could not run in {sandbox_id!r}: {exc}",
+                          sandbox_id=sandbox_id) from exc
+
+
+async def _score(episode: Episode, settings: SandboxRewardSettings,
+                 sandbox_id: str) -> dict[str, float]:
+    result = await run_tests(settings, sandbox_id)
+    score = tests_reward(result, settings.reward)
+    counts = parse_pytest_summary(result.stdout)
+    episode.metrics["sandbox_tests"] = {
+        "exit_code": result.exit_code,
+        "timed_out": result.timed_out,
+        "duration": result.duration,
+        "passed": counts.passed if counts else None,
+        "failed": counts.failed if counts else None,
+        "errors": counts.errors if counts else None,
+    }
+    log.debug("sandbox %s tests: exit %s, score %.3f", sandbox_id, result.exit_code, score)
+    return {settings.name: score}
+
+
+@hookimpl
+def rollhub_collect_rewards(episode: Episode, hub: Any) -> Awaitable[dict[str, float]] | dict[str, float] | None:
+    """Run ``[plugins.sandbox] test_command`` in the episode's sandbox; see the module doc."""
+    settings = load_settings(hub.config.plugins.settings("sandbox"))
+    if settings.test_command is None or not episode.ok or episode.result is None:
+        return None
+    sandbox_id = episode.result.get(settings.sandbox_id_field)
+    if not isinstance(sandbox_id, str) or not sandbox_id:
+        if settings.on_missing == "error":
+            raise RewardError(
+                f"the result of episode {episode.episode_id!r} has no "
+                f"{settings.sandbox_id_field!r}; return the sandbox id from the agent",
+                episode_id=episode.episode_id,
+            )
+        return {settings.name: 0.0} if settings.on_missing == "zero" else None
+    return _score(episode, settings, sandbox_id)
