@@ -118,25 +118,79 @@ def error_info(exc: BaseException, *, default_message: str = "") -> dict[str, An
     return {"type": type(exc).__name__, "message": message, "traceback": trace}
 
 
-def redact(value: Any, secrets: Iterable[str]) -> Any:
-    """A copy of ``value`` in which every occurrence of a secret string is replaced."""
-    words = [s for s in secrets if s]
+def redact(value: Any, secrets: Iterable[str], *, public: Iterable[str] = ()) -> Any:
+    """A copy of ``value`` in which every secret, and every long piece of one, is masked.
+
+    Pieces matter because exception messages often show a truncated ``repr`` of the payload
+    (pydantic's ``input_value=...ub-test-SECRET-9f8e7d'}``): any run of at least
+    :data:`FRAGMENT_CHARS` characters of a secret of :data:`MIN_SECRET_CHARS` or more is
+    masked, except pieces that also occur in a ``public`` string (a key built from the
+    session id must not mask the session id). Shorter secrets are masked only when whole.
+    """
+    words = [s for s in secrets if s and len(s) >= 4]
     if not words:
         return value
-    return _redact(value, words)
+    known = [p for p in public if p]
+    pieces = {
+        w: [
+            w[j : j + FRAGMENT_CHARS]
+            for j in range(len(w) - FRAGMENT_CHARS + 1)
+            if not any(w[j : j + FRAGMENT_CHARS] in p for p in known)
+        ]
+        if len(w) >= MIN_SECRET_CHARS
+        else []
+        for w in words
+    }
+    return _redact(value, pieces)
 
 
-def _redact(value: Any, words: list[str]) -> Any:
+#: Secrets at least this long also have their pieces masked.
+MIN_SECRET_CHARS = 16
+#: Shortest piece of a secret that is masked.
+FRAGMENT_CHARS = 10
+
+
+def _redact(value: Any, words: dict[str, list[str]]) -> Any:
     if isinstance(value, str):
-        for word in words:
-            if word in value:
-                value = value.replace(word, REDACTED)
+        for word, pieces in words.items():
+            value = _mask(value, word, pieces)
         return value
     if isinstance(value, dict):
         return {_redact(k, words): _redact(v, words) for k, v in value.items()}
     if isinstance(value, list):
         return [_redact(v, words) for v in value]
     return value
+
+
+def _mask(text: str, secret: str, pieces: list[str]) -> str:
+    if secret in text:
+        text = text.replace(secret, REDACTED)
+    spans: list[tuple[int, int]] = []
+    k = FRAGMENT_CHARS
+    for piece in pieces:
+        j = secret.index(piece)
+        start = text.find(piece)
+        while start != -1:
+            # grow the match both ways while text and secret keep agreeing
+            a, b, sa, sb = start, start + k, j, j + k
+            while a > 0 and sa > 0 and text[a - 1] == secret[sa - 1]:
+                a, sa = a - 1, sa - 1
+            while b < len(text) and sb < len(secret) and text[b] == secret[sb]:
+                b, sb = b + 1, sb + 1
+            spans.append((a, b))
+            start = text.find(piece, start + 1)
+    if not spans:
+        return text
+    out, pos = [], 0
+    for a, b in sorted(spans):
+        if b <= pos:
+            continue
+        out.append(text[pos : max(a, pos)])
+        if a >= pos:
+            out.append(REDACTED)
+        pos = b
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def public_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -191,7 +245,8 @@ def build_result_document(
     }
     document = {**body, RESULT_META_KEY: meta}
     secrets = [rollout.api_key.get_secret_value()] if rollout.api_key is not None else []
-    return redact(document, secrets)
+    public = [v for v in rollout.public_dict().values() if isinstance(v, str)]
+    return redact(document, secrets, public=[*public, rollout.result_key])
 
 
 def _check_json_lenient(value: Any) -> Any:

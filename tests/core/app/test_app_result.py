@@ -120,6 +120,18 @@ def test_api_key_is_redacted_everywhere() -> None:
     assert SECRET not in repr(err_doc)
 
 
+def test_pieces_of_the_key_are_masked_but_public_ids_are_not() -> None:
+    from rollhub.app.result import redact
+
+    key = "gw-session-000123-abcdefghijklmnopqrstuv"
+    doc = {"sid": "session-000123", "msg": "input_value=...00123-abcdefghijklmnop'}"}
+    out = redact(doc, [key], public=["session-000123"])
+    assert out["sid"] == "session-000123"
+    assert "abcdefghij" not in out["msg"] and out["msg"].startswith("input_value=...")
+    assert redact({"a": "EMPTY"}, ["EMPTY"]) == {"a": "**redacted**"}
+    assert redact({"a": "xyz"}, ["xyz"]) == {"a": "xyz"}  # too short to mask safely
+
+
 def test_read_status_of_foreign_and_broken_documents() -> None:
     assert read_status({"rewards": 1.0}) == "ok"  # written by an agent of its own
     with pytest.raises(InvalidResultError, match="expected 'ok' or 'error'"):

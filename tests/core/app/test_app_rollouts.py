@@ -14,8 +14,13 @@ from typing import Any
 import httpx
 import pytest
 from app_support import API_KEY, wait_for
+from pydantic import BaseModel
 from rollhub.app import RolloutApp, RolloutContext
 from rollhub.rollout import RESULT_META_KEY, RolloutConfig
+
+
+class Strict(BaseModel):
+    question: str
 
 
 def test_sync_handler_answers_at_once_and_stores_result(
@@ -168,6 +173,9 @@ def test_api_key_never_reaches_the_store(
     def handler(payload: dict[str, Any], context: RolloutContext) -> dict[str, Any]:
         if payload.get("fail"):
             raise PermissionError(f"bad key {context.rollout.api_key.get_secret_value()}")
+        if payload.get("validate"):
+            # pydantic puts a truncated repr of the payload (the key's tail) in its message
+            Strict.model_validate(payload)
         return {"rewards": 0.0, "echo": payload}  # a careless agent echoing its payload
 
     client = serve(app)
@@ -175,12 +183,17 @@ def test_api_key_never_reaches_the_store(
     r = client.post("/invocations", json={"fail": 1, "_rollout": make_rollout("s-fail")})
     assert r.status_code == 200
     assert wait_for(lambda: read_doc("s-fail"))[RESULT_META_KEY]["status"] == "error"
+    client.post("/invocations", json={"validate": 1, "_rollout": make_rollout("s-val")})
+    err = wait_for(lambda: read_doc("s-val"))[RESULT_META_KEY]["error"]
+    assert err["type"] == "ValidationError" and "question" in err["message"]
     bad = client.post("/invocations", json={"_rollout": make_rollout("s-400", exp_id="../x")})
-    assert bad.status_code == 400 and API_KEY not in bad.text
+    assert bad.status_code == 400 and API_KEY[-10:] not in bad.text
     files = [p for p in store_dir.rglob("*") if p.is_file()]
-    assert len(files) == 2
+    assert len(files) == 3
+    pieces = {API_KEY[i : i + 10].encode() for i in range(len(API_KEY) - 9)}
     for path in files:
-        assert API_KEY.encode() not in path.read_bytes(), path
+        data = path.read_bytes()
+        assert not [p for p in pieces if p in data], path
 
 
 def test_running_session_is_not_started_twice(
