@@ -86,15 +86,23 @@ class HFChatModel:
         r = self.renderer
         return len(r.encode(r.render_text(r.template_messages(turn.messages), turn.tools, generation=True)))
 
-    def new_parser(self) -> StreamingParser:
-        """A parser for one generation."""
-        r = self.renderer
-        decoder = IncrementalDecoder(r.tokenizer, set(r.stop_ids))
-        return r.family.new_stream_parser(decoder, in_reasoning=r.prompt_opens_reasoning)
+    def new_parser(self, prepared: PreparedTurn | None = None) -> StreamingParser:
+        """A parser for one generation.
 
-    def parse(self, token_ids: list[int]) -> ParsedOutput:
+        :param prepared: the turn being sampled; tells whether its prompt already opened a
+            reasoning block (DeepSeek-R1, Qwen3.5 thinking, but not after DeepSeek's tool
+            outputs). Without it the template's usual generation prompt decides.
+        """
+        r = self.renderer
+        in_reasoning = r.prompt_opens_reasoning
+        if prepared is not None and isinstance(prepared.state, _Pending):
+            in_reasoning = prepared.state.opens_reasoning
+        decoder = IncrementalDecoder(r.tokenizer, set(r.stop_ids))
+        return r.family.new_stream_parser(decoder, in_reasoning=in_reasoning)
+
+    def parse(self, token_ids: list[int], prepared: PreparedTurn | None = None) -> ParsedOutput:
         """Parse a whole generation at once."""
-        parser = self.new_parser()
+        parser = self.new_parser(prepared)
         parser.feed(token_ids)
         return parser.finish()
 
@@ -126,6 +134,7 @@ class _Pending:
     prompt_text: str
     tools_key: str
     masked: int
+    opens_reasoning: bool
 
 
 class HFConversation:
@@ -167,7 +176,11 @@ class HFConversation:
         prompt = (self.tree.ids_through(base) if base else []) + extra
         index = self._next_turn
         self._next_turn += 1
-        state = _Pending(parent, base, extra, history, digests[-1], full_text, tools_key, masked)
+        markup = r.family.reasoning_markup
+        opens = bool(markup) and full_text.rstrip().endswith(markup[0])  # type: ignore[index]
+        state = _Pending(
+            parent, base, extra, history, digests[-1], full_text, tools_key, masked, opens
+        )
         return PreparedTurn(prompt_ids=prompt, drift=drift, turn_index=index, state=state)
 
     def _continue(
@@ -193,14 +206,8 @@ class HFConversation:
         prev = self.tree.ids_through(parent)
         if ids[: len(prev)] == prev:  # a full render that happens to extend the ids
             return parent, ids[len(prev) :], "append" if is_tip else "fork", 0
-        lcp = 0
-        for a, b in zip(prev, ids):
-            if a != b:
-                break
-            lcp += 1
-        masked = self.tree.sampled_after(parent, lcp)
-        log.debug("session %s: history rewritten at id %d, %d sampled ids masked",
-                  self.session_id, lcp, masked)
+        masked = self.tree.sampled_dropped(parent, ids)
+        log.debug("session %s: history rewritten, %d sampled ids dropped", self.session_id, masked)
         return None, ids, "rerender" if is_tip else "fork", masked
 
     # commit ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ globally; :func:`global_drift_counts` is what ``/metrics`` reports.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import threading
@@ -148,13 +149,32 @@ class TrajectoryTree:
         assert node.branch is not None
         return node.branch.ids[: node.end]
 
-    def sampled_after(self, node: TurnNode, offset: int) -> int:
-        """Sampled tokens in ``node``'s sequence at or after ``offset``."""
+    def sampled_dropped(self, node: TurnNode, new_prompt: list[int]) -> int:
+        """Sampled tokens of ``node``'s sequence that ``new_prompt`` no longer shows as-is.
+
+        A re-rendered history keeps most earlier outputs (answers, tool calls) but drops
+        or rewrites some (reasoning, end markers); the ids of ``node``'s sequence are
+        aligned with the new prompt and the sampled ones left unmatched are counted.
+        """
         assert node.branch is not None
         b = node.branch
-        start = max(offset - b.prompt_len, 0)
-        stop = node.end - b.prompt_len
-        return sum(b.mask[start:stop]) if stop > start else 0
+        old = b.ids[: node.end]
+        lcp = 0
+        for x, y in zip(old, new_prompt):
+            if x != y:
+                break
+            lcp += 1
+        kept = [False] * (len(old) - lcp)
+        matcher = difflib.SequenceMatcher(None, old[lcp:], new_prompt[lcp:], autojunk=False)
+        for block in matcher.get_matching_blocks():
+            for i in range(block.a, block.a + block.size):
+                kept[i] = True
+        dropped = 0
+        for i, k in enumerate(kept):
+            pos = lcp + i - b.prompt_len
+            if not k and pos >= 0 and b.mask[pos]:
+                dropped += 1
+        return dropped
 
     # Commit ----------------------------------------------------------------------------------
 

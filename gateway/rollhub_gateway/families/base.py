@@ -63,6 +63,8 @@ class Family:
     tool_markers: ClassVar[tuple[str, ...]] = ()
     reasoning_key: ClassVar[str] = "reasoning_content"
     arguments_as_text: ClassVar[bool] = False
+    #: an assistant message may hold text next to its tool calls
+    content_with_calls: ClassVar[bool] = True
     #: tokens that end an assistant turn (the tokenizer's EOS is added to these)
     stop_tokens: ClassVar[tuple[str, ...]] = ("<|im_end|>", "<|endoftext|>")
     #: extra keyword arguments for ``apply_chat_template``
@@ -118,6 +120,33 @@ class Family:
                 for c in parsed.tool_calls
             ]
         return msg
+
+    # What the model writes ---------------------------------------------------------------------
+
+    def format_output(
+        self,
+        content: str,
+        *,
+        reasoning: str | None = None,
+        tool_calls: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
+        in_reasoning: bool = False,
+    ) -> str:
+        """The text a model of this family samples for an answer (stop token excluded).
+
+        Used by scripted engines and the conformance run to produce the family's exact
+        markup; :meth:`parse` reads it back.
+        """
+        head = ""
+        if reasoning is not None and self.reasoning_markup:
+            open_, close = self.reasoning_markup
+            head = ("" if in_reasoning else open_ + "\n") + reasoning + "\n" + close + "\n\n"
+        calls = "".join(self.format_call(name, args, i) for i, (name, args) in enumerate(tool_calls))
+        sep = "\n" if content and calls else ""
+        return head + content + sep + calls
+
+    def format_call(self, name: str, args: dict[str, Any], index: int) -> str:
+        """One tool call in this family's markup."""
+        raise NotImplementedError(f"family {self.name!r} has no tool-call markup")
 
     # Parsing ---------------------------------------------------------------------------------
 
@@ -185,6 +214,7 @@ class IncrementalDecoder:
     def __init__(self, tokenizer: Any, stop_ids: set[int]) -> None:
         self._tok = tokenizer
         self._stop = stop_ids
+        self.stop = stop_ids
         self.ids: list[int] = []
         self._prefix = 0
         self._read = 0
@@ -305,4 +335,12 @@ class MarkupStreamParser:
 
     def finish(self) -> ParsedOutput:
         """The whole output, parsed from the full text."""
-        return self.family.parse(self.decoder.final_text(), in_reasoning=self.in_reasoning)
+        text = self.decoder.final_text()
+        in_reasoning = self.in_reasoning
+        markup = self.family.reasoning_markup
+        ids = self.decoder.ids
+        if in_reasoning and markup and markup[1] not in text and ids and ids[-1] in self.decoder.stop:
+            # the model ended its turn without ever closing a reasoning block: the prompt
+            # did not open one (e.g. DeepSeek after tool outputs), so it is content
+            in_reasoning = False
+        return self.family.parse(text, in_reasoning=in_reasoning)

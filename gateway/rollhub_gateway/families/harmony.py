@@ -37,6 +37,7 @@ class HarmonyFamily(Family):
     """GPT-OSS channels."""
 
     name = "gpt_oss"
+    content_with_calls = False
     stop_tokens = ("<|return|>", "<|call|>")
     tool_markers = ()
     reasoning_key = "thinking"
@@ -48,6 +49,27 @@ class HarmonyFamily(Family):
             out.setdefault("thinking", out["content"])
             out["content"] = ""
         return out
+
+    def format_output(
+        self,
+        content: str,
+        *,
+        reasoning: str | None = None,
+        tool_calls: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
+        in_reasoning: bool = False,
+    ) -> str:
+        parts = []
+        if reasoning is not None:
+            parts.append(f"{CHANNEL}analysis{MESSAGE}{reasoning}{END}")
+        for name, args in tool_calls[:1]:  # one call per message; it ends the output
+            head = START + "assistant" if parts else ""
+            parts.append(
+                f"{head} to=functions.{name}{CHANNEL}commentary json{MESSAGE}{json.dumps(args)}"
+            )
+            return "".join(parts)
+        head = START + "assistant" if parts else ""
+        parts.append(f"{head}{CHANNEL}final{MESSAGE}{content}")
+        return "".join(parts)
 
     def parse(self, text: str, *, in_reasoning: bool = False) -> ParsedOutput:
         reasoning: list[str] = []

@@ -25,6 +25,7 @@ class Llama3Family(Family):
     """Llama 3.1 / 3.2 JSON tool calls."""
 
     name = "llama3"
+    content_with_calls = False
     stop_tokens = ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
     tool_markers = (PYTHON_TAG,)
 
@@ -60,6 +61,11 @@ class Llama3Family(Family):
                 return None
             calls.append(ToolCall(new_call_id(), obj["name"], json.dumps(args, ensure_ascii=False)))
         return calls or None
+
+
+    def format_call(self, name: str, args: dict[str, Any], index: int) -> str:
+        body = json.dumps({"name": name, "parameters": args}, ensure_ascii=False)
+        return ("; " if index else "") + body
 
 
 def _split_json_objects(text: str) -> list[str]:
@@ -98,11 +104,21 @@ class DeepSeekV3Family(Family):
     reasoning_markup = ("<think>", "</think>")
     arguments_as_text = True
 
-    def to_template_message(self, message: dict[str, Any]) -> dict[str, Any]:
-        out = super().to_template_message(message)
-        if out.get("role") == "assistant" and out.get("tool_calls") and not out.get("content"):
-            out["content"] = None  # the template tests ``content is none`` before the calls
-        return out
+    def format_output(
+        self,
+        content: str,
+        *,
+        reasoning: str | None = None,
+        tool_calls: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
+        in_reasoning: bool = False,
+    ) -> str:
+        text = super().format_output(content, reasoning=reasoning, in_reasoning=in_reasoning)
+        if tool_calls:
+            text += CALLS_BEGIN + "\n".join(
+                f"{CALL_BEGIN}function{SEP}{name}\n```json\n{json.dumps(args)}\n```{CALL_END}"
+                for name, args in tool_calls
+            ) + CALLS_END
+        return text
 
     def parse_tool_section(self, section: str) -> list[ToolCall] | None:
         body = section.strip()

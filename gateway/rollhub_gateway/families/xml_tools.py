@@ -80,6 +80,11 @@ class HermesFamily(Family):
         return calls
 
 
+    def format_call(self, name: str, args: dict[str, Any], index: int) -> str:
+        body = json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
+        return ("\n" if index else "") + f"<tool_call>\n{body}\n</tool_call>"
+
+
 class Qwen3Family(HermesFamily):
     """Hermes tool calls plus ``<think>`` reasoning (Qwen3)."""
 
@@ -112,6 +117,13 @@ class Qwen3CoderFamily(Qwen3Family):
             calls.append(ToolCall(new_call_id(), m.group(1).strip(), json.dumps(args, ensure_ascii=False)))
         return calls
 
+    def format_call(self, name: str, args: dict[str, Any], index: int) -> str:
+        params = "".join(
+            f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
+            for k, v in args.items()
+        )
+        return ("\n" if index else "") + f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+
 
 _ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)
 
@@ -141,3 +153,24 @@ class GLM4MoeFamily(Family):
                 return None
             calls.append(ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False)))
         return calls
+
+    def format_output(
+        self,
+        content: str,
+        *,
+        reasoning: str | None = None,
+        tool_calls: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
+        in_reasoning: bool = False,
+    ) -> str:
+        # GLM writes "\n<think>…</think>" right after "<|assistant|>", then "\n" + content
+        text = "\n<think>" + (reasoning or "") + "</think>"
+        if content:
+            text += "\n" + content
+        for name, args in tool_calls:
+            pairs = "".join(
+                f"<arg_key>{k}</arg_key>\n<arg_value>"
+                f"{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}</arg_value>\n"
+                for k, v in args.items()
+            )
+            text += f"\n<tool_call>{name}\n{pairs}</tool_call>"
+        return text

@@ -1,0 +1,300 @@
+"""Token-fidelity conformance: scripted multi-turn tool sessions for every supported family.
+
+For each family a scripted engine samples the family's exact markup (reasoning, tool
+calls, answers) as token ids, and an agent loop sends the parsed answers back the way an
+OpenAI client does (reasoning dropped, arguments as JSON text). The run checks that
+
+- every sampled id is in the records with loss mask 1 and its exact logprob, and no
+  sampled id is trained twice;
+- an ``append`` turn's prompt starts with the previous prompt + output of its branch;
+- a ``rerender``/``fork`` happens only where the template itself rewrites the history
+  (its rendering of the earlier conversation is not a prefix of the new one), and never
+  for append-only templates;
+- streamed deltas are a prefix of the final parse, and tool calls parse back exactly.
+
+``rollhub gateway conformance [--family NAME …] [--markdown]`` prints a per-family table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollhub.sampling import SamplingParams
+from rollhub_gateway.chat_model import HFChatModel, build_chat_model
+from rollhub_gateway.engines.scripted import ScriptedBackend
+from rollhub_gateway.turns import ChatTurn, ParsedOutput
+
+log = logging.getLogger(__name__)
+
+__all__ = ["APPEND_ONLY", "FamilyReport", "main", "run_family", "CONFORMANCE_FAMILIES"]
+
+#: conformance name → (family word, parallel tool calls supported)
+CONFORMANCE_FAMILIES: dict[str, tuple[str, bool]] = {
+    "smollm2": ("chatml", False),
+    "qwen2_5": ("hermes", True),
+    "qwen3": ("qwen3", True),
+    "qwen3_5": ("qwen3_coder", True),
+    "qwen3_6": ("qwen3_coder", True),
+    "llama3_1": ("llama3", False),
+    "llama3_2": ("llama3", False),
+    "deepseek_v3": ("deepseek_v3", True),
+    "deepseek_r1": ("deepseek_v3", False),
+    "glm4_moe": ("glm4_moe", True),
+    "gpt_oss": ("gpt_oss", False),
+}
+#: templates that never rewrite earlier turns: any rerender or fork there is a bug
+APPEND_ONLY = {"smollm2", "qwen2_5", "llama3_1", "llama3_2"}
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather of a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "get_time", "description": "Current time in a time zone.",
+        "parameters": {"type": "object", "properties": {"tz": {"type": "string"}},
+                       "required": ["tz"]}}},
+]  # fmt: skip
+
+#: (reasoning, content, tool calls, follow-up user message after it)
+Step = tuple[str | None, str, list[tuple[str, dict[str, Any]]], str | None]
+
+
+def _script(parallel: bool, tools: bool) -> list[Step]:
+    if not tools:
+        return [
+            (None, "Hello! How can I help?", [], "What is 2+2?"),
+            (None, "2+2 is 4.", [], "And 3+3?"),
+            (None, "3+3 is 6.", [], "Thanks."),
+            (None, "You are welcome.", [], None),
+        ]
+    second = [("get_time", {"tz": "UTC"})]
+    if parallel:
+        second.append(("get_weather", {"city": "Berlin"}))
+    return [
+        ("The user wants the weather first.", "", [("get_weather", {"city": "Paris"})], None),
+        ("Now the time.", "", second, None),
+        ("I have both.", "Sunny in Paris, 12:00 UTC.", [], "And in Rome?"),
+        ("Look up Rome.", "Checking Rome.", [("get_weather", {"city": "Rome"})], None),
+        ("Done.", "Rainy in Rome.", [], "Thanks!"),
+        ("Polite close.", "You are welcome.", [], None),
+    ]
+
+
+@dataclass
+class FamilyReport:
+    """The outcome of one family's session."""
+
+    name: str
+    family: str
+    turns: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    sampled: int = 0
+    in_records: int = 0
+    retok_diff: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether every check passed."""
+        return not self.failures
+
+
+def model_for(name: str) -> HFChatModel:
+    """The chat model a conformance family runs on (real template, real vocabulary)."""
+    if name == "smollm2":
+        return build_chat_model()
+    from rollhub_gateway.testing_tokenizers import family_tokenizer
+
+    return build_chat_model(name, tokenizer=family_tokenizer(name))
+
+
+def _agent_message(parsed: ParsedOutput) -> dict[str, Any]:
+    """The assistant message an OpenAI client sends back: no reasoning, JSON-text args."""
+    msg: dict[str, Any] = {"role": "assistant", "content": parsed.content or None}
+    if parsed.tool_calls:
+        msg["tool_calls"] = [
+            {"id": c.id, "type": "function",
+             "function": {"name": c.name, "arguments": c.arguments}}
+            for c in parsed.tool_calls
+        ]  # fmt: skip
+    return msg
+
+
+def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
+    """Run the scripted session of one conformance family and check it."""
+    fam_word, parallel = CONFORMANCE_FAMILIES[name]
+    model = model or model_for(name)
+    report = FamilyReport(name, model.family)
+    if model.family != fam_word:
+        report.failures.append(f"template detected as {model.family!r}, expected {fam_word!r}")
+    tools = TOOLS if model.supports_tools() else None
+    r = model.renderer
+    fam = r.family
+    stop = {"chatml": "<|im_end|>", "gpt_oss": "<|call|>"}.get(fam.name)
+    backend = ScriptedBackend()
+    conv = model.new_conversation(f"conformance-{name}")
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Weather in Paris and the time in UTC?"},
+    ]
+    if tools is None:
+        messages[1]["content"] = "Hi!"
+    sampled: dict[int, tuple[list[int], list[float]]] = {}
+    seen: list[tuple[Any, list[int]]] = []
+    for step, (reasoning, content, calls, follow_up) in enumerate(_script(parallel, bool(tools))):
+        prep = conv.prepare(ChatTurn(list(messages), tools=tools))
+        report.turns += 1
+        opens = prep.state.opens_reasoning
+        if calls and not fam.content_with_calls:
+            content = ""
+        text = fam.format_output(content, reasoning=reasoning if fam.reasoning_markup or
+                                 fam.name == "gpt_oss" else None, tool_calls=calls,
+                                 in_reasoning=opens)
+        end_tok = _stop_token(fam.name, calls, follow_up, stop, r)
+        ids = r.encode(text) + [r.tokenizer.convert_tokens_to_ids(end_tok)]
+        backend.add(ids)
+        gen = asyncio.run(backend.generate(prep.prompt_ids, SamplingParams(max_tokens=4096)))
+        parser = model.new_parser(prep)
+        streamed = ""
+        for t in gen.token_ids:
+            streamed += "".join(d.text for d in parser.feed([t]) if d.kind == "content")
+        parsed = parser.finish()
+        _check_parse(report, step, parsed, streamed, content, calls)
+        # independent view: would a full re-render have extended the previous ids?
+        fresh = r.encode(r.render_text(r.template_messages(messages), tools, generation=True))
+        if prep.drift == "append" and fresh != prep.prompt_ids:
+            report.retok_diff += 1
+        if seen and prep.drift == "append":
+            last_prep, last_out = seen[-1]
+            want = last_prep.prompt_ids + last_out
+            if prep.prompt_ids[: len(want)] != want:
+                report.failures.append(f"turn {step}: append prompt does not extend turn {step - 1}")
+        if prep.drift != "append" and not _template_rewrites(model, conv, prep, messages, tools):
+            report.failures.append(f"turn {step}: {prep.drift} where the template appends")
+        conv.commit(prep, gen, parsed, weight_version=step)
+        sampled[prep.turn_index] = (list(gen.token_ids), list(gen.logprobs))
+        seen.append((prep, list(gen.token_ids)))
+        messages.append(_agent_message(parsed))
+        for c in parsed.tool_calls:
+            messages.append({"role": "tool", "tool_call_id": c.id,
+                             "content": json.dumps({"tool": c.name, "ok": True})})
+        if follow_up:
+            messages.append({"role": "user", "content": follow_up})
+    _check_records(report, conv.traces(), sampled)
+    report.counts = conv.drift_counts()
+    if name in APPEND_ONLY and (report.counts["rerender"] or report.counts["fork"]):
+        report.failures.append("append-only template produced a rerender or fork")
+    return report
+
+
+def _stop_token(family: str, calls: list[Any], follow_up: str | None, stop: str | None, r: Any) -> str:
+    if family == "gpt_oss":
+        return "<|call|>" if calls else "<|return|>"
+    if family == "glm4_moe":
+        return "<|observation|>" if calls else "<|user|>"
+    return stop or r.stop_texts[r.tokenizer.eos_token_id]
+
+
+def _check_parse(
+    report: FamilyReport, step: int, parsed: ParsedOutput, streamed: str, content: str,
+    calls: list[tuple[str, dict[str, Any]]],
+) -> None:
+    got = [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls]
+    if got != [(n, a) for n, a in calls]:
+        report.failures.append(f"turn {step}: tool calls {got} != {calls}")
+    if parsed.content.strip() != content.strip() or parsed.ill_formed:
+        report.failures.append(f"turn {step}: content {parsed.content!r} != {content!r}")
+    if not parsed.content.startswith(streamed):
+        report.failures.append(f"turn {step}: streamed {streamed!r} is not a prefix of the content")
+
+
+def _template_rewrites(model: HFChatModel, conv: Any, prep: Any, messages: list[Any],
+                       tools: Any) -> bool:
+    """Whether the template renders the previous history differently inside the new one."""
+    parent = prep.state.parent
+    if parent is None:
+        return True
+    r = model.renderer
+    prompt = r.render_text(parent.messages[:-1], tools, generation=True)
+    through = r.render_text(parent.messages, tools, generation=False)
+    if not through.startswith(prompt):  # the generation prompt is not how history renders
+        return True
+    known = len(parent.messages)
+    full = r.render_text(parent.messages + r.template_messages(messages[known:]), tools,
+                         generation=True)
+    return not full.startswith(through)
+
+
+def _check_records(report: FamilyReport, records: list[Any],
+                   sampled: dict[int, tuple[list[int], list[float]]]) -> None:
+    report.sampled = sum(len(ids) for ids, _ in sampled.values())
+    report.in_records = sum(r.num_sampled for r in records)
+    if report.in_records != report.sampled:
+        report.failures.append(f"{report.in_records} ids trained, {report.sampled} sampled")
+    found = set()
+    for rec in records:
+        for span in rec.turns:
+            ids, lps = sampled[span.turn_index]
+            if rec.response_ids[span.start : span.end] != ids:
+                report.failures.append(f"turn {span.turn_index}: ids differ in the record")
+            if rec.response_mask[span.start : span.end] != [1] * len(ids):
+                report.failures.append(f"turn {span.turn_index}: mask is not 1 on sampled ids")
+            if rec.response_logprobs[span.start : span.end] != lps:
+                report.failures.append(f"turn {span.turn_index}: logprobs differ")
+            found.add(span.turn_index)
+    if found != set(sampled):
+        report.failures.append(f"turns missing from records: {sorted(set(sampled) - found)}")
+
+
+def format_table(reports: list[FamilyReport], *, markdown: bool = False) -> str:
+    """The per-family table."""
+    head = ["family", "parser", "turns", "append", "rerender", "fork", "masked tokens",
+            "sampled ids", "trained (mask 1)", "retokenisation differs", "result"]
+    rows = [
+        [r.name, r.family, r.turns, r.counts.get("append", 0), r.counts.get("rerender", 0),
+         r.counts.get("fork", 0), r.counts.get("masked_tokens", 0), r.sampled, r.in_records,
+         r.retok_diff, "ok" if r.ok else "FAIL: " + "; ".join(r.failures[:3])]
+        for r in reports
+    ]  # fmt: skip
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+        return "\n".join(lines)
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join(fmt.format(*map(str, row)) for row in [head, *rows])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``rollhub gateway conformance``: run every family (or ``--family``), print the table.
+
+    Returns 0 when every check passed, 1 otherwise.
+    """
+    ap = argparse.ArgumentParser(prog="rollhub gateway conformance", description=__doc__.split("\n")[0])
+    ap.add_argument("--family", action="append", choices=sorted(CONFORMANCE_FAMILIES),
+                    help="run only this family (repeatable)")
+    ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    args = ap.parse_args(argv)
+    reports = []
+    for n in args.family or CONFORMANCE_FAMILIES:
+        try:
+            reports.append(run_family(n))
+        except Exception as exc:  # a crash is a failed family, not a failed run
+            log.exception("family %s crashed", n)
+            reports.append(FamilyReport(n, "?", failures=[f"{type(exc).__name__}: {exc}"]))
+    print(format_table(reports, markdown=args.markdown))
+    bad = [r for r in reports if not r.ok]
+    for r in bad:
+        print(f"\n{r.name}:", *r.failures, sep="\n  ", file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

