@@ -103,6 +103,8 @@ def map_client_error(exc: BaseException, *, action: str, sandbox_id: str | None)
 
     if isinstance(exc, ClientError):
         code = exc.response.get("Error", {}).get("Code", "")
+        # Errors inside an event stream carry the member name (throttlingException).
+        code = code[:1].upper() + code[1:]
         msg = exc.response.get("Error", {}).get("Message", "") or str(exc)
         text = f"AgentCore {action} failed: {code}: {msg}"
         if code == "ResourceNotFoundException":
@@ -209,7 +211,7 @@ class AgentCoreProvider(SandboxProvider):
                 config=Config(
                     connect_timeout=opts.connect_timeout,
                     read_timeout=opts.read_timeout,
-                    retries={"max_attempts": opts.max_attempts, "mode": "standard"},
+                    retries={"total_max_attempts": opts.max_attempts, "mode": "standard"},
                 ),
             )
         return self._client
