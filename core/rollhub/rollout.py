@@ -96,6 +96,16 @@ class RolloutConfig(BaseModel):
             )
         return value
 
+    @field_validator("callback_url")
+    @classmethod
+    def _callback_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(
+                f"callback_url={value!r} is not an http(s) URL; the app POSTs completion "
+                f"notices to it (e.g. http://127.0.0.1:8900/rollhub/callback)"
+            )
+        return value
+
     @property
     def result_key(self) -> str:
         """Where this rollout's result is stored, relative to the store root."""

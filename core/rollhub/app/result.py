@@ -38,6 +38,7 @@ __all__ = [
     "ResultView",
     "build_result_document",
     "error_info",
+    "public_payload",
     "read_result",
     "read_status",
     "redact",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import copy
 import functools
 import inspect
 import logging
@@ -27,7 +28,7 @@ from typing import Any
 import httpx
 
 from rollhub.app.callback import DEFAULT_BACKOFF_S, completion_notice, send_notice
-from rollhub.app.result import build_result_document, error_info
+from rollhub.app.result import build_result_document, error_info, public_payload
 from rollhub.rollout import RolloutConfig
 from rollhub.stores.base import ResultStore
 
@@ -101,6 +102,8 @@ class RolloutRunner:
             log.info("session %s is already running; not starting it twice", rollout.session_id)
             return existing
         location = store.location(rollout.result_key)
+        # The handler may mutate its payload; the stored copy is the payload as received.
+        payload = copy.deepcopy(public_payload(payload))
         loop = asyncio.get_running_loop()
         # The handler gets its own task so that a cancel, even one that lands before the
         # handler started, always reaches _run's except clause and gets stored.

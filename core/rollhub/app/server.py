@@ -21,8 +21,6 @@ import inspect
 import json
 import logging
 import os
-import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -37,11 +35,11 @@ from starlette.routing import Route
 from rollhub.app.callback import DEFAULT_BACKOFF_S
 from rollhub.app.context import (
     SESSION_HEADER,
-    PingStatus,
     RolloutContext,
     forwardable_headers,
     takes_context,
 )
+from rollhub.app.health import HealthState
 from rollhub.app.runner import RolloutRunner
 from rollhub.errors import RollhubError
 from rollhub.rollout import ROLLOUT_KEY, RolloutConfig
@@ -53,7 +51,7 @@ __all__ = ["RolloutApp"]
 log = logging.getLogger(__name__)
 
 
-class RolloutApp(Starlette):
+class RolloutApp(HealthState, Starlette):
     """An AgentCore-compatible app whose entrypoint runs RL rollouts in the background.
 
     :param debug: Starlette debug mode.
@@ -97,12 +95,7 @@ class RolloutApp(Starlette):
     ) -> None:
         self.handlers: dict[str, Callable[..., Any]] = {}
         self._rollout_handler: Callable[..., Any] | None = None
-        self._ping_handler: Callable[[], Any] | None = None
-        self._forced_ping_status: PingStatus | None = None
-        self._async_tasks: dict[int, dict[str, Any]] = {}
-        self._task_lock = threading.Lock()
-        self._last_status: PingStatus = PingStatus.HEALTHY
-        self._last_status_update_time = time.time()
+        self._init_health()
         self._registry = registry
         self._store_options = dict(store_options or {})
         self._stores: dict[str, ResultStore] = {}
@@ -144,80 +137,12 @@ class RolloutApp(Starlette):
         self._attach_run(func)
         return func
 
-    def ping(self, func: Callable[[], Any]) -> Callable[[], Any]:
-        """Register a custom ping status function (returns a ``PingStatus`` or its value)."""
-        self._ping_handler = func
-        return func
-
     def _attach_run(self, func: Callable[..., Any]) -> None:
         with contextlib.suppress(AttributeError):
             func.run = lambda port=8080, host=None: self.run(port, host)  # type: ignore[attr-defined]
 
-    # Ping --------------------------------------------------------------------------------
-
-    def get_current_ping_status(self) -> PingStatus:
-        """Forced status, else the custom ping function, else Busy while work is running."""
-        status: PingStatus | None = self._forced_ping_status
-        if status is None and self._ping_handler is not None:
-            try:
-                value = self._ping_handler()
-                status = PingStatus(value) if value is not None else None
-            except Exception as exc:
-                log.warning("custom ping handler failed, using automatic status: %s", exc)
-        if status is None:
-            busy = bool(self.runner.running) or bool(self._async_tasks)
-            status = PingStatus.HEALTHY_BUSY if busy else PingStatus.HEALTHY
-        if status != self._last_status:
-            self._last_status = status
-            self._last_status_update_time = time.time()
-        return status
-
-    def _refresh_status(self) -> None:
-        self.get_current_ping_status()
-
-    def force_ping_status(self, status: PingStatus) -> None:
-        """Report ``status`` until :meth:`clear_forced_ping_status`."""
-        self._forced_ping_status = PingStatus(status)
-        self._refresh_status()
-
-    def clear_forced_ping_status(self) -> None:
-        """Go back to the automatic status."""
-        self._forced_ping_status = None
-        self._refresh_status()
-
-    def add_async_task(self, name: str, metadata: dict[str, Any] | None = None) -> int:
-        """Mark your own background work as running (``/ping`` says HealthyBusy)."""
-        with self._task_lock:
-            task_id = uuid.uuid4().int >> 64
-            self._async_tasks[task_id] = {
-                "name": name,
-                "start_time": time.time(),
-                **({"metadata": metadata} if metadata else {}),
-            }
-        self._refresh_status()
-        return task_id
-
-    def complete_async_task(self, task_id: int) -> bool:
-        """Mark work from :meth:`add_async_task` as done; False for an unknown id."""
-        with self._task_lock:
-            found = self._async_tasks.pop(task_id, None) is not None
-        self._refresh_status()
-        return found
-
-    def async_task(self, func: Callable[..., Any]) -> Callable[..., Any]:
-        """Decorate an async function so the app reports Busy while it runs."""
-        if not inspect.iscoroutinefunction(func):
-            raise ValueError("@async_task can only be applied to async functions")
-
-        async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            task_id = self.add_async_task(func.__name__)
-            try:
-                return await func(*args, **kwargs)
-            finally:
-                self.complete_async_task(task_id)
-
-        wrapper.__name__ = func.__name__
-        return wrapper
+    def _busy(self) -> bool:
+        return bool(self.runner.running) or bool(self._async_tasks)
 
     # Stores ------------------------------------------------------------------------------
 
