@@ -440,17 +440,17 @@ class OpenAIResponses(ProtocolAdapter):
         return OpenAIChat().error_body(err)
 
     def stream_error(self, err: WireError) -> bytes:
-        """An ``error`` event after the stream began."""
+        """An ``error`` event then ``response.failed``, after the stream began."""
         body = self.error_body(err)["error"]
+        error = {"code": body["code"], "message": body["message"]}
+        failed = {
+            "id": new_id("resp_"), "object": "response", "created_at": int(time.time()),
+            "status": "failed", "error": error, "output": [], "model": "", "incomplete_details": None,
+        }  # fmt: skip
         return sse(
-            {
-                "type": "error",
-                "code": body["code"],
-                "message": body["message"],
-                "param": body["param"],
-                "sequence_number": 0,
-            },
-            "error",
+            {"type": "error", **error, "param": body["param"], "sequence_number": 0}, "error"
+        ) + sse(
+            {"type": "response.failed", "response": failed, "sequence_number": 1}, "response.failed"
         )
 
 

@@ -1,0 +1,165 @@
+"""Sessions: admin routes, policy, finishing and dropping, idle expiry, weight versions."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import openai
+import pytest
+from rollhub_gateway.config import GatewayConfig, SessionPolicy
+from rollhub_gateway.engines.scripted import ScriptedBackend
+from rollhub_gateway.server import Gateway
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+async def test_admin_routes_open_trace_finish_drop(gateway, scripted, ids):
+    admin = {"Authorization": "Bearer admin-secret"}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(gateway.url + "/sessions", json={"session_id": "a1"}) as r:
+            assert r.status == 401
+        async with http.post(
+            gateway.url + "/sessions", json={"session_id": "a1"}, headers=admin
+        ) as r:
+            assert r.status == 201
+            info = await r.json()
+        assert info["base_url"] == gateway.base_url and info["anthropic_base_url"] == gateway.url
+        assert info["session_id"] == "a1" and info["model"] == "smollm2-135m-instruct"
+        async with http.post(
+            gateway.url + "/sessions", json={"session_id": "a1"}, headers=admin
+        ) as r:
+            assert r.status == 400 and "already open" in (await r.json())["error"]["message"]
+
+        out = ids("hello")
+        scripted.add(out)
+        client = openai.AsyncOpenAI(base_url=info["base_url"], api_key=info["api_key"])
+        await client.chat.completions.create(model="m", messages=USER)
+
+        async with http.get(gateway.url + "/sessions/a1/traces", headers=admin) as r:
+            traces = (await r.json())["traces"]
+        assert traces[0]["response_ids"] == out  # readable at once: committed before the reply
+        async with http.post(gateway.url + "/sessions/a1/finish", headers=admin) as r:
+            assert (await r.json())["traces"] == traces
+        async with http.get(gateway.url + "/sessions/a1/traces", headers=admin) as r:
+            assert r.status == 404
+        with pytest.raises(openai.AuthenticationError):
+            await client.with_options(max_retries=0).chat.completions.create(
+                model="m", messages=USER
+            )
+
+        async with http.post(gateway.url + "/sessions", json={}, headers=admin) as r:
+            sid = (await r.json())["session_id"]
+        async with http.delete(f"{gateway.url}/sessions/{sid}", headers=admin) as r:
+            assert r.status == 204
+        async with http.delete(f"{gateway.url}/sessions/{sid}", headers=admin) as r:
+            assert r.status == 404
+        async with http.post(
+            gateway.url + "/sessions", json={"policy": {"max_turns": 0}}, headers=admin
+        ) as r:
+            assert r.status == 400 and (await r.json())["error"]["param"] == "policy.max_turns"
+
+
+async def test_pinned_temperature_and_caps(gateway, scripted, ids):
+    params = []
+    orig = scripted.generate
+
+    async def spy(prompt_ids, p):
+        params.append(p)
+        return await orig(prompt_ids, p)
+
+    scripted.generate = spy
+    s = gateway.open_session(
+        "s1",
+        policy={"temperature": 1.0, "pinned": ["temperature"], "max_tokens_cap": 5, "top_p": 0.8},
+    )
+    scripted.add(ids("a"), ids("b"))
+    client = openai.AsyncOpenAI(base_url=gateway.base_url, api_key=s.key)
+    await client.chat.completions.create(model="m", messages=USER, temperature=0.2, max_tokens=100)
+    await client.chat.completions.create(model="m", messages=USER, top_p=0.5)
+    assert [(p.temperature, p.max_tokens, p.top_p) for p in params] == [
+        (1.0, 5, 0.8),
+        (1.0, 5, 0.5),
+    ]
+
+
+async def test_max_turns_and_max_context(gateway, scripted, ids):
+    s = gateway.open_session("s1", policy={"max_turns": 1})
+    scripted.add(ids("one"))
+    client = openai.AsyncOpenAI(base_url=gateway.base_url, api_key=s.key, max_retries=0)
+    await client.chat.completions.create(model="m", messages=USER)
+    with pytest.raises(openai.BadRequestError, match="max_turns=1"):
+        await client.chat.completions.create(model="m", messages=USER)
+
+    s2 = gateway.open_session("s2", policy={"max_context_tokens": 40})
+    client2 = openai.AsyncOpenAI(base_url=gateway.base_url, api_key=s2.key, max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="max_context_tokens=40") as info:
+        await client2.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "word " * 50}]
+        )
+    assert info.value.body["param"] == "messages"
+    seen = []
+    orig = scripted.generate
+
+    async def spy(prompt_ids, p):
+        seen.append((len(prompt_ids), p.max_tokens))
+        return await orig(prompt_ids, p)
+
+    scripted.generate = spy
+    scripted.add(ids("x"))
+    await client2.chat.completions.create(model="m", messages=USER, max_tokens=500)
+    prompt_len, max_tokens = seen[0]
+    assert prompt_len + max_tokens == 40
+
+
+async def test_idle_sessions_expire_and_their_key_stops_working(chat_model, ids):
+    backend = ScriptedBackend()
+    gw = Gateway(
+        backend,
+        chat_model,
+        GatewayConfig(admin_token="a", session_ttl_s=0.3, reap_interval_s=0.05, log_turns=False),
+    )
+    await gw.start()
+    try:
+        idle = gw.open_session("idle")
+        busy = gw.open_session("busy")
+        client = openai.AsyncOpenAI(base_url=gw.base_url, api_key=busy.key, max_retries=0)
+        for _ in range(4):  # keeps "busy" alive past the TTL
+            backend.add(ids("ok"))
+            await client.chat.completions.create(model="m", messages=USER)
+            await asyncio.sleep(0.12)
+        assert "idle" not in gw.sessions and "busy" in gw.sessions
+        assert gw.metrics.sessions_closed == {"expired": 1}
+        stale = openai.AsyncOpenAI(base_url=gw.base_url, api_key=idle.key, max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            await stale.chat.completions.create(model="m", messages=USER)
+    finally:
+        await gw.close()
+
+
+async def test_weight_version_is_stamped_on_turns(gateway, scripted, ids):
+    s = gateway.open_session("s1")
+    client = openai.AsyncOpenAI(base_url=gateway.base_url, api_key=s.key)
+    scripted.add(ids("a"))
+    await client.chat.completions.create(model="m", messages=USER)
+    async with aiohttp.ClientSession(headers={"Authorization": "Bearer admin-secret"}) as http:
+        async with http.put(gateway.url + "/weight_version", json={"version": 7}) as r:
+            assert r.status == 200
+    scripted.add(ids("b"))
+    first = await client.chat.completions.create(model="m", messages=USER)
+    gateway.set_weight_version(8)
+    scripted.add(ids("c"))
+    await client.chat.completions.create(
+        model="m", messages=[*USER, first.choices[0].message.model_dump(exclude_none=True), *USER]
+    )
+    versions = sorted(t.weight_version or -1 for rec in gateway.traces("s1") for t in rec.turns)
+    assert versions == [-1, 7, 8]
+
+
+def test_policy_override_errors_name_the_field(chat_model):
+    from rollhub.errors import ConfigError
+
+    gw = Gateway(ScriptedBackend(), chat_model, GatewayConfig(policy=SessionPolicy(max_tokens=64)))
+    with pytest.raises(ConfigError, match=r"policy\.temperatur"):
+        gw.open_session("s", policy={"temperatur": 1})
+    assert gw.open_session("s", policy={"temperature": 0.5}).policy.max_tokens == 64
