@@ -163,18 +163,14 @@ class AsyncHub:
         )
 
     def _request(self, payload: Mapping[str, Any], group_id: str, index: int) -> RolloutRequest:
-        sid = f"{group_id}-{index}-{uuid.uuid4().hex[:12]}"
-        rollout = RolloutConfig(
-            exp_id=self.exp_id,
+        return self.client.request(
+            {k: v for k, v in payload.items() if k != "_rollout"},
             input_id=group_id,
-            session_id=sid,
-            result_store=self.store.url,
+            session_id=f"{group_id}-{index}-{uuid.uuid4().hex[:12]}",
             sampling=dict(self.config.experiment.sampling),
             weight_version=self.weight_version,
             sample_index=index,
         )
-        return RolloutRequest(payload={k: v for k, v in payload.items() if k != "_rollout"},
-                              rollout=rollout)
 
     async def run_episode(self, payload: Mapping[str, Any], group_id: str, index: int) -> Episode:
         """Run one sample to its terminal episode (never raises for a failed rollout)."""
@@ -209,8 +205,10 @@ class AsyncHub:
             capture = await self.token_source.open_session(rollout.session_id, sampling=rollout.sampling)
             opened = True
             _fill_capture(rollout, capture)
-            future = await self.client.submit_request_async(request)
-            outcome = await future.result_async(timeout=self.config.experiment.timeout_s)
+            future = await self.client.submit_request_async(
+                request, timeout=self.config.experiment.timeout_s
+            )
+            outcome = await future.result_async()
             episode.status = outcome.status
             episode.result = outcome.result
             episode.error = outcome.error

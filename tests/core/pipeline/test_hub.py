@@ -1,0 +1,123 @@
+"""The episode pipeline end to end on real worker processes and a real file store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rollhub.config import parse_config
+from rollhub.hub import AsyncHub, Hub
+from rollhub.plugins import build_host
+from tests.fixture_plugins import everything
+
+AGENT = Path(__file__).parent / "agents" / "echo_agent.py"
+
+
+def config(tmp_path: Path, **experiment):
+    return parse_config(
+        {
+            "experiment": {"name": "hubtest", "n_samples": 3, "concurrency": 8,
+                           "timeout_s": 30, "progress": False, **experiment},
+            "runtime": {"name": "local", "app": f"{AGENT}:app", "workers": 1},
+            "store": {"url": f"file://{tmp_path / 'store'}"},
+            "trainer": {"name": "export"},
+        },
+        env={},
+    )
+
+
+@pytest.fixture
+def host():
+    everything.CALLS.clear()
+    return build_host(entry_points=False, plugins=[everything])
+
+
+async def test_groups_hooks_and_failures(tmp_path, host):
+    cfg = config(tmp_path)
+    payloads = [{"id": "a", "reward": 1.0}, {"id": "b", "mode": "fail"}, {"id": "c", "reward": 0.0}]
+    hub = AsyncHub(cfg, host=host, run_dir=tmp_path / "run")
+    groups = {}
+    async with hub:
+        hub.set_weight_version(7)
+        async for group in hub.iter_groups(payloads):
+            groups[group.group_id] = group
+    assert sorted(groups) == ["a", "b", "c"]
+    a = groups["a"]
+    assert [e.sample_index for e in a.episodes] == [0, 1, 2]
+    assert all(e.status == "ok" and e.trainable for e in a.episodes)
+    # default reward + the fixture plugin's async component
+    assert [e.reward_components for e in a.episodes] == [{"result": 1.0, "bonus": 0.5}] * 3
+    assert [e.reward for e in a.episodes] == [1.5] * 3
+    assert a.episodes[0].result["prepared_by"] == "everything"
+    assert a.episodes[1].result["sample_index"] == 1
+    assert all(e.weight_version == 7 and e.result["weight_version"] == 7 for e in a.episodes)
+    b = groups["b"]
+    assert [e.status for e in b.episodes] == ["agent_error"] * 3
+    assert all(e.reward is None and not e.trainable for e in b.episodes)
+    assert "failed on purpose" in b.episodes[0].error.message
+    assert len({e.session_id for g in groups.values() for e in g.episodes}) == 9
+
+    names = [n for n, _ in everything.CALLS]
+    assert names[0] == "rollhub_addhooks" and names[1] == "rollhub_register_components"
+    assert names[2] == "rollhub_hub_started" and names[-1] == "rollhub_hub_stopped"
+    per_episode = [n for n in names if n not in ("rollhub_addhooks", "rollhub_register_components",
+                                                  "rollhub_hub_started", "rollhub_hub_stopped")]
+    assert per_episode.count("rollhub_prepare_rollout") == 9
+    assert per_episode.count("rollhub_episode_done") == 9
+    assert per_episode.count("rollhub_collect_rewards") == 6  # only successful rollouts
+    types = dict(everything.CALLS)
+    assert types["rollhub_submit_rollout"] == {"request": "RolloutRequest", "runtime": "LocalRuntime", "hub": "AsyncHub"}
+    assert types["rollhub_retrieve_tokens"]["source"] == "NoTokenSource"
+    assert types["rollhub_episode_done"]["episode"] == "Episode"
+    assert (tmp_path / "run" / "episodes.parquet").exists()
+
+
+async def test_timeout_and_drop_group_policy(tmp_path, host):
+    cfg = config(tmp_path, timeout_s=1.5, n_samples=2)
+    cfg.rewards.on_failure = "drop_group"
+    hub = AsyncHub(cfg, host=host, run_dir=tmp_path / "run")
+    async with hub:
+        group = await hub.run_group({"id": "slow", "mode": "stall"})
+    assert [e.status for e in group.episodes] == ["timeout", "timeout"]
+    assert not any(e.trainable for e in group.episodes)
+
+
+async def test_breaking_out_cancels_the_rest(tmp_path, host):
+    cfg = config(tmp_path, n_samples=1)
+    hub = AsyncHub(cfg, host=host, run_dir=tmp_path / "run")
+    payloads = [{"id": "fast"}] + [{"id": f"stall{i}", "mode": "stall"} for i in range(3)]
+    async with hub:
+        async for group in hub.iter_groups(payloads):
+            assert group.group_id == "fast"
+            break
+        assert hub.client.stats["submitted"] == 4
+    done = [n for n, _ in everything.CALLS].count("rollhub_episode_done")
+    assert done == 1  # the stalled ones were cancelled, not reported as finished
+
+
+def test_sync_twin(tmp_path, host):
+    cfg = config(tmp_path, n_samples=2)
+    with Hub(cfg, host=host, run_dir=tmp_path / "run") as hub:
+        group = hub.run_group({"id": "s", "reward": 0.25})
+        groups = list(hub.iter_groups([{"id": "t"}, {"id": "u"}], n=1))
+    assert [e.reward for e in group.episodes] == [0.75, 0.75]
+    assert sorted(g.group_id for g in groups) == ["t", "u"]
+
+
+async def test_sync_method_inside_loop_is_a_usage_error(tmp_path, host):
+    from rollhub.errors import UsageError
+
+    hub = Hub(config(tmp_path), host=host, run_dir=tmp_path / "run")
+    try:
+        with pytest.raises(UsageError, match="inside a running event loop"):
+            hub.start()
+    finally:
+        hub._loop.stop()
+
+
+def test_sync_and_async_hub_have_the_same_public_methods():
+    def public(cls):
+        return [n for n in vars(cls) if not n.startswith("_") and callable(getattr(cls, n))]
+
+    assert set(public(Hub)) == set(public(AsyncHub)) - {"hook", "_build"}

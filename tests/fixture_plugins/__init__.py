@@ -1,0 +1,1 @@
+"""Plugins used by tests."""
