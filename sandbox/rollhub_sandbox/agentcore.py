@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import Field
-
 from rollhub.ratelimit import limiter_for
+
 from rollhub_sandbox.errors import (
     SandboxArgumentError,
     SandboxError,

@@ -30,8 +30,8 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
-
 from rollhub.errors import ConfigError, UnknownComponentError, UsageError
+
 from rollhub_sandbox.errors import SandboxArgumentError
 from rollhub_sandbox.provider import ProviderSandbox, SandboxProvider
 from rollhub_sandbox.result import ExecResult

@@ -109,7 +109,7 @@ class SandboxProvider(ABC):
         """Remove expired sandboxes this provider can see; return their ids."""
         return []
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release the provider's own resources (not the sandboxes)."""
 
     def describe(self) -> dict[str, Any]:

@@ -24,19 +24,22 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Awaitable, Mapping
+import shlex
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from rollhub import hookimpl
 from rollhub.errors import ConfigError, RewardError
+
 from rollhub_sandbox.errors import SandboxError
 from rollhub_sandbox.result import ExecResult
 
 if TYPE_CHECKING:
     from rollhub.episode import Episode
+
     from rollhub_sandbox.client import AsyncSandboxClient
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,7 @@ __all__ = [
     "SandboxRewardSettings",
     "TestCounts",
     "parse_pytest_summary",
+    "restore_plan",
     "rollhub_collect_rewards",
     "run_tests",
     "tests_reward",
@@ -71,6 +75,11 @@ class SandboxRewardSettings(BaseModel):
         "zero", description="an ok result without a sandbox id: score 0, no component, or error"
     )
     destroy: bool = Field(True, description="destroy the sandbox after scoring")
+    restore: dict[str, str] = Field(
+        default_factory=dict,
+        description="remote dir -> local dir (relative to rollhub.toml, '{field}' filled from the "
+        "payload) put back before the tests run, so editing the tests cannot earn reward",
+    )
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,7 @@ class TestCounts:
         return self.passed + self.failed + self.errors
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)")
 _SUMMARY = re.compile(r"\b\d+ (passed|failed|errors?|skipped|xfailed|xpassed|deselected)\b.* in [\d.]+s")
 
@@ -159,8 +169,33 @@ def _client_for(settings: SandboxRewardSettings) -> AsyncSandboxClient:
     return client
 
 
-async def run_tests(settings: SandboxRewardSettings, sandbox_id: str) -> ExecResult:
-    """Attach to ``sandbox_id``, run the test command, destroy the sandbox if configured.
+def restore_plan(restore: Mapping[str, str], payload: Mapping[str, Any],
+                 resolve: Any = Path) -> list[tuple[str, Path]]:
+    """``(remote dir, local dir)`` pairs with ``{field}`` filled from the payload (pure).
+
+    :raises RewardError: a placeholder names a field the payload lacks, or a value that is
+        not a plain name (it could point anywhere).
+    """
+    plan: list[tuple[str, Path]] = []
+    for remote, local in restore.items():
+        # Only plain names fill placeholders: a value like "../x" could point anywhere.
+        fields = {k: v for k, v in payload.items()
+                  if isinstance(v, str | int) and _PLAIN.fullmatch(str(v))}
+        try:
+            filled = local.format(**fields)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise RewardError(
+                f"plugins.sandbox.restore[{remote!r}] = {local!r}: cannot fill {exc} from the "
+                f"payload; use fields the payload has, with plain names as values",
+                field="plugins.sandbox.restore",
+            ) from exc
+        plan.append((remote, Path(resolve(filled))))
+    return plan
+
+
+async def run_tests(settings: SandboxRewardSettings, sandbox_id: str,
+                    restore: Sequence[tuple[str, Path]] = ()) -> ExecResult:
+    """Attach to ``sandbox_id``, put back ``restore`` dirs, run the test command, destroy.
 
     :raises RewardError: the sandbox could not be reached or the command not started.
     """
@@ -168,6 +203,12 @@ async def run_tests(settings: SandboxRewardSettings, sandbox_id: str) -> ExecRes
     try:
         sandbox = await _client_for(settings).attach(sandbox_id)
         try:
+            for remote, local in restore:
+                if not local.is_dir():
+                    raise RewardError(f"plugins.sandbox.restore: {str(local)!r} is not a directory",
+                                      field="plugins.sandbox.restore")
+                await sandbox.exec(f"rm -rf -- {shlex.quote(remote)}")
+                await sandbox.upload(local, remote)
             return await sandbox.exec(settings.test_command, cwd=settings.cwd, env=settings.env,
                                       timeout=settings.timeout)
         finally:
@@ -178,9 +219,9 @@ async def run_tests(settings: SandboxRewardSettings, sandbox_id: str) -> ExecRes
                           sandbox_id=sandbox_id) from exc
 
 
-async def _score(episode: Episode, settings: SandboxRewardSettings,
-                 sandbox_id: str) -> dict[str, float]:
-    result = await run_tests(settings, sandbox_id)
+async def _score(episode: Episode, settings: SandboxRewardSettings, sandbox_id: str,
+                 restore: list[tuple[str, Path]]) -> dict[str, float]:
+    result = await run_tests(settings, sandbox_id, restore)
     score = tests_reward(result, settings.reward)
     counts = parse_pytest_summary(result.stdout)
     episode.metrics["sandbox_tests"] = {
@@ -210,4 +251,5 @@ def rollhub_collect_rewards(episode: Episode, hub: Any) -> Awaitable[dict[str, f
                 episode_id=episode.episode_id,
             )
         return {settings.name: 0.0} if settings.on_missing == "zero" else None
-    return _score(episode, settings, sandbox_id)
+    plan = restore_plan(settings.restore, episode.payload, hub.config.path)
+    return _score(episode, settings, sandbox_id, plan)

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-
 from rollhub_sandbox import AsyncSandboxClient, SandboxClient
 
 

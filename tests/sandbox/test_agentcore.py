@@ -17,8 +17,6 @@ import botocore.session
 import pytest
 from agentcore_loopback import LoopbackAgentCore
 from botocore.stub import Stubber
-from sandbox_helpers import NASTY, direct
-
 from rollhub.ratelimit import limiter_for
 from rollhub_sandbox import (
     AsyncSandboxClient,
@@ -28,6 +26,7 @@ from rollhub_sandbox import (
     SandboxProviderError,
 )
 from rollhub_sandbox.agentcore import MAX_COMMAND, command_body
+from sandbox_helpers import NASTY, direct
 
 ARN = "arn:aws:bedrock-agentcore:us-west-2:123456789012:runtime/sandbox-abc"
 

@@ -10,7 +10,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 import rollhub_sandbox
 from rollhub.errors import ConfigError, RollhubError, UnknownComponentError, UsageError
 from rollhub.plugins import PluginHost
@@ -90,7 +89,7 @@ async def test_async_start_destroys_even_on_error(client: AsyncSandboxClient, ro
 
 
 def test_provider_lookup_and_option_errors() -> None:
-    with pytest.raises(UnknownComponentError, match="'lcoal'.*local"):
+    with pytest.raises(UnknownComponentError, match=r"'lcoal'.*local"):
         AsyncSandboxClient("lcoal")
     with pytest.raises(ConfigError, match="isolation"):
         AsyncSandboxClient("local", isolation="chroot")

@@ -10,8 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import NASTY, direct, pid_gone
-
 from rollhub_sandbox import (
     AsyncSandboxClient,
     SandboxArgumentError,
@@ -21,7 +19,7 @@ from rollhub_sandbox import (
     SandboxStartError,
 )
 from rollhub_sandbox.local import reap_root
-
+from sandbox_helpers import NASTY, direct, pid_gone
 
 
 @pytest.mark.parametrize("command", NASTY)

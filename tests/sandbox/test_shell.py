@@ -5,10 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from rollhub_sandbox.errors import SandboxArgumentError, SandboxPathError
-from sandbox_helpers import NASTY, direct
-
 from rollhub_sandbox.shell import (
     check_env,
     check_sandbox_id,
@@ -16,6 +13,8 @@ from rollhub_sandbox.shell import (
     join_remote,
     shell_script,
 )
+from sandbox_helpers import NASTY, direct
+
 
 @pytest.mark.parametrize("command", NASTY)
 def test_shell_script_runs_the_command_exactly_as_sh_would(command: str, tmp_path) -> None:

@@ -92,7 +92,7 @@ def test_ping_and_busy_flag(shim: Shim) -> None:
 def test_ttl_clears_busy(shim: Shim) -> None:
     assert shim.invoke({"ttl": 1, "action": "start"})[1]["status"] == "HealthyBusy"
     time.sleep(1.2)
-    status, body = shim.request("GET", "/ping")
+    _, body = shim.request("GET", "/ping")
     assert body["status"] == "Healthy"
     assert shim.invoke({"action": "status"})[1]["busy"] is False
 
