@@ -253,7 +253,15 @@ done:
 static void *connection_thread(void *arg) {
     int fd = (int)(long)arg;
     handle(fd);
+    /* Lingering close: read what the client still sends (a body we refused), so closing
+     * with unread data does not reset the connection before our reply arrives. */
     shutdown(fd, SHUT_WR);
+    struct timeval tv = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char sink[4096];
+    size_t drained = 0;
+    ssize_t n;
+    while (drained < (1u << 20) && (n = recv(fd, sink, sizeof sink, 0)) > 0) drained += (size_t)n;
     close(fd);
     pthread_mutex_lock(&state_lock);
     active_connections--;
