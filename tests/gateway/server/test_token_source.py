@@ -1,0 +1,134 @@
+"""The ``gateway`` token source: in process and against a remote gateway."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anthropic
+import openai
+import pytest
+from rollhub.errors import ConfigError, UsageError
+from rollhub.plugins import build_host
+from rollhub_gateway.server import Gateway
+from rollhub_gateway.token_source import GatewaySourceOptions, GatewayTokenSource
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+def test_registered_as_gateway_with_the_config_as_options():
+    reg = build_host().registry
+    assert reg.get("token_source", "gateway") is GatewayTokenSource
+    for name in ("transformers", "vllm", "sglang", "scripted"):
+        assert reg.get("sampling_backend", name).name == name
+    opts = GatewaySourceOptions.model_validate(
+        {"engine": {"name": "scripted"}, "policy": {"max_turns": 3}}
+    )
+    assert opts.policy.max_turns == 3 and opts.host == "127.0.0.1"
+    with pytest.raises(ValueError, match="prot"):
+        GatewaySourceOptions.model_validate({"prot": 1})
+
+
+async def test_traces_are_complete_right_after_the_last_reply(scripted, chat_model, config, ids):
+    """Many short sessions, traces read the instant the agent has its answer: never partial."""
+    source = GatewayTokenSource(gateway=Gateway(scripted, chat_model, config))
+    with pytest.raises(UsageError):
+        await source.open_session("early")
+    await source.start()
+    try:
+        n = 60
+        base = openai.AsyncOpenAI(base_url=source.url + "/v1", api_key="unset")
+
+        async def rollout(i: int) -> None:
+            cap = await source.open_session(f"s{i}", sampling={"max_tokens": 32, "stop": ["x"]})
+            assert cap.api_key and cap.model_id == "smollm2-135m-instruct"
+            client = base.with_options(api_key=cap.api_key)  # one connection pool for all
+            r = await client.chat.completions.create(model=cap.model_id, messages=USER)
+            msgs = [
+                *USER,
+                r.choices[0].message.model_dump(exclude_none=True),
+                {"role": "user", "content": "more"},
+            ]
+            await client.chat.completions.create(model=cap.model_id, messages=msgs)
+            traces = await source.fetch_traces(f"s{i}")
+            assert [len(t.turns) for t in traces] == [2]
+            await source.close_session(f"s{i}", drop=i % 2 == 1)
+
+        for i in range(n):
+            scripted.add(ids(f"answer {i}"), ids(f"more {i}"))
+        await asyncio.gather(*(rollout(i) for i in range(n)))
+        assert len(source.gateway.sessions) == 0
+        assert source.gateway.metrics.sessions_closed == {"finished": n // 2, "dropped": n // 2}
+        await source.close_session("never-opened")  # ignored
+    finally:
+        await source.close()
+
+
+async def test_weight_version_and_anthropic_base_url(scripted, chat_model, config, ids):
+    source = GatewayTokenSource(gateway=Gateway(scripted, chat_model, config))
+    source.set_weight_version(3)
+    await source.start()
+    try:
+        cap = await source.open_session("s1")
+        scripted.add(ids("ok"))
+        client = anthropic.AsyncAnthropic(
+            base_url=cap.extra["anthropic_base_url"], api_key=cap.api_key
+        )
+        await client.messages.create(model="m", max_tokens=8, messages=USER)
+        source.set_weight_version(4)
+        scripted.add(ids("again"))
+        await client.messages.create(
+            model="m", max_tokens=8, messages=[*USER, {"role": "assistant", "content": "ok"}, *USER]
+        )
+        traces = await source.fetch_traces("s1")
+        assert [t.weight_version for rec in traces for t in rec.turns] == [3, 4]
+    finally:
+        await source.close()
+
+
+async def test_remote_gateway_through_admin_routes(gateway, scripted, ids):
+    with pytest.raises(ConfigError, match="admin_token"):
+        await GatewayTokenSource(GatewaySourceOptions(url=gateway.url)).start()
+    source = GatewayTokenSource(GatewaySourceOptions(url=gateway.url, admin_token="admin-secret"))
+    await source.start()
+    try:
+        cap = await source.open_session("r1", sampling={"max_tokens": 3})
+        assert cap.base_url == gateway.base_url
+        assert gateway.sessions.get("r1").policy.max_tokens == 3
+        out = ids("this is a much longer remote answer", end=False)
+        scripted.add(out)
+        source.set_weight_version(9)
+        client = openai.AsyncOpenAI(base_url=cap.base_url, api_key=cap.api_key)
+        r = await client.chat.completions.create(model=cap.model_id, messages=USER)
+        assert r.choices[0].finish_reason == "length"  # the session default max_tokens=3
+        traces = await source.fetch_traces("r1")
+        assert traces[0].response_ids == out[:3]
+        cap2 = await source.open_session("r2")
+        scripted.add(ids("v"))
+        client2 = openai.AsyncOpenAI(base_url=cap2.base_url, api_key=cap2.api_key)
+        await client2.chat.completions.create(model=cap2.model_id, messages=USER)
+        assert (await source.fetch_traces("r2"))[0].turns[0].weight_version == 9
+        await source.close_session("r1")
+        await source.close_session("r2", drop=True)
+        await source.close_session("r2")  # already gone: ignored
+        assert len(gateway.sessions) == 0
+        from rollhub.errors import TokenRetrievalError
+
+        with pytest.raises(TokenRetrievalError, match="404"):
+            await source.fetch_traces("r1")
+    finally:
+        await source.close()
+
+
+async def test_builds_engine_and_chat_model_from_options(ids):
+    """No gateway given: the source builds the scripted engine and the chat model itself."""
+    source = GatewayTokenSource(GatewaySourceOptions(engine={"name": "scripted"}, admin_token="t"))
+    await source.start()
+    try:
+        assert source.url.startswith("http://127.0.0.1:")
+        source.gateway.backend.add(ids("built"))
+        cap = await source.open_session("s1")
+        client = openai.AsyncOpenAI(base_url=cap.base_url, api_key=cap.api_key)
+        r = await client.chat.completions.create(model=cap.model_id, messages=USER)
+        assert r.choices[0].message.content == "built"
+    finally:
+        await source.close()
