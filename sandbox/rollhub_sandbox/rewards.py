@@ -15,7 +15,7 @@ Without ``test_command`` the hook does nothing. A failed rollout (any status but
 left to the core's failure policy. A sandbox that cannot be reached is a
 :class:`~rollhub.errors.RewardError`: the machinery failed, not the agent.
 
-The mapping from a command's outcome to a score is pure (:func:`tests_reward`,
+The mapping from a command's outcome to a score is pure (:func:`score_tests`,
 :func:`parse_pytest_summary`) and tested on its own.
 """
 
@@ -51,7 +51,7 @@ __all__ = [
     "restore_plan",
     "rollhub_collect_rewards",
     "run_tests",
-    "tests_reward",
+    "score_tests",
 ]
 
 
@@ -125,7 +125,7 @@ def parse_pytest_summary(output: str) -> TestCounts | None:
     return None
 
 
-def tests_reward(result: ExecResult, mode: Literal["fraction", "binary"] = "fraction") -> float:
+def score_tests(result: ExecResult, mode: Literal["fraction", "binary"] = "fraction") -> float:
     """Score one test run in [0, 1].
 
     - a timeout scores 0;
@@ -222,7 +222,7 @@ async def run_tests(settings: SandboxRewardSettings, sandbox_id: str,
 async def _score(episode: Episode, settings: SandboxRewardSettings, sandbox_id: str,
                  restore: list[tuple[str, Path]]) -> dict[str, float]:
     result = await run_tests(settings, sandbox_id, restore)
-    score = tests_reward(result, settings.reward)
+    score = score_tests(result, settings.reward)
     counts = parse_pytest_summary(result.stdout)
     episode.metrics["sandbox_tests"] = {
         "exit_code": result.exit_code,
