@@ -26,7 +26,7 @@ from typing import Any
 from rollhub.errors import StoreError
 from rollhub.retry import Backoff, is_transient
 
-__all__ = ["CALLBACK_PATH", "CallbackServer", "SessionWatch", "poll_schedule"]
+__all__ = ["CALLBACK_PATH", "CallbackServer", "SessionWatch", "poll_schedule", "read_http_body"]
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class CallbackServer:
             if line:
                 name, _, value = line.partition(":")
                 headers[name.strip().lower()] = value.strip()
-        body = await _read_body(reader, headers)
+        body = await read_http_body(reader, headers)
         if body is None:
             await _respond(writer, 400, b"bad body framing", close=True)
             return False
@@ -166,7 +166,8 @@ class CallbackServer:
         return 204, b""
 
 
-async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes | None:
+async def read_http_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes | None:
+    """Read an HTTP/1.1 message body (Content-Length or chunked); None on bad framing."""
     if "chunked" in headers.get("transfer-encoding", "").lower():
         chunks: list[bytes] = []
         total = 0
@@ -378,6 +379,10 @@ class SessionWatch:
 
     async def _read(self, key: str) -> dict[str, Any] | None:
         self.stats["store_reads"] += 1
+        if getattr(self._store, "name", None) == "file":
+            # A small local file reads in microseconds; a thread hop costs more than the
+            # read and contends for the GIL at hundreds of rollouts a second.
+            return self._store.get(key)
         return await asyncio.to_thread(self._store.get, key)
 
     # Resolution ---------------------------------------------------------------------------

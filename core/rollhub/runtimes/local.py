@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-import httpx
 from pydantic import Field
 
 from rollhub.errors import ConfigError, RollhubError, SubmissionError
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 from rollhub.runtime import Runtime, RuntimeOptions
+from rollhub.runtimes.local_http import LoopbackHTTP, LoopbackHTTPError, LoopbackResponse
 
 __all__ = ["LocalRuntime", "LocalRuntimeOptions"]
 
@@ -104,7 +104,7 @@ class LocalRuntime(Runtime):
         self._base_dir = Path(base_dir) if base_dir is not None else None
         self._workers: list[_Worker] = []
         self._where: dict[str, _Worker] = {}
-        self._http: httpx.AsyncClient | None = None
+        self._http: LoopbackHTTP | None = None
         self._capacity: asyncio.Condition | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._closing = False
@@ -132,11 +132,7 @@ class LocalRuntime(Runtime):
             return
         self._started = True
         self._closing = False
-        limits = httpx.Limits(
-            max_connections=self.options.workers * self.options.max_concurrency_per_worker + 16,
-            max_keepalive_connections=self.options.workers * 32,
-        )
-        self._http = httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(30.0, connect=5.0))
+        self._http = LoopbackHTTP(max_idle=self.options.max_concurrency_per_worker)
         self._capacity = asyncio.Condition()
         _LIVE.add(self)
         try:
@@ -176,12 +172,11 @@ class LocalRuntime(Runtime):
         worker.sessions[sid] = None
         self._where[sid] = worker
         try:
-            response = await self._http.post(
-                f"{worker.base}/invocations",
-                json=request.to_wire(),
-                headers={SESSION_HEADER: sid},
-            )
-        except httpx.HTTPError as exc:
+            response = await self._http.request(
+                "POST", worker.port, "/invocations",
+                body=request.to_wire(), headers={SESSION_HEADER: sid},
+            )  # fmt: skip
+        except (LoopbackHTTPError, TimeoutError) as exc:
             self._forget(sid)
             raise SubmissionError(
                 f"worker {worker.index} did not take session {sid}: {type(exc).__name__}: {exc}",
@@ -207,8 +202,8 @@ class LocalRuntime(Runtime):
             self._forget(session_id)
             return
         try:
-            await self._http.delete(f"{worker.base}/rollouts/{session_id}", timeout=10.0)
-        except httpx.HTTPError as exc:
+            await self._http.request("DELETE", worker.port, f"/rollouts/{session_id}", timeout=10.0)
+        except (LoopbackHTTPError, TimeoutError) as exc:
             log.debug("cancel of %s on worker %d failed: %s", session_id, worker.index, exc)
         finally:
             self._forget(session_id)
@@ -317,10 +312,10 @@ class LocalRuntime(Runtime):
             if worker.proc.returncode is not None:
                 raise RollhubError(f"the worker exited with code {worker.proc.returncode}")
             try:
-                r = await self._http.get(f"{worker.base}/ping", timeout=2.0)
+                r = await self._http.request("GET", worker.port, "/ping", timeout=2.0)
                 if r.status_code == 200:
                     return
-            except httpx.HTTPError:
+            except (LoopbackHTTPError, TimeoutError):
                 pass
             await asyncio.sleep(0.05)
 
@@ -328,6 +323,8 @@ class LocalRuntime(Runtime):
         """Wait for the worker to exit; report its sessions lost and replace it."""
         code = await worker.proc.wait()
         worker.alive = False
+        if self._http is not None:
+            self._http.drop(worker.port)
         if self._closing:
             return
         lost = list(worker.sessions)
@@ -360,10 +357,11 @@ class LocalRuntime(Runtime):
         assert self._http is not None
         asked_at = time.monotonic()
         try:
-            r = await self._http.get(f"{worker.base}/rollouts", timeout=max(timeout, 0.5))
-            r.raise_for_status()
+            r = await self._http.request("GET", worker.port, "/rollouts", timeout=max(timeout, 0.5))
+            if r.status_code != 200:
+                raise LoopbackHTTPError(f"GET /rollouts answered HTTP {r.status_code}")
             running = set(r.json().get("running", []))
-        except (httpx.HTTPError, ValueError) as exc:
+        except (LoopbackHTTPError, TimeoutError, ValueError) as exc:
             worker.failures += 1
             log.warning("local worker %d failed a liveness check (%d/%d): %s",
                         worker.index, worker.failures, PING_FAILURES, exc)  # fmt: skip
@@ -406,7 +404,7 @@ async def _drain(proc: asyncio.subprocess.Process, index: int, tail: deque[str])
         log.debug("worker %d: %s", index, text)
 
 
-def _http_error(response: httpx.Response, sid: str) -> SubmissionError:
+def _http_error(response: LoopbackResponse, sid: str) -> SubmissionError:
     try:
         detail: Any = response.json()
     except ValueError:

@@ -1,0 +1,170 @@
+"""Batch runs on real worker processes: exactly one item per payload, whatever happens."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections import Counter
+
+import pytest
+
+from rollhub.batch import BatchItem, assign_input_ids, content_input_id
+from rollhub.client import AsyncRolloutClient
+from rollhub.errors import ConfigError, SubmissionError
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+async def collect(agen) -> list[BatchItem]:
+    return [item async for item in agen]
+
+
+async def test_500_noop_rollouts_each_yielded_once(client: AsyncRolloutClient) -> None:
+    payloads = [{"id": f"q{i}", "x": i} for i in range(500)]
+    items = await collect(client.run_batch_async(payloads, max_concurrent=64, progress=False))
+    assert len(items) == 500
+    assert sorted(i.index for i in items) == list(range(500))
+    assert Counter(i.status for i in items) == {"ok": 500}
+    assert all(i.result["x"] == i.index and i.input_id == f"q{i.index}" for i in items)
+    assert len({i.session_id for i in items}) == 500
+    # The callback path: one store read per rollout (plus none for resume: nothing stored).
+    assert client.stats["store_reads"] == 500
+
+
+async def test_stored_error_is_agent_error_never_success(client: AsyncRolloutClient) -> None:
+    payloads = [{"mode": "fail", "x": 1}, {"x": 2}]
+    items = {i.index: i for i in await collect(client.run_batch_async(payloads, progress=False))}
+    assert items[0].status == "agent_error" and not items[0].ok
+    assert items[0].error.type == "ValueError" and "agent failed" in items[0].error.message
+    assert items[1].status == "ok"
+
+
+async def test_break_cancels_live_sessions_and_pending_submissions(client: AsyncRolloutClient, runtime) -> None:
+    payloads = [{"x": 0}] + [{"mode": "hang", "x": i} for i in range(1, 40)]
+    agen = client.run_batch_async(payloads, max_concurrent=8, progress=False)
+    async for item in agen:
+        assert item.index == 0
+        break
+    await agen.aclose()
+    # Only max_concurrent were ever submitted; each live one was stopped on its worker.
+    assert client.stats["submitted"] <= 9
+    deadline = time.monotonic() + 2
+    while sum(runtime.load().values()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert sum(runtime.load().values()) == 0
+    stored = client.store.list("exp1/")
+    cancelled = [k for k in stored if client.store.get(k)["_rollhub"]["status"] == "error"]
+    assert len(cancelled) == client.stats["submitted"] - 1
+
+
+async def test_timeout_per_rollout_in_batch(client: AsyncRolloutClient) -> None:
+    items = await collect(client.run_batch_async([{"mode": "hang"}, {"x": 1}], timeout=0.4, progress=False))
+    assert sorted(i.status for i in items) == ["ok", "timeout"]
+
+
+async def test_resume_skips_stored_inputs(client: AsyncRolloutClient) -> None:
+    payloads = [{"id": f"r{i}", "x": i} for i in range(10)] + [{"id": "bad", "mode": "fail"}]
+    first = await collect(client.run_batch_async(payloads, progress=False))
+    assert not any(i.resumed for i in first)
+    # Lose three results: a rerun runs those three and the failed one, nothing else.
+    for item in first[:3]:
+        if item.ok:
+            client.store.delete(f"exp1/{item.input_id}/{item.session_id}.json")
+    lost = {i.input_id for i in first[:3] if i.ok}
+    before = client.stats["submitted"]
+    second = await collect(client.run_batch_async(payloads, progress=False))
+    assert len(second) == 11 and sorted(i.index for i in second) == list(range(11))
+    rerun = {i.input_id for i in second if not i.resumed}
+    assert rerun == lost | {"bad"}
+    assert client.stats["submitted"] - before == len(rerun)
+    resumed = [i for i in second if i.resumed]
+    assert all(i.ok and i.result["x"] == int(i.input_id[1:]) for i in resumed)
+    # rerun_failed=False keeps the stored error as a resumed agent_error.
+    third = await collect(client.run_batch_async(payloads, rerun_failed=False, progress=False))
+    assert all(i.resumed for i in third)
+    assert [i.status for i in third if i.input_id == "bad"] == ["agent_error"]
+
+
+async def test_transient_submit_errors_are_retried(runtime, store) -> None:
+    calls = Counter()
+
+    async def flaky(request):
+        calls[request.rollout.session_id] += 1
+        if calls[request.rollout.session_id] <= 2:
+            raise SubmissionError("throttled", transient=True)
+        return await runtime.submit(request)
+
+    async with AsyncRolloutClient(runtime, store, exp_id="retry", submit=flaky) as c:
+        c._watch._submit_backoff = type(c._watch._submit_backoff)(initial=0.01, maximum=0.05)
+        items = await collect(c.run_batch_async([{"x": i} for i in range(5)], progress=False))
+    assert [i.status for i in items] == ["ok"] * 5
+    assert all(n == 3 for n in calls.values())
+    assert all(i.outcome.attempts == 3 for i in items)
+
+
+async def test_permanent_submit_errors_are_not_retried(runtime, store) -> None:
+    calls = Counter()
+
+    async def refuse(request):
+        calls[request.rollout.session_id] += 1
+        raise SubmissionError("validation failed: bad payload", transient=False)
+
+    async with AsyncRolloutClient(runtime, store, exp_id="perm", submit=refuse) as c:
+        items = await collect(c.run_batch_async([{"x": i} for i in range(3)], progress=False))
+    assert [i.status for i in items] == ["submit_error"] * 3
+    assert items[0].error.type == "SubmissionError" and "validation" in items[0].error.message
+    assert set(calls.values()) == {1}
+
+
+async def test_exhausted_retries_end_as_submit_error(runtime, store) -> None:
+    async def refused(request):
+        raise ConnectionRefusedError("connection refused")
+
+    async with AsyncRolloutClient(runtime, store, exp_id="exh", submit=refused, submit_attempts=3) as c:
+        c._watch._submit_backoff = type(c._watch._submit_backoff)(initial=0.01, maximum=0.02)
+        items = await collect(c.run_batch_async([{"x": 1}], progress=False))
+    assert items[0].status == "submit_error" and items[0].outcome.attempts == 3
+    assert items[0].error.type == "ConnectionRefusedError"
+
+
+async def test_kill_9_worker_mid_rollout(fresh_runtime, store) -> None:
+    rt = fresh_runtime
+    async with AsyncRolloutClient(rt, store, exp_id="kill") as c:
+        payloads = [{"mode": "sleep", "seconds": 2.0, "x": i} for i in range(6)] + [{"x": 99}]
+        agen = c.run_batch_async(payloads, max_concurrent=16, progress=False)
+        first = await agen.__anext__()  # the quick one
+        assert first.index == 6 and first.ok
+        victim = rt._workers[0]
+        doomed = set(victim.sessions)
+        assert doomed, "the least-loaded router put sessions on every worker"
+        t0 = time.monotonic()
+        os.kill(victim.proc.pid, signal.SIGKILL)
+        items = [first] + [i async for i in agen]
+        elapsed = time.monotonic() - t0
+    assert sorted(i.index for i in items) == list(range(7))
+    by_sid = {i.session_id: i for i in items}
+    for sid in doomed:
+        assert by_sid[sid].status == "agent_error"
+        assert by_sid[sid].error.type == "SessionLost"
+    assert all(i.ok for i in items if i.session_id not in doomed)
+    assert elapsed < 4  # lost sessions end long before their 2 s sleep + the survivors'
+    assert rt.workers_started == 3  # the dead worker was replaced
+    assert victim.proc.pid not in rt.worker_pids()
+
+
+async def test_input_ids_are_deterministic_and_unique() -> None:
+    payloads = [{"id": "a"}, {"id": "a"}, {"q": 1}, {"q": 1}, {"id": "has space"}]
+    ids = assign_input_ids(payloads)
+    assert ids == assign_input_ids(payloads)
+    assert ids[:2] == ["a", "a.1"]
+    assert ids[2] == content_input_id({"q": 1}) and ids[3] == ids[2] + ".1"
+    assert ids[4].startswith("h-")
+    with pytest.raises(ConfigError, match="input_ids has 1 ids for 5"):
+        assign_input_ids(payloads, input_ids=["x"])
+
+
+async def test_bad_max_concurrent(client: AsyncRolloutClient) -> None:
+    with pytest.raises(ConfigError, match="max_concurrent"):
+        await collect(client.run_batch_async([{"x": 1}], max_concurrent=0))
