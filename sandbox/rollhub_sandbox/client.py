@@ -21,7 +21,6 @@ it) and point at the async API.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import threading
 from collections.abc import Coroutine, Mapping
@@ -29,11 +28,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from pydantic import ValidationError
-from rollhub.errors import ConfigError, UnknownComponentError, UsageError
+from rollhub.errors import UsageError
 
 from rollhub_sandbox.errors import SandboxArgumentError
-from rollhub_sandbox.provider import ProviderSandbox, SandboxProvider
+from rollhub_sandbox.provider import ProviderSandbox, SandboxProvider, build_provider
 from rollhub_sandbox.result import ExecResult
 from rollhub_sandbox.shell import (
     check_command,
@@ -45,67 +43,12 @@ from rollhub_sandbox.shell import (
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "BUILTIN_PROVIDERS",
-    "AsyncSandbox",
-    "AsyncSandboxClient",
-    "Sandbox",
-    "SandboxClient",
-    "build_provider",
-]
+__all__ = ["DEFAULT_TTL", "AsyncSandbox", "AsyncSandboxClient", "Sandbox", "SandboxClient"]
 
 T = TypeVar("T")
 
-#: The providers this distribution ships, by config word (imported on first use).
-BUILTIN_PROVIDERS: dict[str, str] = {
-    "local": "rollhub_sandbox.local:LocalProvider",
-    "agentcore": "rollhub_sandbox.agentcore:AgentCoreProvider",
-    "docker": "rollhub_sandbox.docker:DockerProvider",
-}
+#: Seconds a sandbox lives unless destroyed first.
 DEFAULT_TTL = 3600.0
-
-
-def build_provider(provider: str | type[SandboxProvider] | SandboxProvider,
-                   options: Mapping[str, Any] | None = None,
-                   *, registry: Any | None = None) -> SandboxProvider:
-    """A provider instance from a config word, a class or an instance.
-
-    :param registry: a :class:`rollhub.registry.ComponentRegistry` consulted for names
-        this distribution does not ship (third-party providers).
-    :raises UnknownComponentError: no provider has that name.
-    :raises ConfigError: the options do not validate; the message names each field.
-    """
-    if isinstance(provider, SandboxProvider):
-        if options:
-            raise SandboxArgumentError("options were given with a provider instance; pass the "
-                                       "class or its name instead", field="options")
-        return provider
-    if isinstance(provider, str):
-        if registry is not None and provider in registry.names("sandbox_provider"):
-            cls = registry.get("sandbox_provider", provider)
-        elif provider in BUILTIN_PROVIDERS:
-            modname, _, attr = BUILTIN_PROVIDERS[provider].partition(":")
-            cls = getattr(importlib.import_module(modname), attr)
-        else:
-            installed = sorted(BUILTIN_PROVIDERS)
-            raise UnknownComponentError(
-                f"no sandbox provider named {provider!r} (provider); installed: "
-                f"{', '.join(installed)}",
-                kind="sandbox_provider", name=provider, installed=installed,
-            )
-    else:
-        cls = provider
-    try:
-        opts = cls.Options(**dict(options or {}))
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(options)'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise ConfigError(f"sandbox provider {cls.name!r} options are invalid: {problems}",
-                          field="options") from exc
-    return cls(opts)
-
 
 class AsyncSandbox:
     """One live sandbox. Methods validate arguments, then call the provider.

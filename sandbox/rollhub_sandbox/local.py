@@ -186,6 +186,14 @@ class LocalProvider(SandboxProvider):
             return "none"
         usable, reason = bwrap_status()
         if usable:
+            # bwrap fails every command when a bind source is missing: say so once, here,
+            # rather than as exit code 1 of each command (which would read as the task failing).
+            missing = [p for p in self.options.ro_binds if not os.path.exists(p)]
+            if missing:
+                raise SandboxStartError(
+                    f"ro_binds paths do not exist: {', '.join(missing)}; fix or remove them",
+                    field="ro_binds",
+                )
             return "bwrap"
         if mode == "bwrap":
             raise SandboxStartError(

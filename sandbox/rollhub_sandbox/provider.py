@@ -8,20 +8,30 @@ checked command, a validated env and absolute, normalised POSIX paths.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import posixpath
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rollhub.errors import ConfigError, UnknownComponentError
 
+from rollhub_sandbox.errors import SandboxArgumentError
 from rollhub_sandbox.result import DEFAULT_MAX_OUTPUT, ExecResult
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ProviderOptions", "ProviderSandbox", "SandboxProvider"]
+__all__ = [
+    "BUILTIN_PROVIDERS",
+    "ProviderOptions",
+    "ProviderSandbox",
+    "SandboxProvider",
+    "build_provider",
+]
 
 
 class ProviderOptions(BaseModel):
@@ -115,3 +125,53 @@ class SandboxProvider(ABC):
     def describe(self) -> dict[str, Any]:
         """Options and capabilities, for logs and ``rollhub plugins``."""
         return {"provider": self.name, **self.options.model_dump()}
+
+
+#: The providers this distribution ships, by config word (imported on first use).
+BUILTIN_PROVIDERS: dict[str, str] = {
+    "local": "rollhub_sandbox.local:LocalProvider",
+    "agentcore": "rollhub_sandbox.agentcore:AgentCoreProvider",
+    "docker": "rollhub_sandbox.docker:DockerProvider",
+}
+
+
+def build_provider(provider: str | type[SandboxProvider] | SandboxProvider,
+                   options: Mapping[str, Any] | None = None,
+                   *, registry: Any | None = None) -> SandboxProvider:
+    """A provider instance from a config word, a class or an instance.
+
+    :param registry: a :class:`rollhub.registry.ComponentRegistry` consulted for names
+        this distribution does not ship (third-party providers).
+    :raises UnknownComponentError: no provider has that name.
+    :raises ConfigError: the options do not validate; the message names each field.
+    """
+    if isinstance(provider, SandboxProvider):
+        if options:
+            raise SandboxArgumentError("options were given with a provider instance; pass the "
+                                       "class or its name instead", field="options")
+        return provider
+    if isinstance(provider, str):
+        if registry is not None and provider in registry.names("sandbox_provider"):
+            cls = registry.get("sandbox_provider", provider)
+        elif provider in BUILTIN_PROVIDERS:
+            modname, _, attr = BUILTIN_PROVIDERS[provider].partition(":")
+            cls = getattr(importlib.import_module(modname), attr)
+        else:
+            installed = sorted(BUILTIN_PROVIDERS)
+            raise UnknownComponentError(
+                f"no sandbox provider named {provider!r} (provider); installed: "
+                f"{', '.join(installed)}",
+                kind="sandbox_provider", name=provider, installed=installed,
+            )
+    else:
+        cls = provider
+    try:
+        opts = cls.Options(**dict(options or {}))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(options)'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"sandbox provider {cls.name!r} options are invalid: {problems}",
+                          field="options") from exc
+    return cls(opts)

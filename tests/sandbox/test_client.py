@@ -163,6 +163,26 @@ async def test_bwrap_hides_the_host_and_the_network(root: Path, tmp_path: Path) 
 
 
 @needs_bwrap
+async def test_bwrap_ro_binds(root: Path, tmp_path: Path) -> None:
+    shared = tmp_path / "tools"
+    shared.mkdir()
+    (shared / "tool.sh").write_text("echo tool-ran")
+    client = AsyncSandboxClient("local", root=str(root), isolation="bwrap", ro_binds=[str(shared)])
+    async with client.start(ttl=60) as sb:
+        assert (await sb.exec(f"sh {shared}/tool.sh")).stdout == "tool-ran\n"
+        r = await sb.exec(f"echo x > {shared}/tool.sh")
+        assert r.exit_code != 0  # read-only
+        # each command has its own namespaces: background jobs end with it
+        await sb.exec("nohup sleep 60 >/dev/null 2>&1 &")
+        assert "sleep 60" not in (await sb.exec("ps -eo args")).stdout
+    assert (shared / "tool.sh").read_text() == "echo tool-ran"
+    bad = AsyncSandboxClient("local", root=str(root), isolation="bwrap",
+                             ro_binds=[str(tmp_path / "missing")])
+    with pytest.raises(SandboxStartError, match="missing"):
+        await bad.create(ttl=60)
+
+
+@needs_bwrap
 async def test_bwrap_blocks_connections_to_host_servers(root: Path) -> None:
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
