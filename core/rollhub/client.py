@@ -478,6 +478,10 @@ class RolloutClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def request(self, payload: Mapping[str, Any], **rollout: Any) -> RolloutRequest:
+        """Build and validate the request :meth:`invoke` would submit (no I/O)."""
+        return self._async.request(payload, **rollout)
+
     def _portal(self) -> LoopThread:
         ensure_no_running_loop("RolloutClient")
         if self._loop is None:

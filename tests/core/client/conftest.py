@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-
 from rollhub.client import AsyncRolloutClient
 from rollhub.runtimes.local import LocalRuntime
 from rollhub.stores.file import FileResultStore
@@ -24,6 +23,12 @@ AGENT = str(Path(__file__).with_name("noop_agent.py")) + ":app"
 def make_runtime(**options) -> LocalRuntime:
     options = {"workers": 2, "ping_interval_s": 0.2, "startup_timeout_s": 30, **options}
     return LocalRuntime(app=AGENT, **options)
+
+
+@pytest.fixture(name="make_runtime")
+def make_runtime_fixture():
+    """Build (not start) a local runtime serving the no-op agent."""
+    return make_runtime
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import time
 from collections import Counter
 
 import pytest
-
 from rollhub.batch import BatchItem, assign_input_ids, content_input_id
 from rollhub.client import AsyncRolloutClient
 from rollhub.errors import ConfigError, SubmissionError

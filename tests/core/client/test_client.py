@@ -7,10 +7,9 @@ import time
 
 import httpx
 import pytest
-
 from rollhub.client import AsyncRolloutClient, RolloutOutcome
-from rollhub.errors import ConfigError, UsageError
 from rollhub.episode import TERMINAL_STATUSES
+from rollhub.errors import ConfigError, UsageError
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
