@@ -44,9 +44,7 @@ def _serve(port_q: Any, stop_ev: Any, latency_s: float) -> None:
     from rollhub_gateway.server import Gateway
 
     tok = load_tokenizer("smollm2-135m-instruct")
-    out = tok.encode(OUTPUT_TEXT, add_special_tokens=False) + [
-        tok.convert_tokens_to_ids("<|im_end|>")
-    ]
+    out = [*tok.encode(OUTPUT_TEXT, add_special_tokens=False), tok.convert_tokens_to_ids("<|im_end|>")]
 
     class FixedBackend(ScriptedBackend):
         def _next(self, prompt_ids: list[int], params: Any) -> tuple[list[int], str]:
@@ -204,7 +202,7 @@ async def run(args: argparse.Namespace, url: str, pid: int) -> None:
         errors = sum(r if isinstance(r, int) else 1 for r in results)
         turns = len(lat)
         print(
-            f"\n## {args.sessions} concurrent sessions × {args.turns} turns, one gateway process\n"
+            f"\n## {args.sessions} concurrent sessions x {args.turns} turns, one gateway process\n"
         )
         print(
             "| sessions | turns ok | errors | wall s | turns/s | p50 ms | p99 ms | open sessions/s |"

@@ -1,3 +1,47 @@
-"""rollhub-gateway: the rollhub token capture gateway."""
+"""rollhub-gateway: the rollhub token capture gateway.
+
+An OpenAI- and Anthropic-compatible HTTP gateway that renders messages to token ids,
+samples token-in/token-out from an inference engine, and records every turn's exact ids
+and logprobs under the caller's session. The public names below are imported lazily, so
+``import rollhub_gateway`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "Gateway",
+    "GatewayConfig",
+    "GatewayTokenSource",
+    "SessionPolicy",
+    "ThreadedGateway",
+    "build_gateway",
+]
+
+_LAZY = {
+    "Gateway": "rollhub_gateway.server",
+    "GatewayConfig": "rollhub_gateway.config",
+    "GatewayTokenSource": "rollhub_gateway.token_source",
+    "SessionPolicy": "rollhub_gateway.config",
+    "ThreadedGateway": "rollhub_gateway.serving",
+    "build_gateway": "rollhub_gateway.serving",
+}
+
+if TYPE_CHECKING:
+    from rollhub_gateway.config import GatewayConfig, SessionPolicy
+    from rollhub_gateway.server import Gateway
+    from rollhub_gateway.serving import ThreadedGateway, build_gateway
+    from rollhub_gateway.token_source import GatewayTokenSource
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rollhub_gateway' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
