@@ -28,6 +28,7 @@ import logging
 import math
 import shlex
 import tarfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -192,29 +193,43 @@ class AgentCoreProvider(SandboxProvider):
             raise SandboxArgumentError("the agentcore provider needs runtime_arn=…",
                                        field="runtime_arn")
         super().__init__(options)
-        self._client = client
+        self._given = client
+        self._clients: dict[float, Any] = {}
+        self._lock = threading.Lock()
         self.limiter = limiter_for(self.options.runtime_arn, self.options.rate)
 
     @property
     def client(self) -> Any:
         """The boto3 ``bedrock-agentcore`` client (built on first use)."""
-        if self._client is None:
-            import boto3
-            from botocore.config import Config
+        return self._client_for(None)
 
-            opts = self.options
-            region = opts.region or _region_of(opts.runtime_arn)
-            self._client = boto3.client(
-                "bedrock-agentcore",
-                region_name=region,
-                endpoint_url=opts.endpoint_url,
-                config=Config(
-                    connect_timeout=opts.connect_timeout,
-                    read_timeout=opts.read_timeout,
-                    retries={"total_max_attempts": opts.max_attempts, "mode": "standard"},
-                ),
-            )
-        return self._client
+    def _client_for(self, timeout: float | None) -> Any:
+        """A client whose socket read timeout outlasts a command of ``timeout`` seconds.
+
+        The command stream may stay silent for as long as the command prints nothing, so
+        the read timeout must exceed the command's own.
+        """
+        if self._given is not None:
+            return self._given
+        opts = self.options
+        read = opts.read_timeout if timeout is None else max(opts.read_timeout, timeout + 60)
+        with self._lock:
+            client = self._clients.get(read)
+            if client is None:
+                import boto3
+                from botocore.config import Config
+
+                client = self._clients[read] = boto3.client(
+                    "bedrock-agentcore",
+                    region_name=opts.region or _region_of(opts.runtime_arn),
+                    endpoint_url=opts.endpoint_url,
+                    config=Config(
+                        connect_timeout=opts.connect_timeout,
+                        read_timeout=read,
+                        retries={"total_max_attempts": opts.max_attempts, "mode": "standard"},
+                    ),
+                )
+            return client
 
     def _common(self, sandbox_id: str) -> dict[str, Any]:
         kw: dict[str, Any] = {"agentRuntimeArn": self.options.runtime_arn,
@@ -249,7 +264,7 @@ class AgentCoreProvider(SandboxProvider):
 
         def call() -> ExecResult:
             started = time.monotonic()
-            resp = self.client.invoke_agent_runtime_command(
+            resp = self._client_for(body.get("timeout")).invoke_agent_runtime_command(
                 **self._common(sandbox_id), contentType="application/json",
                 accept="application/vnd.amazon.eventstream", body=body)
             return collect_command_stream(resp["stream"], max_output=max_output, started=started)
@@ -292,8 +307,13 @@ class AgentCoreProvider(SandboxProvider):
                                     source=source)
         sandbox = AgentCoreSandbox(self, sandbox_id)
         quoted = shlex.quote(self.options.workdir)
-        result = await self._command(sandbox_id, command_body(
-            f"mkdir -p -- {quoted}", cwd="/", env={}, timeout=60, stdin=None), max_output=4096)
+        try:
+            result = await self._command(sandbox_id, command_body(
+                f"mkdir -p -- {quoted}", cwd="/", env={}, timeout=60, stdin=None), max_output=4096)
+        except SandboxError as exc:
+            await self._stop(sandbox_id)
+            raise SandboxStartError(f"the new session does not run commands: {exc}",
+                                    source=source) from exc
         if result.exit_code != 0:
             await self._stop(sandbox_id)
             raise SandboxStartError(f"could not create workdir {self.options.workdir!r}: "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import os
 import shlex
 import shutil
 import tarfile
@@ -29,8 +30,9 @@ from rollhub_sandbox.errors import (
     SandboxProviderError,
     SandboxStartError,
 )
+from rollhub_sandbox.process import run_process
 from rollhub_sandbox.provider import ProviderOptions, ProviderSandbox, SandboxProvider
-from rollhub_sandbox.result import ExecResult, OutputBuffer
+from rollhub_sandbox.result import ExecResult
 from rollhub_sandbox.shell import shell_script
 
 log = logging.getLogger(__name__)
@@ -107,20 +109,20 @@ class DockerSandbox(ProviderSandbox):
         tag = f"ROLLHUB_SANDBOX_EXEC={uuid.uuid4().hex}"
         argv = self._docker("exec", *(["-i"] if stdin is not None else []), "-e", tag, self.id,
                             "/bin/sh", "-c", shell_script(command, cwd=cwd, env=env))
-        started = time.monotonic()
-        rc, out, err = await _run(argv, stdin=stdin, timeout=timeout)
-        timed_out = rc == -9 and timeout is not None and time.monotonic() - started >= timeout
-        if timed_out:
+        try:
+            # The CLI runs as a local process group: capped output, drained pipes, timeout.
+            result = await run_process(argv, env=dict(os.environ), tag=tag, stdin=stdin,
+                                       timeout=timeout, max_output=max_output, kill_grace=1.0)
+        except OSError as exc:
+            raise SandboxProviderError(f"cannot run {argv[0]!r}: {exc}",
+                                       sandbox_id=self.id) from exc
+        if result.timed_out:
+            # Killing `docker exec` leaves its processes running in the container.
             await _run(self._docker("exec", self.id, "/bin/sh", "-c", _KILL_TAGGED, "sh", tag),
                        timeout=30)
-        elif rc in (125, 126, 127) and b"No such container" in err:
+        elif result.exit_code in (125, 126, 127, 1) and "No such container" in result.stderr:
             raise SandboxNotFound(f"container {self.id!r} is gone", sandbox_id=self.id)
-        obuf, ebuf = OutputBuffer(max_output), OutputBuffer(max_output)
-        obuf.feed(out)
-        ebuf.feed(err)
-        return ExecResult(exit_code=rc, stdout=obuf.text(), stderr=ebuf.text(), timed_out=timed_out,
-                          duration=time.monotonic() - started, stdout_truncated=obuf.truncated,
-                          stderr_truncated=ebuf.truncated)
+        return result
 
     async def _checked(self, argv: list[str], *, what: str, path: str,
                        stdin: bytes | None = None) -> bytes:

@@ -182,3 +182,16 @@ def test_stop_request_validates_against_the_model() -> None:
                           expected_params={"agentRuntimeArn": ARN, "runtimeSessionId": sid})
         stub.add_client_error("invoke_agent_runtime", "ResourceNotFoundException", http_status_code=404)
         asyncio.run(provider._stop(sid))
+
+
+def test_read_timeout_outlasts_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    from rollhub_sandbox.agentcore import AgentCoreOptions, AgentCoreProvider
+
+    provider = AgentCoreProvider(AgentCoreOptions(runtime_arn=ARN, read_timeout=120))
+    assert provider.client.meta.config.read_timeout == 120
+    assert provider.client.meta.region_name == "us-west-2"  # from the ARN
+    long = provider._client_for(900)
+    assert long.meta.config.read_timeout == 960
+    assert provider._client_for(900) is long and provider._client_for(30) is provider.client

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import time
 from pathlib import Path
 
@@ -13,8 +15,10 @@ from rollhub_sandbox import (
     SandboxProviderError,
 )
 from rollhub_sandbox.docker import docker_status
+from sandbox_helpers import pid_gone
 
 DOCKER, REASON = docker_status()
+FAKE = Path(__file__).with_name("fake_docker.py")
 IMAGE = "busybox:latest"
 
 
@@ -30,6 +34,54 @@ async def test_missing_cli_is_a_typed_error(tmp_path: Path) -> None:
         await client.create(IMAGE, ttl=60)
     with pytest.raises(SandboxProviderError):
         await client.reap()
+
+
+@pytest.fixture
+def fake_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncSandboxClient:
+    """The provider driving tests/sandbox/fake_docker.py instead of a Docker engine."""
+    cli = tmp_path / "docker"
+    cli.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
+    cli.chmod(0o755)
+    monkeypatch.setenv("FAKE_DOCKER_STATE", str(tmp_path / "state"))
+    return AsyncSandboxClient("docker", docker=str(cli), workdir=str(tmp_path / "ws"))
+
+
+async def test_provider_logic_against_a_fake_cli(fake_docker: AsyncSandboxClient,
+                                                 tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    (src / "d" / "f.bin").write_bytes(b"\x00\x01")
+    pidfile = tmp_path / "pid"
+    async with fake_docker.start("busybox", ttl=300) as sb:
+        r = await sb.exec("pwd; printf %s \"$V\"; exit 3", env={"V": "it's `x`"})
+        assert (r.exit_code, r.stdout) == (3, f"{sb.workdir}\nit's `x`")
+        assert (await sb.exec("touch x", cwd="missing")).exit_code == 2
+        assert (await sb.exec("cat", stdin=b"in")).stdout == "in"
+        r = await sb.exec("seq 1 100000", max_output=50)
+        assert len(r.stdout) == 50 and r.stdout_truncated
+        await sb.write_file("a/b.bin", bytes(range(256)))
+        assert await sb.read_file("a/b.bin") == bytes(range(256))
+        await sb.upload(src, "up")
+        assert await sb.read_file("up/d/f.bin") == b"\x00\x01"
+        with pytest.raises(SandboxFileError):
+            await sb.read_file("missing")
+        # a process that ignores SIGTERM and leaves the group still dies at the timeout
+        r = await sb.exec(f"setsid sh -c 'trap \"\" TERM; echo $$ > {pidfile}; sleep 60' & "
+                          f"trap '' TERM; sleep 60", timeout=1)
+        assert r.timed_out
+        pid = int(pidfile.read_text())
+        deadline = time.monotonic() + 5
+        while not pid_gone(pid) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert pid_gone(pid)
+        assert (await fake_docker.attach(sb.id)).id == sb.id
+    with pytest.raises(SandboxNotFound):
+        await fake_docker.attach(sb.id)
+    with pytest.raises(SandboxNotFound):
+        await sb.exec("true")
+    old = await fake_docker.create("busybox", ttl=0.5)
+    await asyncio.sleep(0.6)
+    assert await fake_docker.reap() == [old.id]
 
 
 needs_docker = pytest.mark.skipif(not DOCKER, reason=f"needs a Docker engine: {REASON}")
