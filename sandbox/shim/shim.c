@@ -38,16 +38,21 @@
 
 static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
 static int busy = 0;
-static long long busy_until = 0; /* 0: no ttl */
+static double busy_until = 0; /* Unix time, sub-second; 0: no ttl */
 static long long last_update = 0;
 static int active_connections = 0;
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 /* Current status; expires a ttl that has passed. Caller holds state_lock. */
 static void refresh_locked(void) {
-    long long now = (long long)time(NULL);
-    if (busy && busy_until && now >= busy_until) {
+    if (busy && busy_until > 0 && now_s() >= busy_until) {
         busy = 0;
-        last_update = busy_until;
+        last_update = (long long)busy_until;
         busy_until = 0;
     }
 }
@@ -132,16 +137,15 @@ static void handle_invocation(int fd, const char *body, size_t len) {
         return;
     }
     size_t alen = (size_t)(close - v);
-    long long ttl = 0;
+    double ttl = 0;
     const char *t = json_value(p, last, "ttl");
     if (t) {
         char *tend;
-        double d = strtod(t, &tend);
-        if (tend == t || d < 0 || d > 1e9) {
+        ttl = strtod(t, &tend);
+        if (tend == t || !(ttl >= 0) || ttl > 1e9) {
             respond_error(fd, 400, "Bad Request", "'ttl' must be a number of seconds >= 0");
             return;
         }
-        ttl = (long long)(d + 0.999);
     }
     long long now = (long long)time(NULL);
     pthread_mutex_lock(&state_lock);
@@ -149,7 +153,7 @@ static void handle_invocation(int fd, const char *body, size_t len) {
     if (alen == 5 && memcmp(v, "start", 5) == 0) {
         if (!busy) last_update = now;
         busy = 1;
-        busy_until = ttl ? now + ttl : 0;
+        busy_until = ttl > 0 ? now_s() + ttl : 0;
     } else if (alen == 4 && memcmp(v, "stop", 4) == 0) {
         if (busy) last_update = now;
         busy = 0;

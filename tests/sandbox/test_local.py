@@ -183,12 +183,12 @@ async def test_attach_from_another_client_and_unknown_ids(client: AsyncSandboxCl
 
 async def test_ttl_expiry_and_reaping(client: AsyncSandboxClient, root: Path, tmp_path: Path) -> None:
     pidfile = tmp_path / "bg.pid"
-    sb = await client.create(ttl=1.0)
+    sb = await client.create(ttl=1.5)
     await sb.exec(f"sleep 60 >/dev/null 2>&1 & echo $! > {pidfile}")
     keep = await client.create(ttl=60)
     bg = int(pidfile.read_text())
     assert not pid_gone(bg)
-    await asyncio.sleep(1.1)
+    await asyncio.sleep(1.6)
     with pytest.raises(SandboxNotFound, match="expired"):
         await sb.exec("true")
     assert await client.reap() == [sb.id]

@@ -94,8 +94,10 @@ def test_ping_and_busy_flag(shim: Shim) -> None:
 
 
 def test_ttl_clears_busy(shim: Shim) -> None:
-    assert shim.invoke({"ttl": 1, "action": "start"})[1]["status"] == "HealthyBusy"
-    time.sleep(1.2)
+    assert shim.invoke({"ttl": 0.6, "action": "start"})[1]["status"] == "HealthyBusy"
+    time.sleep(0.3)
+    assert shim.request("GET", "/ping")[1]["status"] == "HealthyBusy"  # sub-second ttl holds
+    time.sleep(0.5)
     _, body = shim.request("GET", "/ping")
     assert body["status"] == "Healthy"
     assert shim.invoke({"action": "status"})[1]["busy"] is False
