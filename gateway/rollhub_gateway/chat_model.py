@@ -20,13 +20,22 @@ from rollhub.sampling import Generation
 from rollhub.trace import DriftKind, TraceRecord
 from rollhub_gateway.families import Family, IncrementalDecoder, detect_family, get_family
 from rollhub_gateway.journal import SessionJournal
-from rollhub_gateway.render import TemplateRenderer, canonical_tools, text_digest
-from rollhub_gateway.trajectory import TrajectoryTree, TurnNode, prefix_digests
+from rollhub_gateway.families.locality import probe_locality
+from rollhub_gateway.render import Continuation, TemplateRenderer, canonical_tools, text_digest
+from rollhub_gateway.trajectory import (
+    TrajectoryTree,
+    TurnNode,
+    count_window_mismatch as _count_window_mismatch,
+    prefix_digests,
+)
 from rollhub_gateway.turns import ChatTurn, ParsedOutput, PreparedTurn, StreamingParser
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HFChatModel", "HFConversation", "build_chat_model"]
+__all__ = ["VERIFY_EVERY", "HFChatModel", "HFConversation", "build_chat_model"]
+
+#: every this many continued turns a session checks a window render against a whole one
+VERIFY_EVERY = 16
 
 
 def build_chat_model(
@@ -59,6 +68,9 @@ def build_chat_model(
         fam = get_family("chatml")
         fam.supports_tools = False  # type: ignore[misc]
     renderer = TemplateRenderer(tokenizer, fam, chat_template)
+    renderer.windowed = probe_locality(renderer)
+    log.info("chat model %s: family %s, window renders %s", model, fam.name,
+             "on" if renderer.windowed else "off")
     return HFChatModel(renderer, model_id=model, journal=SessionJournal(journal) if journal else None)
 
 
@@ -72,6 +84,8 @@ class HFChatModel:
         self.model_id = model_id
         self.family = renderer.family.name
         self.journal = journal
+        #: continued turns between checks of a window render against a whole render
+        self.verify_every = VERIFY_EVERY
 
     def supports_tools(self) -> bool:
         """Whether the chat template can render tools and the parser can read calls."""
@@ -131,7 +145,7 @@ class _Pending:
     extra_ids: list[int]
     history: list[dict[str, Any]]  # template-form messages of the prompt
     history_digest: str
-    prompt_text: str
+    prompt_text: str | None
     tools_key: str
     masked: int
     opens_reasoning: bool
@@ -145,6 +159,8 @@ class HFConversation:
         self.session_id = session_id
         self.tree = TrajectoryTree(session_id, model.model_id)
         self._next_turn = 0
+        self._since_verify = 0
+        self._opens_reasoning = False
         self.finished = False
 
     # prepare ---------------------------------------------------------------------------------
@@ -170,45 +186,76 @@ class HFConversation:
         tools_key = canonical_tools(turn.tools)
         parent = self.tree.find_parent(digests, tools_key)
         known = len(parent.messages) if parent else 0
-        history = (parent.messages if parent else []) + r.template_messages(turn.messages[known:])
-        full_text = r.render_text(history, turn.tools, generation=True)
-        base, extra, drift, masked = self._continue(parent, turn, full_text)
+        new = r.template_messages(turn.messages[known:])
+        history = (parent.messages if parent else []) + new
+        base, extra, drift, masked, prompt_text = self._continue(parent, new, turn.tools)
         prompt = (self.tree.ids_through(base) if base else []) + extra
         index = self._next_turn
         self._next_turn += 1
-        markup = r.family.reasoning_markup
-        opens = bool(markup) and full_text.rstrip().endswith(markup[0])  # type: ignore[index]
         state = _Pending(
-            parent, base, extra, history, digests[-1], full_text, tools_key, masked, opens
+            parent, base, extra, history, digests[-1], prompt_text, tools_key, masked,
+            self._opens_reasoning,
         )
         return PreparedTurn(prompt_ids=prompt, drift=drift, turn_index=index, state=state)
 
     def _continue(
-        self, parent: TurnNode | None, turn: ChatTurn, full_text: str
-    ) -> tuple[TurnNode | None, list[int], DriftKind, int]:
-        """``(base, extra ids, drift, masked tokens)`` for a new prompt."""
+        self, parent: TurnNode | None, new: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> tuple[TurnNode | None, list[int], DriftKind, int, str | None]:
+        """``(base, extra ids, drift, masked tokens, whole prompt text if rendered)``."""
         r = self.model.renderer
         if parent is None:
+            full_text = self._whole(new, tools)
             drift: DriftKind = "fork" if self.tree.nodes else "append"
-            return None, r.encode(full_text), drift, 0
+            return None, r.encode(full_text), drift, 0, full_text
         is_tip = parent.branch is not None and parent.branch.tip is parent
-        through = r.render_text(parent.messages, turn.tools, generation=False)
-        cont = r.continuation(
-            prev_prompt_len=parent.prompt_text_len,
-            prev_prompt_digest=parent.prompt_text_digest,
-            output_ids=parent.output_ids,
-            through_text=through,
-            full_text=full_text,
-        )
+        kind: DriftKind = "append" if is_tip else "fork"
+        cont = self._continuation(parent, new, tools)
         if cont is not None:
-            return parent, r.encode(cont.extra_text), "append" if is_tip else "fork", 0
+            return parent, r.encode(cont.extra_text), kind, 0, cont.full_text
+        full_text = self._whole(parent.messages + new, tools)
         ids = r.encode(full_text)
         prev = self.tree.ids_through(parent)
-        if ids[: len(prev)] == prev:  # a full render that happens to extend the ids
-            return parent, ids[len(prev) :], "append" if is_tip else "fork", 0
+        if ids[: len(prev)] == prev:  # a whole render that happens to extend the ids
+            return parent, ids[len(prev) :], kind, 0, full_text
         masked = self.tree.sampled_dropped(parent, ids)
         log.debug("session %s: history rewritten, %d sampled ids dropped", self.session_id, masked)
-        return None, ids, "rerender" if is_tip else "fork", masked
+        return None, ids, "rerender" if is_tip else "fork", masked, full_text
+
+    def _whole(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+        text = self.model.renderer.render_text(messages, tools, generation=True)
+        self._opens_reasoning = self._ends_in_reasoning(text)
+        return text
+
+    def _ends_in_reasoning(self, text: str) -> bool:
+        markup = self.model.renderer.family.reasoning_markup
+        return bool(markup) and text.rstrip().endswith(markup[0])  # type: ignore[index]
+
+    def _continuation(
+        self, parent: TurnNode, new: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> Continuation | None:
+        """Continuity from ``parent``: over a window when the template renders locally,
+        checked against a whole render every ``verify_every`` turns."""
+        r = self.model.renderer
+        self._since_verify += 1
+        windowed = r.windowed and self._since_verify < self.model.verify_every
+        texts = r.texts(parent.messages, new, tools, windowed=windowed)
+        self._opens_reasoning = self._ends_in_reasoning(texts.full)
+        prev_len, prev_digest = parent.prompt_text_len, parent.prompt_text_digest
+        if texts.prompt is None and prev_len is None:
+            prompt = r.render_text(parent.messages[:-1], tools, generation=True)
+            prev_len, prev_digest = len(prompt), text_digest(prompt)
+        cont = r.continuation(texts, output_ids=parent.output_ids, prev_prompt_len=prev_len,
+                              prev_prompt_digest=prev_digest)
+        if r.windowed and not windowed:
+            self._since_verify = 0
+            win = r.continuation(r.texts(parent.messages, new, tools, windowed=True),
+                                 output_ids=parent.output_ids)
+            if (win and win.extra_text) != (cont and cont.extra_text):
+                log.error("chat template of family %s does not render locally after all: "
+                          "window renders turned off", r.family.name)
+                r.windowed = False
+                _count_window_mismatch()
+        return cont
 
     # commit ----------------------------------------------------------------------------------
 
@@ -251,8 +298,8 @@ class HFConversation:
             masked_tokens=st.masked,
             messages=st.history + [fam.to_template_message(assistant)],
             history_digest=asst_digest,
-            prompt_text_len=len(st.prompt_text),
-            prompt_text_digest=text_digest(st.prompt_text),
+            prompt_text_len=len(st.prompt_text) if st.prompt_text is not None else None,
+            prompt_text_digest=text_digest(st.prompt_text) if st.prompt_text is not None else None,
             tools_key=st.tools_key,
         )
         self.tree.add(node)

@@ -131,6 +131,7 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
     """Run the scripted session of one conformance family and check it."""
     fam_word, parallel = CONFORMANCE_FAMILIES[name]
     model = model or model_for(name)
+    model.verify_every = 1  # check every window render against a whole render
     report = FamilyReport(name, model.family)
     if model.family != fam_word:
         report.failures.append(f"template detected as {model.family!r}, expected {fam_word!r}")
@@ -138,6 +139,7 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
     r = model.renderer
     fam = r.family
     stop = {"chatml": "<|im_end|>", "gpt_oss": "<|call|>"}.get(fam.name)
+    windowed_before = model.renderer.windowed
     backend = ScriptedBackend()
     conv = model.new_conversation(f"conformance-{name}")
     messages: list[dict[str, Any]] = [
@@ -187,6 +189,8 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
                              "content": json.dumps({"tool": c.name, "ok": True})})
         if follow_up:
             messages.append({"role": "user", "content": follow_up})
+    if model.renderer.windowed is False and windowed_before:
+        report.failures.append("a window render disagreed with the whole render")
     _check_records(report, conv.traces(), sampled)
     report.counts = conv.drift_counts()
     if name in APPEND_ONLY and (report.counts["rerender"] or report.counts["fork"]):

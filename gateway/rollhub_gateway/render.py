@@ -30,7 +30,7 @@ from rollhub_gateway.families.base import Family
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Continuation", "TemplateRenderer", "text_digest"]
+__all__ = ["Continuation", "TemplateRenderer", "TurnTexts", "text_digest", "window"]
 
 
 def text_digest(text: str) -> str:
@@ -39,11 +39,24 @@ def text_digest(text: str) -> str:
 
 
 @dataclass(frozen=True)
+class TurnTexts:
+    """Rendered texts of a turn: ``through`` = history through our assistant message (no
+    generation prompt), ``full`` = the new conversation with the generation prompt, and
+    ``prompt`` = the history's prompt before that assistant message (window renders only;
+    whole renders compare against the stored digest of the previous prompt instead)."""
+
+    prompt: str | None
+    through: str
+    full: str
+
+
+@dataclass(frozen=True)
 class Continuation:
-    """Result of a continuity attempt: the text to append after the previous ids."""
+    """Result of a continuity attempt: the text to append after the previous ids, and the
+    whole new prompt text when it was rendered whole."""
 
     extra_text: str
-    full_text: str
+    full_text: str | None
 
 
 class TemplateRenderer:
@@ -70,6 +83,13 @@ class TemplateRenderer:
         added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
         self.added_ids: set[int] = set(added)
         self.added_texts: tuple[str, ...] = tuple(str(t) for t in added.values())
+        self._compiled = _compile(self.chat_template)
+        #: render continuations over a window (set when probe_locality clears the template)
+        self.windowed = False
+        self._template_vars = {
+            k: v for k, v in (getattr(tokenizer, "special_tokens_map", {}) or {}).items()
+            if isinstance(v, str)
+        }
         probe = self.render_text([{"role": "user", "content": "x"}], None, generation=True)
         open_ = family.reasoning_markup[0] if family.reasoning_markup else None
         #: the generation prompt opens the reasoning block (R1 distill, Qwen3.5 thinking)
@@ -80,8 +100,22 @@ class TemplateRenderer:
     def render_text(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, generation: bool
     ) -> str:
-        """The template's text for template-form messages."""
+        """The template's text for template-form messages.
+
+        Renders the compiled template directly with the variables ``apply_chat_template``
+        passes (special tokens, tools, ``add_generation_prompt``), skipping its per-call
+        copy of every message: template-form messages are already plain dicts. A test
+        checks the two agree on every supported template.
+        """
         try:
+            if self._compiled is not None:
+                return self._compiled.render(
+                    messages=messages,
+                    tools=tools or None,
+                    documents=None,
+                    add_generation_prompt=generation,
+                    **{**self._template_vars, **self.family.template_kwargs},
+                )
             return self.tokenizer.apply_chat_template(
                 messages,
                 tools=tools or None,
@@ -105,55 +139,127 @@ class TemplateRenderer:
 
     # Continuity ------------------------------------------------------------------------------
 
+    def texts(
+        self,
+        history: list[dict[str, Any]],
+        new: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        *,
+        windowed: bool,
+    ) -> TurnTexts:
+        """The texts continuity compares, over the whole conversation or a window of it.
+
+        :param history: template-form messages through our last assistant message.
+        :param new: template-form messages the agent added after it.
+        :param windowed: render only :func:`window` of the conversation (cost independent
+            of the history's length; only for templates :func:`probe_locality` cleared).
+        """
+        prompt: str | None = None
+        if windowed:
+            history, new = window(history, new)
+            prompt = self.render_text(history[:-1], tools, generation=True)
+        through = self.render_text(history, tools, generation=False)
+        full = self.render_text(history + new, tools, generation=True)
+        return TurnTexts(prompt, through, full)
+
     def continuation(
         self,
+        texts: TurnTexts,
         *,
-        prev_prompt_len: int,
-        prev_prompt_digest: str,
         output_ids: list[int],
-        through_text: str,
-        full_text: str,
+        prev_prompt_len: int | None = None,
+        prev_prompt_digest: str | None = None,
     ) -> Continuation | None:
-        """The text to append after ``prev prompt ids + output_ids``, or ``None``.
+        """The text to append after ``previous prompt ids + output_ids``, or ``None``.
 
-        :param prev_prompt_len: length of the previous prompt's text.
+        :param texts: from :meth:`texts`.
+        :param output_ids: the ids sampled after the previous prompt.
+        :param prev_prompt_len: length of the previous prompt's text (whole renders).
         :param prev_prompt_digest: :func:`text_digest` of the previous prompt's text.
-        :param output_ids: the ids sampled after that prompt.
-        :param through_text: history through our assistant message, no generation prompt.
-        :param full_text: the new conversation with the generation prompt.
         """
-        if not full_text.startswith(through_text):
+        split = self.split(texts, prev_prompt_len, prev_prompt_digest)
+        if split is None:
             return None
-        if text_digest(through_text[:prev_prompt_len]) != prev_prompt_digest:
+        assistant, tail = split
+        extra = self.after_output(assistant, tail, output_ids)
+        if extra is None:
             return None
-        assistant = through_text[prev_prompt_len:]
-        tail = full_text[len(through_text) :]
         last = output_ids[-1] if output_ids else None
-        # the template's end-of-turn marker: the last stop text in the assistant's rendering
+        safe = last in self.added_ids or not extra or extra.startswith(self.added_texts)
+        if not safe:
+            log.debug("tail %r does not start at an added token: re-render", extra[:40])
+            return None
+        return Continuation(extra, texts.full if texts.prompt is None else None)
+
+    def split(
+        self, texts: TurnTexts, prev_prompt_len: int | None, prev_prompt_digest: str | None
+    ) -> tuple[str, str] | None:
+        """``(assistant rendering, new tail)``, or ``None`` when the history was rewritten."""
+        through, full = texts.through, texts.full
+        if not full.startswith(through):
+            return None
+        if texts.prompt is not None:
+            if not through.startswith(texts.prompt):
+                return None
+            cut = len(texts.prompt)
+        else:
+            if prev_prompt_len is None or prev_prompt_digest is None:
+                return None
+            if text_digest(through[:prev_prompt_len]) != prev_prompt_digest:
+                return None
+            cut = prev_prompt_len
+        return through[cut:], full[len(through) :]
+
+    def after_output(self, assistant: str, tail: str, output_ids: list[int]) -> str | None:
+        """The text the template renders after the sampled ids: the rest of the assistant
+        turn's end (e.g. ``"\\n"`` after a sampled ``<|im_end|>``) and the new tail.
+
+        ``None`` when the template renders the sampled stop token differently (GPT-OSS
+        ``<|return|>`` → ``<|end|>``): a rewrite.
+        """
+        last = output_ids[-1] if output_ids else None
         cut, cut_text = -1, ""
         for text in self.stop_texts.values():
             i = assistant.rfind(text)
             if i > cut:
                 cut, cut_text = i, text
-        if last in self.stop_texts:
-            sampled = self.stop_texts[last]
-            if cut >= 0 and cut_text == sampled:
-                extra = assistant[cut + len(sampled) :] + tail
-            elif cut < 0 and tail.startswith(sampled):
-                # templates that end a turn by opening the next one (GLM): the sampled
-                # stop token is the first token of the tail
-                extra = tail[len(sampled) :]
-            else:
-                log.debug("sampled stop %r is rendered as %r: history rewritten", sampled, cut_text)
-                return None
-            boundary_safe = True
-        else:
-            extra = (assistant[cut:] if cut >= 0 else "") + tail
-            boundary_safe = last in self.added_ids
-        if extra and not boundary_safe and not extra.startswith(self.added_texts):
-            log.debug("tail %r does not start at an added token: re-render", extra[:40])
-            return None
-        return Continuation(extra, full_text)
+        if last not in self.stop_texts:  # cut short (length, stop string): close the turn
+            return (assistant[cut:] if cut >= 0 else "") + tail
+        sampled = self.stop_texts[last]
+        if cut >= 0 and cut_text == sampled:
+            return assistant[cut + len(sampled) :] + tail
+        if cut < 0 and tail.startswith(sampled):
+            # templates that end a turn by opening the next one (GLM): the sampled stop
+            # token is the first token of the tail
+            return tail[len(sampled) :]
+        log.debug("sampled stop %r is rendered as %r: history rewritten", sampled, cut_text)
+        return None
+
+def window(
+    history: list[dict[str, Any]], new: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A short stand-in for a long conversation: the leading system messages, the last
+    user message before the recent turns (templates key reasoning display on it), and the
+    history from the assistant message before our last one onwards."""
+    n_sys = 0
+    while n_sys < len(history) and history[n_sys].get("role") == "system":
+        n_sys += 1
+    prev = [i for i in range(n_sys, len(history) - 1) if history[i].get("role") == "assistant"]
+    if not prev:
+        return history, new
+    start = prev[-1]
+    users = [i for i in range(n_sys, start) if history[i].get("role") == "user"]
+    anchor = [history[users[-1]]] if users else []
+    return history[:n_sys] + anchor + history[start:], new
+
+
+def _compile(template: str) -> Any:
+    """The template compiled the way transformers compiles it (its filters, its sandbox)."""
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+    except ImportError:  # pragma: no cover - older or newer transformers: use the public API
+        return None
+    return _compile_jinja_template(template)
 
 
 def canonical_tools(tools: list[dict[str, Any]] | None) -> str:

@@ -27,7 +27,8 @@ from rollhub.trace import DriftKind, TraceRecord, TurnSpan
 
 __all__ = ["Branch", "TrajectoryTree", "TurnNode", "global_drift_counts", "message_key", "prefix_digests"]
 
-_GLOBAL = Counter({"append": 0, "rerender": 0, "fork": 0, "masked_tokens": 0, "ill_formed": 0})
+_GLOBAL = Counter({"append": 0, "rerender": 0, "fork": 0, "masked_tokens": 0, "ill_formed": 0,
+                   "window_mismatch": 0})
 _GLOBAL_LOCK = threading.Lock()
 
 
@@ -35,6 +36,11 @@ def global_drift_counts() -> dict[str, int]:
     """Process-wide counts of append / rerender / fork turns, masked tokens, ill-formed turns."""
     with _GLOBAL_LOCK:
         return dict(_GLOBAL)
+
+
+def count_window_mismatch() -> None:
+    """Count a window render that disagreed with the whole render (windows then go off)."""
+    _count("window_mismatch")
 
 
 def _count(key: str, n: int = 1) -> None:
@@ -90,8 +96,8 @@ class TurnNode:
     masked_tokens: int
     messages: list[dict[str, Any]]  # template-form history through our assistant message
     history_digest: str  # prefix_digests(keys)[-1] of that history
-    prompt_text_len: int
-    prompt_text_digest: str
+    prompt_text_len: int | None  # None: the prompt was rendered over a window only
+    prompt_text_digest: str | None
     tools_key: str
     branch: Branch | None = None
     end: int = 0  # offset in branch.ids one past this turn's output

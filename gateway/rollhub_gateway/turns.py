@@ -11,6 +11,23 @@ Neutral message format (OpenAI chat): ``{"role": "system"|"user"|"assistant"|"to
 "arguments": <JSON text>}}], "tool_call_id": str, "reasoning_content": str}``.
 Neutral tool format: ``{"type": "function", "function": {"name", "description",
 "parameters"}}``.
+
+Additions since the first version (all optional for callers, implemented by
+:mod:`rollhub_gateway.chat_model`):
+
+- ``ChatModel.new_parser(prepared=None)``: pass the :class:`PreparedTurn` being sampled so
+  the parser knows whether that prompt already opened a reasoning block (DeepSeek-R1,
+  Qwen3.5 thinking templates; not after DeepSeek's tool outputs). Without it the
+  template's usual generation prompt decides.
+- ``Conversation.finish()`` marks the session done in the journal and returns its records;
+  ``Conversation.discard()`` drops it. ``ChatModel.new_conversation(sid)`` resumes a
+  session the journal holds (a gateway restart); ``ChatModel.open_sessions()`` lists them.
+- ``StreamingParser`` contract: the concatenated ``content`` deltas are always a prefix of
+  ``finish().content`` (tool-call markup and trailing whitespace are held back; when a
+  tool call turns out ill-formed its markup is the rest of ``content``), and the
+  ``reasoning`` deltas concatenate to ``finish().reasoning``.
+- :func:`rollhub_gateway.trajectory.global_drift_counts` gives process-wide drift counts
+  for ``/metrics``.
 """
 
 from __future__ import annotations
@@ -110,12 +127,12 @@ class ChatModel(Protocol):
         """Prompt tokens of a turn rendered from scratch (Anthropic count_tokens)."""
         ...
 
-    def new_parser(self) -> StreamingParser:
-        """A parser for one generation."""
+    def new_parser(self, prepared: PreparedTurn | None = None) -> StreamingParser:
+        """A parser for one generation (``prepared``: the turn being sampled, optional)."""
         ...
 
     def new_conversation(self, session_id: str) -> Conversation:
-        """Per-session trajectory state."""
+        """Per-session trajectory state; resumed from the journal if it holds the session."""
         ...
 
 
@@ -149,4 +166,12 @@ class Conversation(Protocol):
 
     def drift_counts(self) -> dict[str, int]:
         """Counts of append / rerender / fork turns and masked tokens."""
+        ...
+
+    def finish(self) -> list[TraceRecord]:
+        """Close the session (journal: done) and return its records."""
+        ...
+
+    def discard(self) -> None:
+        """Drop the session and its journal entries."""
         ...

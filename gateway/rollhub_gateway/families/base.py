@@ -52,7 +52,6 @@ class Family:
         supports_tools: whether tools can be rendered and calls parsed.
         reasoning_markup: ``(open, close)`` around reasoning in the output, or ``None``.
         tool_markers: strings that open the tool-call section of an output.
-        reasoning_key: message key the template reads earlier reasoning from.
         arguments_as_text: the template concatenates ``arguments`` as a string (DeepSeek)
             instead of serialising a mapping.
     """
@@ -61,7 +60,6 @@ class Family:
     supports_tools: ClassVar[bool] = True
     reasoning_markup: ClassVar[tuple[str, str] | None] = None
     tool_markers: ClassVar[tuple[str, ...]] = ()
-    reasoning_key: ClassVar[str] = "reasoning_content"
     arguments_as_text: ClassVar[bool] = False
     #: an assistant message may hold text next to its tool calls
     content_with_calls: ClassVar[bool] = True
@@ -84,7 +82,9 @@ class Family:
             out["content"] = ""
         reasoning = out.pop("reasoning_content", None)
         if reasoning is not None and message.get("role") == "assistant":
-            out[self.reasoning_key] = reasoning
+            # both names, as transformers aliases them: Qwen/GLM read reasoning_content,
+            # GPT-OSS reads thinking
+            out["thinking"] = out["reasoning_content"] = reasoning
         if out.get("tool_calls"):
             calls = []
             for call in out["tool_calls"]:

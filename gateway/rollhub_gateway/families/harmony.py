@@ -40,7 +40,6 @@ class HarmonyFamily(Family):
     content_with_calls = False
     stop_tokens = ("<|return|>", "<|call|>")
     tool_markers = ()
-    reasoning_key = "thinking"
 
     def to_template_message(self, message: dict[str, Any]) -> dict[str, Any]:
         out = super().to_template_message(message)
