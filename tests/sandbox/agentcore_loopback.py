@@ -77,6 +77,8 @@ class LoopbackState:
     #: queued failures: (operation, http status or 0 for an in-stream exception, error code)
     failures: list[tuple[str, int, str]] = field(default_factory=list)
     delta_size: int = 7  # small, so output arrives as many contentDelta events
+    #: when set, /invocations of every session go to this shim (http://127.0.0.1:PORT)
+    shim_url: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -138,6 +140,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _invocation(self, session: str, body: Any) -> None:
         state = self.server.state
+        if state.shim_url is not None:
+            return self._forward(session, body)
         with state.lock:
             # Like the service: invoking an unknown session id starts a new session.
             shim = state.sessions.setdefault(session, {"busy": False, "until": 0.0})
@@ -154,6 +158,24 @@ class _Handler(BaseHTTPRequestHandler):
             reply = {"status": "HealthyBusy" if shim["busy"] else "Healthy", "busy": shim["busy"],
                      "time_of_last_update": int(time.time())}
         self._reply(200, json.dumps(reply).encode(), extra={SESSION_HEADER: session})
+
+    def _forward(self, session: str, body: Any) -> None:
+        """Hand the invocation to the real shim, as the runtime hands it to the container."""
+        import http.client
+
+        assert self.server.state.shim_url is not None
+        url = urllib.parse.urlsplit(self.server.state.shim_url)
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+        try:
+            conn.request("POST", "/invocations", json.dumps(body).encode(),
+                         {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            data = resp.read()
+        finally:
+            conn.close()
+        with self.server.state.lock:
+            self.server.state.sessions.setdefault(session, {"busy": None, "until": 0.0})
+        self._reply(resp.status, data, extra={SESSION_HEADER: session})
 
     def _command(self, session: str, body: Any, failure: tuple[str, int, str] | None) -> None:
         state = self.server.state

@@ -2,7 +2,34 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+from pathlib import Path
+
+SHIM_SRC = Path(__file__).resolve().parents[2] / "sandbox" / "shim" / "shim.c"
+CC = shutil.which("cc") or shutil.which("gcc")
+
+
+def build_shim(out: Path) -> tuple[Path, bool]:
+    """Compile the health shim to ``out``; ``(path, static)``: static unless libc.a is missing."""
+    assert CC is not None, "no C compiler"
+    base = [CC, "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(out), str(SHIM_SRC), "-lpthread"]
+    static = subprocess.run([base[0], "-static", *base[1:]], capture_output=True, text=True)
+    if static.returncode == 0:
+        return out, True
+    dynamic = subprocess.run(base, capture_output=True, text=True)
+    assert dynamic.returncode == 0, dynamic.stderr
+    return out, False
+
+
+def start_shim(binary: Path) -> tuple[subprocess.Popen[str], int]:
+    """Run the shim on 127.0.0.1 with a free port; returns the process and the port."""
+    proc = subprocess.Popen([str(binary), "--host", "127.0.0.1", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("listening on 127.0.0.1:"), line
+    return proc, int(line.rsplit(":", 1)[1])
 
 #: Commands whose quoting breaks naive wrappers: quotes, expansions, newlines, unicode.
 NASTY = [

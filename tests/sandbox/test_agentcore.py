@@ -26,7 +26,7 @@ from rollhub_sandbox import (
     SandboxProviderError,
 )
 from rollhub_sandbox.agentcore import MAX_COMMAND, command_body
-from sandbox_helpers import NASTY, direct
+from sandbox_helpers import CC, NASTY, build_shim, direct, start_shim
 
 ARN = "arn:aws:bedrock-agentcore:us-west-2:123456789012:runtime/sandbox-abc"
 
@@ -195,3 +195,22 @@ def test_read_timeout_outlasts_the_command(monkeypatch: pytest.MonkeyPatch) -> N
     long = provider._client_for(900)
     assert long.meta.config.read_timeout == 960
     assert provider._client_for(900) is long and provider._client_for(30) is provider.client
+
+
+@pytest.mark.skipif(CC is None, reason="no C compiler (cc/gcc) to build the shim")
+async def test_with_the_real_shim_behind_invocations(service: LoopbackAgentCore, tmp_path: Path) -> None:
+    binary, _static = build_shim(tmp_path / "rollhub-shim")
+    proc, port = start_shim(binary)
+    try:
+        service.state.shim_url = f"http://127.0.0.1:{port}"
+        client = AsyncSandboxClient("agentcore", runtime_arn=ARN, endpoint_url=service.url,
+                                    workdir=str(tmp_path / "ws"), max_attempts=1)
+        sb = await client.create(ttl=60)
+        assert (await client.attach(sb.id)).id == sb.id  # the shim reports HealthyBusy
+        assert (await sb.exec("echo via-shim")).stdout == "via-shim\n"
+        await sb.destroy()  # shim stop, then StopRuntimeSession
+        with pytest.raises(SandboxNotFound):  # the shim now reports Healthy: not a live sandbox
+            await client.attach(sb.id)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

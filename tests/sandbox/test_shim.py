@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import shutil
 import socket
 import subprocess
 import time
@@ -14,31 +13,20 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from sandbox_helpers import CC, build_shim, start_shim
 
-SHIM_SRC = Path(__file__).resolve().parents[2] / "sandbox" / "shim" / "shim.c"
-CC = shutil.which("cc") or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler (cc/gcc) on PATH")
 
 
 @pytest.fixture(scope="module")
 def shim_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("shim") / "rollhub-shim"
-    base = [CC, "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(out), str(SHIM_SRC), "-lpthread"]
-    static = subprocess.run([base[0], "-static", *base[1:]], capture_output=True, text=True)
-    if static.returncode != 0:  # no static libc here: a dynamic build serves the tests
-        dynamic = subprocess.run(base, capture_output=True, text=True)
-        assert dynamic.returncode == 0, dynamic.stderr
-    return out
+    # Without a static libc the dynamic build serves the tests (build_shim says which).
+    return build_shim(tmp_path_factory.mktemp("shim") / "rollhub-shim")[0]
 
 
 class Shim:
     def __init__(self, binary: Path) -> None:
-        self.proc = subprocess.Popen([str(binary), "--host", "127.0.0.1", "--port", "0"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line.startswith("listening on 127.0.0.1:"), line
-        self.port = int(line.rsplit(":", 1)[1])
+        self.proc, self.port = start_shim(binary)
 
     def request(self, method: str, path: str, body: bytes | None = None,
                 headers: dict[str, str] | None = None) -> tuple[int, dict]:
