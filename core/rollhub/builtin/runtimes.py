@@ -1,4 +1,7 @@
-"""Registers the core's built-in runtimes."""
+"""Registers the core's built-in runtimes: ``local``, ``agentcore`` and ``ray``.
+
+Only the classes are imported; boto3 and ray are imported when a runtime is built.
+"""
 
 from __future__ import annotations
 
@@ -8,4 +11,11 @@ from rollhub.registry import ComponentRegistry
 
 @hookimpl
 def rollhub_register_components(registry: ComponentRegistry) -> None:
-    """Nothing registered yet."""
+    """Add the local, agentcore and ray runtimes."""
+    from rollhub.runtimes.agentcore import AgentCoreRuntime
+    from rollhub.runtimes.local import LocalRuntime
+    from rollhub.runtimes.ray import RayRuntime
+
+    registry.add_runtime(LocalRuntime)
+    registry.add_runtime(AgentCoreRuntime)
+    registry.add_runtime(RayRuntime)

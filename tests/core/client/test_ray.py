@@ -1,0 +1,96 @@
+"""The ray runtime on a local Ray (2 CPUs, no dashboard, loopback)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from rollhub.client import AsyncRolloutClient
+from rollhub.stores.file import FileResultStore
+
+ray = pytest.importorskip("ray", reason="Ray is an optional dependency (rollhub[ray])")
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+AGENT = str(Path(__file__).with_name("noop_agent.py")) + ":app"
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def ray_runtime(local_ray):
+    from rollhub.runtimes.ray import RayRuntime
+
+    rt = RayRuntime(app=AGENT, actors=2)
+    await rt.start()
+    try:
+        yield rt
+    finally:
+        await rt.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def ray_client(ray_runtime, tmp_path):
+    store = FileResultStore(tmp_path / "results", fsync=False)
+    async with AsyncRolloutClient(ray_runtime, store, exp_id="ray") as c:
+        yield c
+
+
+async def test_rollouts_run_in_actors_and_store_app_documents(ray_client) -> None:
+    assert ray_client.callback_url is not None  # a local cluster reaches the loopback server
+    ok, bad = await asyncio.gather(ray_client.invoke({"x": 5}), ray_client.invoke({"mode": "fail", "x": 6}))
+    assert ok.status == "ok" and ok.result["x"] == 5
+    assert ok.result["pid"] != os.getpid()  # it ran in a Ray worker process
+    assert ok.meta["session_id"] == ok.session_id and ok.meta["status"] == "ok"
+    assert bad.status == "agent_error" and bad.error.type == "ValueError"
+    assert ray_client.stats["callbacks"] == 2
+
+
+async def test_batch_on_ray(ray_client) -> None:
+    items = [i async for i in ray_client.run_batch_async([{"x": i} for i in range(40)], max_concurrent=16, progress=False)]
+    assert sorted(i.index for i in items) == list(range(40))
+    assert {i.status for i in items} == {"ok"}
+
+
+async def test_cancel_stores_a_cancelled_result(ray_client) -> None:
+    fut = await ray_client.invoke_async({"mode": "hang"})
+    fut.cancel()
+    assert (await fut).status == "cancelled"
+    await ray_client._watch.settle()
+    doc = ray_client.store.get(fut.result_key)
+    assert doc is not None and doc["_rollhub"]["error"]["type"] == "CancelledError"
+
+
+async def test_dead_actor_loses_its_sessions_and_is_replaced(ray_client, ray_runtime) -> None:
+    fut = await ray_client.invoke_async({"mode": "hang"})
+    actor = ray_runtime._where[fut.session_id]
+    started = ray_runtime.actors_started
+    t0 = time.monotonic()
+    ray.kill(actor.handle, no_restart=True)
+    outcome = await fut.result_async(timeout=30)
+    assert outcome.status == "agent_error" and outcome.error.type == "SessionLost"
+    assert time.monotonic() - t0 < 10
+    deadline = time.monotonic() + 20
+    while ray_runtime.actors_started == started and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert ray_runtime.actors_started == started + 1
+    assert len(ray_runtime.load()) == 2
