@@ -129,7 +129,9 @@ class TransformersBackend(SamplingBackend):
             prompt_ids=list(prompt_ids),
             params=params,
             max_tokens=max_tokens,
-            stop_ids=self.eos_ids | frozenset(params.stop_token_ids),
+            # ``extra={"ignore_eos": True}`` mirrors vLLM/SGLang (benchmarks, fixed lengths)
+            stop_ids=frozenset(params.stop_token_ids)
+            | (frozenset() if params.extra.get("ignore_eos") else self.eos_ids),
             emit=emit,
             generator=generator,
             decode=(lambda ids: tokenizer.decode(ids)) if params.stop else None,

@@ -27,7 +27,7 @@ from rollhub_gateway.engines.transformers_engine import TransformersBackend, Tra
 @pytest.fixture(scope="session")
 def smollm() -> Iterator[TransformersBackend]:
     """The embedded engine with the real SmolLM2 model (≈12-30 s to load)."""
-    backend = TransformersBackend(TransformersOptions(max_batch_size=8, threads=2))
+    backend = TransformersBackend(TransformersOptions(max_batch_size=8, threads=1))
     backend._load()  # synchronous on purpose: the worker thread serves any test's loop
     yield backend
     assert backend.engine is not None
