@@ -25,6 +25,7 @@ An error document holds only the ``_rollhub`` key.
 from __future__ import annotations
 
 import math
+import re
 import traceback as tb_module
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -132,17 +133,8 @@ def redact(value: Any, secrets: Iterable[str], *, public: Iterable[str] = ()) ->
     if not words:
         return value
     known = [p for p in public if p]
-    pieces = {
-        w: [
-            w[j : j + FRAGMENT_CHARS]
-            for j in range(len(w) - FRAGMENT_CHARS + 1)
-            if not any(w[j : j + FRAGMENT_CHARS] in p for p in known)
-        ]
-        if len(w) >= MIN_SECRET_CHARS
-        else []
-        for w in words
-    }
-    return _redact(value, pieces)
+    maskers = [_Masker(w, known) for w in words]
+    return _redact(value, maskers)
 
 
 #: Secrets at least this long also have their pieces masked.
@@ -151,47 +143,57 @@ MIN_SECRET_CHARS = 16
 FRAGMENT_CHARS = 10
 
 
-def _redact(value: Any, words: dict[str, list[str]]) -> Any:
-    if isinstance(value, str):
-        for word, pieces in words.items():
-            value = _mask(value, word, pieces)
-        return value
-    if isinstance(value, dict):
-        return {_redact(k, words): _redact(v, words) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact(v, words) for v in value]
-    return value
+class _Masker:
+    """Masks one secret; one regex finds any of its pieces in a single pass."""
 
+    def __init__(self, secret: str, public: list[str]) -> None:
+        self.secret = secret
+        k = FRAGMENT_CHARS
+        pieces = []
+        if len(secret) >= MIN_SECRET_CHARS:
+            for j in range(len(secret) - k + 1):
+                piece = secret[j : j + k]
+                if not any(piece in p for p in public):
+                    pieces.append(piece)
+        self.offsets = {p: secret.index(p) for p in pieces}
+        self.pattern = re.compile("|".join(map(re.escape, pieces))) if pieces else None
 
-def _mask(text: str, secret: str, pieces: list[str]) -> str:
-    if secret in text:
-        text = text.replace(secret, REDACTED)
-    spans: list[tuple[int, int]] = []
-    k = FRAGMENT_CHARS
-    for piece in pieces:
-        j = secret.index(piece)
-        start = text.find(piece)
-        while start != -1:
+    def __call__(self, text: str) -> str:
+        if self.secret in text:
+            text = text.replace(self.secret, REDACTED)
+        if self.pattern is None or len(text) < FRAGMENT_CHARS:
+            return text
+        match = self.pattern.search(text)
+        if match is None:
+            return text
+        secret, out, pos = self.secret, [], 0
+        while match is not None:
             # grow the match both ways while text and secret keep agreeing
-            a, b, sa, sb = start, start + k, j, j + k
-            while a > 0 and sa > 0 and text[a - 1] == secret[sa - 1]:
+            a, b = match.start(), match.end()
+            sa = self.offsets[match.group()]
+            sb = sa + (b - a)
+            while a > pos and sa > 0 and text[a - 1] == secret[sa - 1]:
                 a, sa = a - 1, sa - 1
             while b < len(text) and sb < len(secret) and text[b] == secret[sb]:
                 b, sb = b + 1, sb + 1
-            spans.append((a, b))
-            start = text.find(piece, start + 1)
-    if not spans:
-        return text
-    out, pos = [], 0
-    for a, b in sorted(spans):
-        if b <= pos:
-            continue
-        out.append(text[pos : max(a, pos)])
-        if a >= pos:
+            out.append(text[pos:a])
             out.append(REDACTED)
-        pos = b
-    out.append(text[pos:])
-    return "".join(out)
+            pos = b
+            match = self.pattern.search(text, pos)
+        out.append(text[pos:])
+        return "".join(out)
+
+
+def _redact(value: Any, maskers: list[_Masker]) -> Any:
+    if isinstance(value, str):
+        for mask in maskers:
+            value = mask(value)
+        return value
+    if isinstance(value, dict):
+        return {_redact(k, maskers): _redact(v, maskers) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v, maskers) for v in value]
+    return value
 
 
 def public_payload(payload: dict[str, Any]) -> dict[str, Any]:

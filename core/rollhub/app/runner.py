@@ -29,7 +29,7 @@ import httpx
 
 from rollhub.app.callback import DEFAULT_BACKOFF_S, completion_notice, send_notice
 from rollhub.app.result import build_result_document, error_info, public_payload
-from rollhub.rollout import RolloutConfig
+from rollhub.rollout import RESULT_META_KEY, RolloutConfig
 from rollhub.stores.base import ResultStore
 
 __all__ = ["RolloutRunner", "RunningRollout"]
@@ -143,46 +143,53 @@ class RolloutRunner:
         except BaseException as exc:
             error = exc
         finished = time.time()
-        try:
-            document = build_result_document(
-                rollout=rollout,
-                payload=payload,
-                started_at=started,
-                finished_at=finished,
-                result=result,
-                error=error,
-            )
-        except Exception as exc:  # a bug here must still leave a terminal result behind
-            log.exception("building the result document of %s failed", rollout.session_id)
-            document = build_result_document(
-                rollout=rollout,
-                payload=payload,
-                started_at=started,
-                finished_at=finished,
-                error=exc,
-            )
-        stored = await self._store_until_done(store, rollout, document)
+        # Building (validation, redaction) and writing run in threads: a large result must
+        # not stall /ping. A cancel arriving now waits for the write to land.
+        finish = asyncio.ensure_future(
+            self._finish(store, rollout, payload, started, finished, result, error)
+        )
+        while True:
+            try:
+                stored, status = await asyncio.shield(finish)
+                break
+            except asyncio.CancelledError:
+                _uncancel()
+                if finish.done():
+                    stored, status = (False, "error") if finish.cancelled() else finish.result()
+                    break
         self.running.pop(rollout.session_id, None)
         self.finished_count += 1
-        status = document["_rollhub"]["status"]
         log.info("rollout %s finished: %s in %.3fs", rollout.session_id, status, finished - started)
         if not self.running and self._on_change is not None:
             self._on_change()
         if stored and rollout.callback_url:
             self.spawn(self._notify(rollout, status))
 
-    async def _store_until_done(
-        self, store: ResultStore, rollout: RolloutConfig, document: dict[str, Any]
-    ) -> bool:
-        """Write the document; a cancel that arrives now waits for the write to land."""
-        write = asyncio.ensure_future(self._store(store, rollout, document))
-        while True:
-            try:
-                return await asyncio.shield(write)
-            except asyncio.CancelledError:
-                _uncancel()
-                if write.done():
-                    return False if write.cancelled() else write.result()
+    async def _finish(
+        self,
+        store: ResultStore,
+        rollout: RolloutConfig,
+        payload: dict[str, Any],
+        started: float,
+        finished: float,
+        result: Any,
+        error: BaseException | dict[str, Any] | None,
+    ) -> tuple[bool, str]:
+        """Build the document and store it: ``(stored, status)``."""
+        build = functools.partial(
+            build_result_document,
+            rollout=rollout,
+            payload=payload,
+            started_at=started,
+            finished_at=finished,
+        )
+        try:
+            document = await asyncio.to_thread(build, result=result, error=error)
+        except Exception as exc:  # a bug here must still leave a terminal result behind
+            log.exception("building the result document of %s failed", rollout.session_id)
+            document = build(error=exc)
+        stored = await self._store(store, rollout, document)
+        return stored, document[RESULT_META_KEY]["status"]
 
     async def _store(
         self, store: ResultStore, rollout: RolloutConfig, document: dict[str, Any]
