@@ -45,7 +45,9 @@ _LIVE: weakref.WeakSet[LocalRuntime] = weakref.WeakSet()
 class LocalRuntimeOptions(RuntimeOptions):
     """``[runtime]`` options of the ``local`` runtime."""
 
-    app: str = Field(description="the RolloutApp: 'path/to/agent.py:app' or 'pkg.module:app'")
+    # Optional here so that a config without a [runtime] section still checks; the runtime
+    # itself refuses to be built without it.
+    app: str | None = Field(None, description="the RolloutApp: 'path/to/agent.py:app' or 'pkg.module:app'")
     workers: int = Field(2, ge=1, description="worker processes")
     max_concurrency_per_worker: int = Field(64, ge=1, description="sessions one worker runs at once")
     startup_timeout_s: float = Field(30.0, gt=0, description="deadline for a worker to answer /ping")
@@ -99,6 +101,12 @@ class LocalRuntime(Runtime):
                 options = LocalRuntimeOptions(**fields)
             except ValueError as exc:
                 raise ConfigError(f"local runtime options: {exc}") from exc
+        if not options.app:
+            raise ConfigError(
+                "the local runtime needs runtime.app: the RolloutApp to serve, e.g. "
+                "app = 'examples/math/agent.py:app' or 'mypkg.agent:app'",
+                field="runtime.app",
+            )
         super().__init__(options)
         self.options: LocalRuntimeOptions = options
         self._base_dir = Path(base_dir) if base_dir is not None else None
@@ -118,6 +126,7 @@ class LocalRuntime(Runtime):
     @property
     def app_ref(self) -> str:
         """The app reference with a relative file path made absolute."""
+        assert self.options.app is not None
         target, sep, attr = self.options.app.partition(":")
         if target.endswith(".py") or "/" in target:
             path = Path(target).expanduser()
