@@ -152,6 +152,7 @@ def generate(count: int = 300, seed: int = 1234) -> list[dict[str, object]]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """``python examples/math/make_dataset.py [--count N] [--seed S] [--out PATH]``."""
     parser = argparse.ArgumentParser(description="Generate arithmetic word problems as JSONL.")
     parser.add_argument("--count", type=int, default=300)
     parser.add_argument("--seed", type=int, default=1234)

@@ -7,6 +7,8 @@ import datetime
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rollhub.app.result import (
     InvalidResultError,
     build_result_document,
@@ -138,3 +140,23 @@ def test_read_status_of_foreign_and_broken_documents() -> None:
         read_status({RESULT_META_KEY: {"status": "weird"}})
     with pytest.raises(InvalidResultError, match="JSON object"):
         read_status(["not", "a", "dict"])  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    before=st.text(max_size=30),
+    after=st.text(max_size=30),
+    start=st.integers(0, 20),
+    length=st.integers(10, 40),
+)
+def test_no_long_piece_of_the_key_survives(
+    before: str, after: str, start: int, length: int
+) -> None:
+    from rollhub.app.result import redact
+
+    key = "sk-Zq81fKpXw0RuT7bLmN3cVyHs"
+    leaked = before + key[start : start + length] + after
+    out = redact({"msg": leaked}, [key])["msg"]
+    pieces = [key[i : i + 10] for i in range(len(key) - 9)]
+    if len(key[start : start + length]) >= 10:
+        assert not [p for p in pieces if p in out]

@@ -8,6 +8,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rollhub.errors import StoreError, UnknownComponentError
 from rollhub.plugins import build_host
 from rollhub.stores import InvalidKeyError, open_store
@@ -122,3 +124,15 @@ def test_open_store_names_valid_schemes_and_uses_registry(tmp_path: Path) -> Non
     assert isinstance(open_store(f"file://{tmp_path}", host), FileResultStore)
     with pytest.raises(UnknownComponentError, match="installed: file, s3"):
         open_store("gs://bucket", host)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab./\\\x00~", max_size=12))
+def test_no_accepted_key_leaves_the_root(key: str) -> None:
+    root = Path("/srv/rollhub-results")
+    store = FileResultStore(root)
+    try:
+        path = store.path(key)
+    except InvalidKeyError:
+        return
+    assert os.path.normpath(path).startswith(str(root) + os.sep)
