@@ -25,9 +25,10 @@ from rollhub_gateway.render import Continuation, TemplateRenderer, canonical_too
 from rollhub_gateway.trajectory import (
     TrajectoryTree,
     TurnNode,
-    count_window_mismatch as _count_window_mismatch,
+    message_key,
     prefix_digests,
 )
+from rollhub_gateway.trajectory import count_window_mismatch as _count_window_mismatch
 from rollhub_gateway.turns import ChatTurn, ParsedOutput, PreparedTurn, StreamingParser
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,7 @@ class _Pending:
     tools_key: str
     masked: int
     opens_reasoning: bool
+    sent: list[dict[str, Any]]  # the request's messages as the agent sent them
 
 
 class HFConversation:
@@ -182,9 +184,8 @@ class HFConversation:
             )
         if not turn.messages:
             raise GatewayError("a chat turn needs at least one message", field="messages")
-        digests = prefix_digests(turn.messages)
         tools_key = canonical_tools(turn.tools)
-        parent = self.tree.find_parent(digests, tools_key)
+        parent, digest = self._match(turn.messages, tools_key)
         known = len(parent.messages) if parent else 0
         new = r.template_messages(turn.messages[known:])
         history = (parent.messages if parent else []) + new
@@ -193,10 +194,28 @@ class HFConversation:
         index = self._next_turn
         self._next_turn += 1
         state = _Pending(
-            parent, base, extra, history, digests[-1], prompt_text, tools_key, masked,
-            self._opens_reasoning,
+            parent, base, extra, history, digest, prompt_text, tools_key, masked,
+            self._opens_reasoning, turn.messages,
         )
         return PreparedTurn(prompt_ids=prompt, drift=drift, turn_index=index, state=state)
+
+    def _match(self, messages: list[dict[str, Any]], tools_key: str) -> tuple[TurnNode | None, str]:
+        """The node the conversation extends, and the digest of the whole conversation.
+
+        Fast path: the agent re-sent a branch tip's request unchanged (plain equality) and
+        our answer (semantically): only the new messages are hashed. Otherwise every
+        message is hashed and the tree searched (edits, replays, sub-agents).
+        """
+        for branch in reversed(self.tree.branches):
+            tip = branch.tip
+            if tip is None or tip.sent is None or tip.tools_key != tools_key:
+                continue
+            n = len(tip.sent)
+            if len(messages) > n + 1 and messages[:n] == tip.sent:
+                if message_key(messages[n]) == tip.answer_key:
+                    return tip, prefix_digests(messages[n + 1 :], tip.history_digest)[-1]
+        digests = prefix_digests(messages)
+        return self.tree.find_parent(digests, tools_key), digests[-1]
 
     def _continue(
         self, parent: TurnNode | None, new: list[dict[str, Any]], tools: list[dict[str, Any]] | None
@@ -279,6 +298,7 @@ class HFConversation:
             )
         fam = self.model.renderer.family
         assistant = fam.assistant_message(parsed)
+        answer_key = message_key(assistant)
         asst_digest = prefix_digests([assistant], st.history_digest)[-1]
         finish = generation.finish_reason
         if parsed.tool_calls and finish == "stop":
@@ -301,6 +321,8 @@ class HFConversation:
             prompt_text_len=len(st.prompt_text) if st.prompt_text is not None else None,
             prompt_text_digest=text_digest(st.prompt_text) if st.prompt_text is not None else None,
             tools_key=st.tools_key,
+            sent=list(st.sent),
+            answer_key=answer_key,
         )
         self.tree.add(node)
         if self.model.journal is not None:

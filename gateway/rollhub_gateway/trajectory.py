@@ -99,6 +99,9 @@ class TurnNode:
     prompt_text_len: int | None  # None: the prompt was rendered over a window only
     prompt_text_digest: str | None
     tools_key: str
+    #: the request's messages as the agent sent them (kept on branch tips only)
+    sent: list[dict[str, Any]] | None = None
+    answer_key: str = ""  # message_key of our assistant message
     branch: Branch | None = None
     end: int = 0  # offset in branch.ids one past this turn's output
     children: int = 0
@@ -205,6 +208,7 @@ class TrajectoryTree:
                 branch = Branch(len(self.branches), parent_branch, fork_turn, len(prompt), prompt)
                 self.branches.append(branch)
             if branch.tip is not None:  # continuing: the tail is environment text
+                branch.tip.sent = None  # only tips are matched by plain equality
                 branch.ids.extend(node.extra_ids)
                 branch.mask.extend([0] * len(node.extra_ids))
                 branch.logprobs.extend([0.0] * len(node.extra_ids))
