@@ -83,7 +83,9 @@ class CallbackServer:
     def url(self) -> str:
         """The URL to put in ``_rollout.callback_url``."""
         if self._server is None:
-            raise RuntimeError("CallbackServer.url read before start()")
+            from rollhub.errors import UsageError
+
+            raise UsageError("CallbackServer.url was read before start(); await server.start() first")
         return f"http://{self._advertise}:{self._port}{CALLBACK_PATH}/{self._token}"
 
     async def start(self) -> None:

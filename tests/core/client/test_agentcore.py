@@ -9,7 +9,6 @@ import boto3
 import pytest
 from botocore.response import StreamingBody
 from botocore.stub import ANY, Stubber
-
 from rollhub.client import AsyncRolloutClient
 from rollhub.errors import ConfigError, SubmissionError
 from rollhub.rollout import RolloutConfig, RolloutRequest

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-
 from rollhub.client import AsyncRolloutClient
 from rollhub.stores.file import FileResultStore
 
