@@ -62,6 +62,7 @@ class RolloutApp(HealthState, Starlette):
     :param store_options: keyword options for every store the app opens (e.g.
         ``endpoint_url`` for S3).
     :param max_sync_workers: threads for sync handlers.
+    :param callback_backoff_s: waits between completion-notice retries.
     :param cancel_wait_s: how long ``DELETE /rollouts/{id}`` waits for the stored result.
     :param shutdown_wait_s: how long shutdown waits for cancelled rollouts to be stored.
 
