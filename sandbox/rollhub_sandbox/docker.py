@@ -170,7 +170,7 @@ class DockerProvider(SandboxProvider):
         sandbox_id = f"sbx-{uuid.uuid4().hex}"
         workdir = shlex.quote(opts.workdir)
         argv = [opts.docker, "run", "-d", "--init", "--name", sandbox_id,
-                "--label", f"{LABEL}=1", "--label", f"{LABEL}.expires_at={time.time() + ttl:.0f}",
+                "--label", f"{LABEL}=1", "--label", f"{LABEL}.expires_at={time.time() + ttl:.3f}",
                 *(["--network", opts.network] if opts.network else []), *opts.run_args,
                 "--entrypoint", "/bin/sh", source or opts.default_image,
                 "-c", f"mkdir -p -- {workdir} && exec tail -f /dev/null"]
