@@ -29,9 +29,10 @@ import uuid
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from rollhub_sandbox.errors import (
+    SandboxArgumentError,
     SandboxFileError,
     SandboxNotFound,
     SandboxPathError,
@@ -42,7 +43,7 @@ from rollhub_sandbox.isolation import SANDBOX_WORKDIR, bwrap_argv, bwrap_status
 from rollhub_sandbox.process import kill_tagged, run_process
 from rollhub_sandbox.provider import ProviderOptions, ProviderSandbox, SandboxProvider
 from rollhub_sandbox.result import ExecResult
-from rollhub_sandbox.shell import CD_FAILED, SANDBOX_ID_RE, check_sandbox_id
+from rollhub_sandbox.shell import CD_FAILED, SANDBOX_ID_RE, check_env, check_sandbox_id
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,14 @@ class LocalOptions(ProviderOptions):
     env: dict[str, str] = Field(default_factory=dict, description="extra environment of every command")
     kill_grace: float = Field(2.0, ge=0, description="seconds between SIGTERM and SIGKILL at a timeout")
     reap_interval: float = Field(30.0, ge=0, description="at most one reaping pass per this many seconds")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        try:
+            return check_env(value)
+        except SandboxArgumentError as exc:
+            raise ValueError(str(exc)) from None
 
 
 class LocalSandbox(ProviderSandbox):
