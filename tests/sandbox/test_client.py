@@ -93,7 +93,7 @@ def test_provider_lookup_and_option_errors() -> None:
         AsyncSandboxClient("lcoal")
     with pytest.raises(ConfigError, match="isolation"):
         AsyncSandboxClient("local", isolation="chroot")
-    with pytest.raises(ConfigError, match="env.*shell identifier"):
+    with pytest.raises(ConfigError, match=r"env.*shell identifier"):
         AsyncSandboxClient("local", env={"NOT-OK": "x"})
     with pytest.raises(ConfigError, match="bogus"):
         AsyncSandboxClient("local", bogus=1)
