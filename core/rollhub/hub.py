@@ -31,7 +31,7 @@ from typing import Any
 from rollhub.config import RollhubConfig, build_options
 from rollhub.episode import Episode, EpisodeGroup, ErrorInfo
 from rollhub.errors import RewardError, RollhubError, TokenRetrievalError, UsageError
-from rollhub.loop_thread import LoopThread
+from rollhub.loop_thread import LoopThread, ensure_no_running_loop
 from rollhub.plugins import PluginHost, build_host, call_all, call_first
 from rollhub.rollout import RolloutConfig, RolloutRequest, SubmitReceipt
 from rollhub.staleness import StalenessGate
@@ -295,6 +295,7 @@ class Hub:
 
     def __init__(self, config: RollhubConfig, *, host: PluginHost | None = None,
                  run_dir: Path | None = None) -> None:
+        ensure_no_running_loop("Hub()")
         self._loop = LoopThread("rollhub-hub")
         self._hub = self._loop.call(_make_async_hub, config, host, run_dir)
 

@@ -46,6 +46,7 @@ class LoopThread:
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Call a plain function on the loop thread (objects that bind to the loop)."""
+        ensure_no_running_loop()
 
         async def _call() -> T:
             return fn(*args)

@@ -108,12 +108,8 @@ def test_sync_twin(tmp_path, host):
 async def test_sync_method_inside_loop_is_a_usage_error(tmp_path, host):
     from rollhub.errors import UsageError
 
-    hub = Hub(config(tmp_path), host=host, run_dir=tmp_path / "run")
-    try:
-        with pytest.raises(UsageError, match="inside a running event loop"):
-            hub.start()
-    finally:
-        hub._loop.stop()
+    with pytest.raises(UsageError, match=r"Hub\(\) was called inside a running event loop"):
+        Hub(config(tmp_path), host=host, run_dir=tmp_path / "run")
 
 
 def test_sync_and_async_hub_have_the_same_public_methods():
