@@ -25,15 +25,18 @@ from rollhub.app.result import (
     read_result,
     read_status,
 )
-from rollhub.app.server import RolloutApp
+from rollhub.app.runner import RunningRollout
+from rollhub.app.server import InvalidRolloutError, RolloutApp
 
 __all__ = [
     "SESSION_HEADER",
     "InvalidResultError",
+    "InvalidRolloutError",
     "PingStatus",
     "ResultView",
     "RolloutApp",
     "RolloutContext",
+    "RunningRollout",
     "build_result_document",
     "read_result",
     "read_status",

@@ -22,7 +22,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -40,13 +40,13 @@ from rollhub.app.context import (
     takes_context,
 )
 from rollhub.app.health import HealthState
-from rollhub.app.runner import RolloutRunner
-from rollhub.errors import RollhubError
+from rollhub.app.runner import RolloutRunner, RunningRollout
+from rollhub.errors import ConfigError, RollhubError
 from rollhub.rollout import ROLLOUT_KEY, RolloutConfig
 from rollhub.stores import open_store
 from rollhub.stores.base import ResultStore
 
-__all__ = ["RolloutApp"]
+__all__ = ["InvalidRolloutError", "RolloutApp"]
 
 log = logging.getLogger(__name__)
 
@@ -180,20 +180,36 @@ class RolloutApp(HealthState, Starlette):
             return JSONResponse({"error": "No entrypoint defined"}, status_code=500)
         return await self._invoke_plain(plain, request, session_id, payload)
 
-    def _start_rollout(self, request: Request, payload: Any) -> JSONResponse:
-        """Validate, then start in the background. No ``await`` here (see RolloutRunner)."""
+    @property
+    def rollout_handler(self) -> Callable[..., Any] | None:
+        """The function registered with :meth:`rollout_entrypoint` (None before)."""
+        return self._rollout_handler
+
+    def start_rollout(
+        self, payload: Any, *, headers: Mapping[str, str] | None = None
+    ) -> RunningRollout:
+        """Validate a rollout payload and start it in the background, without HTTP.
+
+        What ``POST /invocations`` does for a rollout payload, for runtimes that call the
+        app in-process (the Ray actor). Must run on the event loop that serves the app.
+        A session that is already running is returned, not started again.
+
+        :param headers: request headers to show the handler (``context.request_headers``).
+        :raises InvalidRolloutError: no handler, a payload that is not an object, a missing
+            or invalid ``_rollout`` or an unknown store scheme; ``field`` names the culprit.
+        """
         handler = self._rollout_handler
-        assert handler is not None
+        if handler is None:
+            raise InvalidRolloutError("no @app.rollout_entrypoint handler is registered")
         if not isinstance(payload, dict):
-            return _bad_request(
+            raise InvalidRolloutError(
                 f"the payload is a JSON {type(payload).__name__}; send a JSON object "
-                f"with a '{ROLLOUT_KEY}' object inside",
-                field=None,
+                f"with a '{ROLLOUT_KEY}' object inside"
             )
         raw = payload.get(ROLLOUT_KEY)
         if not isinstance(raw, dict):
             what = "missing" if raw is None else f"a {type(raw).__name__}, not an object"
-            return _bad_request(
+            raise InvalidRolloutError(
                 f"'{ROLLOUT_KEY}' is {what}; rollout payloads carry a '{ROLLOUT_KEY}' object "
                 f"with exp_id, input_id, session_id and result_store",
                 field=ROLLOUT_KEY,
@@ -201,29 +217,39 @@ class RolloutApp(HealthState, Starlette):
         try:
             rollout = RolloutConfig.model_validate(raw)
         except ValidationError as exc:
-            return _validation_error(exc)
+            raise _invalid_rollout(exc) from None
         try:
             store = self.store_for(rollout.result_store)
         except (RollhubError, ValueError) as exc:
-            return _bad_request(
-                f"{ROLLOUT_KEY}.result_store: {exc}", field=f"{ROLLOUT_KEY}.result_store"
+            field = f"{ROLLOUT_KEY}.result_store"
+            raise InvalidRolloutError(f"{field}: {exc}", field=field) from exc
+        args: tuple[Any, ...] = (payload,)
+        if takes_context(handler):
+            context = RolloutContext(
+                session_id=rollout.session_id,
+                rollout=rollout,
+                request_headers=forwardable_headers(headers or {}),
             )
+            args = (payload, context)
+        return self.runner.start(handler, args, rollout=rollout, payload=payload, store=store)
+
+    def _start_rollout(self, request: Request, payload: Any) -> JSONResponse:
+        """The HTTP face of :meth:`start_rollout`. No ``await`` here (see RolloutRunner)."""
         header_sid = _session_header(request)
-        if header_sid and header_sid != rollout.session_id:
+        try:
+            run = self.start_rollout(payload, headers=request.headers)
+        except InvalidRolloutError as exc:
+            body: dict[str, Any] = {"error": exc.message, "field": exc.field}
+            if exc.details is not None:
+                body["details"] = exc.details
+            return JSONResponse(body, status_code=400)
+        if header_sid and header_sid != run.session_id:
             log.warning(
                 "session header %s differs from %s.session_id %s; the result key uses the latter",
                 header_sid,
                 ROLLOUT_KEY,
-                rollout.session_id,
+                run.session_id,
             )
-        headers = forwardable_headers(request.headers)
-        args: tuple[Any, ...] = (payload,)
-        if takes_context(handler):
-            context = RolloutContext(
-                session_id=rollout.session_id, rollout=rollout, request_headers=headers
-            )
-            args = (payload, context)
-        run = self.runner.start(handler, args, rollout=rollout, payload=payload, store=store)
         return JSONResponse({"status": "processing", "result": run.location})
 
     async def _invoke_plain(
@@ -324,15 +350,17 @@ def _session_header(request: Request) -> str | None:
     return request.headers.get(SESSION_HEADER) or None
 
 
-def _bad_request(message: str, *, field: str | None, details: Any = None) -> JSONResponse:
-    body: dict[str, Any] = {"error": message, "field": field}
-    if details is not None:
-        body["details"] = details
-    return JSONResponse(body, status_code=400)
+class InvalidRolloutError(ConfigError):
+    """A rollout payload the app refuses (HTTP 400). Context: ``field``, ``details``."""
+
+    def __init__(
+        self, message: str = "", *, field: str | None = None, details: Any = None, **context: Any
+    ) -> None:
+        super().__init__(message, field=field, details=details, **context)
 
 
-def _validation_error(exc: ValidationError) -> JSONResponse:
-    """400 naming each bad ``_rollout`` field; input values are left out (api key)."""
+def _invalid_rollout(exc: ValidationError) -> InvalidRolloutError:
+    """Name each bad ``_rollout`` field; input values are left out (the api key)."""
     errors = exc.errors(include_input=False, include_url=False, include_context=False)
     fields = [".".join([ROLLOUT_KEY, *(str(p) for p in e["loc"])]) for e in errors]
     parts = [f"{f}: {e['msg']}" for f, e in zip(fields, errors, strict=True)]
@@ -340,7 +368,7 @@ def _validation_error(exc: ValidationError) -> JSONResponse:
         {"field": f, "message": e["msg"], "type": e["type"]}
         for f, e in zip(fields, errors, strict=True)
     ]
-    return _bad_request(
+    return InvalidRolloutError(
         f"invalid {ROLLOUT_KEY}: " + "; ".join(parts),
         field=fields[0] if fields else ROLLOUT_KEY,
         details=details,

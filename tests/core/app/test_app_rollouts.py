@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import pickle
 import threading
 import time
 from collections import Counter
@@ -15,7 +16,7 @@ import httpx
 import pytest
 from app_support import API_KEY, wait_for
 from pydantic import BaseModel
-from rollhub.app import RolloutApp, RolloutContext
+from rollhub.app import InvalidRolloutError, RolloutApp, RolloutContext
 from rollhub.rollout import RESULT_META_KEY, RolloutConfig
 
 
@@ -335,3 +336,30 @@ def test_invalid_json_body(serve: Callable) -> None:
         "/invocations", content=b"{nope", headers={"content-type": "application/json"}
     )
     assert r.status_code == 400 and r.json()["error"] == "Invalid JSON"
+
+
+async def test_start_rollout_in_process(make_rollout: Callable, read_doc: Callable) -> None:
+    app = RolloutApp()
+
+    @app.rollout_entrypoint
+    async def handler(payload: dict[str, Any], context: RolloutContext) -> dict[str, Any]:
+        await asyncio.sleep(0.01)
+        return {"rewards": 1.0, "tag": context.request_headers.get("X-Tag")}
+
+    assert app.rollout_handler is handler
+    try:
+        run = app.start_rollout({"_rollout": make_rollout("inproc")}, headers={"X-Tag": "t"})
+        assert app.start_rollout({"_rollout": make_rollout("inproc")}) is run
+        await run.task
+        assert read_doc("inproc")["tag"] == "t"
+        with pytest.raises(InvalidRolloutError) as err:
+            app.start_rollout({"_rollout": {"exp_id": "e", "session_id": "s"}})
+        assert err.value.field == "_rollout.input_id" and isinstance(err.value, ValueError)
+        copy = pickle.loads(pickle.dumps(err.value))
+        assert (copy.field, copy.message, copy.details) == (
+            err.value.field,
+            err.value.message,
+            err.value.details,
+        )
+    finally:
+        await app.shutdown()
