@@ -151,9 +151,13 @@ async def run_process(
         _signal_tree(pgid, tag, signal.SIGKILL)
         raise
     finally:
-        for task in [*pumps, *([feeder] if feeder else [])]:
-            if not task.done():
-                task.cancel()
+        unfinished = [t for t in [*pumps, feeder] if t is not None and not t.done()]
+        for task in unfinished:
+            task.cancel()
+        if unfinished:
+            # Let each pump close its own transport (and drop its reader) before the pipe
+            # fds are closed below: a closed fd number may be reused by another command.
+            await asyncio.gather(*unfinished, return_exceptions=True)
         if not exited.done():
             exited.cancel()
         for pipe in (proc.stdout, proc.stderr):

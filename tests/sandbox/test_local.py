@@ -248,3 +248,22 @@ async def test_bad_arguments(client: AsyncSandboxClient) -> None:
             await sb.write_file("x", 3)  # type: ignore[arg-type]
     with pytest.raises(SandboxArgumentError, match="ttl"):
         await client.create(ttl=-1)
+
+
+async def test_cancelling_exec_kills_the_command(client: AsyncSandboxClient, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    async with client.start(ttl=60) as sb:
+        task = asyncio.ensure_future(sb.exec(f"sleep 30 & echo $! >> {pids}; echo $$ >> {pids}; wait"))
+        while not (pids.exists() and len(pids.read_text().split()) == 2):
+            await asyncio.sleep(0.02)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        recorded = [int(p) for p in pids.read_text().split()]
+        deadline = time.monotonic() + 5
+        while not all(pid_gone(p) for p in recorded) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert all(pid_gone(p) for p in recorded)
+        # the loop is left clean: many commands at once still get their own output
+        results = await asyncio.gather(*(sb.exec(f"echo {i}") for i in range(40)))
+        assert [r.stdout for r in results] == [f"{i}\n" for i in range(40)]
