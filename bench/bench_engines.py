@@ -20,8 +20,8 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from rollhub.sampling import SamplingParams  # noqa: E402
-from rollhub_gateway.engines.transformers_engine import (  # noqa: E402
+from rollhub.sampling import SamplingParams
+from rollhub_gateway.engines.transformers_engine import (
     TransformersBackend,
     TransformersOptions,
 )
@@ -38,7 +38,9 @@ QUESTIONS = [
 ]
 
 
-async def run(backend: TransformersBackend, prompts: list[list[int]], tokens: int, concurrent: bool):
+async def run(
+    backend: TransformersBackend, prompts: list[list[int]], tokens: int, concurrent: bool
+):
     params = SamplingParams(max_tokens=tokens, temperature=0.0, extra={"ignore_eos": True})
     start = time.perf_counter()
     if concurrent:

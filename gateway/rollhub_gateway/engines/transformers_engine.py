@@ -134,7 +134,7 @@ class TransformersBackend(SamplingBackend):
             | (frozenset() if params.extra.get("ignore_eos") else self.eos_ids),
             emit=emit,
             generator=generator,
-            decode=(lambda ids: tokenizer.decode(ids)) if params.stop else None,
+            decode=_tail_decoder(tokenizer, params.stop) if params.stop else None,
         )
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
@@ -153,7 +153,8 @@ class TransformersBackend(SamplingBackend):
 
         Closing the iterator early aborts the row: it leaves the batch at the next step.
         """
-        await self.start()
+        if self.engine is None:  # the lock is only touched on the cold path
+            await self.start()
         assert self.engine is not None
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[TokenChunk | Generation | BaseException] = asyncio.Queue()
@@ -186,6 +187,16 @@ class TransformersBackend(SamplingBackend):
         if engine is not None:
             await asyncio.to_thread(engine.stop)
         self.model = None
+
+
+def _tail_decoder(tokenizer: Any, stops: tuple[str, ...]) -> Any:
+    """Decode only the last few tokens: a stop string ends within its length in tokens."""
+    tail = max(len(stop) for stop in stops) + 2
+
+    def decode(ids: list[int]) -> str:
+        return tokenizer.decode(ids[-tail:])
+
+    return decode
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:

@@ -58,7 +58,7 @@ async def test_temperature_logprobs_are_log_softmax_of_scaled_logits(
 
 async def test_batched_greedy_equals_unbatched(smollm: TransformersBackend, chat_ids) -> None:
     prompts = [chat_ids(q) for q in QUESTIONS]
-    params = SamplingParams(max_tokens=20, temperature=0.0)
+    params = SamplingParams(max_tokens=16, temperature=0.0)
     alone = [await smollm.generate(p, params) for p in prompts]
     assert all(g.metrics["max_batch"] <= 1 for g in alone)
     together = await asyncio.gather(*(smollm.generate(p, params) for p in prompts))
@@ -121,6 +121,14 @@ async def test_finish_reasons_eos_stop_ids_and_length(
     )
     assert stopped.finish_reason == "stop"
     assert stopped.token_ids == eos.token_ids[: eos.token_ids.index(stop_at) + 1]
+    text = smollm.tokenizer.decode(eos.token_ids)
+    word = text.split()[1]  # a stop string from the middle of the answer
+    by_text = await smollm.generate(
+        prompt, SamplingParams(max_tokens=32, temperature=0.0, stop=(word,))
+    )
+    assert by_text.finish_reason == "stop" and len(by_text.token_ids) < len(eos.token_ids)
+    assert by_text.token_ids == eos.token_ids[: len(by_text.token_ids)]
+    assert smollm.tokenizer.decode(by_text.token_ids).endswith(word)
     short = await smollm.generate(prompt, SamplingParams(max_tokens=3, temperature=0.0))
     assert short.finish_reason == "length" and short.token_ids == eos.token_ids[:3]
 
