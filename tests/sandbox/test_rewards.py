@@ -132,3 +132,16 @@ async def test_timeout_scores_zero(tmp_path: Path) -> None:
                options={"root": root, "kill_grace": 0.2})
     assert await rollhub_collect_rewards(episode=_episode({"sandbox_id": sb.id}), hub=hub) == \
         {"tests": 0.0}
+
+
+async def test_hook_through_the_plugin_manager_beside_the_core_default(tmp_path: Path) -> None:
+    from rollhub.plugins import build_host, call_all
+    from rollhub_sandbox import plugin
+
+    host = build_host(entry_points=False, plugins=[plugin])
+    root = str(tmp_path / "root")
+    sb = await AsyncSandboxClient("local", root=root).create(ttl=60)
+    hub = _hub(test_command="echo '2 passed, 2 failed in 0.1s'; exit 1", options={"root": root})
+    ep = _episode({"sandbox_id": sb.id, "rewards": 0.5})
+    parts = await call_all(host.hook.rollhub_collect_rewards, episode=ep, hub=hub)
+    assert {"tests": 0.5} in parts and {"result": 0.5} in parts
