@@ -188,6 +188,12 @@ class BatchEngine:
             self._mask = torch.ones((1, new_len), dtype=torch.long)
             self._rows.append(row)
             return
+        if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
+            raise GatewayError(
+                "this model has sliding-window cache layers, which cannot be merged into a "
+                "batch: set the engine option max_batch_size=1",
+                engine="transformers",
+            )
         old_len = self._mask.shape[1]
         width = max(old_len, new_len)
         pad_old, pad_new = width - old_len, width - new_len

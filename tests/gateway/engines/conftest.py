@@ -74,6 +74,8 @@ class FakeEngine:
     produced: int = 0
     disconnects: int = 0
     aborted_rids: list[str] = field(default_factory=list)
+    error_after: int | None = None  # stream an engine error event after this many tokens
+    headers: list[dict[str, str]] = field(default_factory=list)
     finished_streams: int = 0
 
     def plan(
@@ -98,6 +100,7 @@ def vllm_app(state: FakeEngine) -> web.Application:
     async def completions(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         state.requests.append(body)
+        state.headers.append(dict(request.headers))
         if state.fail_status:
             return web.json_response(
                 {"error": {"message": "boom", "type": "InternalServerError", "code": 500}},
@@ -145,6 +148,9 @@ def vllm_app(state: FakeEngine) -> web.Application:
             for i, t in enumerate(ids):
                 if state.delay_s:
                     await asyncio.sleep(state.delay_s)
+                if i == state.error_after:
+                    await _sse(resp, {"error": {"message": "engine died", "code": 500}})
+                    return resp
                 last = i == len(ids) - 1
                 await _sse(
                     resp,
@@ -211,6 +217,7 @@ def sglang_app(state: FakeEngine) -> web.Application:
     async def generate(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         state.requests.append(body)
+        state.headers.append(dict(request.headers))
         if state.fail_status:
             return web.json_response({"error": {"message": "boom"}}, status=state.fail_status)
         prompt, sp, rid = body["input_ids"], body["sampling_params"], body.get("rid", "")
@@ -231,6 +238,9 @@ def sglang_app(state: FakeEngine) -> web.Application:
             for i in range(len(ids)):
                 if state.delay_s:
                     await asyncio.sleep(state.delay_s)
+                if i == state.error_after:
+                    await _sse(resp, {"error": {"message": "engine died"}})
+                    return resp
                 if rid in state.aborted_rids:
                     break
                 done = finish if i == len(ids) - 1 else None

@@ -217,3 +217,34 @@ async def test_vllm_without_return_token_ids(fakes, as_ids: bool) -> None:
     finally:
         await backend.close()
         await runner.cleanup()
+
+
+async def test_an_error_event_mid_stream_raises(engine) -> None:
+    _, server, backend = engine
+    server.error_after = 2
+    got: list[int] = []
+    with pytest.raises(GatewayError, match="engine died") as info:
+        async for item in backend.stream(PROMPT, SamplingParams(max_tokens=6)):
+            if isinstance(item, TokenChunk):
+                got += item.token_ids
+    assert got == expected(2) and info.value.unreachable is False
+
+
+async def test_api_key_and_routing_key_headers(sglang_server, vllm_server) -> None:
+    sg = SGLangBackend(
+        SGLangOptions(
+            base_url=sglang_server.url, api_key="k1", routing_key_header="X-SMG-Routing-Key"
+        )
+    )
+    vl = VLLMBackend(VLLMOptions(base_url=vllm_server.url, model="m", api_key="k2"))
+    try:
+        await sg.generate(PROMPT, SamplingParams(max_tokens=2, extra={"routing_key": "sess-9"}))
+        await vl.generate(PROMPT, SamplingParams(max_tokens=2))
+    finally:
+        await sg.close()
+        await vl.close()
+    assert sglang_server.headers[-1]["Authorization"] == "Bearer k1"
+    assert sglang_server.headers[-1]["X-SMG-Routing-Key"] == "sess-9"
+    assert "routing_key" not in sglang_server.requests[-1]["sampling_params"]
+    assert vllm_server.headers[-1]["Authorization"] == "Bearer k2"
+    assert "k1" not in repr(sg.options) and "k2" not in repr(vl.options)
