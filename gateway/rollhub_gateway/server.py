@@ -217,6 +217,11 @@ class Gateway:
             return await self._stream(request, adapter, req, plan)
         except WireError as err:
             return _error(adapter, err)
+        except ConnectionResetError:
+            raise
+        except Exception as exc:  # a bug must still answer in the caller's format
+            log.exception("%s failed", route)
+            return _error(adapter, WireError("internal", f"internal gateway error: {exc}"))
 
     async def _stream(
         self, request: web.Request, adapter: Any, req: Any, plan: Any
@@ -234,6 +239,12 @@ class Gateway:
                 async for chunk in chunks:
                     await resp.write(chunk)
             except WireError as err:
+                await resp.write(adapter.stream_error(err))
+            except ConnectionResetError:
+                raise
+            except Exception as exc:  # headers are sent: report in-stream
+                log.exception("session %s: streamed call failed", plan.session.session_id)
+                err = WireError("internal", f"internal gateway error: {exc}")
                 await resp.write(adapter.stream_error(err))
             finally:
                 await chunks.aclose()

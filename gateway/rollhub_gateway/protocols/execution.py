@@ -202,7 +202,10 @@ class TurnRunner:
         version = self.weight_version()
         if version is None:
             version = gen.weight_version
-        plan.session.conversation.commit(plan.prepared, gen, parsed, weight_version=version)
+        try:
+            plan.session.conversation.commit(plan.prepared, gen, parsed, weight_version=version)
+        except GatewayError as exc:  # e.g. ids and logprobs of different lengths
+            raise self._engine_error(exc) from exc
         plan.session.turns += 1
         result = TurnResult(
             parsed=parsed,

@@ -160,7 +160,7 @@ async def test_body_too_large_is_413(chat_model, scripted, proto):
 
 
 async def test_per_session_concurrency_is_429_with_retry_after(chat_model, ids):
-    slow = ScriptedBackend(options=ScriptedBackend.Options(latency_s=0.5))
+    slow = ScriptedBackend(options=ScriptedBackend.Options(latency_s=1.5))
     gw = Gateway(
         slow,
         chat_model,
@@ -171,7 +171,10 @@ async def test_per_session_concurrency_is_429_with_retry_after(chat_model, ids):
         s = gw.open_session("s1")
         slow.add(ids("one"), ids("two"))
         first = asyncio.create_task(call("chat", gw, s.key))
-        await asyncio.sleep(0.1)
+        for _ in range(500):  # until the first call is in the engine
+            if gw.sessions.get("s1").in_flight:
+                break
+            await asyncio.sleep(0.01)
         async with aiohttp.ClientSession() as http:
             async with http.post(
                 gw.base_url + "/chat/completions", json={"model": "m", "messages": MESSAGES},
@@ -194,3 +197,33 @@ async def test_invalid_json_is_400(gateway):
                 body["error"]["type"] == "invalid_request_error"
                 and "not valid JSON" in body["error"]["message"]
             )
+
+
+class BadLengths(ScriptedBackend):
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+        return Generation([28, 29], [-0.5], "stop")  # one logprob short: cannot be traced
+
+
+async def test_engine_output_that_cannot_be_recorded_is_502(chat_model, config):
+    gw = Gateway(BadLengths(), chat_model, config)
+    await gw.start()
+    try:
+        s = gw.open_session("s1")
+        with pytest.raises(anthropic.InternalServerError) as info:
+            await call("anthropic", gw, s.key)
+        assert info.value.status_code == 502 and "logprobs" in str(info.value)
+        assert gw.traces("s1") == []
+    finally:
+        await gw.close()
+
+
+async def test_unexpected_failure_is_500_in_the_callers_format(gateway, monkeypatch):
+    s = gateway.open_session("s1")
+
+    def boom(*_a, **_k):
+        raise KeyError("bug")
+
+    monkeypatch.setattr(gateway.runner, "plan", boom)
+    with pytest.raises(anthropic.InternalServerError) as info:
+        await call("anthropic", gateway, s.key)
+    assert info.value.status_code == 500 and info.value.body["error"]["type"] == "api_error"

@@ -132,15 +132,29 @@ def test_cli_config_file_and_flag_overrides(tmp_path):
         cli.build_config(_args("serve", "--config", str(cfg)))
 
 
-def test_standalone_serve_until_sigterm(tmp_path):
+def test_standalone_serve_until_sigterm(tmp_path, tokenizer):
     """``rollhub gateway serve`` in its own process: prints its URL, serves, stops on SIGTERM."""
+    model_dir = tmp_path / "smollm2-tokenizer"  # a saved fast tokenizer loads in well under 1 s
+    tokenizer.save_pretrained(model_dir)
+    argv = [
+        "gateway",
+        "serve",
+        "--engine",
+        "scripted",
+        "--port",
+        "0",
+        "--admin-token",
+        "tok",
+        "--model",
+        str(model_dir),
+    ]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rollhub.cli", "gateway", "serve", "--engine", "scripted", "--port", "0", "--admin-token", "tok"],
+        [sys.executable, "-m", "rollhub.cli", *argv],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )  # fmt: skip
     try:
         line = proc.stdout.readline()
-        assert "serving smollm2-135m-instruct at http://127.0.0.1:" in line, proc.stderr.read()
+        assert f"serving {model_dir} at http://127.0.0.1:" in line, proc.stderr.read()
         url = line.split(" at ")[1].split(" ")[0]
         req = urllib.request.Request(
             url + "/sessions", data=b"{}", headers={"Authorization": "Bearer tok"}, method="POST"

@@ -117,17 +117,17 @@ async def test_idle_sessions_expire_and_their_key_stops_working(chat_model, ids)
     gw = Gateway(
         backend,
         chat_model,
-        GatewayConfig(admin_token="a", session_ttl_s=0.3, reap_interval_s=0.05, log_turns=False),
+        GatewayConfig(admin_token="a", session_ttl_s=1.0, reap_interval_s=0.05, log_turns=False),
     )
     await gw.start()
     try:
         idle = gw.open_session("idle")
         busy = gw.open_session("busy")
         client = openai.AsyncOpenAI(base_url=gw.base_url, api_key=busy.key, max_retries=0)
-        for _ in range(4):  # keeps "busy" alive past the TTL
+        for _ in range(5):  # keeps "busy" alive past the TTL
             backend.add(ids("ok"))
             await client.chat.completions.create(model="m", messages=USER)
-            await asyncio.sleep(0.12)
+            await asyncio.sleep(0.3)
         assert "idle" not in gw.sessions and "busy" in gw.sessions
         assert gw.metrics.sessions_closed == {"expired": 1}
         stale = openai.AsyncOpenAI(base_url=gw.base_url, api_key=idle.key, max_retries=0)
