@@ -15,12 +15,17 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
+    "FINISH_REASONS",
     "Generation",
     "SamplingBackend",
     "SamplingBackendOptions",
     "SamplingParams",
     "TokenChunk",
 ]
+
+
+#: the values of :attr:`Generation.finish_reason`: EOS/stop id/stop string, max_tokens, aborted
+FINISH_REASONS = ("stop", "length", "abort")
 
 
 class SamplingBackendOptions(BaseModel):
@@ -31,7 +36,13 @@ class SamplingBackendOptions(BaseModel):
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Sampling parameters in engine-neutral form."""
+    """Sampling parameters in engine-neutral form.
+
+    ``temperature == 0`` means greedy; ``top_k <= 0`` and ``top_p == 1`` disable truncation.
+    ``stop_token_ids`` and ``stop`` end a generation with ``finish_reason="stop"`` (the stop
+    token stays in the output ids). ``extra`` is passed through to engines that accept extra
+    fields (vLLM: the request body; SGLang: ``sampling_params``; e.g. ``ignore_eos``).
+    """
 
     max_tokens: int = 256
     temperature: float = 1.0
@@ -53,7 +64,11 @@ class TokenChunk:
 
 @dataclass(frozen=True)
 class Generation:
-    """One finished generation: exactly what the engine sampled."""
+    """One finished generation: exactly what the engine sampled.
+
+    ``logprobs[i]`` belongs to ``token_ids[i]``; which distribution it refers to depends on
+    the backend (docs/engines.md). ``finish_reason`` is one of :data:`FINISH_REASONS`.
+    """
 
     token_ids: list[int]
     logprobs: list[float]
@@ -63,7 +78,11 @@ class Generation:
 
 
 class SamplingBackend(ABC):
-    """Continue a token-id prompt. Subclasses set ``name`` and ``Options``."""
+    """Continue a token-id prompt. Subclasses set ``name`` and ``Options``.
+
+    Failures are :class:`rollhub.errors.GatewayError` (the engine's own exception as
+    ``__cause__``); remote backends add the context ``unreachable`` and ``status``.
+    """
 
     name: ClassVar[str]
     Options: ClassVar[type[SamplingBackendOptions]] = SamplingBackendOptions
