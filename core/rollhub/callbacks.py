@@ -56,6 +56,8 @@ class CallbackServer:
     :param host: address to bind; loopback unless agents run on other machines.
     :param port: 0 picks a free port.
     :param advertise_host: the host put into :attr:`url` (default: ``host``).
+    :param keep_alive: keep connections open between notices (False answers every notice
+        with ``Connection: close``).
 
     The random token in the path keeps stray requests (another client's agents, a port
     reused after a restart) from resolving this client's futures.
@@ -68,8 +70,10 @@ class CallbackServer:
         host: str = "127.0.0.1",
         port: int = 0,
         advertise_host: str | None = None,
+        keep_alive: bool = True,
     ) -> None:
         self._on_notice = on_notice
+        self._keep_alive = keep_alive
         self._host = host
         self._port = port
         self._advertise = advertise_host or host
@@ -147,7 +151,11 @@ class CallbackServer:
         if body is None:
             await _respond(writer, 400, b"bad body framing", close=True)
             return False
-        close = headers.get("connection", "").lower() == "close" or version == "HTTP/1.0"
+        close = (
+            not self._keep_alive
+            or headers.get("connection", "").lower() == "close"
+            or version == "HTTP/1.0"
+        )
         status, reply = self._route(method, target, body)
         await _respond(writer, status, reply, close=close)
         return not close
