@@ -21,7 +21,7 @@ from rollhub.sampling import Generation
 from rollhub_gateway.chat_model import build_chat_model
 from rollhub_gateway.conformance import TOOLS
 from rollhub_gateway.engines.scripted import scripted_logprob
-from rollhub_gateway.testing_tokenizers import family_tokenizer
+from rollhub_gateway.testing_tokenizers import family_template, vocab_tokenizer
 from rollhub_gateway.turns import ChatTurn
 
 
@@ -32,8 +32,9 @@ def _tool_result(k: int) -> str:
 
 
 def run(turns: int, journal: Path | None) -> list[dict[str, float]]:
-    tok = family_tokenizer("qwen2_5")
-    model = build_chat_model("qwen2_5", tokenizer=tok, journal=journal)
+    tok = vocab_tokenizer("qwen2_5")
+    model = build_chat_model("qwen2_5", tokenizer=tok, chat_template=family_template("qwen2_5"),
+                             journal=journal)
     r = model.renderer
     end = tok.convert_tokens_to_ids("<|im_end|>")
     conv = model.new_conversation("bench")

@@ -110,9 +110,10 @@ def model_for(name: str) -> HFChatModel:
     """The chat model a conformance family runs on (real template, real vocabulary)."""
     if name == "smollm2":
         return build_chat_model()
-    from rollhub_gateway.testing_tokenizers import family_tokenizer
+    from rollhub_gateway.testing_tokenizers import family_template, vocab_tokenizer
 
-    return build_chat_model(name, tokenizer=family_tokenizer(name))
+    return build_chat_model(name, tokenizer=vocab_tokenizer(name),
+                            chat_template=family_template(name))
 
 
 def _agent_message(parsed: ParsedOutput) -> dict[str, Any]:

