@@ -11,6 +11,7 @@ Model routes (session key in ``Authorization: Bearer`` or ``x-api-key``)::
 Admin routes (``Authorization: Bearer <admin token>``)::
 
     POST   /sessions                   open a session → {session_id, api_key, base_url}
+    GET    /sessions                   open sessions, and journal sessions a restart can resume
     GET    /sessions/{sid}/traces      the session's TraceRecords so far
     POST   /sessions/{sid}/finish      close it and return its TraceRecords
     DELETE /sessions/{sid}             close it and discard its turns
@@ -28,6 +29,7 @@ import asyncio
 import json
 import logging
 import secrets
+import time
 from typing import Any
 
 from aiohttp import web
@@ -162,6 +164,7 @@ class Gateway:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/sessions", self._admin_open)
+        app.router.add_get("/sessions", self._admin_list)
         app.router.add_get("/sessions/{sid}/traces", self._admin_traces)
         app.router.add_post("/sessions/{sid}/finish", self._admin_finish)
         app.router.add_delete("/sessions/{sid}", self._admin_drop)
@@ -367,6 +370,26 @@ class Gateway:
             },
             status=201,
         )
+
+    async def _admin_list(self, request: web.Request) -> web.Response:
+        try:
+            self._admin(request)
+        except WireError as err:
+            return _error(_OPENAI, err)
+        now = time.monotonic()
+        open_ = [
+            {
+                "session_id": s.session_id,
+                "turns": s.turns,
+                "in_flight": s.in_flight,
+                "idle_s": round(now - s.last_used, 3),
+            }
+            for s in self.sessions.sessions()
+        ]
+        journal = getattr(self.chat_model, "open_sessions", None)
+        unfinished = journal() if callable(journal) else []
+        recoverable = sorted(set(unfinished) - {s["session_id"] for s in open_})
+        return web.json_response({"open": open_, "recoverable": recoverable})
 
     async def _admin_traces(self, request: web.Request) -> web.Response:
         return await self._admin_records(request, self.traces)

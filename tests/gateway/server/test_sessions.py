@@ -163,3 +163,43 @@ def test_policy_override_errors_name_the_field(chat_model):
     with pytest.raises(ConfigError, match=r"policy\.temperatur"):
         gw.open_session("s", policy={"temperatur": 1})
     assert gw.open_session("s", policy={"temperature": 0.5}).policy.max_tokens == 64
+
+
+async def test_sessions_survive_a_restart_through_the_journal(
+    tmp_path, tokenizer, tools_template, ids
+):
+    """A restarted gateway lists unfinished journal sessions; reopening one resumes it."""
+    import aiohttp as _aiohttp
+    from rollhub_gateway.chat_model import build_chat_model
+
+    def model():
+        return build_chat_model(
+            "smollm2-135m-instruct", chat_template=tools_template, family="hermes",
+            tokenizer=tokenizer, journal=tmp_path / "journal.sqlite",
+        )  # fmt: skip
+
+    cfg = GatewayConfig(admin_token="a", log_turns=False)
+    first = ScriptedBackend([ids("before restart")])
+    gw = Gateway(first, model(), cfg)
+    await gw.start()
+    s = gw.open_session("keep")
+    client = openai.AsyncOpenAI(base_url=gw.base_url, api_key=s.key)
+    r = await client.chat.completions.create(model="m", messages=USER)
+    await gw.close()
+
+    second = ScriptedBackend([ids("after restart")])
+    gw2 = Gateway(second, model(), cfg)
+    await gw2.start()
+    try:
+        async with _aiohttp.ClientSession(headers={"Authorization": "Bearer a"}) as http:
+            async with http.get(gw2.url + "/sessions") as resp:
+                assert await resp.json() == {"open": [], "recoverable": ["keep"]}
+        s2 = gw2.open_session("keep")
+        client2 = openai.AsyncOpenAI(base_url=gw2.base_url, api_key=s2.key)
+        history = [*USER, r.choices[0].message.model_dump(exclude_none=True), *USER]
+        await client2.chat.completions.create(model="m", messages=history)
+        (rec,) = gw2.finish_session("keep")
+        assert [t.drift for t in rec.turns] == ["append", "append"]
+        assert second.prompts[0][: len(first.prompts[0])] == first.prompts[0]
+    finally:
+        await gw2.close()
