@@ -4,7 +4,7 @@
 
     rollhub gateway serve --config gateway.toml
     rollhub gateway serve --model smollm2-135m-instruct --engine transformers --port 8790
-    rollhub gateway conformance [ARGS...]
+    rollhub gateway conformance [--family NAME] [--markdown]
 
 ``serve`` prints the root URL and the admin token (when it was generated) on one line each,
 then serves until interrupted. Flags override the config file's values.
@@ -52,8 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--chat-template", help="chat template override: a .jinja file")
     serve.add_argument("--family", help="template family override (e.g. hermes)")
     serve.add_argument("--journal", help="SQLite journal path (sessions survive restarts)")
-    conf = sub.add_parser("conformance", help="check token fidelity of a model's chat template")
-    conf.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the conformance check")
+    conf = sub.add_parser("conformance", help="check token fidelity of the template families")
+    conf.add_argument("--family", action="append", help="run only this family (repeatable)")
+    conf.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.set_defaults(_gateway_parser=parser)
 
 
@@ -103,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
     if command == "conformance":
         from rollhub_gateway import conformance
 
-        return int(conformance.main(list(args.args)) or 0)
+        argv = [f"--family={f}" for f in args.family or []]
+        return int(conformance.main(argv + (["--markdown"] if args.markdown else [])) or 0)
     args._gateway_parser.print_help()
     return 2
 

@@ -180,3 +180,12 @@ def test_threaded_gateway_requires_start(chat_model):
     with tg:
         assert tg.url.startswith("http://127.0.0.1:") and tg.open_session("x").key.startswith("rh-")
     assert tg.url is None
+
+
+def test_conformance_subcommand_forwards_its_options(monkeypatch):
+    from rollhub_gateway import conformance
+
+    seen = []
+    monkeypatch.setattr(conformance, "main", lambda argv: seen.append(argv) or 1)
+    assert cli.run(_args("conformance", "--family", "smollm2", "--family", "qwen3", "--markdown")) == 1
+    assert seen == [["--family=smollm2", "--family=qwen3", "--markdown"]]
