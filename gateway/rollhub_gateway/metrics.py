@@ -93,6 +93,8 @@ class GatewayMetrics:
         self.active_sessions: Callable[[], int] = lambda: 0
         #: set by the server: () -> token path drift counts summed over every session
         self.drift_counts: Callable[[], dict[str, int]] = dict
+        #: set by the server: () -> the token path's process-wide counters (all gateways)
+        self.process_drift_counts: Callable[[], dict[str, int]] = dict
 
     def request(self, route: str, status: int) -> None:
         """Count one HTTP request by route pattern and status."""
@@ -185,6 +187,14 @@ class GatewayMetrics:
         )
         for kind, n in sorted(self.drift_counts().items()):
             lines.append(f'rollhub_gateway_drift_total{{kind="{_esc(kind)}"}} {n}')
+        _head(
+            lines,
+            "rollhub_gateway_process_drift_total",
+            "counter",
+            "token path counters of this process",
+        )
+        for kind, n in sorted(self.process_drift_counts().items()):
+            lines.append(f'rollhub_gateway_process_drift_total{{kind="{_esc(kind)}"}} {n}')
         return "\n".join(lines) + "\n"
 
 

@@ -85,6 +85,7 @@ class Gateway:
         )
         self.metrics.active_sessions = lambda: len(self.sessions)
         self.metrics.drift_counts = self.sessions.drift_totals
+        self.metrics.process_drift_counts = _process_drift_counts
         self.weight_version: int | None = None
         self.runner = TurnRunner(
             backend, chat_model, self.metrics,
@@ -461,6 +462,14 @@ async def _body(request: web.Request, *, allow_empty: bool = False) -> dict[str,
 def _error(adapter: ProtocolAdapter, err: WireError) -> web.Response:
     headers = {"Retry-After": "1"} if err.status in (429, 503) else None
     return web.json_response(adapter.error_body(err), status=err.status, headers=headers)
+
+
+def _process_drift_counts() -> dict[str, int]:
+    try:
+        from rollhub_gateway.trajectory import global_drift_counts
+    except ImportError:  # pragma: no cover - another token path without process counters
+        return {}
+    return global_drift_counts()
 
 
 def _gone(request: web.Request) -> bool:

@@ -84,6 +84,9 @@ async def test_metrics_and_turn_log(gateway, scripted, ids, caplog):
     assert "rollhub_gateway_engine_errors_total 1" in lines
     assert "rollhub_gateway_active_sessions 1" in lines
     assert 'rollhub_gateway_drift_total{kind="append"} 1' in lines
+    assert any(
+        x.startswith('rollhub_gateway_process_drift_total{kind="window_mismatch"}') for x in lines
+    )
     assert 'rollhub_gateway_engine_latency_seconds_bucket{le="+Inf"} 1' in lines
     assert any(
         x.startswith('rollhub_gateway_turn_latency_seconds_count{route="/v1/chat/completions"}')
@@ -187,5 +190,7 @@ def test_conformance_subcommand_forwards_its_options(monkeypatch):
 
     seen = []
     monkeypatch.setattr(conformance, "main", lambda argv: seen.append(argv) or 1)
-    assert cli.run(_args("conformance", "--family", "smollm2", "--family", "qwen3", "--markdown")) == 1
+    assert (
+        cli.run(_args("conformance", "--family", "smollm2", "--family", "qwen3", "--markdown")) == 1
+    )
     assert seen == [["--family=smollm2", "--family=qwen3", "--markdown"]]
