@@ -24,7 +24,7 @@ import operator
 import re
 from typing import Any
 
-from openai import OpenAI
+from openai import BadRequestError, OpenAI
 from pydantic import BaseModel, ConfigDict, Field
 from rollhub.app import RolloutApp, RolloutContext
 
@@ -35,6 +35,11 @@ app = RolloutApp()
 SYSTEM_PROMPT = (
     "You are a careful math assistant. Use the calculator tool for arithmetic. "
     "When you are done, give the final answer as 'Answer: <number>'."
+)
+
+NO_TOOLS_PROMPT = (
+    "You are a careful math assistant. Work step by step, then give the final answer as "
+    "'Answer: <number>'."
 )
 
 CALCULATOR_TOOL: dict[str, Any] = {
@@ -209,24 +214,37 @@ def split_sampling(sampling: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
 
 
 def solve(client: OpenAI, model: str, task: MathTask, sampling: dict[str, Any]) -> dict[str, Any]:
-    """Run the tool loop for one problem and score the final answer."""
+    """Run the tool loop for one problem and score the final answer.
+
+    A model server that cannot take tools (HTTP 400 about ``tools``, as a gateway serving a
+    chat template without tool support answers) gets the problem without the calculator.
+    """
     direct, extra = split_sampling(sampling)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": task.question},
     ]
+    tools: list[dict[str, Any]] | None = [CALCULATOR_TOOL]
     tool_calls = tool_errors = turns = 0
     final_text: str | None = None
     finish_reason = None
     while turns < task.max_turns:
         turns += 1
-        response = client.chat.completions.create(
-            model=model,
-            messages=messages,
-            tools=[CALCULATOR_TOOL],
-            extra_body=extra or None,
-            **direct,
-        )
+        try:
+            response = client.chat.completions.create(
+                model=model,
+                messages=messages,
+                extra_body=extra or None,
+                **({"tools": tools} if tools else {}),
+                **direct,
+            )
+        except BadRequestError as exc:
+            if tools is None or exc.param != "tools":
+                raise
+            log.warning("the model server takes no tools (%s); solving without them", exc.message)
+            tools, turns = None, turns - 1
+            messages[0] = {"role": "system", "content": NO_TOOLS_PROMPT}
+            continue
         choice = response.choices[0]
         finish_reason = choice.finish_reason
         message = choice.message
@@ -251,6 +269,7 @@ def solve(client: OpenAI, model: str, task: MathTask, sampling: dict[str, Any]) 
             "tool_errors": tool_errors,
             "finish_reason": finish_reason,
             "answered": final_text is not None,
+            "tools_offered": tools is not None,
         },
     }
 

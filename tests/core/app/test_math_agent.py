@@ -135,8 +135,11 @@ def test_dataset_is_deterministic_and_committed() -> None:
 class ScriptedModel:
     """An OpenAI-compatible chat endpoint: a calculator call first, then a final answer."""
 
-    def __init__(self, final: str = "The farmer has {result} apples. Answer: {result}") -> None:
+    def __init__(
+        self, final: str = "The farmer has {result} apples. Answer: {result}", tools: bool = True
+    ) -> None:
         self.final = final
+        self.tools = tools
         self.requests: list[tuple[dict[str, str], dict[str, Any]]] = []
         self.lock = threading.Lock()
         self.app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
@@ -146,7 +149,17 @@ class ScriptedModel:
         with self.lock:
             self.requests.append((dict(request.headers), body))
         last = body["messages"][-1]
-        if last["role"] == "tool":
+        if "tools" in body and not self.tools:
+            error = {
+                "message": "cannot render tools",
+                "type": "invalid_request_error",
+                "param": "tools",
+            }
+            return JSONResponse({"error": error}, status_code=400)
+        if not self.tools:
+            message = {"role": "assistant", "content": "54 + 54 = 108. Answer: 108"}
+            finish = "stop"
+        elif last["role"] == "tool":
             message = {"role": "assistant", "content": self.final.format(result=last["content"])}
             finish = "stop"
         else:
@@ -206,6 +219,22 @@ def test_agent_solves_over_http(
     assert first["tools"][0]["function"]["name"] == "calculator"
     _, second = model.requests[1]
     assert second["messages"][-1] == {"role": "tool", "tool_call_id": "call_1", "content": "108"}
+
+
+def test_model_server_without_tool_support(
+    agent: ModuleType, serve: Callable, make_rollout: Callable, read_doc: Callable
+) -> None:
+    model = ScriptedModel(tools=False)
+    with serve_app(model.app) as model_url:
+        client = serve(agent.app)
+        rollout = make_rollout("math-nt", base_url=f"{model_url}/v1")
+        client.post("/invocations", json={"question": QUESTION, "answer": 108, "_rollout": rollout})
+        doc = wait_for(lambda: read_doc("math-nt"))
+    assert doc[RESULT_META_KEY]["status"] == "ok", doc[RESULT_META_KEY]["error"]
+    assert doc["rewards"] == 1.0 and doc["turns"] == 1
+    assert doc["metrics"]["tools_offered"] is False and doc["metrics"]["tool_calls"] == 0
+    assert [("tools" in body) for _, body in model.requests] == [True, False]
+    assert "calculator" not in model.requests[1][1]["messages"][0]["content"]
 
 
 def test_bad_payload_is_a_stored_validation_error(
