@@ -191,8 +191,8 @@ class GatewayTokenSource(TokenSource):
         super().set_weight_version(version)
         if self.gateway is not None:
             self.gateway.set_weight_version(version)
-        elif self._http is not None:
-            log.debug("weight version of a remote gateway is set on its next admin call")
+        elif self.options.url:
+            # sent before the next admin call (the next session opened for a rollout)
             self._pending_version = version
 
     async def close(self) -> None:

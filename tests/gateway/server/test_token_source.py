@@ -89,9 +89,11 @@ async def test_remote_gateway_through_admin_routes(gateway, scripted, ids):
     with pytest.raises(ConfigError, match="admin_token"):
         await GatewayTokenSource(GatewaySourceOptions(url=gateway.url)).start()
     source = GatewayTokenSource(GatewaySourceOptions(url=gateway.url, admin_token="admin-secret"))
+    source.set_weight_version(5)  # before start, as the hub may do
     await source.start()
     try:
         cap = await source.open_session("r1", sampling={"max_tokens": 3})
+        assert gateway.weight_version == 5
         assert cap.base_url == gateway.base_url
         assert gateway.sessions.get("r1").policy.max_tokens == 3
         out = ids("this is a much longer remote answer", end=False)
