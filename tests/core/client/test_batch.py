@@ -167,3 +167,31 @@ async def test_input_ids_are_deterministic_and_unique() -> None:
 async def test_bad_max_concurrent(client: AsyncRolloutClient) -> None:
     with pytest.raises(ConfigError, match="max_concurrent"):
         await collect(client.run_batch_async([{"x": 1}], max_concurrent=0))
+
+
+async def test_plain_break_cancels_when_the_generator_is_dropped(client: AsyncRolloutClient, runtime) -> None:
+    payloads = [{"x": "first"}] + [{"mode": "hang", "x": f"b{i}"} for i in range(6)]
+    async for item in client.run_batch_async(payloads, max_concurrent=7, progress=False):
+        assert item.index == 0
+        break
+    # The dropped generator is closed by the loop's async-generator finalizer.
+    deadline = time.monotonic() + 3
+    while (client._watch.live or sum(runtime.load().values())) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert client._watch.live == 0
+    assert sum(runtime.load().values()) == 0
+
+
+async def test_lost_session_whose_result_is_stored_is_kept(client: AsyncRolloutClient, runtime) -> None:
+    from rollhub.app.result import build_result_document
+
+    fut = await client.invoke_async({"mode": "hang"})
+    doc = build_result_document(
+        rollout=fut.request.rollout, payload=fut.request.payload, started_at=1.0, finished_at=2.0,
+        result={"rewards": 0.5},
+    )  # fmt: skip
+    client.store.put(fut.result_key, doc)  # written just before its worker "died"
+    runtime._report_lost(fut.session_id, "worker exited")
+    outcome = await fut.result_async(timeout=5)
+    assert outcome.status == "ok" and outcome.result == {"rewards": 0.5}
+    await runtime.cancel(fut.session_id)

@@ -148,3 +148,26 @@ async def test_runtime_lost_listener_errors_do_not_hide_others() -> None:
     rt._report_lost("s2", "test")
     assert got == ["s1", "s2"]
     await asyncio.sleep(0)
+
+
+async def test_loopback_http_refused_and_reuse() -> None:
+    from rollhub.runtimes.local_http import LoopbackHTTP, LoopbackHTTPError
+
+    seen: list[dict] = []
+    server = CallbackServer(seen.append)
+    await server.start()
+    http = LoopbackHTTP()
+    port = int(server.url.split(":")[2].split("/")[0])
+    path = "/" + server.url.split("/", 3)[3]
+    try:
+        for i in range(3):
+            r = await http.request("POST", port, path, body={"session_id": f"s{i}"})
+            assert r.status_code == 204
+        assert len(http._idle[port]) == 1  # one connection, reused
+        r = await http.request("GET", port, "/elsewhere")
+        assert r.status_code == 404 and r.text == "unknown path"
+    finally:
+        await server.close()
+        await http.aclose()
+    with pytest.raises(LoopbackHTTPError, match="cannot connect"):
+        await LoopbackHTTP().request("GET", port, "/ping", timeout=2)
