@@ -120,11 +120,15 @@ class RolloutFuture:
         :param timeout: seconds to wait; when they pass, the rollout ends as ``timeout``.
         :raises UsageError: called inside a running event loop (use ``await``).
         """
+        if self.done():  # also after the client's loop has stopped
+            return self._outcome.result()
         ensure_no_running_loop("RolloutFuture.result()")
         return asyncio.run_coroutine_threadsafe(self.result_async(timeout), self._loop).result()
 
     async def result_async(self, timeout: float | None = None) -> RolloutOutcome:
         """Await the outcome; with ``timeout``, end the rollout as ``timeout`` when it passes."""
+        if self.done():
+            return self._outcome.result()
         if asyncio.get_running_loop() is not self._loop:
             inner = asyncio.run_coroutine_threadsafe(self.result_async(timeout), self._loop)
             return await asyncio.wrap_future(inner)

@@ -87,3 +87,19 @@ def test_future_result_inside_own_loop_raises(tmp_path, make_runtime) -> None:
             assert (await fut).status == "ok"
 
     asyncio.run(main())
+
+
+def test_outcome_readable_after_close_and_errors_pickle(tmp_path, make_runtime) -> None:
+    import pickle
+
+    from rollhub.errors import SubmissionError
+
+    with RolloutClient(make_runtime(workers=1), f"file://{tmp_path}", exp_id="after", close_runtime=True) as c:
+        fut = c.invoke({"x": 1})
+        fut.result(timeout=30)
+    assert fut.result().status == "ok"  # the client's loop is gone; the outcome stays
+    assert fut.cancel() is False
+    err = pickle.loads(pickle.dumps(SubmissionError("throttled", transient=True, code="ThrottlingException", status_code=429)))
+    assert err.transient and err.code == "ThrottlingException" and err.status_code == 429
+    outcome = pickle.loads(pickle.dumps(fut.result()))
+    assert outcome == fut.result()
