@@ -69,12 +69,15 @@ class GatewayTokenSource(TokenSource):
         **kwargs: Any,
     ) -> None:
         super().__init__(options, **kwargs)
-        journal = self.options.journal_path
-        if journal and base_dir is not None and not Path(journal).expanduser().is_absolute():
+        if base_dir is not None:
             # relative paths in rollhub.toml are relative to the config file
-            self.options = self.options.model_copy(
-                update={"journal_path": str(Path(base_dir) / journal)}
-            )
+            update = {}
+            for key in ("journal_path", "chat_template"):
+                value = getattr(self.options, key)
+                is_text = key == "chat_template" and value is not None and "{" in value
+                if value and not is_text and not Path(value).expanduser().is_absolute():
+                    update[key] = str(Path(base_dir) / value)
+            self.options = self.options.model_copy(update=update)
         self.gateway = gateway
         self._owns_gateway = gateway is None
         self._http: Any = None

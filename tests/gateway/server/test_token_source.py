@@ -134,3 +134,31 @@ async def test_builds_engine_and_chat_model_from_options(ids):
         assert r.choices[0].message.content == "built"
     finally:
         await source.close()
+
+
+async def test_relative_paths_resolve_against_the_config_file(tmp_path, tools_template, ids):
+    """``chat_template`` and ``journal_path`` in rollhub.toml are relative to that file."""
+    (tmp_path / "tools.jinja").write_text(tools_template)
+    opts = GatewaySourceOptions(
+        engine={"name": "scripted"},
+        chat_template="tools.jinja",
+        journal_path="j.sqlite",
+        family="hermes",
+    )
+    source = GatewayTokenSource(opts, base_dir=tmp_path)
+    assert source.options.chat_template == str(tmp_path / "tools.jinja")
+    await source.start()
+    try:
+        assert source.gateway.chat_model.supports_tools()
+        source.gateway.backend.add(ids.tool_call("get_weather", {"city": "Oslo"}))
+        cap = await source.open_session("s1")
+        client = openai.AsyncOpenAI(base_url=cap.base_url, api_key=cap.api_key)
+        tool = {
+            "type": "function",
+            "function": {"name": "get_weather", "parameters": {"type": "object"}},
+        }
+        r = await client.chat.completions.create(model="m", messages=USER, tools=[tool])
+        assert r.choices[0].message.tool_calls[0].function.name == "get_weather"
+        assert (tmp_path / "j.sqlite").exists()
+    finally:
+        await source.close()
