@@ -3,6 +3,8 @@
 - :func:`rollhub.testing.seaweedfs.seaweedfs_server`: a throwaway S3 endpoint (SeaweedFS).
 - :func:`rollhub.testing.servers.serve_app`: any ASGI app (a ``RolloutApp``) served by
   uvicorn on a free loopback port, in a background thread.
+- :func:`rollhub.testing.hub.make_hub` / :func:`~rollhub.testing.hub.make_host`: a hub built
+  from the core's plugins plus in-memory ones, without scanning installed entry points.
 
 Submodules are imported on use; nothing here runs at ``import rollhub``.
 """
@@ -12,9 +14,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["seaweedfs_server", "serve_app"]
+__all__ = ["make_host", "make_hub", "seaweedfs_server", "serve_app"]
 
 _LAZY = {
+    "make_host": "rollhub.testing.hub",
+    "make_hub": "rollhub.testing.hub",
     "seaweedfs_server": "rollhub.testing.seaweedfs",
     "serve_app": "rollhub.testing.servers",
 }

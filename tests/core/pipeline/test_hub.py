@@ -117,3 +117,25 @@ def test_sync_and_async_hub_have_the_same_public_methods():
         return [n for n in vars(cls) if not n.startswith("_") and callable(getattr(cls, n))]
 
     assert set(public(Hub)) == set(public(AsyncHub)) - {"hook", "_build"}
+
+
+async def test_testing_make_hub_uses_only_given_plugins(tmp_path):
+    from rollhub.testing import make_hub
+
+    class Bonus:
+        @staticmethod
+        def rollhub_collect_rewards(episode):
+            return {"len": float(len(episode.session_id))}
+
+    from rollhub import hookimpl
+
+    Bonus.rollhub_collect_rewards = hookimpl(Bonus.rollhub_collect_rewards)
+    hub = make_hub(
+        {"experiment": {"progress": False}, "runtime": {"app": f"{AGENT}:app", "workers": 1},
+         "store": {"url": f"file://{tmp_path / 'store'}"}},
+        Bonus(), run_dir=tmp_path / "run",
+    )
+    assert "gateway" not in hub.host.plugins  # no entry-point scan
+    async with hub:
+        group = await hub.run_group({"id": "x"}, n=2)
+    assert all(e.reward_components["len"] == len(e.session_id) for e in group.episodes)
