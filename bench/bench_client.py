@@ -19,7 +19,6 @@ import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -78,7 +77,9 @@ async def throughput(n: int, concurrency: int, workers: int, keep_alive: bool) -
             async with LocalRuntime(app=AGENT, workers=workers) as rt:
                 async with AsyncRolloutClient(rt, store, exp_id="bench") as client:
                     # warm-up: imports, connections, thread pools
-                    async for _ in client.run_batch_async([{"x": -i} for i in range(50)], max_concurrent=concurrency, progress=False):
+                    async for _ in client.run_batch_async(
+                        [{"x": -i} for i in range(50)], max_concurrent=concurrency, progress=False
+                    ):
                         pass
                     store.requests = 0
                     pids = rt.worker_pids()
@@ -86,7 +87,9 @@ async def throughput(n: int, concurrency: int, workers: int, keep_alive: bool) -
                     c0 = time.process_time()
                     t0 = time.perf_counter()
                     seen = 0
-                    async for item in client.run_batch_async([{"x": i} for i in range(n)], max_concurrent=concurrency, progress=False):
+                    async for item in client.run_batch_async(
+                        [{"x": i} for i in range(n)], max_concurrent=concurrency, progress=False
+                    ):
                         seen += item.ok
                     wall = time.perf_counter() - t0
                     client_cpu = time.process_time() - c0
@@ -111,14 +114,18 @@ async def latency(n: int, concurrency: int, callbacks: bool) -> dict[str, Any]:
     from rollhub.stores.file import FileResultStore
 
     rng = random.Random(1)
-    payloads = [{"mode": "sleep", "seconds": round(rng.uniform(0.05, 0.5), 3), "x": i} for i in range(n)]
+    payloads = [
+        {"mode": "sleep", "seconds": round(rng.uniform(0.05, 0.5), 3), "x": i} for i in range(n)
+    ]
     lat: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         inner = FileResultStore(tmp)
         store = CountingStore(inner)
         async with LocalRuntime(app=AGENT, workers=2) as rt:
             async with AsyncRolloutClient(rt, store, exp_id="lat", callbacks=callbacks) as client:
-                async for item in client.run_batch_async(payloads, max_concurrent=concurrency, progress=False):
+                async for item in client.run_batch_async(
+                    payloads, max_concurrent=concurrency, progress=False
+                ):
                     assert item.ok, item
                     # ctime: the rename that made the document visible (mtime is the earlier write)
                     written = inner.path(item.outcome.result_key).stat().st_ctime_ns / 1e9
@@ -181,7 +188,9 @@ async def callback_server_cost(kind: str, n: int, concurrency: int) -> dict[str,
         app = Starlette(routes=[Route("/cb", handle, methods=["POST"])])
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
-        srv = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+        srv = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        )
         task = asyncio.get_running_loop().create_task(srv.serve(sockets=[sock]))
         while not srv.started:
             await asyncio.sleep(0.01)
@@ -194,7 +203,13 @@ async def callback_server_cost(kind: str, n: int, concurrency: int) -> dict[str,
     try:
         c0 = time.process_time()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", DRIVER, url, str(n), str(concurrency), stdout=asyncio.subprocess.PIPE
+            sys.executable,
+            "-c",
+            DRIVER,
+            url,
+            str(n),
+            str(concurrency),
+            stdout=asyncio.subprocess.PIPE,
         )
         out, _ = await proc.communicate()
         assert proc.returncode == 0

@@ -109,7 +109,9 @@ def _id_of(payload: Mapping[str, Any], id_field: str) -> str:
     return content_input_id(payload)
 
 
-async def _stored_results(client: AsyncRolloutClient, ids: Sequence[str], rerun_failed: bool) -> dict[str, tuple[str, dict[str, Any]]]:
+async def _stored_results(
+    client: AsyncRolloutClient, ids: Sequence[str], rerun_failed: bool
+) -> dict[str, tuple[str, dict[str, Any]]]:
     """input_id -> (key, document) of a stored result to reuse."""
     from rollhub.app.result import read_status
 
@@ -222,10 +224,14 @@ async def run_batch_async(
             while pending and len(live) < max_concurrent:
                 i = pending.popleft()
                 try:
-                    fut = client.invoke(items[i], timeout=timeout, **{**rollout, "input_id": ids[i]})
+                    fut = client.invoke(
+                        items[i], timeout=timeout, **{**rollout, "input_id": ids[i]}
+                    )
                 except ConfigError as exc:
                     bar.finished("submit_error", was_running=False)
-                    yield BatchItem(i, ids[i], None, "submit_error", error=ErrorInfo.from_exception(exc))
+                    yield BatchItem(
+                        i, ids[i], None, "submit_error", error=ErrorInfo.from_exception(exc)
+                    )
                     continue
                 live[fut._outcome] = (i, fut)
                 bar.started()

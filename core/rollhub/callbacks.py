@@ -37,7 +37,9 @@ _MAX_BODY = 1024 * 1024
 NoticeHandler = Callable[[dict[str, Any]], None]
 
 
-def poll_schedule(*, callbacks: bool, initial_s: float | None = None, max_s: float | None = None) -> Backoff:
+def poll_schedule(
+    *, callbacks: bool, initial_s: float | None = None, max_s: float | None = None
+) -> Backoff:
     """The store-poll schedule for one rollout.
 
     With callbacks the poll is only a safety net for a lost notice, so it starts late and
@@ -89,7 +91,9 @@ class CallbackServer:
         if self._server is None:
             from rollhub.errors import UsageError
 
-            raise UsageError("CallbackServer.url was read before start(); await server.start() first")
+            raise UsageError(
+                "CallbackServer.url was read before start(); await server.start() first"
+            )
         return f"http://{self._advertise}:{self._port}{CALLBACK_PATH}/{self._token}"
 
     async def start(self) -> None:
@@ -126,7 +130,9 @@ class CallbackServer:
             self._conns.discard(writer)
             writer.close()
 
-    async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def _one_request(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError as exc:
@@ -209,7 +215,13 @@ async def read_http_body(reader: asyncio.StreamReader, headers: dict[str, str]) 
     return await reader.readexactly(n)
 
 
-_REASONS = {204: "No Content", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 431: "Request Header Fields Too Large"}
+_REASONS = {
+    204: "No Content",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    431: "Request Header Fields Too Large",
+}
 
 
 async def _respond(writer: asyncio.StreamWriter, status: int, body: bytes, *, close: bool) -> None:
@@ -403,7 +415,9 @@ class SessionWatch:
         try:
             view = read_result(doc)
         except InvalidResultError as exc:
-            self._resolve(fut, "agent_error", error=_error("InvalidResultError", str(exc)), document=doc)
+            self._resolve(
+                fut, "agent_error", error=_error("InvalidResultError", str(exc)), document=doc
+            )
             return
         if view.status == "ok":
             self._resolve(fut, "ok", result=view.result, document=doc)

@@ -96,7 +96,9 @@ class RolloutFuture:
     side effects.
     """
 
-    def __init__(self, request: RolloutRequest, loop: asyncio.AbstractEventLoop, watch: SessionWatch) -> None:
+    def __init__(
+        self, request: RolloutRequest, loop: asyncio.AbstractEventLoop, watch: SessionWatch
+    ) -> None:
         self.request = request
         self.session_id = request.rollout.session_id
         self.input_id = request.rollout.input_id
@@ -335,7 +337,9 @@ class AsyncRolloutClient:
         self._started = True
         return self
 
-    def invoke(self, payload: Mapping[str, Any], *, timeout: float | None = None, **rollout: Any) -> RolloutFuture:
+    def invoke(
+        self, payload: Mapping[str, Any], *, timeout: float | None = None, **rollout: Any
+    ) -> RolloutFuture:
         """Start one rollout in the background and return its future at once.
 
         :param payload: the agent's input (a JSON object).
@@ -351,7 +355,9 @@ class AsyncRolloutClient:
         """Like :meth:`invoke`, but return once the runtime accepted (or refused) the rollout."""
         return await self.submit_request_async(self.request(payload, **rollout), timeout=timeout)
 
-    def submit_request(self, request: RolloutRequest, *, timeout: float | None = None) -> RolloutFuture:
+    def submit_request(
+        self, request: RolloutRequest, *, timeout: float | None = None
+    ) -> RolloutFuture:
         """Start a prepared request in the background and return its future at once."""
         self._require_started()
         return self._watch.launch(request, timeout if timeout is not None else self.timeout_s)
@@ -364,7 +370,9 @@ class AsyncRolloutClient:
         await future.wait_submitted()
         return future
 
-    def run_batch_async(self, payloads: Iterable[Mapping[str, Any]], **options: Any) -> AsyncIterator[BatchItem]:
+    def run_batch_async(
+        self, payloads: Iterable[Mapping[str, Any]], **options: Any
+    ) -> AsyncIterator[BatchItem]:
         """Run many rollouts; yield a :class:`~rollhub.batch.BatchItem` per payload as each ends.
 
         See :func:`rollhub.batch.run_batch_async` for the options.
@@ -425,7 +433,9 @@ class RolloutClient:
     :class:`~rollhub.errors.UsageError`: use the async client there.
     """
 
-    def __init__(self, runtime: Runtime, store: ResultStore | str, *, exp_id: str, **options: Any) -> None:
+    def __init__(
+        self, runtime: Runtime, store: ResultStore | str, *, exp_id: str, **options: Any
+    ) -> None:
         ensure_no_running_loop("RolloutClient()")
         self._async = AsyncRolloutClient(runtime, store, exp_id=exp_id, **options)
         self._loop: LoopThread | None = None
@@ -448,15 +458,21 @@ class RolloutClient:
         self._loop.run(self._async.start())
         return self
 
-    def invoke(self, payload: Mapping[str, Any], *, timeout: float | None = None, **rollout: Any) -> RolloutFuture:
+    def invoke(
+        self, payload: Mapping[str, Any], *, timeout: float | None = None, **rollout: Any
+    ) -> RolloutFuture:
         """Start one rollout in the background and return its future at once."""
         return self._portal().call(lambda: self._async.invoke(payload, timeout=timeout, **rollout))
 
-    def submit_request(self, request: RolloutRequest, *, timeout: float | None = None) -> RolloutFuture:
+    def submit_request(
+        self, request: RolloutRequest, *, timeout: float | None = None
+    ) -> RolloutFuture:
         """Start a prepared request in the background and return its future at once."""
         return self._portal().call(lambda: self._async.submit_request(request, timeout=timeout))
 
-    def run_batch(self, payloads: Iterable[Mapping[str, Any]], **options: Any) -> Iterator[BatchItem]:
+    def run_batch(
+        self, payloads: Iterable[Mapping[str, Any]], **options: Any
+    ) -> Iterator[BatchItem]:
         """Run many rollouts; yield a :class:`~rollhub.batch.BatchItem` per payload as each ends.
 
         Leaving the loop early (``break``, an exception) cancels every live rollout.
@@ -489,5 +505,7 @@ class RolloutClient:
     def _portal(self) -> LoopThread:
         ensure_no_running_loop("RolloutClient")
         if self._loop is None:
-            raise UsageError("the rollout client is not started; use 'with client:' or client.start()")
+            raise UsageError(
+                "the rollout client is not started; use 'with client:' or client.start()"
+            )
         return self._loop

@@ -23,7 +23,9 @@ class RolloutProgress:
     Use as a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, total: int | None, *, enabled: bool | None = None, description: str = "rollouts") -> None:
+    def __init__(
+        self, total: int | None, *, enabled: bool | None = None, description: str = "rollouts"
+    ) -> None:
         self.total = total
         self.done = 0
         self.failed = 0
@@ -57,7 +59,9 @@ class RolloutProgress:
                 transient=False,
             )
             self._progress.start()
-            self._task = self._progress.add_task(description, total=total, failed=0, running=0, rate="0.0")
+            self._task = self._progress.add_task(
+                description, total=total, failed=0, running=0, rate="0.0"
+            )
 
     @property
     def rate(self) -> float:

@@ -28,12 +28,19 @@ from rollhub.ratelimit import limiter_for
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 from rollhub.runtime import Runtime, RuntimeOptions
 
-__all__ = ["AgentCoreRuntime", "AgentCoreRuntimeOptions", "agentcore_session_id", "session_id_bounds"]
+__all__ = [
+    "AgentCoreRuntime",
+    "AgentCoreRuntimeOptions",
+    "agentcore_session_id",
+    "session_id_bounds",
+]
 
 log = logging.getLogger(__name__)
 
 SERVICE = "bedrock-agentcore"
-_ARN = re.compile(r"^arn:aws[a-z-]*:bedrock-agentcore:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):runtime/(?P<name>[A-Za-z0-9_-]+)$")
+_ARN = re.compile(
+    r"^arn:aws[a-z-]*:bedrock-agentcore:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):runtime/(?P<name>[A-Za-z0-9_-]+)$"
+)
 
 #: error codes a retry may fix; every other service error is permanent.
 TRANSIENT_CODES = frozenset(
@@ -53,7 +60,9 @@ class AgentCoreRuntimeOptions(RuntimeOptions):
 
     runtime_arn: str = Field(description="arn:aws:bedrock-agentcore:REGION:ACCOUNT:runtime/NAME")
     qualifier: str | None = Field(None, description="endpoint name (default: the DEFAULT endpoint)")
-    tps: float = Field(25.0, gt=0, description="InvokeAgentRuntime + StopRuntimeSession calls per second")
+    tps: float = Field(
+        25.0, gt=0, description="InvokeAgentRuntime + StopRuntimeSession calls per second"
+    )
     max_attempts: int = Field(8, ge=1, description="botocore adaptive-retry attempts per call")
     read_timeout_s: float = Field(60.0, gt=0, description="socket read timeout of one call")
     max_pool_connections: int = Field(64, ge=1, description="HTTP connections to the service")
@@ -109,7 +118,9 @@ class AgentCoreRuntime(Runtime):
     name: ClassVar[str] = "agentcore"
     Options: ClassVar[type[RuntimeOptions]] = AgentCoreRuntimeOptions
 
-    def __init__(self, options: AgentCoreRuntimeOptions | None = None, *, client: Any = None, **fields: Any) -> None:
+    def __init__(
+        self, options: AgentCoreRuntimeOptions | None = None, *, client: Any = None, **fields: Any
+    ) -> None:
         fields.pop("base_dir", None)
         if options is None:
             try:
@@ -131,7 +142,9 @@ class AgentCoreRuntime(Runtime):
             import boto3
             from botocore.config import Config
         except ImportError as exc:  # pragma: no cover - boto3 ships with the extra
-            raise ConfigError("the agentcore runtime needs boto3: pip install 'rollhub[agentcore]'") from exc
+            raise ConfigError(
+                "the agentcore runtime needs boto3: pip install 'rollhub[agentcore]'"
+            ) from exc
         opts = self.options
         session = boto3.session.Session(profile_name=opts.profile, region_name=opts.region)
         config = Config(
@@ -160,7 +173,8 @@ class AgentCoreRuntime(Runtime):
         await self.limiter.acquire()
         try:
             response = await asyncio.to_thread(
-                self._invoke, dict(args, payload=body, contentType="application/json", accept="application/json")
+                self._invoke,
+                dict(args, payload=body, contentType="application/json", accept="application/json"),
             )
         except Exception as exc:
             raise _map_error(exc, "InvokeAgentRuntime", sid) from exc
@@ -173,12 +187,17 @@ class AgentCoreRuntime(Runtime):
                 session_id=sid,
             )
         if isinstance(answer, dict) and answer.get("error"):
-            raise SubmissionError(f"the agent refused session {sid}: {answer}", transient=False, session_id=sid)
+            raise SubmissionError(
+                f"the agent refused session {sid}: {answer}", transient=False, session_id=sid
+            )
         return SubmitReceipt(
             session_id=sid,
             result_location=str(answer.get("result", "")) if isinstance(answer, dict) else "",
             runtime=self.name,
-            details={"runtime_session_id": args["runtimeSessionId"], "runtime_arn": self.options.runtime_arn},
+            details={
+                "runtime_session_id": args["runtimeSessionId"],
+                "runtime_arn": self.options.runtime_arn,
+            },
         )
 
     def _invoke(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -236,9 +255,17 @@ def _map_error(exc: Exception, operation: str, session_id: str) -> SubmissionErr
             session_id=session_id,
         )
     if isinstance(exc, ParamValidationError):
-        return SubmissionError(f"{operation} request for session {session_id} is invalid: {exc}", transient=False, session_id=session_id)
+        return SubmissionError(
+            f"{operation} request for session {session_id} is invalid: {exc}",
+            transient=False,
+            session_id=session_id,
+        )
     if isinstance(exc, BotoConnectionError | HTTPClientError):
-        return SubmissionError(f"{operation} could not reach AgentCore: {exc}", transient=True, session_id=session_id)
+        return SubmissionError(
+            f"{operation} could not reach AgentCore: {exc}", transient=True, session_id=session_id
+        )
     if isinstance(exc, BotoCoreError):
         return SubmissionError(f"{operation} failed: {exc}", transient=False, session_id=session_id)
-    return SubmissionError(f"{operation} failed: {type(exc).__name__}: {exc}", transient=False, session_id=session_id)
+    return SubmissionError(
+        f"{operation} failed: {type(exc).__name__}: {exc}", transient=False, session_id=session_id
+    )

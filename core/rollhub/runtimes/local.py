@@ -47,12 +47,20 @@ class LocalRuntimeOptions(RuntimeOptions):
 
     # Optional here so that a config without a [runtime] section still checks; the runtime
     # itself refuses to be built without it.
-    app: str | None = Field(None, description="the RolloutApp: 'path/to/agent.py:app' or 'pkg.module:app'")
+    app: str | None = Field(
+        None, description="the RolloutApp: 'path/to/agent.py:app' or 'pkg.module:app'"
+    )
     workers: int = Field(2, ge=1, description="worker processes")
-    max_concurrency_per_worker: int = Field(64, ge=1, description="sessions one worker runs at once")
-    startup_timeout_s: float = Field(30.0, gt=0, description="deadline for a worker to answer /ping")
+    max_concurrency_per_worker: int = Field(
+        64, ge=1, description="sessions one worker runs at once"
+    )
+    startup_timeout_s: float = Field(
+        30.0, gt=0, description="deadline for a worker to answer /ping"
+    )
     ping_interval_s: float = Field(1.0, gt=0, description="seconds between liveness checks")
-    env: dict[str, str] = Field(default_factory=dict, description="extra environment of the workers")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="extra environment of the workers"
+    )
 
 
 @dataclass
@@ -343,7 +351,9 @@ class LocalRuntime(Runtime):
         )  # fmt: skip
         for sid in lost:
             self._forget(sid)
-            self._report_lost(sid, f"local worker {worker.index} (pid {worker.proc.pid}) exited with code {code}")
+            self._report_lost(
+                sid, f"local worker {worker.index} (pid {worker.proc.pid}) exited with code {code}"
+            )
         with contextlib.suppress(ValueError):
             self._workers.remove(worker)
         delay = 0.0
@@ -354,7 +364,12 @@ class LocalRuntime(Runtime):
                 return
             except RollhubError as exc:
                 delay = min(10.0, max(0.5, delay * 2))
-                log.error("replacing local worker %d failed: %s; retrying in %.1fs", worker.index, exc, delay)
+                log.error(
+                    "replacing local worker %d failed: %s; retrying in %.1fs",
+                    worker.index,
+                    exc,
+                    delay,
+                )
 
     async def _ping_loop(self) -> None:
         interval = self.options.ping_interval_s
@@ -375,7 +390,9 @@ class LocalRuntime(Runtime):
             log.warning("local worker %d failed a liveness check (%d/%d): %s",
                         worker.index, worker.failures, PING_FAILURES, exc)  # fmt: skip
             if worker.failures >= PING_FAILURES and worker.alive:
-                log.error("killing unresponsive local worker %d (pid %d)", worker.index, worker.proc.pid)
+                log.error(
+                    "killing unresponsive local worker %d (pid %d)", worker.index, worker.proc.pid
+                )
                 with contextlib.suppress(ProcessLookupError):
                     worker.proc.kill()
             return

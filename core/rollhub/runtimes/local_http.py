@@ -68,7 +68,11 @@ class LoopbackHTTP:
         :raises TimeoutError: no full answer within ``timeout``.
         """
         data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
-        head = [f"{method} {path} HTTP/1.1", f"host: 127.0.0.1:{port}", f"content-length: {len(data)}"]
+        head = [
+            f"{method} {path} HTTP/1.1",
+            f"host: 127.0.0.1:{port}",
+            f"content-length: {len(data)}",
+        ]
         if body is not None:
             head.append("content-type: application/json")
         for name, value in (headers or {}).items():
@@ -84,7 +88,9 @@ class LoopbackHTTP:
                     try:
                         conn = await asyncio.open_connection("127.0.0.1", port)
                     except OSError as exc:
-                        raise LoopbackHTTPError(f"cannot connect to 127.0.0.1:{port}: {exc}") from exc
+                        raise LoopbackHTTPError(
+                            f"cannot connect to 127.0.0.1:{port}: {exc}"
+                        ) from exc
                 reader, writer = conn
                 try:
                     writer.write(raw)
@@ -94,7 +100,9 @@ class LoopbackHTTP:
                     writer.close()
                     if reused and isinstance(exc, ConnectionError | asyncio.IncompleteReadError):
                         continue
-                    raise LoopbackHTTPError(f"127.0.0.1:{port}{path}: {type(exc).__name__}: {exc}") from exc
+                    raise LoopbackHTTPError(
+                        f"127.0.0.1:{port}{path}: {type(exc).__name__}: {exc}"
+                    ) from exc
                 except BaseException:
                     writer.close()
                     raise

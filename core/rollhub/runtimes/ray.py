@@ -31,11 +31,15 @@ class RayRuntimeOptions(RuntimeOptions):
     """``[runtime]`` options of the ``ray`` runtime."""
 
     app: str = Field(description="the RolloutApp: 'path/to/agent.py:app' or 'pkg.module:app'")
-    address: str | None = Field(None, description="Ray cluster address (None: the current or a new local one)")
+    address: str | None = Field(
+        None, description="Ray cluster address (None: the current or a new local one)"
+    )
     actors: int = Field(2, ge=1, description="rollout actors")
     max_concurrency_per_actor: int = Field(64, ge=1, description="rollouts one actor runs at once")
     num_cpus_per_actor: float = Field(0.0, ge=0, description="CPUs Ray reserves per actor")
-    env: dict[str, str] = Field(default_factory=dict, description="environment variables of the actors")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="environment variables of the actors"
+    )
 
 
 @dataclass
@@ -56,7 +60,9 @@ class RayRuntime(Runtime):
     name: ClassVar[str] = "ray"
     Options: ClassVar[type[RuntimeOptions]] = RayRuntimeOptions
 
-    def __init__(self, options: RayRuntimeOptions | None = None, *, base_dir: Any = None, **fields: Any) -> None:
+    def __init__(
+        self, options: RayRuntimeOptions | None = None, *, base_dir: Any = None, **fields: Any
+    ) -> None:
         if options is None:
             try:
                 options = RayRuntimeOptions(**fields)
@@ -79,7 +85,9 @@ class RayRuntime(Runtime):
     def loopback_callbacks(self) -> bool:  # type: ignore[override]
         """Callbacks to 127.0.0.1 reach this process only on a cluster of this machine."""
         addr = self.options.address
-        return addr is None or addr in ("local", "auto") or addr.startswith(("127.0.0.1", "localhost"))
+        return (
+            addr is None or addr in ("local", "auto") or addr.startswith(("127.0.0.1", "localhost"))
+        )
 
     @property
     def app_ref(self) -> str:
@@ -100,12 +108,16 @@ class RayRuntime(Runtime):
 
         if not ray.is_initialized():
             env = {"env_vars": dict(self.options.env)} if self.options.env else None
-            await asyncio.to_thread(ray.init, address=self.options.address, runtime_env=env, log_to_driver=False)
+            await asyncio.to_thread(
+                ray.init, address=self.options.address, runtime_env=env, log_to_driver=False
+            )
             self._inited_ray = True
         self._remote_cls = ray.remote(RolloutActor)
         self._started = True
         try:
-            self._actors = list(await asyncio.gather(*(self._spawn() for _ in range(self.options.actors))))
+            self._actors = list(
+                await asyncio.gather(*(self._spawn() for _ in range(self.options.actors)))
+            )
         except BaseException:
             await self.close()
             raise
@@ -126,26 +138,36 @@ class RayRuntime(Runtime):
             raise SubmissionError("the ray runtime is not started", transient=False)
         live = [a for a in self._actors if a.alive]
         if not live:
-            raise SubmissionError("no ray actor is alive; replacements are starting", transient=True)
+            raise SubmissionError(
+                "no ray actor is alive; replacements are starting", transient=True
+            )
         actor = min(live, key=lambda a: len(a.sessions))
         sid = request.rollout.session_id
         try:
             ref = actor.handle.run.remote(request.to_wire())
         except Exception as exc:  # the actor handle is already known dead
-            raise SubmissionError(f"ray actor {actor.index} refused {sid}: {exc}", transient=True) from exc
+            raise SubmissionError(
+                f"ray actor {actor.index} refused {sid}: {exc}", transient=True
+            ) from exc
         actor.sessions[sid] = ref
         self._where[sid] = actor
         task = asyncio.get_running_loop().create_task(self._watch(actor, sid, ref))
         self._watchers.add(task)
         task.add_done_callback(self._watchers.discard)
-        return SubmitReceipt(session_id=sid, result_location="", runtime=self.name, details={"actor": actor.index})
+        return SubmitReceipt(
+            session_id=sid, result_location="", runtime=self.name, details={"actor": actor.index}
+        )
 
     async def _watch(self, actor: _Actor, sid: str, ref: Any) -> None:
         import ray
 
         try:
             await ref
-        except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.ObjectLostError) as exc:
+        except (
+            ray.exceptions.RayActorError,
+            ray.exceptions.WorkerCrashedError,
+            ray.exceptions.ObjectLostError,
+        ) as exc:
             self._forget(sid)
             self._report_lost(sid, f"ray actor {actor.index} died: {type(exc).__name__}")
             await self._replace(actor)

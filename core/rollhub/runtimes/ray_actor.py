@@ -42,7 +42,10 @@ class RolloutActor:
         store = self.app.store_for(rollout.result_store)
         args: tuple[Any, ...] = (wire,)
         if takes_context(self.handler):
-            args = (wire, RolloutContext(session_id=rollout.session_id, rollout=rollout, request_headers={}))
+            args = (
+                wire,
+                RolloutContext(session_id=rollout.session_id, rollout=rollout, request_headers={}),
+            )
         run = self.app.runner.start(self.handler, args, rollout=rollout, payload=wire, store=store)
         await run.task
         doc = store.get(rollout.result_key) or {}
@@ -50,7 +53,9 @@ class RolloutActor:
 
     async def cancel(self, session_id: str) -> bool:
         """Cancel a running rollout and wait until its CancelledError result is stored."""
-        return await self.app.runner.cancel(session_id, reason=f"rollout {session_id} cancelled by the client")
+        return await self.app.runner.cancel(
+            session_id, reason=f"rollout {session_id} cancelled by the client"
+        )
 
     def running(self) -> list[str]:
         """Session ids running in this actor."""

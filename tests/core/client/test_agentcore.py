@@ -97,7 +97,11 @@ async def test_submit_sends_the_documented_request() -> None:
         stub.add_response(
             "stop_runtime_session",
             {"runtimeSessionId": rsid, "statusCode": 200},
-            expected_params={"agentRuntimeArn": ARN, "runtimeSessionId": rsid, "qualifier": "DEFAULT"},
+            expected_params={
+                "agentRuntimeArn": ARN,
+                "runtimeSessionId": rsid,
+                "qualifier": "DEFAULT",
+            },
         )
         receipt = await rt.submit(req)
         await rt.cancel(sid)
@@ -119,10 +123,17 @@ async def test_submit_sends_the_documented_request() -> None:
         ("RuntimeClientError", 424, False),
     ],
 )
-async def test_service_errors_map_to_transient_or_permanent(code: str, status: int, transient: bool) -> None:
+async def test_service_errors_map_to_transient_or_permanent(
+    code: str, status: int, transient: bool
+) -> None:
     rt = make_runtime()
     with Stubber(rt.client) as stub:
-        stub.add_client_error("invoke_agent_runtime", service_error_code=code, service_message="nope", http_status_code=status)
+        stub.add_client_error(
+            "invoke_agent_runtime",
+            service_error_code=code,
+            service_message="nope",
+            http_status_code=status,
+        )
         with pytest.raises(SubmissionError) as info:
             await rt.submit(request("rh-" + "b" * 32))
     assert info.value.transient is transient
@@ -133,9 +144,15 @@ async def test_service_errors_map_to_transient_or_permanent(code: str, status: i
 async def test_stop_of_a_gone_session_is_not_an_error() -> None:
     rt = make_runtime()
     with Stubber(rt.client) as stub:
-        stub.add_client_error("stop_runtime_session", service_error_code="ResourceNotFoundException", http_status_code=404)
+        stub.add_client_error(
+            "stop_runtime_session",
+            service_error_code="ResourceNotFoundException",
+            http_status_code=404,
+        )
         await rt.cancel("rh-" + "c" * 32)
-        stub.add_client_error("stop_runtime_session", service_error_code="ThrottlingException", http_status_code=429)
+        stub.add_client_error(
+            "stop_runtime_session", service_error_code="ThrottlingException", http_status_code=429
+        )
         with pytest.raises(SubmissionError) as info:
             await rt.cancel("rh-" + "c" * 32)
     assert info.value.transient
@@ -149,13 +166,33 @@ async def test_client_polls_the_store_and_stops_the_session(tmp_path) -> None:
     store = FileResultStore(tmp_path, fsync=False)
     rt = make_runtime()
     stub = Stubber(rt.client)
-    stub.add_response("invoke_agent_runtime", ok_response("x" * 33, "s3://b/k"), {"agentRuntimeArn": ARN, "runtimeSessionId": ANY, "payload": ANY, "contentType": ANY, "accept": ANY})
-    stub.add_response("stop_runtime_session", {"runtimeSessionId": "x" * 33, "statusCode": 200}, {"agentRuntimeArn": ARN, "runtimeSessionId": ANY})
+    stub.add_response(
+        "invoke_agent_runtime",
+        ok_response("x" * 33, "s3://b/k"),
+        {
+            "agentRuntimeArn": ARN,
+            "runtimeSessionId": ANY,
+            "payload": ANY,
+            "contentType": ANY,
+            "accept": ANY,
+        },
+    )
+    stub.add_response(
+        "stop_runtime_session",
+        {"runtimeSessionId": "x" * 33, "statusCode": 200},
+        {"agentRuntimeArn": ARN, "runtimeSessionId": ANY},
+    )
     with stub:
         async with AsyncRolloutClient(rt, store, exp_id="ac", poll_initial_s=0.02) as client:
             assert client.callback_url is None
             fut = await client.invoke_async({"question": "2+2"})
-            doc = build_result_document(rollout=fut.request.rollout, payload=fut.request.to_wire(), started_at=1.0, finished_at=2.0, result={"rewards": 1.0})
+            doc = build_result_document(
+                rollout=fut.request.rollout,
+                payload=fut.request.to_wire(),
+                started_at=1.0,
+                finished_at=2.0,
+                result={"rewards": 1.0},
+            )
             store.put(fut.result_key, doc)
             outcome = await fut.result_async(timeout=10)
             await client._watch.settle()

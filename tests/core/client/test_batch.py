@@ -40,7 +40,9 @@ async def test_stored_error_is_agent_error_never_success(client: AsyncRolloutCli
     assert items[1].status == "ok"
 
 
-async def test_break_cancels_live_sessions_and_pending_submissions(client: AsyncRolloutClient, runtime) -> None:
+async def test_break_cancels_live_sessions_and_pending_submissions(
+    client: AsyncRolloutClient, runtime
+) -> None:
     payloads = [{"x": 0}] + [{"mode": "hang", "x": i} for i in range(1, 40)]
     agen = client.run_batch_async(payloads, max_concurrent=8, progress=False)
     async for item in agen:
@@ -59,7 +61,9 @@ async def test_break_cancels_live_sessions_and_pending_submissions(client: Async
 
 
 async def test_timeout_per_rollout_in_batch(client: AsyncRolloutClient) -> None:
-    items = await collect(client.run_batch_async([{"mode": "hang"}, {"x": 1}], timeout=0.4, progress=False))
+    items = await collect(
+        client.run_batch_async([{"mode": "hang"}, {"x": 1}], timeout=0.4, progress=False)
+    )
     assert sorted(i.status for i in items) == ["ok", "timeout"]
 
 
@@ -121,7 +125,9 @@ async def test_exhausted_retries_end_as_submit_error(runtime, store) -> None:
     async def refused(request):
         raise ConnectionRefusedError("connection refused")
 
-    async with AsyncRolloutClient(runtime, store, exp_id="exh", submit=refused, submit_attempts=3) as c:
+    async with AsyncRolloutClient(
+        runtime, store, exp_id="exh", submit=refused, submit_attempts=3
+    ) as c:
         c._watch._submit_backoff = type(c._watch._submit_backoff)(initial=0.01, maximum=0.02)
         items = await collect(c.run_batch_async([{"x": 1}], progress=False))
     assert items[0].status == "submit_error" and items[0].outcome.attempts == 3
@@ -169,7 +175,9 @@ async def test_bad_max_concurrent(client: AsyncRolloutClient) -> None:
         await collect(client.run_batch_async([{"x": 1}], max_concurrent=0))
 
 
-async def test_plain_break_cancels_when_the_generator_is_dropped(client: AsyncRolloutClient, runtime) -> None:
+async def test_plain_break_cancels_when_the_generator_is_dropped(
+    client: AsyncRolloutClient, runtime
+) -> None:
     payloads = [{"x": "first"}] + [{"mode": "hang", "x": f"b{i}"} for i in range(6)]
     async for item in client.run_batch_async(payloads, max_concurrent=7, progress=False):
         assert item.index == 0
@@ -182,7 +190,9 @@ async def test_plain_break_cancels_when_the_generator_is_dropped(client: AsyncRo
     assert sum(runtime.load().values()) == 0
 
 
-async def test_lost_session_whose_result_is_stored_is_kept(client: AsyncRolloutClient, runtime) -> None:
+async def test_lost_session_whose_result_is_stored_is_kept(
+    client: AsyncRolloutClient, runtime
+) -> None:
     from rollhub.app.result import build_result_document
 
     fut = await client.invoke_async({"mode": "hang"})

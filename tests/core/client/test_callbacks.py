@@ -117,7 +117,9 @@ def test_progress_counts_and_draws() -> None:
         bar.finished("ok")
         bar.finished("agent_error")
         bar.finished("ok", resumed=True, was_running=False)
-        assert bar.summary()["done"] == 3 and bar.failed == 1 and bar.running == 0 and bar.resumed == 1
+        assert (
+            bar.summary()["done"] == 3 and bar.failed == 1 and bar.running == 0 and bar.resumed == 1
+        )
     quiet = RolloutProgress(None, enabled=False)
     quiet.finished("ok", was_running=False)
     quiet.close()

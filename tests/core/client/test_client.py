@@ -14,7 +14,9 @@ from rollhub.errors import ConfigError, UsageError
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-async def test_invoke_ok_resolves_from_callback_with_one_store_read(client: AsyncRolloutClient) -> None:
+async def test_invoke_ok_resolves_from_callback_with_one_store_read(
+    client: AsyncRolloutClient,
+) -> None:
     outcome = await client.invoke({"x": 7})
     assert isinstance(outcome, RolloutOutcome)
     assert outcome.status == "ok" and outcome.error is None
@@ -35,7 +37,9 @@ async def test_agent_exception_is_agent_error_not_success(client: AsyncRolloutCl
     assert outcome.result == {}
 
 
-async def test_timeout_ends_rollout_and_stops_the_session(client: AsyncRolloutClient, runtime) -> None:
+async def test_timeout_ends_rollout_and_stops_the_session(
+    client: AsyncRolloutClient, runtime
+) -> None:
     fut = client.invoke({"mode": "hang"}, timeout=0.5)
     t0 = time.monotonic()
     outcome = await fut
@@ -120,12 +124,16 @@ async def test_close_cancels_live_rollouts(runtime, store) -> None:
     await c.close()
     assert [f._outcome.result().status for f in futs] == ["cancelled"] * 3
     for f in futs:
-        assert (await _wait_for_doc(c, f.result_key, 2.0))["_rollhub"]["error"]["type"] == "CancelledError"
+        assert (await _wait_for_doc(c, f.result_key, 2.0))["_rollhub"]["error"][
+            "type"
+        ] == "CancelledError"
 
 
 async def test_every_status_is_terminal(client: AsyncRolloutClient) -> None:
     outs = await asyncio.gather(
-        client.invoke({"x": 1}), client.invoke({"mode": "fail"}), client.invoke({"mode": "hang"}, timeout=0.2)
+        client.invoke({"x": 1}),
+        client.invoke({"mode": "fail"}),
+        client.invoke({"mode": "hang"}, timeout=0.2),
     )
     assert [o.status for o in outs] == ["ok", "agent_error", "timeout"]
     assert all(o.status in TERMINAL_STATUSES for o in outs)

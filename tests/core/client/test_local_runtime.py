@@ -87,7 +87,9 @@ async def test_bad_app_reference_fails_start_with_the_worker_error(tmp_path) -> 
     rt = LocalRuntime(app=f"{bad}:app", workers=1, startup_timeout_s=20)
     with pytest.raises(RollhubError, match="the agent module is broken"):
         await rt.start()
-    rt2 = LocalRuntime(app="broken_agent.py:nope", workers=1, startup_timeout_s=20, base_dir=tmp_path)
+    rt2 = LocalRuntime(
+        app="broken_agent.py:nope", workers=1, startup_timeout_s=20, base_dir=tmp_path
+    )
     assert rt2.app_ref == f"{bad.resolve()}:nope"
 
 

@@ -56,7 +56,9 @@ async def ray_client(ray_runtime, tmp_path):
 
 async def test_rollouts_run_in_actors_and_store_app_documents(ray_client) -> None:
     assert ray_client.callback_url is not None  # a local cluster reaches the loopback server
-    ok, bad = await asyncio.gather(ray_client.invoke({"x": 5}), ray_client.invoke({"mode": "fail", "x": 6}))
+    ok, bad = await asyncio.gather(
+        ray_client.invoke({"x": 5}), ray_client.invoke({"mode": "fail", "x": 6})
+    )
     assert ok.status == "ok" and ok.result["x"] == 5
     assert ok.result["pid"] != os.getpid()  # it ran in a Ray worker process
     assert ok.meta["session_id"] == ok.session_id and ok.meta["status"] == "ok"
@@ -65,7 +67,12 @@ async def test_rollouts_run_in_actors_and_store_app_documents(ray_client) -> Non
 
 
 async def test_batch_on_ray(ray_client) -> None:
-    items = [i async for i in ray_client.run_batch_async([{"x": i} for i in range(40)], max_concurrent=16, progress=False)]
+    items = [
+        i
+        async for i in ray_client.run_batch_async(
+            [{"x": i} for i in range(40)], max_concurrent=16, progress=False
+        )
+    ]
     assert sorted(i.index for i in items) == list(range(40))
     assert {i.status for i in items} == {"ok"}
 

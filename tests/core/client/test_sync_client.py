@@ -14,7 +14,11 @@ from rollhub.errors import UsageError
 
 
 def _public(cls: type) -> list[str]:
-    return [n for n in cls.__dict__ if not n.startswith("_") or n in ("__aenter__", "__aexit__", "__enter__", "__exit__")]
+    return [
+        n
+        for n in cls.__dict__
+        if not n.startswith("_") or n in ("__aenter__", "__aexit__", "__enter__", "__exit__")
+    ]
 
 
 def test_parity_of_public_methods() -> None:
@@ -46,7 +50,9 @@ def test_lazy_exports() -> None:
 
 
 def test_sync_client_end_to_end(tmp_path, make_runtime) -> None:
-    with RolloutClient(make_runtime(workers=1), f"file://{tmp_path}", exp_id="sync", close_runtime=True) as c:
+    with RolloutClient(
+        make_runtime(workers=1), f"file://{tmp_path}", exp_id="sync", close_runtime=True
+    ) as c:
         fut = c.invoke({"x": 3})
         outcome = fut.result(timeout=30)
         assert outcome.status == "ok" and outcome.result["x"] == 3
@@ -80,7 +86,9 @@ async def test_sync_methods_inside_a_loop_raise_usage_error(tmp_path, make_runti
 
 def test_future_result_inside_own_loop_raises(tmp_path, make_runtime) -> None:
     async def main() -> None:
-        async with AsyncRolloutClient(make_runtime(workers=1), f"file://{tmp_path}", exp_id="x", close_runtime=True) as c:
+        async with AsyncRolloutClient(
+            make_runtime(workers=1), f"file://{tmp_path}", exp_id="x", close_runtime=True
+        ) as c:
             fut = c.invoke({"x": 1})
             with pytest.raises(UsageError, match="running event loop"):
                 fut.result()
@@ -94,12 +102,20 @@ def test_outcome_readable_after_close_and_errors_pickle(tmp_path, make_runtime) 
 
     from rollhub.errors import SubmissionError
 
-    with RolloutClient(make_runtime(workers=1), f"file://{tmp_path}", exp_id="after", close_runtime=True) as c:
+    with RolloutClient(
+        make_runtime(workers=1), f"file://{tmp_path}", exp_id="after", close_runtime=True
+    ) as c:
         fut = c.invoke({"x": 1})
         fut.result(timeout=30)
     assert fut.result().status == "ok"  # the client's loop is gone; the outcome stays
     assert fut.cancel() is False
-    err = pickle.loads(pickle.dumps(SubmissionError("throttled", transient=True, code="ThrottlingException", status_code=429)))
+    err = pickle.loads(
+        pickle.dumps(
+            SubmissionError(
+                "throttled", transient=True, code="ThrottlingException", status_code=429
+            )
+        )
+    )
     assert err.transient and err.code == "ThrottlingException" and err.status_code == 429
     outcome = pickle.loads(pickle.dumps(fut.result()))
     assert outcome == fut.result()
