@@ -122,14 +122,12 @@ def test_sync_and_async_hub_have_the_same_public_methods():
 async def test_testing_make_hub_uses_only_given_plugins(tmp_path):
     from rollhub.testing import make_hub
 
-    class Bonus:
-        @staticmethod
-        def rollhub_collect_rewards(episode):
-            return {"len": float(len(episode.session_id))}
-
     from rollhub import hookimpl
 
-    Bonus.rollhub_collect_rewards = hookimpl(Bonus.rollhub_collect_rewards)
+    class Bonus:
+        @hookimpl
+        def rollhub_collect_rewards(self, episode):
+            return {"len": float(len(episode.session_id))}
     hub = make_hub(
         {"experiment": {"progress": False}, "runtime": {"app": f"{AGENT}:app", "workers": 1},
          "store": {"url": f"file://{tmp_path / 'store'}"}},
