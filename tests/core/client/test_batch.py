@@ -28,8 +28,9 @@ async def test_500_noop_rollouts_each_yielded_once(client: AsyncRolloutClient) -
     assert Counter(i.status for i in items) == {"ok": 500}
     assert all(i.result["x"] == i.index and i.input_id == f"q{i.index}" for i in items)
     assert len({i.session_id for i in items}) == 500
-    # The callback path: one store read per rollout (plus none for resume: nothing stored).
-    assert client.stats["store_reads"] == 500
+    # The callback path: one store read per rollout; a notice later than the sparse
+    # fallback poll (2 s) on a loaded machine may add one more for a few.
+    assert 500 <= client.stats["store_reads"] <= 525
 
 
 async def test_stored_error_is_agent_error_never_success(client: AsyncRolloutClient) -> None:
