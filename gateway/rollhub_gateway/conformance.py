@@ -27,12 +27,19 @@ from typing import Any
 
 from rollhub.sampling import SamplingParams
 from rollhub_gateway.chat_model import HFChatModel, build_chat_model
-from rollhub_gateway.engines.scripted import ScriptedBackend
+from rollhub_gateway.engines.scripted import ScriptedBackend, scripted_logprob
 from rollhub_gateway.turns import ChatTurn, ParsedOutput
 
 log = logging.getLogger(__name__)
 
-__all__ = ["APPEND_ONLY", "FamilyReport", "main", "run_family", "CONFORMANCE_FAMILIES"]
+__all__ = [
+    "APPEND_ONLY",
+    "CONFORMANCE_FAMILIES",
+    "FamilyReport",
+    "main",
+    "run_family",
+    "run_family_http",
+]
 
 #: conformance name → (family word, parallel tool calls supported)
 CONFORMANCE_FAMILIES: dict[str, tuple[str, bool]] = {
@@ -99,6 +106,7 @@ class FamilyReport:
     in_records: int = 0
     retok_diff: int = 0
     failures: list[str] = field(default_factory=list)
+    via: str = "direct"
 
     @property
     def ok(self) -> bool:
@@ -199,6 +207,100 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
     return report
 
 
+def _output_ids(model: HFChatModel, prompt_ids: list[int], step: Step) -> list[int]:
+    """The ids a model of the family samples for a script step after ``prompt_ids``."""
+    r = model.renderer
+    fam = r.family
+    reasoning, content, calls, follow_up = step
+    if calls and not fam.content_with_calls:
+        content = ""
+    opens = False
+    if fam.reasoning_markup:
+        tail = r.tokenizer.decode(prompt_ids[-8:], skip_special_tokens=False)
+        opens = tail.rstrip().endswith(fam.reasoning_markup[0])
+    keep = fam.reasoning_markup or fam.name == "gpt_oss"
+    text = fam.format_output(content, reasoning=reasoning if keep else None, tool_calls=calls,
+                             in_reasoning=opens)
+    stop = {"chatml": "<|im_end|>"}.get(fam.name)
+    end_tok = _stop_token(fam.name, calls, follow_up, stop, r)
+    return r.encode(text) + [r.tokenizer.convert_tokens_to_ids(end_tok)]
+
+
+def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport:
+    """The same session through the gateway's HTTP API with the ``openai`` SDK.
+
+    A :class:`~rollhub_gateway.server.Gateway` serves on 127.0.0.1 with the scripted
+    engine; the agent loop is an OpenAI Chat Completions client. Checks the finished
+    session's records against the ids and logprobs the engine returned and the prompts
+    it was given.
+    """
+    import openai
+
+    from rollhub_gateway.server import Gateway
+    from rollhub_gateway.serving import ThreadedGateway
+
+    fam_word, parallel = CONFORMANCE_FAMILIES[name]
+    model = model or model_for(name)
+    report = FamilyReport(name, model.family, via="http")
+    tools = TOOLS if model.supports_tools() else None
+    script = _script(parallel, bool(tools))
+    backend = ScriptedBackend()
+    outputs: list[list[int]] = []
+
+    def entry(step: Step) -> Any:
+        def sample(prompt_ids: list[int]) -> list[int]:
+            outputs.append(_output_ids(model, prompt_ids, step))
+            return outputs[-1]
+
+        return sample
+
+    backend.add(*(entry(step) for step in script))
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Weather in Paris and the time in UTC?" if tools else "Hi!"},
+    ]
+    with ThreadedGateway(Gateway(backend, model)) as gw:
+        session = gw.open_session(f"conformance-http-{name}")
+        client = openai.OpenAI(base_url=gw.base_url, api_key=session.key, max_retries=0)
+        for step, (_, content, calls, follow_up) in enumerate(script):
+            kwargs: dict[str, Any] = {"tools": tools} if tools else {}
+            resp = client.chat.completions.create(
+                model=model.model_id, messages=messages, max_tokens=4096, **kwargs
+            )
+            report.turns += 1
+            msg = resp.choices[0].message
+            got = [(c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls or []]
+            if got != list(calls):
+                report.failures.append(f"turn {step}: tool calls {got} != {calls}")
+            echo: dict[str, Any] = {"role": "assistant", "content": msg.content}
+            if msg.tool_calls:
+                echo["tool_calls"] = [c.model_dump(exclude_none=True) for c in msg.tool_calls]
+            messages.append(echo)
+            for c in msg.tool_calls or []:
+                messages.append({"role": "tool", "tool_call_id": c.id,
+                                 "content": json.dumps({"tool": c.function.name, "ok": True})})
+            if follow_up:
+                messages.append({"role": "user", "content": follow_up})
+        records = gw.finish_session(session.session_id)
+    sampled = {
+        i: (ids, [scripted_logprob(k, t) for k, t in enumerate(ids)]) for i, ids in enumerate(outputs)
+    }
+    _check_records(report, records, sampled)
+    by_turn = {s.turn_index: (rec, s) for rec in records for s in rec.turns}
+    for i in range(1, len(outputs)):
+        rec, span = by_turn[i]
+        if span.drift == "append":
+            want = backend.prompts[i - 1] + outputs[i - 1]
+            if backend.prompts[i][: len(want)] != want:
+                report.failures.append(f"turn {i}: append prompt does not extend turn {i - 1}")
+        if rec.full_ids[: len(rec.prompt_ids) + span.start] != backend.prompts[i]:
+            report.failures.append(f"turn {i}: record context differs from the engine's prompt")
+    report.counts = dict(records[0].metadata.get("drift", {})) if records else {}
+    if name in APPEND_ONLY and (report.counts.get("rerender") or report.counts.get("fork")):
+        report.failures.append("append-only template produced a rerender or fork")
+    return report
+
+
 def _stop_token(family: str, calls: list[Any], follow_up: str | None, stop: str | None, r: Any) -> str:
     if family == "gpt_oss":
         return "<|call|>" if calls else "<|return|>"
@@ -260,12 +362,15 @@ def _check_records(report: FamilyReport, records: list[Any],
 
 def format_table(reports: list[FamilyReport], *, markdown: bool = False) -> str:
     """The per-family table."""
-    head = ["family", "parser", "turns", "append", "rerender", "fork", "masked tokens",
+    head = ["family", "via", "parser", "turns", "append", "rerender", "fork", "masked tokens",
             "sampled ids", "trained (mask 1)", "retokenisation differs", "result"]
+    for r in reports:
+        if r.via == "http":
+            r.retok_diff = -1  # not observable through HTTP
     rows = [
-        [r.name, r.family, r.turns, r.counts.get("append", 0), r.counts.get("rerender", 0),
+        [r.name, r.via, r.family, r.turns, r.counts.get("append", 0), r.counts.get("rerender", 0),
          r.counts.get("fork", 0), r.counts.get("masked_tokens", 0), r.sampled, r.in_records,
-         r.retok_diff, "ok" if r.ok else "FAIL: " + "; ".join(r.failures[:3])]
+         r.retok_diff if r.retok_diff >= 0 else "", "ok" if r.ok else "FAIL: " + "; ".join(r.failures[:3])]
         for r in reports
     ]  # fmt: skip
     if markdown:
@@ -286,14 +391,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--family", action="append", choices=sorted(CONFORMANCE_FAMILIES),
                     help="run only this family (repeatable)")
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    ap.add_argument("--via", choices=["both", "http", "direct"], default="both",
+                    help="drive sessions through the HTTP API, the Conversation API, or both")
     args = ap.parse_args(argv)
     reports = []
     for n in args.family or CONFORMANCE_FAMILIES:
         try:
-            reports.append(run_family(n))
+            model = model_for(n)
+            direct = run_family(n, model) if args.via != "http" else None
+            http = run_family_http(n, model) if args.via != "direct" else None
         except Exception as exc:  # a crash is a failed family, not a failed run
             log.exception("family %s crashed", n)
             reports.append(FamilyReport(n, "?", failures=[f"{type(exc).__name__}: {exc}"]))
+            continue
+        if direct and http and direct.counts != http.counts:
+            http.failures.append(f"HTTP drift {http.counts} != direct {direct.counts}")
+        reports += [r for r in (direct, http) if r is not None]
     print(format_table(reports, markdown=args.markdown))
     bad = [r for r in reports if not r.ok]
     for r in bad:

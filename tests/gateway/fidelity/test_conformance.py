@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from rollhub_gateway.conformance import APPEND_ONLY, CONFORMANCE_FAMILIES, main, run_family
+from rollhub_gateway.conformance import (
+    APPEND_ONLY,
+    CONFORMANCE_FAMILIES,
+    main,
+    run_family,
+    run_family_http,
+)
 
 
 @pytest.mark.parametrize("name", sorted(CONFORMANCE_FAMILIES))
@@ -15,6 +21,15 @@ def test_family_session_keeps_every_sampled_token(name, family_model):
     if name in APPEND_ONLY:
         assert report.counts["rerender"] == report.counts["fork"] == 0
         assert report.counts["append"] == report.turns
+
+
+@pytest.mark.parametrize("name", sorted(CONFORMANCE_FAMILIES))
+def test_family_session_through_the_http_api(name, family_model):
+    # the real gateway on 127.0.0.1, driven by the openai SDK
+    model = family_model(name)
+    http = run_family_http(name, model)
+    assert http.ok, http.failures
+    assert http.counts == run_family(name, model).counts
 
 
 @pytest.mark.parametrize("name", ["qwen3", "deepseek_r1", "glm4_moe", "gpt_oss"])
@@ -29,5 +44,6 @@ def test_reasoning_templates_rerender_only_after_a_new_user_message(name, family
 def test_main_prints_the_table(capsys):
     assert main(["--family", "qwen2_5", "--markdown"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("| family | parser | turns |")
-    assert "| qwen2_5 | hermes | 6 | 6 | 0 | 0 | 0 |" in out
+    assert out.startswith("| family | via | parser | turns |")
+    assert "| qwen2_5 | direct | hermes | 6 | 6 | 0 | 0 | 0 |" in out
+    assert "| qwen2_5 | http | hermes | 6 | 6 | 0 | 0 | 0 |" in out
