@@ -358,8 +358,22 @@ class AsyncRolloutClient:
     def submit_request(
         self, request: RolloutRequest, *, timeout: float | None = None
     ) -> RolloutFuture:
-        """Start a prepared request in the background and return its future at once."""
+        """Start a prepared request in the background and return its future at once.
+
+        A request without ``callback_url`` gets this client's (when callbacks are on), so
+        requests built elsewhere (the pipeline) complete without poll latency too.
+
+        :raises UsageError: the request names another result store than this client reads.
+        """
         self._require_started()
+        rollout = request.rollout
+        if rollout.result_store != self.store.url:
+            raise UsageError(
+                f"request {rollout.session_id} stores its result in {rollout.result_store!r} but "
+                f"this client reads {self.store.url!r}; build it with result_store=client.store.url"
+            )
+        if rollout.callback_url is None and self._server is not None:
+            rollout.callback_url = self._server.url
         return self._watch.launch(request, timeout if timeout is not None else self.timeout_s)
 
     async def submit_request_async(

@@ -154,3 +154,20 @@ async def test_worker_answers_on_loopback_only(runtime) -> None:
     async with httpx.AsyncClient() as h:
         r = await h.get(f"http://127.0.0.1:{port}/ping")
     assert r.json()["status"] in ("Healthy", "HealthyBusy")
+
+
+async def test_prepared_request_gets_the_callback_url(client: AsyncRolloutClient) -> None:
+    from rollhub.rollout import RolloutConfig, RolloutRequest
+
+    rollout = RolloutConfig(
+        exp_id="exp1", input_id="g1", session_id="g1-0-abcdef", result_store=client.store.url
+    )
+    fut = await client.submit_request_async(RolloutRequest(payload={"x": 4}, rollout=rollout))
+    assert fut.request.rollout.callback_url == client.callback_url
+    outcome = await fut.result_async(timeout=1.5)  # well before the 2 s fallback poll
+    assert outcome.status == "ok" and client.stats["callbacks"] >= 1
+    other = RolloutConfig(
+        exp_id="exp1", input_id="g1", session_id="g1-1-abcdef", result_store="file:///elsewhere"
+    )
+    with pytest.raises(UsageError, match="result_store=client.store.url"):
+        client.submit_request(RolloutRequest(payload={}, rollout=other))
