@@ -169,5 +169,5 @@ async def test_prepared_request_gets_the_callback_url(client: AsyncRolloutClient
     other = RolloutConfig(
         exp_id="exp1", input_id="g1", session_id="g1-1-abcdef", result_store="file:///elsewhere"
     )
-    with pytest.raises(UsageError, match="result_store=client.store.url"):
+    with pytest.raises(UsageError, match=r"result_store=client\.store\.url"):
         client.submit_request(RolloutRequest(payload={}, rollout=other))
