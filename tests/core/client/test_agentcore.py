@@ -211,3 +211,24 @@ def test_boto3_is_imported_lazily() -> None:
 
 def test_boto3_available() -> None:
     assert boto3.__version__
+
+
+async def test_invoke_and_stop_share_the_rate_limit() -> None:
+    import time
+
+    arn = ARN.replace("math_agent", "limited")
+    rt = AgentCoreRuntime(runtime_arn=arn, tps=20)
+    rt.client = make_runtime().client
+    rt.options = rt.options.model_copy(update={"runtime_arn": ARN})  # stubbed client's ARN
+    with Stubber(rt.client) as stub:
+        for i in range(15):
+            sid = f"rh-{i:032d}"
+            stub.add_response("invoke_agent_runtime", ok_response(sid, "s3://b/k"))
+            stub.add_response("stop_runtime_session", {"runtimeSessionId": sid, "statusCode": 200})
+        t0 = time.monotonic()
+        for i in range(15):
+            await rt.submit(request(f"rh-{i:032d}"))
+            await rt.cancel(f"rh-{i:032d}")
+        elapsed = time.monotonic() - t0
+    # 30 calls at 20/s with a bucket of 20: at least (30 - 20) / 20 s.
+    assert elapsed >= 0.45
