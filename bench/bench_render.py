@@ -69,6 +69,26 @@ def run(turns: int, journal: Path | None) -> list[dict[str, float]]:
     return rows
 
 
+def journal_cost(n: int = 500) -> dict[str, float]:
+    """Median ms of one journal append (a 220-token turn) per durability mode."""
+    from rollhub_gateway.journal import SessionJournal
+
+    entry = {"turn": 0, "extra_ids": list(range(200)), "output_ids": list(range(20)),
+             "logprobs": [-0.123456] * 20, "new_messages": [{"role": "tool", "content": "x" * 600}]}
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in ("normal", "full"):
+            j = SessionJournal(Path(tmp) / f"{mode}.sqlite", durable=mode)  # type: ignore[arg-type]
+            times = []
+            for k in range(n):
+                t0 = time.perf_counter()
+                j.append("s", k, entry)
+                times.append((time.perf_counter() - t0) * 1e3)
+            out[mode] = statistics.median(times)
+            j.close()
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--turns", type=int, default=64)
@@ -98,6 +118,9 @@ def main(argv: list[str] | None = None) -> None:
     tot_f = sum(m["full_ms"] for m in med)
     print(f"\nwhole session: continuity {tot_p:.1f} ms, full re-render {tot_f:.1f} ms "
           f"({tot_f / tot_p:.1f}x); median commit {statistics.median(m['commit_ms'] for m in med):.2f} ms")
+    costs = journal_cost()
+    print(f"journal append, median of 500: synchronous=NORMAL {costs['normal']:.3f} ms, "
+          f"synchronous=FULL {costs['full']:.3f} ms")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,16 @@ session then *forks*: a new record starts whose ``prompt_ids`` are the new full 
 ``parent_branch_id``/``fork_turn`` say where it came from. Sampled tokens of earlier turns
 stay in the record that sampled them, so nothing is trained twice.
 
+Drift (``TurnSpan.drift``) says how a call's prompt met the session's earlier ids:
+``append`` (the prompt is the previous prompt + sampled ids + the template's tail: the
+record simply grows), ``rerender`` (the template itself rewrote the history, e.g. dropped
+earlier reasoning: the whole prompt was rendered again and a new record starts) and
+``fork`` (the agent edited or replayed its history, or a sub-agent started: a new record
+branches off ``parent_branch_id`` at ``fork_turn``, sharing the prefix as prompt).
+``TurnSpan.masked_tokens`` counts sampled tokens of earlier turns that a re-rendered
+prompt no longer shows as sampled (they stay trained in the record that sampled them).
+The gateway puts the session's drift counts in ``metadata["drift"]``.
+
 This maps one-to-one onto verl's ``AgentLoopOutput`` (prompt_ids, response_ids,
 response_mask, response_logprobs), slime's ``Sample`` (tokens = prompt + response,
 response_length, loss_mask, rollout_log_probs), Tinker's ``Datum`` (full sequence shifted by
@@ -51,7 +61,9 @@ class TurnSpan(BaseModel):
     weight_version: int | None = Field(None, description="policy version that sampled it")
     drift: DriftKind = Field("append", description="how this call's prompt met the last one")
     ill_formed: bool = Field(False, description="output could not be parsed (e.g. bad JSON)")
-    masked_tokens: int = Field(0, description="tokens of this turn excluded from training")
+    masked_tokens: int = Field(
+        0, description="sampled tokens of earlier turns this call's re-rendered prompt dropped"
+    )
 
 
 class TurnCall(BaseModel):
