@@ -72,6 +72,7 @@ class _Worker:
     sessions: dict[str, float | None] = field(default_factory=dict)
     alive: bool = True
     failures: int = 0
+    lists_rollouts: bool = True
     stderr: deque[str] = field(default_factory=lambda: deque(maxlen=50))
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
@@ -378,14 +379,14 @@ class LocalRuntime(Runtime):
             await asyncio.gather(*(self._ping(w, interval) for w in list(self._workers) if w.alive))
 
     async def _ping(self, worker: _Worker, timeout: float) -> None:
+        """``GET /ping`` for liveness, then ``GET /rollouts`` to free slots of ended sessions."""
         assert self._http is not None
         asked_at = time.monotonic()
         try:
-            r = await self._http.request("GET", worker.port, "/rollouts", timeout=max(timeout, 0.5))
+            r = await self._http.request("GET", worker.port, "/ping", timeout=max(timeout, 0.5))
             if r.status_code != 200:
-                raise LoopbackHTTPError(f"GET /rollouts answered HTTP {r.status_code}")
-            running = set(r.json().get("running", []))
-        except (LoopbackHTTPError, TimeoutError, ValueError) as exc:
+                raise LoopbackHTTPError(f"GET /ping answered HTTP {r.status_code}")
+        except (LoopbackHTTPError, TimeoutError) as exc:
             worker.failures += 1
             log.warning("local worker %d failed a liveness check (%d/%d): %s",
                         worker.index, worker.failures, PING_FAILURES, exc)  # fmt: skip
@@ -397,6 +398,16 @@ class LocalRuntime(Runtime):
                     worker.proc.kill()
             return
         worker.failures = 0
+        if not worker.lists_rollouts or not any(worker.sessions.values()):
+            return
+        try:
+            r = await self._http.request("GET", worker.port, "/rollouts", timeout=max(timeout, 0.5))
+            running = set(r.json().get("running", [])) if r.status_code == 200 else None
+        except (LoopbackHTTPError, TimeoutError, ValueError):
+            return  # the next /ping decides whether the worker is alive
+        if running is None:
+            worker.lists_rollouts = False  # an app without rollhub's extension
+            return
         # Sessions accepted before we asked and no longer running have ended on their own
         # (their result is stored); free their slots even if no client called finish().
         for sid, accepted in list(worker.sessions.items()):

@@ -138,3 +138,16 @@ def _alive(pid: int) -> bool:
             return fh.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+@aio
+async def test_slots_of_sessions_that_ended_on_their_own_are_freed(runtime, store) -> None:
+    # No client calls finish(): the liveness check's GET /rollouts frees the slots.
+    for i in range(4):
+        await runtime.submit(request(store, f"own-{i}-{'v' * 30}", x=i))
+    assert sum(runtime.load().values()) == 4
+    deadline = time.monotonic() + 5
+    while sum(runtime.load().values()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert sum(runtime.load().values()) == 0
+    assert all(store.get(f"lr/i/own-{i}-{'v' * 30}.json") for i in range(4))
