@@ -63,6 +63,8 @@ def _text_of(content: Any, where: str) -> str | None:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in ("text", "input_text", "output_text"):
             texts.append(str(part.get("text", "")))
+        elif kind == "refusal":  # an assistant refusal sent back as history
+            texts.append(str(part.get("refusal", "")))
         elif kind in ("image_url", "input_image", "input_audio", "file"):
             raise WireError(
                 "invalid_request",
