@@ -18,9 +18,10 @@ from typing import Any
 from rollhub.errors import GatewayError
 from rollhub.sampling import Generation
 from rollhub.trace import DriftKind, TraceRecord
+
 from rollhub_gateway.families import Family, IncrementalDecoder, detect_family, get_family
-from rollhub_gateway.journal import SessionJournal
 from rollhub_gateway.families.locality import probe_locality
+from rollhub_gateway.journal import SessionJournal
 from rollhub_gateway.render import Continuation, TemplateRenderer, canonical_tools, text_digest
 from rollhub_gateway.trajectory import (
     TrajectoryTree,
@@ -70,9 +71,15 @@ def build_chat_model(
         fam.supports_tools = False  # type: ignore[misc]
     renderer = TemplateRenderer(tokenizer, fam, chat_template)
     renderer.windowed = probe_locality(renderer)
-    log.info("chat model %s: family %s, window renders %s", model, fam.name,
-             "on" if renderer.windowed else "off")
-    return HFChatModel(renderer, model_id=model, journal=SessionJournal(journal) if journal else None)
+    log.info(
+        "chat model %s: family %s, window renders %s",
+        model,
+        fam.name,
+        "on" if renderer.windowed else "off",
+    )
+    return HFChatModel(
+        renderer, model_id=model, journal=SessionJournal(journal) if journal else None
+    )
 
 
 class HFChatModel:
@@ -99,7 +106,9 @@ class HFChatModel:
     def count_tokens(self, turn: ChatTurn) -> int:
         """Prompt tokens of a turn rendered from scratch (Anthropic count_tokens)."""
         r = self.renderer
-        return len(r.encode(r.render_text(r.template_messages(turn.messages), turn.tools, generation=True)))
+        return len(
+            r.encode(r.render_text(r.template_messages(turn.messages), turn.tools, generation=True))
+        )
 
     def new_parser(self, prepared: PreparedTurn | None = None) -> StreamingParser:
         """A parser for one generation.
@@ -194,8 +203,16 @@ class HFConversation:
         index = self._next_turn
         self._next_turn += 1
         state = _Pending(
-            parent, base, extra, history, digest, prompt_text, tools_key, masked,
-            self._opens_reasoning, turn.messages,
+            parent,
+            base,
+            extra,
+            history,
+            digest,
+            prompt_text,
+            tools_key,
+            masked,
+            self._opens_reasoning,
+            turn.messages,
         )
         return PreparedTurn(prompt_ids=prompt, drift=drift, turn_index=index, state=state)
 
@@ -263,15 +280,23 @@ class HFConversation:
         if texts.prompt is None and prev_len is None:
             prompt = r.render_text(parent.messages[:-1], tools, generation=True)
             prev_len, prev_digest = len(prompt), text_digest(prompt)
-        cont = r.continuation(texts, output_ids=parent.output_ids, prev_prompt_len=prev_len,
-                              prev_prompt_digest=prev_digest)
+        cont = r.continuation(
+            texts,
+            output_ids=parent.output_ids,
+            prev_prompt_len=prev_len,
+            prev_prompt_digest=prev_digest,
+        )
         if r.windowed and not windowed:
             self._since_verify = 0
-            win = r.continuation(r.texts(parent.messages, new, tools, windowed=True),
-                                 output_ids=parent.output_ids)
+            win = r.continuation(
+                r.texts(parent.messages, new, tools, windowed=True), output_ids=parent.output_ids
+            )
             if (win and win.extra_text) != (cont and cont.extra_text):
-                log.error("chat template of family %s does not render locally after all: "
-                          "window renders turned off", r.family.name)
+                log.error(
+                    "chat template of family %s does not render locally after all: "
+                    "window renders turned off",
+                    r.family.name,
+                )
                 r.windowed = False
                 _count_window_mismatch()
         return cont
@@ -289,7 +314,9 @@ class HFConversation:
         """Record a sampled turn (journal write included) before the response is sent."""
         st = prepared.state
         if not isinstance(st, _Pending):
-            raise GatewayError("commit() needs the PreparedTurn that prepare() of this session returned")
+            raise GatewayError(
+                "commit() needs the PreparedTurn that prepare() of this session returned"
+            )
         if len(generation.logprobs) != len(generation.token_ids):
             raise GatewayError(
                 f"engine returned {len(generation.token_ids)} token ids but "
@@ -316,7 +343,7 @@ class HFConversation:
             drift=prepared.drift,
             ill_formed=parsed.ill_formed,
             masked_tokens=st.masked,
-            messages=st.history + [fam.to_template_message(assistant)],
+            messages=[*st.history, fam.to_template_message(assistant)],
             history_digest=asst_digest,
             prompt_text_len=len(st.prompt_text) if st.prompt_text is not None else None,
             prompt_text_digest=text_digest(st.prompt_text) if st.prompt_text is not None else None,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollhub.sampling import SamplingParams
+
 from rollhub_gateway.chat_model import HFChatModel, build_chat_model
 from rollhub_gateway.engines.scripted import ScriptedBackend, scripted_logprob
 from rollhub_gateway.turns import ChatTurn, ParsedOutput
@@ -120,8 +121,9 @@ def model_for(name: str) -> HFChatModel:
         return build_chat_model()
     from rollhub_gateway.testing_tokenizers import family_template, vocab_tokenizer
 
-    return build_chat_model(name, tokenizer=vocab_tokenizer(name),
-                            chat_template=family_template(name))
+    return build_chat_model(
+        name, tokenizer=vocab_tokenizer(name), chat_template=family_template(name)
+    )
 
 
 def _agent_message(parsed: ParsedOutput) -> dict[str, Any]:
@@ -165,11 +167,14 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
         opens = prep.state.opens_reasoning
         if calls and not fam.content_with_calls:
             content = ""
-        text = fam.format_output(content, reasoning=reasoning if fam.reasoning_markup or
-                                 fam.name == "gpt_oss" else None, tool_calls=calls,
-                                 in_reasoning=opens)
+        text = fam.format_output(
+            content,
+            reasoning=reasoning if fam.reasoning_markup or fam.name == "gpt_oss" else None,
+            tool_calls=calls,
+            in_reasoning=opens,
+        )
         end_tok = _stop_token(fam.name, calls, follow_up, stop, r)
-        ids = r.encode(text) + [r.tokenizer.convert_tokens_to_ids(end_tok)]
+        ids = [*r.encode(text), r.tokenizer.convert_tokens_to_ids(end_tok)]
         backend.add(ids)
         gen = asyncio.run(backend.generate(prep.prompt_ids, SamplingParams(max_tokens=4096)))
         parser = model.new_parser(prep)
@@ -186,7 +191,9 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
             last_prep, last_out = seen[-1]
             want = last_prep.prompt_ids + last_out
             if prep.prompt_ids[: len(want)] != want:
-                report.failures.append(f"turn {step}: append prompt does not extend turn {step - 1}")
+                report.failures.append(
+                    f"turn {step}: append prompt does not extend turn {step - 1}"
+                )
         if prep.drift != "append" and not _template_rewrites(model, conv, prep, messages, tools):
             report.failures.append(f"turn {step}: {prep.drift} where the template appends")
         conv.commit(prep, gen, parsed, weight_version=step)
@@ -194,8 +201,13 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
         seen.append((prep, list(gen.token_ids)))
         messages.append(_agent_message(parsed))
         for c in parsed.tool_calls:
-            messages.append({"role": "tool", "tool_call_id": c.id,
-                             "content": json.dumps({"tool": c.name, "ok": True})})
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": c.id,
+                    "content": json.dumps({"tool": c.name, "ok": True}),
+                }
+            )
         if follow_up:
             messages.append({"role": "user", "content": follow_up})
     if model.renderer.windowed is False and windowed_before:
@@ -219,11 +231,12 @@ def _output_ids(model: HFChatModel, prompt_ids: list[int], step: Step) -> list[i
         tail = r.tokenizer.decode(prompt_ids[-8:], skip_special_tokens=False)
         opens = tail.rstrip().endswith(fam.reasoning_markup[0])
     keep = fam.reasoning_markup or fam.name == "gpt_oss"
-    text = fam.format_output(content, reasoning=reasoning if keep else None, tool_calls=calls,
-                             in_reasoning=opens)
+    text = fam.format_output(
+        content, reasoning=reasoning if keep else None, tool_calls=calls, in_reasoning=opens
+    )
     stop = {"chatml": "<|im_end|>"}.get(fam.name)
     end_tok = _stop_token(fam.name, calls, follow_up, stop, r)
-    return r.encode(text) + [r.tokenizer.convert_tokens_to_ids(end_tok)]
+    return [*r.encode(text), r.tokenizer.convert_tokens_to_ids(end_tok)]
 
 
 def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport:
@@ -239,7 +252,7 @@ def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport
     from rollhub_gateway.server import Gateway
     from rollhub_gateway.serving import ThreadedGateway
 
-    fam_word, parallel = CONFORMANCE_FAMILIES[name]
+    _fam_word, parallel = CONFORMANCE_FAMILIES[name]
     model = model or model_for(name)
     report = FamilyReport(name, model.family, via="http")
     tools = TOOLS if model.supports_tools() else None
@@ -262,14 +275,16 @@ def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport
     with ThreadedGateway(Gateway(backend, model)) as gw:
         session = gw.open_session(f"conformance-http-{name}")
         client = openai.OpenAI(base_url=gw.base_url, api_key=session.key, max_retries=0)
-        for step, (_, content, calls, follow_up) in enumerate(script):
+        for step, (_, _content, calls, follow_up) in enumerate(script):
             kwargs: dict[str, Any] = {"tools": tools} if tools else {}
             resp = client.chat.completions.create(
                 model=model.model_id, messages=messages, max_tokens=4096, **kwargs
             )
             report.turns += 1
             msg = resp.choices[0].message
-            got = [(c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls or []]
+            got = [
+                (c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls or []
+            ]
             if got != list(calls):
                 report.failures.append(f"turn {step}: tool calls {got} != {calls}")
             echo: dict[str, Any] = {"role": "assistant", "content": msg.content}
@@ -277,13 +292,19 @@ def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport
                 echo["tool_calls"] = [c.model_dump(exclude_none=True) for c in msg.tool_calls]
             messages.append(echo)
             for c in msg.tool_calls or []:
-                messages.append({"role": "tool", "tool_call_id": c.id,
-                                 "content": json.dumps({"tool": c.function.name, "ok": True})})
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": c.id,
+                        "content": json.dumps({"tool": c.function.name, "ok": True}),
+                    }
+                )
             if follow_up:
                 messages.append({"role": "user", "content": follow_up})
         records = gw.finish_session(session.session_id)
     sampled = {
-        i: (ids, [scripted_logprob(k, t) for k, t in enumerate(ids)]) for i, ids in enumerate(outputs)
+        i: (ids, [scripted_logprob(k, t) for k, t in enumerate(ids)])
+        for i, ids in enumerate(outputs)
     }
     _check_records(report, records, sampled)
     by_turn = {s.turn_index: (rec, s) for rec in records for s in rec.turns}
@@ -301,7 +322,9 @@ def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport
     return report
 
 
-def _stop_token(family: str, calls: list[Any], follow_up: str | None, stop: str | None, r: Any) -> str:
+def _stop_token(
+    family: str, calls: list[Any], follow_up: str | None, stop: str | None, r: Any
+) -> str:
     if family == "gpt_oss":
         return "<|call|>" if calls else "<|return|>"
     if family == "glm4_moe":
@@ -310,7 +333,11 @@ def _stop_token(family: str, calls: list[Any], follow_up: str | None, stop: str 
 
 
 def _check_parse(
-    report: FamilyReport, step: int, parsed: ParsedOutput, streamed: str, content: str,
+    report: FamilyReport,
+    step: int,
+    parsed: ParsedOutput,
+    streamed: str,
+    content: str,
     calls: list[tuple[str, dict[str, Any]]],
 ) -> None:
     got = [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls]
@@ -322,8 +349,9 @@ def _check_parse(
         report.failures.append(f"turn {step}: streamed {streamed!r} is not a prefix of the content")
 
 
-def _template_rewrites(model: HFChatModel, conv: Any, prep: Any, messages: list[Any],
-                       tools: Any) -> bool:
+def _template_rewrites(
+    model: HFChatModel, conv: Any, prep: Any, messages: list[Any], tools: Any
+) -> bool:
     """Whether the template renders the previous history differently inside the new one."""
     parent = prep.state.parent
     if parent is None:
@@ -334,13 +362,15 @@ def _template_rewrites(model: HFChatModel, conv: Any, prep: Any, messages: list[
     if not through.startswith(prompt):  # the generation prompt is not how history renders
         return True
     known = len(parent.messages)
-    full = r.render_text(parent.messages + r.template_messages(messages[known:]), tools,
-                         generation=True)
+    full = r.render_text(
+        parent.messages + r.template_messages(messages[known:]), tools, generation=True
+    )
     return not full.startswith(through)
 
 
-def _check_records(report: FamilyReport, records: list[Any],
-                   sampled: dict[int, tuple[list[int], list[float]]]) -> None:
+def _check_records(
+    report: FamilyReport, records: list[Any], sampled: dict[int, tuple[list[int], list[float]]]
+) -> None:
     report.sampled = sum(len(ids) for ids, _ in sampled.values())
     report.in_records = sum(r.num_sampled for r in records)
     if report.in_records != report.sampled:
@@ -362,8 +392,20 @@ def _check_records(report: FamilyReport, records: list[Any],
 
 def format_table(reports: list[FamilyReport], *, markdown: bool = False) -> str:
     """The per-family table."""
-    head = ["family", "via", "parser", "turns", "append", "rerender", "fork", "masked tokens",
-            "sampled ids", "trained (mask 1)", "retokenisation differs", "result"]
+    head = [
+        "family",
+        "via",
+        "parser",
+        "turns",
+        "append",
+        "rerender",
+        "fork",
+        "masked tokens",
+        "sampled ids",
+        "trained (mask 1)",
+        "retokenisation differs",
+        "result",
+    ]
     for r in reports:
         if r.via == "http":
             r.retok_diff = -1  # not observable through HTTP
@@ -377,7 +419,7 @@ def format_table(reports: list[FamilyReport], *, markdown: bool = False) -> str:
         lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
         lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
         return "\n".join(lines)
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=False)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return "\n".join(fmt.format(*map(str, row)) for row in [head, *rows])
 
@@ -387,12 +429,22 @@ def main(argv: list[str] | None = None) -> int:
 
     Returns 0 when every check passed, 1 otherwise.
     """
-    ap = argparse.ArgumentParser(prog="rollhub gateway conformance", description=__doc__.split("\n")[0])
-    ap.add_argument("--family", action="append", choices=sorted(CONFORMANCE_FAMILIES),
-                    help="run only this family (repeatable)")
+    ap = argparse.ArgumentParser(
+        prog="rollhub gateway conformance", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument(
+        "--family",
+        action="append",
+        choices=sorted(CONFORMANCE_FAMILIES),
+        help="run only this family (repeatable)",
+    )
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
-    ap.add_argument("--via", choices=["both", "http", "direct"], default="both",
-                    help="drive sessions through the HTTP API, the Conversation API, or both")
+    ap.add_argument(
+        "--via",
+        choices=["both", "http", "direct"],
+        default="both",
+        help="drive sessions through the HTTP API, the Conversation API, or both",
+    )
     args = ap.parse_args(argv)
     reports = []
     for n in args.family or CONFORMANCE_FAMILIES:

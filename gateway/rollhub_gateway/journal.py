@@ -67,7 +67,9 @@ class SessionJournal:
             with self._lock:
                 return self._db.execute(sql, args).fetchall()
         except sqlite3.Error as exc:
-            raise GatewayError(f"session journal {str(self.path)!r}: {exc}", field="journal") from exc
+            raise GatewayError(
+                f"session journal {str(self.path)!r}: {exc}", field="journal"
+            ) from exc
 
     def open_session(self, session_id: str, model_id: str | None = None) -> None:
         """Register a session (idempotent)."""
@@ -100,13 +102,13 @@ class SessionJournal:
             with self._lock:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
-            raise GatewayError(f"session journal {str(self.path)!r}: {exc}", field="journal") from exc
+            raise GatewayError(
+                f"session journal {str(self.path)!r}: {exc}", field="journal"
+            ) from exc
 
     def turns(self, session_id: str) -> list[dict[str, Any]]:
         """The session's entries in turn order (empty for unknown or discarded sessions)."""
-        rows = self._run(
-            "SELECT entry FROM turns WHERE session_id=? ORDER BY turn", (session_id,)
-        )
+        rows = self._run("SELECT entry FROM turns WHERE session_id=? ORDER BY turn", (session_id,))
         return [json.loads(r[0]) for r in rows]
 
     def state(self, session_id: str) -> str | None:
@@ -121,8 +123,10 @@ class SessionJournal:
 
     def finish(self, session_id: str) -> None:
         """Mark a session done (its turns stay readable)."""
-        self._run("UPDATE sessions SET state='done', updated=? WHERE session_id=?",
-                  (time.time(), session_id))
+        self._run(
+            "UPDATE sessions SET state='done', updated=? WHERE session_id=?",
+            (time.time(), session_id),
+        )
 
     def discard(self, session_id: str) -> None:
         """Delete a session and its turns."""

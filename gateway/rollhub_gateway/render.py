@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollhub.errors import GatewayError
+
 from rollhub_gateway.families.base import Family
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,8 @@ class TemplateRenderer:
         #: render continuations over a window (set when probe_locality clears the template)
         self.windowed = False
         self._template_vars = {
-            k: v for k, v in (getattr(tokenizer, "special_tokens_map", {}) or {}).items()
+            k: v
+            for k, v in (getattr(tokenizer, "special_tokens_map", {}) or {}).items()
             if isinstance(v, str)
         }
         probe = self.render_text([{"role": "user", "content": "x"}], None, generation=True)
@@ -98,7 +100,11 @@ class TemplateRenderer:
     # Rendering -------------------------------------------------------------------------------
 
     def render_text(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, generation: bool
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        *,
+        generation: bool,
     ) -> str:
         """The template's text for template-form messages.
 
@@ -234,6 +240,7 @@ class TemplateRenderer:
             return tail[len(sampled) :]
         log.debug("sampled stop %r is rendered as %r: history rewritten", sampled, cut_text)
         return None
+
 
 def window(
     history: list[dict[str, Any]], new: list[dict[str, Any]]

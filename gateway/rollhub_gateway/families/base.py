@@ -18,7 +18,7 @@ from rollhub_gateway.turns import OutputDelta, ParsedOutput, ToolCall
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Family", "MarkupStreamParser", "IncrementalDecoder", "new_call_id", "partial_suffix"]
+__all__ = ["Family", "IncrementalDecoder", "MarkupStreamParser", "new_call_id", "partial_suffix"]
 
 
 def new_call_id() -> str:
@@ -140,7 +140,9 @@ class Family:
         if reasoning is not None and self.reasoning_markup:
             open_, close = self.reasoning_markup
             head = ("" if in_reasoning else open_ + "\n") + reasoning + "\n" + close + "\n\n"
-        calls = "".join(self.format_call(name, args, i) for i, (name, args) in enumerate(tool_calls))
+        calls = "".join(
+            self.format_call(name, args, i) for i, (name, args) in enumerate(tool_calls)
+        )
         sep = "\n" if content and calls else ""
         return head + content + sep + calls
 
@@ -257,8 +259,10 @@ class MarkupStreamParser:
         self.in_reasoning = in_reasoning
         self._buf = ""
         self._pos = 0
-        self._state = "start" if family.reasoning_markup and not in_reasoning else (
-            "reasoning" if in_reasoning else "content"
+        self._state = (
+            "start"
+            if family.reasoning_markup and not in_reasoning
+            else ("reasoning" if in_reasoning else "content")
         )
         self._skip_newlines = in_reasoning
         self._sent_content = ""
@@ -339,7 +343,13 @@ class MarkupStreamParser:
         in_reasoning = self.in_reasoning
         markup = self.family.reasoning_markup
         ids = self.decoder.ids
-        if in_reasoning and markup and markup[1] not in text and ids and ids[-1] in self.decoder.stop:
+        if (
+            in_reasoning
+            and markup
+            and markup[1] not in text
+            and ids
+            and ids[-1] in self.decoder.stop
+        ):
             # the model ended its turn without ever closing a reasoning block: the prompt
             # did not open one (e.g. DeepSeek after tool outputs), so it is content
             in_reasoning = False

@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001  (DeepSeek's markers are written with fullwidth bars)
 """Which family a chat template belongs to, read from its structure, not its hash.
 
 Each rule looks for the markup the template renders tool calls (or turns) with, so a
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from rollhub.errors import ConfigError
+
 from rollhub_gateway.families.base import Family
 from rollhub_gateway.families.harmony import HarmonyFamily
 from rollhub_gateway.families.json_tools import DeepSeekV3Family, Llama3Family

@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001, RUF002  (DeepSeek's markers are written with fullwidth bars)
 """Families with bare JSON or DeepSeek-delimited tool calls.
 
 - ``llama3``: Llama 3.1 / 3.2: a tool call is the whole output as
@@ -62,7 +63,6 @@ class Llama3Family(Family):
             calls.append(ToolCall(new_call_id(), obj["name"], json.dumps(args, ensure_ascii=False)))
         return calls or None
 
-
     def format_call(self, name: str, args: dict[str, Any], index: int) -> str:
         body = json.dumps({"name": name, "parameters": args}, ensure_ascii=False)
         return ("; " if index else "") + body
@@ -89,7 +89,10 @@ CALL_BEGIN = "<｜tool▁call▁begin｜>"
 CALL_END = "<｜tool▁call▁end｜>"
 SEP = "<｜tool▁sep｜>"
 _DS_CALL = re.compile(
-    re.escape(CALL_BEGIN) + r"(\w+)" + re.escape(SEP) + r"([^\n]+)\n```(?:json)?\n(.*?)\n```"
+    re.escape(CALL_BEGIN)
+    + r"(\w+)"
+    + re.escape(SEP)
+    + r"([^\n]+)\n```(?:json)?\n(.*?)\n```"
     + re.escape(CALL_END),
     re.S,
 )
@@ -114,10 +117,14 @@ class DeepSeekV3Family(Family):
     ) -> str:
         text = super().format_output(content, reasoning=reasoning, in_reasoning=in_reasoning)
         if tool_calls:
-            text += CALLS_BEGIN + "\n".join(
-                f"{CALL_BEGIN}function{SEP}{name}\n```json\n{json.dumps(args)}\n```{CALL_END}"
-                for name, args in tool_calls
-            ) + CALLS_END
+            text += (
+                CALLS_BEGIN
+                + "\n".join(
+                    f"{CALL_BEGIN}function{SEP}{name}\n```json\n{json.dumps(args)}\n```{CALL_END}"
+                    for name, args in tool_calls
+                )
+                + CALLS_END
+            )
         return text
 
     def parse_tool_section(self, section: str) -> list[ToolCall] | None:

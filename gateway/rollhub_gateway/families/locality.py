@@ -12,10 +12,12 @@ turns and turn windows off for good on the first disagreement.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import TYPE_CHECKING, Any
 
 from rollhub.errors import GatewayError
+
 from rollhub_gateway.turns import ParsedOutput, ToolCall
 
 if TYPE_CHECKING:
@@ -52,17 +54,38 @@ def probe_conversations(renderer: TemplateRenderer) -> list[tuple[list[dict[str,
         return {"role": "user", "content": text}
 
     sys = {"role": "system", "content": "probe system"}
-    chat = [sys, user("a"), asst("b"), user("c"), asst("d"), user("e"), asst("f"), user("g"),
-            asst("h")]
+    chat = [
+        sys,
+        user("a"),
+        asst("b"),
+        user("c"),
+        asst("d"),
+        user("e"),
+        asst("f"),
+        user("g"),
+        asst("h"),
+    ]
     out: list[tuple[list[dict[str, Any]], Any]] = [(chat, None), (chat[1:], None)]
     if fam.supports_tools:
         parallel = ("lookup", "fetch") if fam.content_with_calls else ("lookup",)
         loop = [sys, user("q1"), asst("", "lookup"), tool(0), asst("", *parallel), tool(1)]
         if len(parallel) > 1:
             loop.append(tool(2))
-        loop += [asst("", "fetch"), tool(3), asst("", "lookup"), tool(4), asst("done"),
-                 user("q2"), asst("again", "fetch"), tool(5), asst("", "lookup"), tool(6),
-                 asst("end"), user("q3"), asst("bye")]
+        loop += [
+            asst("", "fetch"),
+            tool(3),
+            asst("", "lookup"),
+            tool(4),
+            asst("done"),
+            user("q2"),
+            asst("again", "fetch"),
+            tool(5),
+            asst("", "lookup"),
+            tool(6),
+            asst("end"),
+            user("q3"),
+            asst("bye"),
+        ]
         out += [(loop, _TOOLS), (loop[1:], _TOOLS)]
     return out
 
@@ -74,7 +97,7 @@ def probe_locality(renderer: TemplateRenderer) -> bool:
     try:
         for messages, tools in probe_conversations(renderer):
             turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-            for i, nxt in zip(turns, turns[1:]):
+            for i, nxt in itertools.pairwise(turns):
                 history, new = messages[: i + 1], messages[i + 1 : nxt]
                 whole = renderer.texts(history, new, tools, windowed=False)
                 prompt = renderer.render_text(history[:-1], tools, generation=True)
@@ -82,11 +105,18 @@ def probe_locality(renderer: TemplateRenderer) -> bool:
                 win = renderer.texts(history, new, tools, windowed=True)
                 b = renderer.split(win, None, None) if win.prompt is not None else a
                 if a != b:
-                    log.info("family %s: window and whole renders differ at message %d; "
-                             "rendering whole conversations", renderer.family.name, i)
+                    log.info(
+                        "family %s: window and whole renders differ at message %d; "
+                        "rendering whole conversations",
+                        renderer.family.name,
+                        i,
+                    )
                     return False
     except GatewayError as exc:
-        log.info("family %s: probe failed to render (%s); rendering whole conversations",
-                 renderer.family.name, exc)
+        log.info(
+            "family %s: probe failed to render (%s); rendering whole conversations",
+            renderer.family.name,
+            exc,
+        )
         return False
     return True

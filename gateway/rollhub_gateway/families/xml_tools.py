@@ -79,7 +79,6 @@ class HermesFamily(Family):
             calls.append(ToolCall(new_call_id(), obj["name"], text))
         return calls
 
-
     def format_call(self, name: str, args: dict[str, Any], index: int) -> str:
         body = json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
         return ("\n" if index else "") + f"<tool_call>\n{body}\n</tool_call>"
@@ -114,7 +113,9 @@ class Qwen3CoderFamily(Qwen3Family):
             args = {k.strip(): _value(v) for k, v in _PARAM.findall(params_text)}
             if _PARAM.sub("", params_text).strip():
                 return None
-            calls.append(ToolCall(new_call_id(), m.group(1).strip(), json.dumps(args, ensure_ascii=False)))
+            calls.append(
+                ToolCall(new_call_id(), m.group(1).strip(), json.dumps(args, ensure_ascii=False))
+            )
         return calls
 
     def format_call(self, name: str, args: dict[str, Any], index: int) -> str:
@@ -122,7 +123,9 @@ class Qwen3CoderFamily(Qwen3Family):
             f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
             for k, v in args.items()
         )
-        return ("\n" if index else "") + f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+        return (
+            "\n" if index else ""
+        ) + f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
 
 
 _ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)

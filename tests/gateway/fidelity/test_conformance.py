@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from rollhub_gateway.conformance import (
     APPEND_ONLY,
     CONFORMANCE_FAMILIES,

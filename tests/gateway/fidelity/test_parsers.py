@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from rollhub_gateway.conformance import CONFORMANCE_FAMILIES
 
 TOOL_FAMILIES = [n for n, (fam, _) in CONFORMANCE_FAMILIES.items() if fam != "chatml"]
@@ -15,7 +14,7 @@ def _ids(model, text: str, stop: str | None = None) -> list[int]:
     r = model.renderer
     ids = r.encode(text)
     stop_id = r.tokenizer.convert_tokens_to_ids(stop) if stop else r.stop_ids[0]
-    return ids + [stop_id]
+    return [*ids, stop_id]
 
 
 def _stream(model, ids, prepared=None):
@@ -40,9 +39,12 @@ def test_tool_call_round_trip_and_stream(name, family_model):
     fam = model.renderer.family
     opens = model.renderer.prompt_opens_reasoning
     args = {"city": "Paris", "days": 3, "units": {"temp": "C"}}
-    text = fam.format_output("Let me check." if fam.content_with_calls else "",
-                             reasoning="weather needed" if fam.reasoning_markup or fam.name == "gpt_oss" else None,
-                             tool_calls=[("get_weather", args)], in_reasoning=opens)
+    text = fam.format_output(
+        "Let me check." if fam.content_with_calls else "",
+        reasoning="weather needed" if fam.reasoning_markup or fam.name == "gpt_oss" else None,
+        tool_calls=[("get_weather", args)],
+        in_reasoning=opens,
+    )
     deltas, parsed = _stream(model, _ids(model, text, _stop_for(fam.name, True)))
     assert not parsed.ill_formed
     assert [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls] == [("get_weather", args)]
@@ -58,8 +60,9 @@ def test_tool_call_round_trip_and_stream(name, family_model):
 def test_malformed_tool_call_is_text_and_flagged(name, family_model):
     model = family_model(name)
     fam = model.renderer.family
-    good = fam.format_output("", tool_calls=[("f", {"a": 1})],
-                             in_reasoning=model.renderer.prompt_opens_reasoning)
+    good = fam.format_output(
+        "", tool_calls=[("f", {"a": 1})], in_reasoning=model.renderer.prompt_opens_reasoning
+    )
     # cut the markup short inside the arguments: unparseable
     bad = good[: good.rindex("1") + 1]
     deltas, parsed = _stream(model, _ids(model, bad, _stop_for(fam.name, True)))
@@ -85,8 +88,9 @@ def test_llama_json_answer_is_content_not_a_call(family_model):
     text = '{"answer": 42}'
     _, parsed = _stream(model, _ids(model, text))
     assert parsed.content == text and not parsed.tool_calls and not parsed.ill_formed
-    _, parsed = _stream(model, _ids(model, '<|python_tag|>{"name": "f", "parameters": {"x": 1}}',
-                                    "<|eom_id|>"))
+    _, parsed = _stream(
+        model, _ids(model, '<|python_tag|>{"name": "f", "parameters": {"x": 1}}', "<|eom_id|>")
+    )
     assert [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls] == [("f", {"x": 1})]
 
 
@@ -97,12 +101,23 @@ def test_deepseek_output_after_tool_results_has_no_reasoning(family_model):
     conv = model.new_conversation("ds")
     messages = [
         {"role": "user", "content": "q"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "r"},
     ]
-    prep = conv.prepare(ChatTurn(messages, tools=[{"type": "function", "function": {
-        "name": "f", "parameters": {"type": "object"}}}]))
+    prep = conv.prepare(
+        ChatTurn(
+            messages,
+            tools=[
+                {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+            ],
+        )
+    )
     assert not prep.state.opens_reasoning  # the template adds no <think> after tool outputs
     deltas, parsed = _stream(model, _ids(model, "The result is r."), prep)
     assert parsed.content == "The result is r." and parsed.reasoning is None
@@ -111,7 +126,9 @@ def test_deepseek_output_after_tool_results_has_no_reasoning(family_model):
 
 def test_gpt_oss_final_channel_and_analysis(family_model):
     model = family_model("gpt_oss")
-    text = "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>Hi!"
+    text = (
+        "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>Hi!"
+    )
     deltas, parsed = _stream(model, _ids(model, text, "<|return|>"))
     assert (parsed.reasoning, parsed.content, parsed.tool_calls) == ("think", "Hi!", [])
     assert "".join(d.text for d in deltas if d.kind == "content") == "Hi!"

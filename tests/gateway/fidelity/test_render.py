@@ -4,7 +4,6 @@ continuity details (truncated outputs, edited history)."""
 from __future__ import annotations
 
 import pytest
-
 from rollhub.errors import ConfigError, GatewayError
 from rollhub.sampling import Generation
 from rollhub_gateway.chat_model import build_chat_model
@@ -29,16 +28,27 @@ def test_direct_render_matches_apply_chat_template(name, family_model):
             part = messages[:end]
             for gen in (True, False):
                 want = r.tokenizer.apply_chat_template(
-                    part, tools=tools, chat_template=r.chat_template, tokenize=False,
-                    add_generation_prompt=gen)
+                    part,
+                    tools=tools,
+                    chat_template=r.chat_template,
+                    tokenize=False,
+                    add_generation_prompt=gen,
+                )
                 assert r.render_text(part, tools, generation=gen) == want
 
 
 @pytest.mark.parametrize(
     ("template", "family"),
-    [("qwen2_5.jinja", "hermes"), ("qwen3.jinja", "qwen3"), ("qwen3_6.jinja", "qwen3_coder"),
-     ("llama3_1.jinja", "llama3"), ("deepseekv3.jinja", "deepseek_v3"),
-     ("glm4moe.jinja", "glm4_moe"), ("gptoss.jinja", "gpt_oss"), ("gemma3.jinja", None)],
+    [
+        ("qwen2_5.jinja", "hermes"),
+        ("qwen3.jinja", "qwen3"),
+        ("qwen3_6.jinja", "qwen3_coder"),
+        ("llama3_1.jinja", "llama3"),
+        ("deepseekv3.jinja", "deepseek_v3"),
+        ("glm4moe.jinja", "glm4_moe"),
+        ("gptoss.jinja", "gpt_oss"),
+        ("gemma3.jinja", None),
+    ],
 )
 def test_detection_reads_structure_not_bytes(template, family):
     text = trl_template(template)
@@ -50,8 +60,9 @@ def test_detection_reads_structure_not_bytes(template, family):
 
 
 def test_family_override_and_unknown_family(smollm2_tokenizer):
-    model = build_chat_model(tokenizer=smollm2_tokenizer, chat_template=family_template("qwen2_5"),
-                             family="hermes")
+    model = build_chat_model(
+        tokenizer=smollm2_tokenizer, chat_template=family_template("qwen2_5"), family="hermes"
+    )
     assert model.family == "hermes" and model.supports_tools()
     with pytest.raises(ConfigError, match="family='nope'"):
         build_chat_model(tokenizer=smollm2_tokenizer, family="nope")
@@ -85,7 +96,7 @@ def test_truncated_output_gets_the_end_of_turn_unmasked(family_model):
     p1 = conv.prepare(ChatTurn(msgs))
     assert p1.drift == "append"
     assert p1.prompt_ids[: len(p0.prompt_ids) + len(out)] == p0.prompt_ids + out
-    tail = r.tokenizer.decode(p1.prompt_ids[len(p0.prompt_ids) + len(out):])
+    tail = r.tokenizer.decode(p1.prompt_ids[len(p0.prompt_ids) + len(out) :])
     assert tail.startswith("<|im_end|>\n<|im_start|>user\ngo on")
     (rec,) = conv.traces()
     assert rec.turns[0].finish_reason == "length" and rec.num_sampled == len(out)
@@ -98,15 +109,15 @@ def test_retry_of_the_same_request_forks_from_the_shared_prefix(family_model):
     conv = model.new_conversation("retry")
     msgs = [{"role": "user", "content": "hi"}]
     p0 = conv.prepare(ChatTurn(list(msgs)))
-    out0 = r.encode("Hello!") + [end]
+    out0 = [*r.encode("Hello!"), end]
     conv.commit(p0, _gen(out0), model.parse(out0))
-    msgs2 = msgs + [{"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "joke"}]
+    msgs2 = [*msgs, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "joke"}]
     p1 = conv.prepare(ChatTurn(msgs2))
-    out1 = r.encode("Knock knock.") + [end]
+    out1 = [*r.encode("Knock knock."), end]
     conv.commit(p1, _gen(out1), model.parse(out1))
     p2 = conv.prepare(ChatTurn(msgs2))  # the agent retries turn 1 (e.g. a GRPO resample)
     assert p2.drift == "fork" and p2.prompt_ids == p1.prompt_ids
-    out2 = r.encode("Why did the chicken...") + [end]
+    out2 = [*r.encode("Why did the chicken..."), end]
     conv.commit(p2, _gen(out2), model.parse(out2))
     a, b = conv.traces()
     assert b.parent_branch_id == a.branch_id and b.fork_turn == 0
@@ -117,5 +128,7 @@ def test_retry_of_the_same_request_forks_from_the_shared_prefix(family_model):
 def test_tools_for_a_no_tools_template_fail_before_sampling(smollm2_tokenizer):
     model = build_chat_model(tokenizer=smollm2_tokenizer)
     with pytest.raises(GatewayError) as err:
-        model.new_conversation("x").prepare(ChatTurn([{"role": "user", "content": "x"}], tools=TOOLS))
+        model.new_conversation("x").prepare(
+            ChatTurn([{"role": "user", "content": "x"}], tools=TOOLS)
+        )
     assert 'family = "hermes"' in str(err.value) and err.value.field == "family"

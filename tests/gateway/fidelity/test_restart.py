@@ -71,8 +71,12 @@ def test_killed_process_session_resumes_from_the_journal(tmp_path):
         child.wait(timeout=30)
     assert child.returncode == -signal.SIGKILL
 
-    model = build_chat_model("qwen2_5", tokenizer=vocab_tokenizer("qwen2_5"),
-                             chat_template=family_template("qwen2_5"), journal=journal)
+    model = build_chat_model(
+        "qwen2_5",
+        tokenizer=vocab_tokenizer("qwen2_5"),
+        chat_template=family_template("qwen2_5"),
+        journal=journal,
+    )
     assert model.open_sessions() == ["sess-1"]
     conv = model.new_conversation("sess-1")
     assert [len(r.turns) for r in conv.traces()] == [3]
@@ -82,17 +86,21 @@ def test_killed_process_session_resumes_from_the_journal(tmp_path):
     assert prep.drift == "append" and prep.turn_index == 3
     (before,) = conv.traces()
     assert prep.prompt_ids[: len(before.full_ids)] == before.full_ids
-    ids = r.encode("Oslo 20C, Rome 20C, Lima 20C.") + [r.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    ids = [
+        *r.encode("Oslo 20C, Rome 20C, Lima 20C."),
+        r.tokenizer.convert_tokens_to_ids("<|im_end|>"),
+    ]
     gen = Generation(ids, [scripted_logprob(i, t) for i, t in enumerate(ids)], "stop")
     conv.commit(prep, gen, model.parse(ids, prep), weight_version=8)
     (rec,) = conv.finish()
 
     assert [t.turn_index for t in rec.turns] == [0, 1, 2, 3]
     assert [t.weight_version for t in rec.turns] == [7, 7, 7, 8]
-    for span, want in zip(rec.turns, [*state["sampled"], ids]):
+    for span, want in zip(rec.turns, [*state["sampled"], ids], strict=False):
         assert rec.response_ids[span.start : span.end] == want
         assert rec.response_logprobs[span.start : span.end] == [
-            scripted_logprob(i, t) for i, t in enumerate(want)]
+            scripted_logprob(i, t) for i, t in enumerate(want)
+        ]
     assert rec.num_sampled == sum(map(len, state["sampled"])) + len(ids)
     assert model.open_sessions() == []
     assert SessionJournal(journal).state("sess-1") == "done"

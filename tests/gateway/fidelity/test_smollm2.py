@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from rollhub.errors import GatewayError
 from rollhub.sampling import Generation
 from rollhub_gateway.chat_model import build_chat_model
@@ -31,15 +30,18 @@ def test_append_only_session_reuses_exact_ids(smollm2_tokenizer):
         # with a ChatML template the tail rendering equals a full re-tokenisation
         text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
         assert prep.prompt_ids == tok.encode(text, add_special_tokens=False)
-        out = tok.encode(f" answer {k} ", add_special_tokens=False) + [end]
+        out = [*tok.encode(f" answer {k} ", add_special_tokens=False), end]
         sampled.append(out)
         parsed = model.parse(out)
         conv.commit(prep, _gen(out), parsed, weight_version=k)
         prev_full = prep.prompt_ids + out
-        msgs += [{"role": "assistant", "content": parsed.content}, {"role": "user", "content": f"q{k}"}]
+        msgs += [
+            {"role": "assistant", "content": parsed.content},
+            {"role": "user", "content": f"q{k}"},
+        ]
     (rec,) = conv.traces()
     assert [t.weight_version for t in rec.turns] == list(range(5))
-    for span, out in zip(rec.turns, sampled):
+    for span, out in zip(rec.turns, sampled, strict=False):
         assert rec.response_ids[span.start : span.end] == out
         assert rec.response_mask[span.start : span.end] == [1] * len(out)
         assert rec.response_logprobs[span.start : span.end] == _gen(out).logprobs
@@ -63,12 +65,12 @@ def test_edited_history_forks_without_training_twice(smollm2_tokenizer):
     conv = model.new_conversation("s")
     first = [{"role": "user", "content": "Hi"}]
     p0 = conv.prepare(ChatTurn(first))
-    out0 = tok.encode("Hello", add_special_tokens=False) + [end]
+    out0 = [*tok.encode("Hello", add_special_tokens=False), end]
     conv.commit(p0, _gen(out0), model.parse(out0))
     # the agent rewrites the first user message: nothing to continue
     p1 = conv.prepare(ChatTurn([{"role": "user", "content": "Hey"}]))
     assert p1.drift == "fork"
-    out1 = tok.encode("Yo", add_special_tokens=False) + [end]
+    out1 = [*tok.encode("Yo", add_special_tokens=False), end]
     conv.commit(p1, _gen(out1), model.parse(out1))
     recs = conv.traces()
     assert len(recs) == 2

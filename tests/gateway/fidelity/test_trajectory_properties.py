@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from rollhub.sampling import Generation
 from rollhub_gateway.conformance import TOOLS
 from rollhub_gateway.engines.scripted import scripted_logprob
@@ -37,33 +36,51 @@ def _run(model, ops, session: str):
         if kind == "edit":
             users = [i for i, m in enumerate(cur) if m["role"] == "user"]
             i = users[pick % len(users)]
-            cur = cur[:i] + [{"role": "user", "content": f"edited {n}"}]
+            cur = [*cur[:i], {"role": "user", "content": f"edited {n}"}]
         elif kind == "replay" and sent:
             cur = list(sent[pick % len(sent)])
         elif kind == "fresh":
-            cur = [{"role": "system", "content": "sub-agent"}, {"role": "user", "content": f"task {n}"}]
+            cur = [
+                {"role": "system", "content": "sub-agent"},
+                {"role": "user", "content": f"task {n}"},
+            ]
         prep = conv.prepare(ChatTurn(list(cur), tools=TOOLS))
         words = " ".join(WORDS[(pick + k) % len(WORDS)] for k in range(1 + pick % 5))
-        text = fam.format_output("" if call else words, reasoning=f"r{n}",
-                                 tool_calls=[("get_weather", {"city": words})] if call else [])
+        text = fam.format_output(
+            "" if call else words,
+            reasoning=f"r{n}",
+            tool_calls=[("get_weather", {"city": words})] if call else [],
+        )
         ids = r.encode(text)
         if truncated:
             ids = ids[: max(1, len(ids) // 2)]
         else:
             ids.append(stop)
-        gen = Generation(ids, [scripted_logprob(i, t) for i, t in enumerate(ids)],
-                         "length" if truncated else "stop")
+        gen = Generation(
+            ids,
+            [scripted_logprob(i, t) for i, t in enumerate(ids)],
+            "length" if truncated else "stop",
+        )
         parsed = model.parse(ids, prep)
         conv.commit(prep, gen, parsed, weight_version=n)
         turns[prep.turn_index] = (prep.prompt_ids, ids, gen.logprobs)
         sent.append(list(cur))
         echo = {"role": "assistant", "content": parsed.content or None}
         if parsed.tool_calls:
-            echo["tool_calls"] = [{"id": c.id, "type": "function", "function": {
-                "name": c.name, "arguments": c.arguments}} for c in parsed.tool_calls]
-        cur = cur + [echo]
+            echo["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in parsed.tool_calls
+            ]
+        cur = [*cur, echo]
         if parsed.tool_calls and kind != "new_user":
-            cur += [{"role": "tool", "tool_call_id": c.id, "content": f"t{n}"} for c in parsed.tool_calls]
+            cur += [
+                {"role": "tool", "tool_call_id": c.id, "content": f"t{n}"}
+                for c in parsed.tool_calls
+            ]
         else:
             cur.append({"role": "user", "content": f"u{n}"})
     return conv, turns
@@ -109,9 +126,15 @@ def test_random_sessions_on_a_rewriting_template(ops, family_model):
 
 
 def test_a_fixed_session_exercises_every_drift_kind(family_model):
-    ops = [("next", 1, True, False), ("next", 2, False, False), ("next", 3, True, False),
-           ("edit", 0, False, False), ("replay", 1, False, True), ("fresh", 0, True, False),
-           ("next", 4, False, False)]
+    ops = [
+        ("next", 1, True, False),
+        ("next", 2, False, False),
+        ("next", 3, True, False),
+        ("edit", 0, False, False),
+        ("replay", 1, False, True),
+        ("fresh", 0, True, False),
+        ("next", 4, False, False),
+    ]
     conv, turns = _run(family_model("qwen3"), ops, "fixed")
     _check(conv, turns)
     counts = conv.drift_counts()
