@@ -21,18 +21,19 @@ AGENT = str(Path(__file__).with_name("noop_agent.py")) + ":app"
 
 @pytest.fixture(scope="module")
 def local_ray():
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        log_to_driver=False,
-        configure_logging=False,
-    )
-    try:
-        yield
-    finally:
-        ray.shutdown()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_AUTH_MODE", "disabled")  # no token file for a throwaway cluster
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            log_to_driver=False,
+            configure_logging=False,
+        )
+        try:
+            yield
+        finally:
+            ray.shutdown()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
