@@ -31,7 +31,13 @@ from rollhub.episode import ErrorInfo, Status
 from rollhub.errors import ConfigError, UsageError
 from rollhub.loop_thread import LoopThread, ensure_no_running_loop
 from rollhub.retry import Backoff
-from rollhub.rollout import ROLLOUT_KEY, RolloutConfig, RolloutRequest, SubmitReceipt
+from rollhub.rollout import (
+    ROLLOUT_KEY,
+    RolloutConfig,
+    RolloutRequest,
+    SubmitReceipt,
+    validate_key_part,
+)
 
 if TYPE_CHECKING:
     from rollhub.batch import BatchItem
@@ -273,8 +279,6 @@ class AsyncRolloutClient:
             from rollhub.stores import open_store
 
             store = open_store(store)
-        from rollhub.rollout import validate_key_part
-
         try:
             validate_key_part(exp_id, "exp_id")
         except ValueError as exc:
