@@ -403,7 +403,7 @@ class HFConversation:
                 prompt_text_digest=e["prompt_text_digest"],
                 tools_key=e["tools_key"],
             )
-            self.tree.add(node)
+            self.tree.add(node, recovered=True)
             by_index[node.index] = node
             self._next_turn = max(self._next_turn, node.index + 1)
         log.info("session %s: recovered %d turns from the journal", self.session_id, len(entries))

@@ -203,8 +203,12 @@ class TrajectoryTree:
 
     # Commit ----------------------------------------------------------------------------------
 
-    def add(self, node: TurnNode) -> TurnNode:
-        """Record a sampled turn; returns it with its branch set."""
+    def add(self, node: TurnNode, *, recovered: bool = False) -> TurnNode:
+        """Record a sampled turn; returns it with its branch set.
+
+        :param recovered: the turn is replayed from the journal; it was counted in the
+            process-wide drift counts of the process that sampled it.
+        """
         with self._lock:
             base = node.base
             if base is not None and base.branch is not None and base.branch.tip is base:
@@ -251,18 +255,17 @@ class TrajectoryTree:
                 node.parent.children += 1
             self.nodes.append(node)
             self._by_history.setdefault(node.history_digest, []).append(node)
-            self._count(node)
+            self._count(node, recovered=recovered)
             return node
 
-    def _count(self, node: TurnNode) -> None:
-        self.counts[node.drift] += 1
-        _count(node.drift)
-        if node.masked_tokens:
-            self.counts["masked_tokens"] += node.masked_tokens
-            _count("masked_tokens", node.masked_tokens)
-        if node.ill_formed:
-            self.counts["ill_formed"] += 1
-            _count("ill_formed")
+    def _count(self, node: TurnNode, *, recovered: bool) -> None:
+        keys = [(node.drift, 1), ("masked_tokens", node.masked_tokens),
+                ("ill_formed", int(node.ill_formed))]  # fmt: skip
+        for key, n in keys:
+            if n:
+                self.counts[key] += n
+                if not recovered:
+                    _count(key, n)
 
     # Records ---------------------------------------------------------------------------------
 

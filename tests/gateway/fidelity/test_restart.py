@@ -119,3 +119,111 @@ def test_journal_discard_and_wal_mode(tmp_path):
         j.append("b", k, {"ids": list(range(300))})
     assert len(j.turns("b")) == 200
     assert time.perf_counter() - t0 < 30  # sanity only; the benchmark measures cost
+
+
+GATEWAY_CHILD = textwrap.dedent(
+    """
+    import json, sys, time
+    from rollhub_gateway.chat_model import build_chat_model
+    from rollhub_gateway.config import GatewayConfig
+    from rollhub_gateway.engines.scripted import ScriptedBackend
+    from rollhub_gateway.server import Gateway
+    from rollhub_gateway.serving import ThreadedGateway
+    from rollhub_gateway.testing_tokenizers import family_template, vocab_tokenizer
+
+    model = build_chat_model("qwen2_5", tokenizer=vocab_tokenizer("qwen2_5"),
+                             chat_template=family_template("qwen2_5"), journal=sys.argv[1])
+    r = model.renderer
+    end = r.tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    def answer(prompt_ids):
+        done = r.tokenizer.decode(prompt_ids).count("<tool_response>")
+        if done < 4:
+            text = r.family.format_output("", tool_calls=[("get_weather", {"city": f"c{done}"})])
+        else:
+            text = "All four cities are warm."
+        return r.encode(text) + [end]
+
+    gw = ThreadedGateway(Gateway(ScriptedBackend([answer] * 10), model,
+                                 GatewayConfig(admin_token="adm", log_turns=False)))
+    gw.start()
+    print(json.dumps({"url": gw.url}), flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def _admin(url: str, path: str, body: dict | None = None) -> dict:
+    import urllib.request
+
+    req = urllib.request.Request(
+        url + path,
+        data=json.dumps(body or {}).encode(),
+        headers={"Authorization": "Bearer adm", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def _start_gateway(journal) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", GATEWAY_CHILD, str(journal)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    line = proc.stdout.readline()
+    if not line:
+        proc.kill()
+        raise AssertionError("gateway process exited before serving")
+    return proc, json.loads(line)["url"]
+
+
+def _agent_turn(url: str, key: str, messages: list[dict]) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0)
+    msg = (
+        client.chat.completions.create(model="m", messages=messages, tools=TOOLS).choices[0].message
+    )
+    echo = {"role": "assistant", "content": msg.content}
+    if msg.tool_calls:
+        echo["tool_calls"] = [c.model_dump(exclude_none=True) for c in msg.tool_calls]
+    messages.append(echo)
+    for c in msg.tool_calls or []:
+        messages.append({"role": "tool", "tool_call_id": c.id, "content": "warm"})
+
+
+def test_killed_gateway_process_resumes_sessions_over_http(tmp_path):
+    journal = tmp_path / "gateway.sqlite"
+    messages = [{"role": "user", "content": "weather in four cities"}]
+    proc, url = _start_gateway(journal)
+    try:
+        key = _admin(url, "/sessions", {"session_id": "keep"})["api_key"]
+        for _ in range(2):
+            _agent_turn(url, key, messages)
+    finally:
+        proc.send_signal(signal.SIGKILL)  # mid-session: no finish, no clean shutdown
+        proc.wait(timeout=30)
+
+    proc, url = _start_gateway(journal)
+    try:
+        key = _admin(url, "/sessions", {"session_id": "keep"})["api_key"]
+        for _ in range(3):
+            _agent_turn(url, key, messages)
+        traces = _admin(url, "/sessions/keep/finish")["traces"]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert messages[-1]["content"] == "All four cities are warm."
+    (rec,) = traces
+    assert [t["turn_index"] for t in rec["turns"]] == [0, 1, 2, 3, 4]
+    assert [t["drift"] for t in rec["turns"]] == ["append"] * 5
+    for t in rec["turns"]:
+        ids = rec["response_ids"][t["start"] : t["end"]]
+        assert rec["response_mask"][t["start"] : t["end"]] == [1] * len(ids)
+        assert rec["response_logprobs"][t["start"] : t["end"]] == [
+            scripted_logprob(i, x) for i, x in enumerate(ids)
+        ]
+    assert SessionJournal(journal).state("keep") == "done"

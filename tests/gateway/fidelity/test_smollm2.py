@@ -76,3 +76,20 @@ def test_edited_history_forks_without_training_twice(smollm2_tokenizer):
     assert len(recs) == 2
     assert recs[1].parent_branch_id is None and recs[1].num_sampled == len(out1)
     assert sum(r.num_sampled for r in recs) == len(out0) + len(out1)
+
+
+def test_global_drift_counts_follow_commits(smollm2_tokenizer):
+    from rollhub_gateway.trajectory import global_drift_counts
+
+    model = build_chat_model(tokenizer=smollm2_tokenizer)
+    end = smollm2_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    before = global_drift_counts()
+    conv = model.new_conversation("g")
+    for text in ("Hi", "Hey"):  # the second edits the first message: a fork
+        prep = conv.prepare(ChatTurn([{"role": "user", "content": text}]))
+        out = smollm2_tokenizer.encode("ok", add_special_tokens=False) + [end]
+        conv.commit(prep, _gen(out), model.parse(out))
+    after = global_drift_counts()
+    assert after["append"] - before["append"] == 1
+    assert after["fork"] - before["fork"] == 1
+    assert conv.traces()[0].metadata["drift"]["fork"] == 1
