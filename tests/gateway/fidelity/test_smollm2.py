@@ -87,7 +87,7 @@ def test_global_drift_counts_follow_commits(smollm2_tokenizer):
     conv = model.new_conversation("g")
     for text in ("Hi", "Hey"):  # the second edits the first message: a fork
         prep = conv.prepare(ChatTurn([{"role": "user", "content": text}]))
-        out = smollm2_tokenizer.encode("ok", add_special_tokens=False) + [end]
+        out = [*smollm2_tokenizer.encode("ok", add_special_tokens=False), end]
         conv.commit(prep, _gen(out), model.parse(out))
     after = global_drift_counts()
     assert after["append"] - before["append"] == 1
