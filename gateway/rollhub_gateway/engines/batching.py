@@ -166,16 +166,29 @@ class BatchEngine:
             if row.aborted:
                 self._finish(row, "abort")
                 continue
-            out = self.model(
-                input_ids=torch.tensor([row.prompt_ids], dtype=torch.long),
-                use_cache=True,
-                **self._keep_kw,
-            )
-            self.stats["prefills"] += 1
-            row.length = len(row.prompt_ids)
-            if self._sample(row, out.logits[0, -1].float()):
-                continue
-            self._merge(row, self._out_cache(out))
+            try:
+                out = self.model(
+                    input_ids=torch.tensor([row.prompt_ids], dtype=torch.long),
+                    use_cache=True,
+                    **self._keep_kw,
+                )
+                self.stats["prefills"] += 1
+                row.length = len(row.prompt_ids)
+                if self._sample(row, out.logits[0, -1].float()):
+                    continue
+                self._merge(row, self._out_cache(out))
+            except Exception as exc:  # this row fails alone; the batch is untouched
+                log.exception("prefill failed")
+                err = (
+                    exc
+                    if isinstance(exc, GatewayError)
+                    else GatewayError(
+                        f"transformers engine prefill failed: {exc}", engine="transformers"
+                    )
+                )
+                if err is not exc:
+                    err.__cause__ = exc
+                row.emit(err)
 
     def _merge(self, row: Row, cache: Any) -> None:
         import torch

@@ -64,6 +64,7 @@ class TransformersBackend(SamplingBackend):
         self.engine: BatchEngine | None = None
         self.eos_ids: frozenset[int] = frozenset()
         self.max_positions: int | None = None
+        self.vocab_size: int | None = None
         self._start_lock = asyncio.Lock()
 
     async def start(self) -> None:
@@ -95,6 +96,7 @@ class TransformersBackend(SamplingBackend):
         self.model, self.tokenizer = model, tokenizer
         self.eos_ids = frozenset(_eos_ids(model, tokenizer))
         self.max_positions = getattr(model.config, "max_position_embeddings", None)
+        self.vocab_size = model.get_input_embeddings().num_embeddings
         engine = BatchEngine(
             model,
             max_batch_size=opts.max_batch_size,
@@ -110,6 +112,13 @@ class TransformersBackend(SamplingBackend):
 
         if not prompt_ids:
             raise GatewayError("prompt_ids is empty: give at least one token id", engine=self.name)
+        vocab = self.vocab_size
+        if vocab and (min(prompt_ids) < 0 or max(prompt_ids) >= vocab):
+            raise GatewayError(
+                f"prompt_ids hold an id outside the model's vocabulary [0, {vocab}): "
+                "was the prompt rendered with another model's tokenizer?",
+                engine=self.name,
+            )
         max_tokens = min(params.max_tokens, self.options.max_new_tokens)
         if max_tokens < 1:
             raise GatewayError(

@@ -165,6 +165,10 @@ async def test_bad_requests_name_the_field(smollm: TransformersBackend) -> None:
         await smollm.generate([], SamplingParams(max_tokens=4))
     with pytest.raises(GatewayError, match="max_tokens"):
         await smollm.generate([1] * 8000, SamplingParams(max_tokens=1000))
+    with pytest.raises(GatewayError, match="vocabulary"):
+        await smollm.generate([1, 10**7], SamplingParams(max_tokens=4))
+    ok = await smollm.generate([1, 2, 3], SamplingParams(max_tokens=2))  # still serving
+    assert len(ok.token_ids) == 2
 
 
 def test_converted_copy_location(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
