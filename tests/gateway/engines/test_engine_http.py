@@ -248,3 +248,17 @@ async def test_api_key_and_routing_key_headers(sglang_server, vllm_server) -> No
     assert "routing_key" not in sglang_server.requests[-1]["sampling_params"]
     assert vllm_server.headers[-1]["Authorization"] == "Bearer k2"
     assert "k1" not in repr(sg.options) and "k2" not in repr(vl.options)
+
+
+def test_importing_the_backends_stays_light() -> None:
+    """Registration imports every backend class: none may pull in torch or an SDK."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from rollhub_gateway.engines import transformers_engine, vllm, sglang, tinker\n"
+        "heavy = [m for m in ('torch', 'transformers', 'tinker') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
