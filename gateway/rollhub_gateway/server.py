@@ -8,7 +8,7 @@ Model routes (session key in ``Authorization: Bearer`` or ``x-api-key``)::
     POST /v1/messages/count_tokens     Anthropic token counting
     GET  /v1/models                    the served model
 
-Admin routes (``Authorization: Bearer <admin token>``)::
+Admin routes (``Authorization: Bearer <admin token>``; see :mod:`.protocols.admin`)::
 
     POST   /sessions                   open a session → {session_id, api_key, base_url}
     GET    /sessions                   open sessions, and journal sessions a restart can resume
@@ -26,21 +26,19 @@ the field), 401, 404, 413, 429 (per-session concurrency), 502 (engine failure).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
-import time
 from typing import Any
 
 from aiohttp import web
-from rollhub.errors import ConfigError
 from rollhub.sampling import SamplingBackend
 from rollhub.trace import TraceRecord
 
 from rollhub_gateway.config import GatewayConfig, SessionPolicy
 from rollhub_gateway.metrics import GatewayMetrics
 from rollhub_gateway.protocols import AnthropicMessages, OpenAIChat, OpenAIResponses, WireError
-from rollhub_gateway.protocols.base import ProtocolAdapter
+from rollhub_gateway.protocols.admin import AdminRoutes
+from rollhub_gateway.protocols.base import body_json, error_response
 from rollhub_gateway.protocols.execution import ClientGone, TurnRunner
 from rollhub_gateway.sessions import Session, SessionError, SessionManager
 from rollhub_gateway.turns import ChatModel
@@ -93,6 +91,7 @@ class Gateway:
         )  # fmt: skip
         self.url: str | None = None
         self._server: Any = None
+        self.admin = AdminRoutes(self)
 
     # In-process API ---------------------------------------------------------------------------
 
@@ -164,12 +163,7 @@ class Gateway:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/metrics", self._metrics)
-        app.router.add_post("/sessions", self._admin_open)
-        app.router.add_get("/sessions", self._admin_list)
-        app.router.add_get("/sessions/{sid}/traces", self._admin_traces)
-        app.router.add_post("/sessions/{sid}/finish", self._admin_finish)
-        app.router.add_delete("/sessions/{sid}", self._admin_drop)
-        app.router.add_put("/weight_version", self._admin_weight_version)
+        self.admin.add_routes(app)
         app.on_startup.append(self._on_startup)
         app.on_cleanup.append(self._on_cleanup)
         return app
@@ -212,7 +206,7 @@ class Gateway:
     ) -> web.StreamResponse:
         try:
             session = self._session(request)
-            req = adapter.parse(await _body(request))
+            req = adapter.parse(await body_json(request))
             session.touch()
             plan = self.runner.plan(session, req, route=route)
             if not req.stream:
@@ -220,12 +214,12 @@ class Gateway:
                 return web.json_response(adapter.response(req, result))
             return await self._stream(request, adapter, req, plan)
         except WireError as err:
-            return _error(adapter, err)
+            return error_response(adapter, err)
         except ConnectionResetError:
             raise
         except Exception as exc:  # a bug must still answer in the caller's format
             log.exception("%s failed", route)
-            return _error(adapter, WireError("internal", f"internal gateway error: {exc}"))
+            return error_response(adapter, WireError("internal", f"internal gateway error: {exc}"))
 
     async def _stream(
         self, request: web.Request, adapter: Any, req: Any, plan: Any
@@ -268,18 +262,18 @@ class Gateway:
     async def _count_tokens(self, request: web.Request) -> web.Response:
         try:
             self._session(request)
-            req = _ANTHROPIC.parse(await _body(request), count_only=True)
+            req = _ANTHROPIC.parse(await body_json(request), count_only=True)
             return web.json_response({"input_tokens": self.chat_model.count_tokens(req.turn)})
         except WireError as err:
-            return _error(_ANTHROPIC, err)
+            return error_response(_ANTHROPIC, err)
 
     async def _models(self, request: web.Request) -> web.Response:
         adapter = _ANTHROPIC if "anthropic-version" in request.headers else _OPENAI
         try:
-            if not self._is_admin(request):
+            if not self.admin.is_admin(request):
                 self._session(request)
         except WireError as err:
-            return _error(adapter, err)
+            return error_response(adapter, err)
         mid = self.chat_model.model_id
         entry = {
             "id": mid,
@@ -324,144 +318,6 @@ class Gateway:
                 "authentication",
                 "invalid api key: no open session has this key (unknown, finished, dropped or expired)",
             ) from None
-
-    # Admin routes ---------------------------------------------------------------------------
-
-    def _is_admin(self, request: web.Request) -> bool:
-        auth = request.headers.get("Authorization", "")
-        token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-        return bool(token) and secrets.compare_digest(token.encode(), self.admin_token.encode())
-
-    def _admin(self, request: web.Request) -> None:
-        if not self._is_admin(request):
-            raise WireError(
-                "authentication", "admin routes need 'Authorization: Bearer <admin token>'"
-            )
-
-    async def _admin_open(self, request: web.Request) -> web.Response:
-        try:
-            self._admin(request)
-            body = await _body(request, allow_empty=True)
-            sid = body.get("session_id")
-            if sid is not None and (not isinstance(sid, str) or not sid):
-                raise WireError(
-                    "invalid_request", "'session_id' must be a non-empty string", param="session_id"
-                )
-            policy = body.get("policy")
-            if policy is not None and not isinstance(policy, dict):
-                raise WireError("invalid_request", "'policy' must be an object", param="policy")
-            try:
-                session = self.open_session(sid, policy=policy, metadata=body.get("metadata"))
-            except ConfigError as exc:
-                raise WireError(
-                    "invalid_request", str(exc), param=exc.context.get("field")
-                ) from None
-            except SessionError as exc:
-                raise WireError("invalid_request", str(exc), param="session_id") from None
-        except WireError as err:
-            return _error(_OPENAI, err)
-        root = f"{request.scheme}://{request.host}{request.path.removesuffix('/sessions')}"
-        return web.json_response(
-            {
-                "session_id": session.session_id,
-                "api_key": session.key,
-                "base_url": f"{root}/v1",
-                "anthropic_base_url": root,
-                "model": self.chat_model.model_id,
-            },
-            status=201,
-        )
-
-    async def _admin_list(self, request: web.Request) -> web.Response:
-        try:
-            self._admin(request)
-        except WireError as err:
-            return _error(_OPENAI, err)
-        now = time.monotonic()
-        open_ = [
-            {
-                "session_id": s.session_id,
-                "turns": s.turns,
-                "in_flight": s.in_flight,
-                "idle_s": round(now - s.last_used, 3),
-            }
-            for s in self.sessions.sessions()
-        ]
-        journal = getattr(self.chat_model, "open_sessions", None)
-        unfinished = journal() if callable(journal) else []
-        recoverable = sorted(set(unfinished) - {s["session_id"] for s in open_})
-        return web.json_response({"open": open_, "recoverable": recoverable})
-
-    async def _admin_traces(self, request: web.Request) -> web.Response:
-        return await self._admin_records(request, self.traces)
-
-    async def _admin_finish(self, request: web.Request) -> web.Response:
-        return await self._admin_records(request, self.finish_session)
-
-    async def _admin_records(self, request: web.Request, get: Any) -> web.Response:
-        sid = request.match_info["sid"]
-        try:
-            self._admin(request)
-            try:
-                records = get(sid)
-            except SessionError:
-                raise WireError("not_found", f"no open session {sid!r}") from None
-        except WireError as err:
-            return _error(_OPENAI, err)
-        return web.json_response(
-            {"session_id": sid, "traces": [r.model_dump(mode="json") for r in records]}
-        )
-
-    async def _admin_drop(self, request: web.Request) -> web.Response:
-        sid = request.match_info["sid"]
-        try:
-            self._admin(request)
-            try:
-                self.drop_session(sid)
-            except SessionError:
-                raise WireError("not_found", f"no open session {sid!r}") from None
-        except WireError as err:
-            return _error(_OPENAI, err)
-        return web.Response(status=204)
-
-    async def _admin_weight_version(self, request: web.Request) -> web.Response:
-        try:
-            self._admin(request)
-            body = await _body(request)
-            version = body.get("version")
-            if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
-                raise WireError(
-                    "invalid_request", "'version' must be an integer or null", param="version"
-                )
-        except WireError as err:
-            return _error(_OPENAI, err)
-        self.set_weight_version(version)
-        return web.json_response({"version": version})
-
-
-async def _body(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
-    """The JSON object body; 413 past ``client_max_size``, 400 when it is not an object."""
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge as exc:
-        raise WireError(
-            "too_large",
-            f"request body is larger than the gateway's limit of {request.app._client_max_size} bytes (max_body_bytes)",
-        ) from exc
-    if not raw and allow_empty:
-        return {}
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise WireError("invalid_request", f"request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise WireError("invalid_request", "request body must be a JSON object")
-    return body
-
-
-def _error(adapter: ProtocolAdapter, err: WireError) -> web.Response:
-    headers = {"Retry-After": "1"} if err.status in (429, 503) else None
-    return web.json_response(adapter.error_body(err), status=err.status, headers=headers)
 
 
 def _process_drift_counts() -> dict[str, int]:

@@ -4,6 +4,7 @@
 - :mod:`.openai_responses`: OpenAI Responses
 - :mod:`.anthropic`: Anthropic Messages
 - :mod:`.execution`: running one turn (policy, rendering, sampling, commit), shared by all
+- :mod:`.admin`: the session-management routes of the hub
 """
 
 from rollhub_gateway.protocols.anthropic import AnthropicMessages

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from aiohttp import web
 from rollhub.sampling import Generation
 
 from rollhub_gateway.turns import ChatTurn, ParsedOutput
@@ -24,6 +25,8 @@ __all__ = [
     "TurnResult",
     "WireError",
     "WireRequest",
+    "body_json",
+    "error_response",
     "new_id",
     "opt_bool",
     "opt_float",
@@ -265,3 +268,32 @@ def parse_arguments(arguments: str) -> Any:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {"value": value}
+
+
+# Request bodies and error responses -------------------------------------------------------
+
+
+async def body_json(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
+    """The JSON object body; 413 past ``client_max_size``, 400 when it is not an object."""
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise WireError(
+            "too_large",
+            f"request body is larger than the gateway's limit of {request.app._client_max_size} bytes (max_body_bytes)",
+        ) from exc
+    if not raw and allow_empty:
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise WireError("invalid_request", f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise WireError("invalid_request", "request body must be a JSON object")
+    return body
+
+
+def error_response(adapter: ProtocolAdapter, err: WireError) -> web.Response:
+    """``err`` as a JSON response in ``adapter``'s format (429/503 carry Retry-After)."""
+    headers = {"Retry-After": "1"} if err.status in (429, 503) else None
+    return web.json_response(adapter.error_body(err), status=err.status, headers=headers)

@@ -1,0 +1,155 @@
+"""The admin routes of a gateway: opening, reading, finishing and dropping sessions.
+
+All need ``Authorization: Bearer <admin token>``; errors use the OpenAI error shape.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from rollhub.errors import ConfigError
+
+from rollhub_gateway.protocols.base import WireError, body_json, error_response
+from rollhub_gateway.protocols.openai_chat import OpenAIChat
+from rollhub_gateway.sessions import SessionError
+
+if TYPE_CHECKING:
+    from rollhub_gateway.server import Gateway
+
+__all__ = ["AdminRoutes"]
+
+_OPENAI = OpenAIChat()
+
+
+class AdminRoutes:
+    """Session management over HTTP for one gateway (the hub's side of the API)."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    def add_routes(self, app: web.Application) -> None:
+        """Register the admin routes on ``app``."""
+        app.router.add_post("/sessions", self.open_session)
+        app.router.add_get("/sessions", self.list_sessions)
+        app.router.add_get("/sessions/{sid}/traces", self.traces)
+        app.router.add_post("/sessions/{sid}/finish", self.finish)
+        app.router.add_delete("/sessions/{sid}", self.drop)
+        app.router.add_put("/weight_version", self.weight_version)
+
+    def is_admin(self, request: web.Request) -> bool:
+        auth = request.headers.get("Authorization", "")
+        token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        return bool(token) and secrets.compare_digest(
+            token.encode(), self.gateway.admin_token.encode()
+        )
+
+    def _check(self, request: web.Request) -> None:
+        if not self.is_admin(request):
+            raise WireError(
+                "authentication", "admin routes need 'Authorization: Bearer <admin token>'"
+            )
+
+    async def open_session(self, request: web.Request) -> web.Response:
+        try:
+            self._check(request)
+            body = await body_json(request, allow_empty=True)
+            sid = body.get("session_id")
+            if sid is not None and (not isinstance(sid, str) or not sid):
+                raise WireError(
+                    "invalid_request", "'session_id' must be a non-empty string", param="session_id"
+                )
+            policy = body.get("policy")
+            if policy is not None and not isinstance(policy, dict):
+                raise WireError("invalid_request", "'policy' must be an object", param="policy")
+            try:
+                session = self.gateway.open_session(
+                    sid, policy=policy, metadata=body.get("metadata")
+                )
+            except ConfigError as exc:
+                raise WireError(
+                    "invalid_request", str(exc), param=exc.context.get("field")
+                ) from None
+            except SessionError as exc:
+                raise WireError("invalid_request", str(exc), param="session_id") from None
+        except WireError as err:
+            return error_response(_OPENAI, err)
+        root = f"{request.scheme}://{request.host}{request.path.removesuffix('/sessions')}"
+        return web.json_response(
+            {
+                "session_id": session.session_id,
+                "api_key": session.key,
+                "base_url": f"{root}/v1",
+                "anthropic_base_url": root,
+                "model": self.gateway.chat_model.model_id,
+            },
+            status=201,
+        )
+
+    async def list_sessions(self, request: web.Request) -> web.Response:
+        try:
+            self._check(request)
+        except WireError as err:
+            return error_response(_OPENAI, err)
+        now = time.monotonic()
+        open_ = [
+            {
+                "session_id": s.session_id,
+                "turns": s.turns,
+                "in_flight": s.in_flight,
+                "idle_s": round(now - s.last_used, 3),
+            }
+            for s in self.gateway.sessions.sessions()
+        ]
+        journal = getattr(self.gateway.chat_model, "open_sessions", None)
+        unfinished = journal() if callable(journal) else []
+        recoverable = sorted(set(unfinished) - {s["session_id"] for s in open_})
+        return web.json_response({"open": open_, "recoverable": recoverable})
+
+    async def traces(self, request: web.Request) -> web.Response:
+        return await self._records(request, self.gateway.traces)
+
+    async def finish(self, request: web.Request) -> web.Response:
+        return await self._records(request, self.gateway.finish_session)
+
+    async def _records(self, request: web.Request, get: Any) -> web.Response:
+        sid = request.match_info["sid"]
+        try:
+            self._check(request)
+            try:
+                records = get(sid)
+            except SessionError:
+                raise WireError("not_found", f"no open session {sid!r}") from None
+        except WireError as err:
+            return error_response(_OPENAI, err)
+        return web.json_response(
+            {"session_id": sid, "traces": [r.model_dump(mode="json") for r in records]}
+        )
+
+    async def drop(self, request: web.Request) -> web.Response:
+        sid = request.match_info["sid"]
+        try:
+            self._check(request)
+            try:
+                self.gateway.drop_session(sid)
+            except SessionError:
+                raise WireError("not_found", f"no open session {sid!r}") from None
+        except WireError as err:
+            return error_response(_OPENAI, err)
+        return web.Response(status=204)
+
+    async def weight_version(self, request: web.Request) -> web.Response:
+        try:
+            self._check(request)
+            body = await body_json(request)
+            version = body.get("version")
+            if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+                raise WireError(
+                    "invalid_request", "'version' must be an integer or null", param="version"
+                )
+        except WireError as err:
+            return error_response(_OPENAI, err)
+        self.gateway.set_weight_version(version)
+        return web.json_response({"version": version})
