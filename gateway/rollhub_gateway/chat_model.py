@@ -47,6 +47,7 @@ def build_chat_model(
     family: str | None = None,
     journal: str | Path | None = None,
     tokenizer: Any = None,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> HFChatModel:
     """A chat model for the gateway.
 
@@ -57,6 +58,7 @@ def build_chat_model(
         the template when omitted.
     :param journal: path of the SQLite session journal; ``None`` keeps sessions in memory.
     :param tokenizer: a ready tokenizer (skips loading ``model``'s).
+    :param template_kwargs: extra template variables, e.g. ``{"enable_thinking": False}``.
     :raises ConfigError: unknown family or model.
     """
     if tokenizer is None:
@@ -69,7 +71,7 @@ def build_chat_model(
         log.warning("chat template of %s matches no known family; tools are disabled", model)
         fam = get_family("chatml")
         fam.supports_tools = False  # type: ignore[misc]
-    renderer = TemplateRenderer(tokenizer, fam, chat_template)
+    renderer = TemplateRenderer(tokenizer, fam, chat_template, template_kwargs)
     renderer.windowed = probe_locality(renderer)
     log.info(
         "chat model %s: family %s, window renders %s",

@@ -66,9 +66,16 @@ class TemplateRenderer:
     :param tokenizer: a Hugging Face tokenizer (``apply_chat_template``, ``encode``).
     :param family: the template family (message shape, stop tokens).
     :param chat_template: a template overriding the tokenizer's own.
+    :param template_kwargs: extra variables for the template (``{"enable_thinking": False}``).
     """
 
-    def __init__(self, tokenizer: Any, family: Family, chat_template: str | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        family: Family,
+        chat_template: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
         self.family = family
         self.chat_template = chat_template or getattr(tokenizer, "chat_template", None)
@@ -84,6 +91,8 @@ class TemplateRenderer:
         added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
         self.added_ids: set[int] = set(added)
         self.added_texts: tuple[str, ...] = tuple(str(t) for t in added.values())
+        #: extra template variables (e.g. ``enable_thinking``)
+        self.template_kwargs = {**family.template_kwargs, **(template_kwargs or {})}
         self._compiled = _compile(self.chat_template)
         #: render continuations over a window (set when probe_locality clears the template)
         self.windowed = False
@@ -120,7 +129,7 @@ class TemplateRenderer:
                     tools=tools or None,
                     documents=None,
                     add_generation_prompt=generation,
-                    **{**self._template_vars, **self.family.template_kwargs},
+                    **{**self._template_vars, **self.template_kwargs},
                 )
             return self.tokenizer.apply_chat_template(
                 messages,
@@ -128,7 +137,7 @@ class TemplateRenderer:
                 chat_template=self.chat_template,
                 tokenize=False,
                 add_generation_prompt=generation,
-                **self.family.template_kwargs,
+                **self.template_kwargs,
             )
         except Exception as exc:  # jinja raises anything, including TemplateError
             raise GatewayError(

@@ -132,3 +132,20 @@ def test_tools_for_a_no_tools_template_fail_before_sampling(smollm2_tokenizer):
             ChatTurn([{"role": "user", "content": "x"}], tools=TOOLS)
         )
     assert 'family = "hermes"' in str(err.value) and err.value.field == "family"
+
+
+def test_template_kwargs_reach_the_template(family_model):
+    from rollhub_gateway.testing_tokenizers import vocab_tokenizer
+
+    model = build_chat_model(
+        "qwen3",
+        tokenizer=vocab_tokenizer("qwen3"),
+        chat_template=family_template("qwen3"),
+        template_kwargs={"enable_thinking": False},
+    )
+    conv = model.new_conversation("nt")
+    prep = conv.prepare(ChatTurn([{"role": "user", "content": "hi"}]))
+    text = model.renderer.tokenizer.decode(prep.prompt_ids)
+    assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    ids = model.renderer.encode("Hello!") + [model.stop_token_ids()[0]]
+    assert model.parse(ids, prep).content == "Hello!"
