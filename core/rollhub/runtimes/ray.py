@@ -26,6 +26,10 @@ __all__ = ["RayRuntime", "RayRuntimeOptions"]
 
 log = logging.getLogger(__name__)
 
+#: the actors' concurrency group for start and cancel calls, and its size
+CONTROL = "control"
+CONTROL_SLOTS = 16
+
 
 class RayRuntimeOptions(RuntimeOptions):
     """``[runtime]`` options of the ``ray`` runtime."""
@@ -112,7 +116,9 @@ class RayRuntime(Runtime):
                 ray.init, address=self.options.address, runtime_env=env, log_to_driver=False
             )
             self._inited_ray = True
-        self._remote_cls = ray.remote(RolloutActor)
+        # Starts and cancels run in their own group, so they are served even when every
+        # rollout slot of the default group is waiting on a long rollout.
+        self._remote_cls = ray.remote(concurrency_groups={CONTROL: CONTROL_SLOTS})(RolloutActor)
         self._started = True
         try:
             self._actors = list(
@@ -143,20 +149,34 @@ class RayRuntime(Runtime):
             )
         actor = min(live, key=lambda a: len(a.sessions))
         sid = request.rollout.session_id
-        try:
-            ref = actor.handle.run.remote(request.to_wire())
-        except Exception as exc:  # the actor handle is already known dead
-            raise SubmissionError(
-                f"ray actor {actor.index} refused {sid}: {exc}", transient=True
-            ) from exc
-        actor.sessions[sid] = ref
+        actor.sessions[sid] = None
         self._where[sid] = actor
-        task = asyncio.get_running_loop().create_task(self._watch(actor, sid, ref))
+        try:
+            # Like POST /invocations: the receipt comes once the actor has started the
+            # rollout, so a cancel right after it always finds the session.
+            location = await actor.handle.start.options(concurrency_group=CONTROL).remote(
+                request.to_wire()
+            )
+            ref = actor.handle.wait.remote(sid)
+        except Exception as exc:
+            self._forget(sid)
+            error = _submit_error(exc, actor.index, sid)
+            if error.transient:
+                self._track(self._replace(actor))
+            raise error from exc
+        actor.sessions[sid] = ref
+        self._track(self._watch(actor, sid, ref))
+        return SubmitReceipt(
+            session_id=sid,
+            result_location=str(location),
+            runtime=self.name,
+            details={"actor": actor.index},
+        )
+
+    def _track(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self._watchers.add(task)
         task.add_done_callback(self._watchers.discard)
-        return SubmitReceipt(
-            session_id=sid, result_location="", runtime=self.name, details={"actor": actor.index}
-        )
 
     async def _watch(self, actor: _Actor, sid: str, ref: Any) -> None:
         import ray
@@ -199,7 +219,7 @@ class RayRuntime(Runtime):
         if actor is None or not actor.alive:
             return
         try:
-            await actor.handle.cancel.remote(session_id)
+            await actor.handle.cancel.options(concurrency_group=CONTROL).remote(session_id)
         except Exception as exc:
             log.debug("cancel of %s failed: %s", session_id, exc)
 
@@ -233,3 +253,18 @@ class RayRuntime(Runtime):
         if self._inited_ray:
             await asyncio.to_thread(ray.shutdown)
             self._inited_ray = False
+
+
+def _submit_error(exc: Exception, index: int, sid: str) -> SubmissionError:
+    """A failed start: a dead actor may be replaced (transient); a refused payload is not."""
+    import ray
+
+    dead = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)
+    if isinstance(exc, dead):
+        return SubmissionError(f"ray actor {index} is gone: {exc}", transient=True, session_id=sid)
+    cause = getattr(exc, "cause", None) or exc
+    return SubmissionError(
+        f"ray actor {index} refused session {sid}: {type(cause).__name__}: {cause}",
+        transient=False,
+        session_id=sid,
+    )

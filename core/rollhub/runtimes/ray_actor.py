@@ -4,10 +4,13 @@ A plain class (the runtime wraps it with ``ray.remote`` when it starts, so impor
 module never imports Ray). Each actor loads the app once and runs rollouts through the
 app's own :class:`~rollhub.app.runner.RolloutRunner`: the same handler call, the same
 result document, the same store write and completion notice as ``POST /invocations``.
+``start`` returns once the rollout runs (like the HTTP 200), ``wait`` ends when its result
+is stored (the runtime watches it for liveness), ``cancel`` stores a cancelled result.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -24,6 +27,7 @@ class RolloutActor:
 
         self.app = load_app(app_ref)
         self.handler = getattr(self.app, "_rollout_handler", None)
+        self._loop: asyncio.AbstractEventLoop | None = None
         if self.handler is None:
             raise TypeError(f"{app_ref!r} has no @app.rollout_entrypoint handler")
 
@@ -33,8 +37,12 @@ class RolloutActor:
 
         return os.getpid()
 
-    async def run(self, wire: dict[str, Any]) -> str:
-        """Run one rollout to its stored result; return the stored status."""
+    async def start(self, wire: dict[str, Any]) -> str:
+        """Start one rollout in the background (once per session); return its location.
+
+        The runtime calls this in the actor's ``control`` concurrency group, so it answers
+        even when every rollout slot is busy.
+        """
         from rollhub.app.context import RolloutContext, takes_context
         from rollhub.rollout import ROLLOUT_KEY, RolloutConfig
 
@@ -42,14 +50,24 @@ class RolloutActor:
         store = self.app.store_for(rollout.result_store)
         args: tuple[Any, ...] = (wire,)
         if takes_context(self.handler):
-            args = (
-                wire,
-                RolloutContext(session_id=rollout.session_id, rollout=rollout, request_headers={}),
+            context = RolloutContext(
+                session_id=rollout.session_id, rollout=rollout, request_headers={}
             )
+            args = (wire, context)
+        # Ray runs each concurrency group on its own event loop: the runner's tasks live on
+        # this (control) loop, and wait() reaches them from the default group's loop.
+        self._loop = asyncio.get_running_loop()
         run = self.app.runner.start(self.handler, args, rollout=rollout, payload=wire, store=store)
-        await run.task
-        doc = store.get(rollout.result_key) or {}
-        return str((doc.get("_rollhub") or {}).get("status", "error"))
+        return str(run.location)
+
+    async def wait(self, session_id: str) -> bool:
+        """Wait until the session's result is stored; False if it was not running."""
+        run = self.app.runner.running.get(session_id)
+        if run is None or self._loop is None:
+            return False
+        done = asyncio.run_coroutine_threadsafe(_finished(run.task), self._loop)
+        await asyncio.wrap_future(done)
+        return True
 
     async def cancel(self, session_id: str) -> bool:
         """Cancel a running rollout and wait until its CancelledError result is stored."""
@@ -60,3 +78,7 @@ class RolloutActor:
     def running(self) -> list[str]:
         """Session ids running in this actor."""
         return sorted(self.app.runner.running)
+
+
+async def _finished(task: asyncio.Task[Any]) -> None:
+    await asyncio.wait({task})

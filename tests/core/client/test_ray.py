@@ -80,11 +80,26 @@ async def test_batch_on_ray(ray_client) -> None:
 
 async def test_cancel_stores_a_cancelled_result(ray_client) -> None:
     fut = await ray_client.invoke_async({"mode": "hang"})
-    fut.cancel()
+    assert fut.receipt.result_location.endswith(fut.result_key)
+    fut.cancel()  # right after the receipt: the actor already runs the session
     assert (await fut).status == "cancelled"
     await ray_client._watch.settle()
     doc = ray_client.store.get(fut.result_key)
     assert doc is not None and doc["_rollhub"]["error"]["type"] == "CancelledError"
+
+
+async def test_cancel_is_served_when_every_slot_is_busy(local_ray, tmp_path) -> None:
+    from rollhub.runtimes.ray import RayRuntime
+
+    store = FileResultStore(tmp_path / "busy", fsync=False)
+    rt = RayRuntime(app=AGENT, actors=1, max_concurrency_per_actor=2)
+    async with rt, AsyncRolloutClient(rt, store, exp_id="busy") as client:
+        futs = [await client.invoke_async({"mode": "hang", "n": i}) for i in range(2)]
+        for fut in futs:
+            fut.cancel()
+        await asyncio.wait_for(client._watch.settle(), 10)
+        for fut in futs:
+            assert store.get(fut.result_key)["_rollhub"]["error"]["type"] == "CancelledError"
 
 
 async def test_dead_actor_loses_its_sessions_and_is_replaced(ray_client, ray_runtime) -> None:
