@@ -6,12 +6,16 @@ has started, so the end-to-end test can compare traces with what the engine samp
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any
 
 from rollhub import hookimpl
 from rollhub.sampling import Generation
 
 GENERATIONS: list[tuple[list[int], Generation]] = []
+
+# A backend's generate() may be built on its own stream(); record the outer call only.
+_INSIDE = contextvars.ContextVar("recording_inside", default=False)
 
 
 @hookimpl
@@ -20,13 +24,20 @@ def rollhub_hub_started(hub: Any) -> None:
     generate, stream = backend.generate, backend.stream
 
     async def recording_generate(prompt_ids, params):
-        gen = await generate(prompt_ids, params)
-        GENERATIONS.append((list(prompt_ids), gen))
+        outer = not _INSIDE.get()
+        token = _INSIDE.set(True)
+        try:
+            gen = await generate(prompt_ids, params)
+        finally:
+            _INSIDE.reset(token)
+        if outer:
+            GENERATIONS.append((list(prompt_ids), gen))
         return gen
 
     async def recording_stream(prompt_ids, params):
+        outer = not _INSIDE.get()
         async for item in stream(prompt_ids, params):
-            if isinstance(item, Generation):
+            if outer and isinstance(item, Generation):
                 GENERATIONS.append((list(prompt_ids), item))
             yield item
 
