@@ -70,7 +70,6 @@ def build_chat_model(
     if fam is None:
         log.warning("chat template of %s matches no known family; tools are disabled", model)
         fam = get_family("chatml")
-        fam.supports_tools = False  # type: ignore[misc]
     renderer = TemplateRenderer(tokenizer, fam, chat_template, template_kwargs)
     renderer.windowed = probe_locality(renderer)
     log.info(
@@ -136,6 +135,9 @@ class HFChatModel:
         """Per-session trajectory state; resumed from the journal when it holds the session."""
         conv = HFConversation(self, session_id)
         if self.journal is not None:
+            if self.journal.state(session_id) == "done":
+                # a finished session's records were handed out; its id starts afresh
+                self.journal.discard(session_id)
             turns = self.journal.turns(session_id)
             if turns:
                 conv._recover(turns)

@@ -12,6 +12,7 @@ import copy
 import json
 import logging
 import uuid
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from rollhub_gateway.turns import OutputDelta, ParsedOutput, ToolCall
@@ -128,7 +129,7 @@ class Family:
         content: str,
         *,
         reasoning: str | None = None,
-        tool_calls: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
+        tool_calls: Sequence[tuple[str, dict[str, Any]]] = (),
         in_reasoning: bool = False,
     ) -> str:
         """The text a model of this family samples for an answer (stop token excluded).

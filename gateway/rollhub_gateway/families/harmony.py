@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from rollhub_gateway.families.base import Family, IncrementalDecoder, new_call_id, partial_suffix
@@ -54,7 +55,7 @@ class HarmonyFamily(Family):
         content: str,
         *,
         reasoning: str | None = None,
-        tool_calls: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
+        tool_calls: Sequence[tuple[str, dict[str, Any]]] = (),
         in_reasoning: bool = False,
     ) -> str:
         parts = []
@@ -112,15 +113,20 @@ class HarmonyFamily(Family):
 
 
 class HarmonyStreamParser:
-    """Streams analysis as reasoning and final/commentary as content; holds tool calls."""
+    """Streams analysis as reasoning and final/commentary as content; holds tool calls.
+
+    The reasoning deltas concatenate to :meth:`HarmonyFamily.parse`'s reasoning (analysis
+    messages joined by a newline), the content deltas to its content.
+    """
 
     def __init__(self, family: HarmonyFamily, decoder: IncrementalDecoder) -> None:
         self.family = family
         self.decoder = decoder
         self._buf = ""
         self._pos = 0
-        self._kind: str | None = None  # None: reading a header
-        self._messages = 0
+        self._kind: str | None = None  # None: reading a message header
+        self._analysis_done = 0  # finished analysis messages
+        self._body_started = False  # something of the current body was streamed
 
     def feed(self, token_ids: list[int]) -> list[OutputDelta]:
         """Consume ids; return text that is safe to show now."""
@@ -133,40 +139,24 @@ class HarmonyStreamParser:
                 if i < 0:
                     return out
                 channel, to = _header(rest[:i])
-                if to:
-                    self._kind = "tool"
-                elif channel == "analysis":
-                    self._kind = "reasoning"
-                else:
-                    self._kind = "content"
+                self._kind = "tool" if to else "reasoning" if channel == "analysis" else "content"
                 self._pos += i + len(MESSAGE)
+                self._body_started = False
                 continue
             end = rest.find(END)
-            body = rest if end < 0 else rest[:end]
-            if end < 0:
-                body = body[: len(body) - partial_suffix(body, (END,))]
-            if self._kind in ("reasoning", "content") and body:
-                if self._kind == "reasoning" and self._messages and not self._pos_started():
+            body = rest[:end] if end >= 0 else rest[: len(rest) - partial_suffix(rest, (END,))]
+            if self._kind != "tool" and body:
+                if self._kind == "reasoning" and self._analysis_done and not self._body_started:
                     out.append(OutputDelta("reasoning", "\n"))
                 out.append(OutputDelta(self._kind, body))  # type: ignore[arg-type]
-                self._mark_started()
+                self._body_started = True
             if end < 0:
-                if self._kind != "tool":
+                if self._kind != "tool":  # a call's arguments are held until finish()
                     self._pos += len(body)
                 return out
             self._pos += end + len(END)
-            if self._kind == "reasoning":
-                self._messages += 1
+            self._analysis_done += self._kind == "reasoning"
             self._kind = None
-            self._started = False
-
-    _started = False
-
-    def _pos_started(self) -> bool:
-        return self._started
-
-    def _mark_started(self) -> None:
-        self._started = True
 
     def finish(self) -> ParsedOutput:
         """The whole output, parsed from the full text."""

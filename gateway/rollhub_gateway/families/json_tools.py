@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from rollhub_gateway.families.base import Family, new_call_id
@@ -112,7 +113,7 @@ class DeepSeekV3Family(Family):
         content: str,
         *,
         reasoning: str | None = None,
-        tool_calls: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
+        tool_calls: Sequence[tuple[str, dict[str, Any]]] = (),
         in_reasoning: bool = False,
     ) -> str:
         text = super().format_output(content, reasoning=reasoning, in_reasoning=in_reasoning)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from rollhub_gateway.families.base import Family, new_call_id
@@ -162,7 +163,7 @@ class GLM4MoeFamily(Family):
         content: str,
         *,
         reasoning: str | None = None,
-        tool_calls: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
+        tool_calls: Sequence[tuple[str, dict[str, Any]]] = (),
         in_reasoning: bool = False,
     ) -> str:
         # GLM writes "\n<think>…</think>" right after "<|assistant|>", then "\n" + content

@@ -143,3 +143,15 @@ def test_incremental_decoder_holds_split_utf8(family_model):
     assert "\ufffd" not in text
     assert parser.finish().content == "héllo 你好 🙂"
     assert "héllo 你好 🙂".startswith(text)
+
+
+def test_gpt_oss_two_analysis_messages_stream_like_the_parse(family_model):
+    model = family_model("gpt_oss")
+    text = (
+        "<|channel|>analysis<|message|>first<|end|>"
+        "<|start|>assistant<|channel|>analysis<|message|>second<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>done"
+    )
+    deltas, parsed = _stream(model, _ids(model, text, "<|return|>"))
+    assert parsed.reasoning == "first\nsecond" and parsed.content == "done"
+    assert "".join(d.text for d in deltas if d.kind == "reasoning") == parsed.reasoning

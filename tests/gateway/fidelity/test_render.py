@@ -147,5 +147,5 @@ def test_template_kwargs_reach_the_template(family_model):
     prep = conv.prepare(ChatTurn([{"role": "user", "content": "hi"}]))
     text = model.renderer.tokenizer.decode(prep.prompt_ids)
     assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
-    ids = model.renderer.encode("Hello!") + [model.stop_token_ids()[0]]
+    ids = [*model.renderer.encode("Hello!"), model.stop_token_ids()[0]]
     assert model.parse(ids, prep).content == "Hello!"

@@ -227,3 +227,20 @@ def test_killed_gateway_process_resumes_sessions_over_http(tmp_path):
             scripted_logprob(i, x) for i, x in enumerate(ids)
         ]
     assert SessionJournal(journal).state("keep") == "done"
+
+
+def test_a_finished_session_id_starts_afresh(tmp_path):
+    model = build_chat_model(
+        "qwen2_5",
+        tokenizer=vocab_tokenizer("qwen2_5"),
+        chat_template=family_template("qwen2_5"),
+        journal=tmp_path / "j",
+    )
+    r = model.renderer
+    ids = [*r.encode("hi"), r.stop_ids[0]]
+    conv = model.new_conversation("s")
+    prep = conv.prepare(ChatTurn([{"role": "user", "content": "x"}]))
+    conv.commit(prep, Generation(ids, [0.0] * len(ids), "stop"), model.parse(ids, prep))
+    conv.finish()
+    again = model.new_conversation("s")
+    assert again.traces() == [] and model.open_sessions() == ["s"]
