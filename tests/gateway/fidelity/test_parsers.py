@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from rollhub_gateway.conformance import CONFORMANCE_FAMILIES
 
 TOOL_FAMILIES = [n for n, (fam, _) in CONFORMANCE_FAMILIES.items() if fam != "chatml"]
@@ -155,3 +157,40 @@ def test_gpt_oss_two_analysis_messages_stream_like_the_parse(family_model):
     deltas, parsed = _stream(model, _ids(model, text, "<|return|>"))
     assert parsed.reasoning == "first\nsecond" and parsed.content == "done"
     assert "".join(d.text for d in deltas if d.kind == "reasoning") == parsed.reasoning
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(TOOL_FAMILIES),
+    content=st.sampled_from(["", "Sure, one moment.", "a < b and c > d", "ünïcödé 🙂 text"]),
+    calls=st.integers(0, 2),
+    reasoning=st.booleans(),
+    cuts=st.lists(st.integers(1, 7), max_size=40),
+)
+def test_any_chunking_streams_a_prefix_of_the_parse(
+    name, content, calls, reasoning, cuts, family_model
+):
+    model = family_model(name)
+    fam = model.renderer.family
+    n_calls = min(calls, 1) if not fam.content_with_calls else calls
+    tool_calls = [("get_weather", {"city": f"c{i}", "n": i}) for i in range(n_calls)]
+    has_reasoning = bool(fam.reasoning_markup or fam.name == "gpt_oss")
+    text = fam.format_output(
+        "" if tool_calls and not fam.content_with_calls else content,
+        reasoning="step one\nstep two" if reasoning and has_reasoning else None,
+        tool_calls=tool_calls,
+        in_reasoning=model.renderer.prompt_opens_reasoning,
+    )
+    ids = _ids(model, text, _stop_for(fam.name, bool(tool_calls)))
+    parser = model.new_parser()
+    deltas, pos = [], 0
+    for cut in [*cuts, len(ids)]:
+        deltas += parser.feed(ids[pos : pos + cut])
+        pos += cut
+    deltas += parser.feed(ids[pos:])
+    parsed = parser.finish()
+    assert [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls] == tool_calls
+    streamed = "".join(d.text for d in deltas if d.kind == "content")
+    assert parsed.content.startswith(streamed)
+    if parsed.reasoning is not None:
+        assert "".join(d.text for d in deltas if d.kind == "reasoning") == parsed.reasoning
