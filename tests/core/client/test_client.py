@@ -64,13 +64,15 @@ async def test_result_async_timeout_resolves_as_timeout(client: AsyncRolloutClie
 async def test_cancel_stops_session_within_a_second(client: AsyncRolloutClient) -> None:
     fut = await client.invoke_async({"mode": "hang"})
     assert fut.receipt is not None and fut.receipt.runtime == "local"
+    cancelled_at = time.time()
     assert fut.cancel() is True
     outcome = await fut
     assert outcome.status == "cancelled"
-    t0 = time.monotonic()
-    doc = await _wait_for_doc(client, outcome.result_key, 1.0)
-    assert doc["_rollhub"]["status"] == "error"
-    assert time.monotonic() - t0 < 1.0
+    doc = await _wait_for_doc(client, outcome.result_key, 3.0)
+    assert doc["_rollhub"]["error"]["type"] == "CancelledError"
+    # The handler itself stopped within a second (the store write may take longer on a
+    # busy disk, so its time is not counted).
+    assert doc["_rollhub"]["finished_at"] - cancelled_at < 1.0
     assert fut.cancel() is False
 
 
