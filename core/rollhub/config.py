@@ -310,9 +310,9 @@ def _explain(exc: ValidationError, model: type[BaseModel], source: str, prefix: 
             hint = ""
             close = difflib.get_close_matches(loc[-1], valid, n=1)
             if close:
-                hint = f"; did you mean {close[0]!r}?"
+                hint = f" (did you mean {close[0]!r}?)"
             lines.append(
-                f"unknown key {dotted!r}{hint} valid keys here: {', '.join(sorted(valid)) or 'none'}"
+                f"unknown key {dotted!r}{hint}; valid keys here: {', '.join(sorted(valid)) or 'none'}"
             )
         elif err["type"] == "missing":
             lines.append(f"{dotted}: required; add it")

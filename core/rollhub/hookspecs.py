@@ -23,6 +23,7 @@ from rollhub.markers import hookspec
 if TYPE_CHECKING:
     import pluggy
 
+    from rollhub.config import RollhubConfig
     from rollhub.episode import Episode
     from rollhub.hub import AsyncHub
     from rollhub.registry import ComponentRegistry
@@ -67,6 +68,22 @@ def rollhub_register_components(registry: ComponentRegistry) -> None:
     Awaitable: no.
     Example: ``rollhub_gateway.plugin`` registers the ``gateway`` token source and the
     ``transformers``, ``vllm``, ``sglang`` and ``tinker`` sampling backends.
+    """
+
+
+@hookspec
+def rollhub_check_config(config: RollhubConfig, registry: ComponentRegistry) -> None:
+    """Validate a plugin's own settings before anything runs.
+
+    :param config: the loaded config; a plugin's table is ``config.plugins.settings(name)``.
+    :param registry: the component registry.
+
+    All implementations run; raise :class:`~rollhub.errors.ConfigError` naming the field
+    (``plugins.<name>.<key>``) and the fix. Called by ``rollhub config check`` and before a
+    hub starts, so a typo fails in a second, not after every rollout has run.
+    Default: the core rejects ``[plugins.<name>]`` tables of plugins that are not loaded.
+    Awaitable: no.
+    Example: ``rollhub_sandbox.rewards`` validates ``[plugins.sandbox]``.
     """
 
 

@@ -32,7 +32,7 @@ from rollhub.config import RollhubConfig, build_options
 from rollhub.episode import Episode, EpisodeGroup, ErrorInfo
 from rollhub.errors import RewardError, RollhubError, TokenRetrievalError, UsageError
 from rollhub.loop_thread import LoopThread, ensure_no_running_loop
-from rollhub.plugins import PluginHost, build_host, call_all, call_first
+from rollhub.plugins import PluginHost, build_host, call_all, call_first, check_config
 from rollhub.rollout import RolloutConfig, RolloutRequest, SubmitReceipt
 from rollhub.staleness import StalenessGate
 
@@ -58,7 +58,7 @@ class AsyncHub:
         run_dir: Path | None = None,
     ) -> None:
         self.config = config
-        self.host = host or build_host(modules=config.plugins.modules)
+        self.host = host or build_host(modules=config.plugins.modules, search_dir=config.base_dir)
         self.run_dir = run_dir
         self.exp_id = config.experiment.resolved_exp_id
         self.runtime: Any = None
@@ -101,6 +101,7 @@ class AsyncHub:
         from rollhub.stores import open_store
 
         cfg = self.config
+        check_config(self.host, cfg)
         self.store = open_store(
             _absolute_store_url(cfg), registry=self.host.registry, **cfg.store.options
         )

@@ -99,17 +99,17 @@ class PluginHost:
             disabled = _env_list("ROLLHUB_DISABLE_PLUGINS")
         skip = set(disabled)
 
-        def on_failure(_manager: Any, ep: Any, exc: BaseException) -> None:
+        def on_failure(_manager: Any, ep: Any, exc: BaseException, stage: str = "load") -> None:
             dist, version = _dist_of(ep)
             err = PluginLoadError(
                 f"plugin {ep.name!r} ({ep.value}, from {dist or 'unknown distribution'}) "
-                f"failed to load: {type(exc).__name__}: {exc}",
+                f"failed to {stage}: {type(exc).__name__}: {exc}",
                 plugin=ep.name,
                 distribution=dist,
                 error=f"{type(exc).__name__}: {exc}",
             )
             log.warning("%s", err)
-            log.debug("plugin %s load traceback", ep.name, exc_info=exc)
+            log.debug("plugin %s %s traceback", ep.name, stage, exc_info=exc)
             self.plugins[ep.name] = PluginRecord(
                 ep.name, ep.value, dist, version, "entry point", error=err
             )
@@ -122,16 +122,29 @@ class PluginHost:
         )
         for ext in mgr.extensions:
             dist, version = _dist_of(ext.entry_point)
-            self.register(
-                ext.plugin,
-                name=ext.name,
-                source="entry point",
-                distribution=dist,
-                version=version,
-            )
+            try:
+                self.register(
+                    ext.plugin,
+                    name=ext.name,
+                    source="entry point",
+                    distribution=dist,
+                    version=version,
+                )
+            except Exception as exc:  # a plugin that breaks while registering is contained too
+                on_failure(mgr, ext.entry_point, exc, stage="register")
 
-    def load_modules(self, modules: Iterable[str], *, source: str = "config") -> None:
-        """Import and register plugins given as dotted module paths (``pkg.mod``)."""
+    def load_modules(
+        self, modules: Iterable[str], *, source: str = "config", search_dir: str | None = None
+    ) -> None:
+        """Import and register plugins given as dotted module paths (``pkg.mod``).
+
+        :param search_dir: a directory tried first for the imports (the config file's), so a
+            plugin module beside ``rollhub.toml`` needs no packaging and no ``PYTHONPATH``.
+        """
+        import sys
+
+        if search_dir and search_dir not in sys.path:
+            sys.path.insert(0, search_dir)
         for modname in modules:
             try:
                 module = importlib.import_module(modname)
@@ -168,6 +181,7 @@ class PluginHost:
         )
         self.plugins[name] = record
         before = {(c.kind, c.name) for c in self.registry.all()}
+        snapshot = self.registry.snapshot()
         self.registry._current_plugin = (name, distribution, version)
         try:
             try:
@@ -180,6 +194,13 @@ class PluginHost:
                     kwargs={"registry": self.registry}
                 )
                 self._historic_done = True
+        except Exception:
+            # leave no half-registered plugin behind: its hooks and components go
+            if self.pm.has_plugin(name):
+                self.pm.unregister(name=name)
+            self.registry.restore(snapshot)
+            del self.plugins[name]
+            raise
         finally:
             self.registry._current_plugin = ("<code>", None, None)
         after = self.registry.all()
@@ -203,17 +224,40 @@ def build_host(
     entry_points: bool = True,
     modules: Iterable[str] = (),
     plugins: Iterable[ModuleType | object] = (),
+    search_dir: str | os.PathLike[str] | None = None,
 ) -> PluginHost:
-    """A :class:`PluginHost` with the built-ins, installed plugins and the given extras."""
+    """A :class:`PluginHost` with the built-ins, installed plugins and the given extras.
+
+    :param search_dir: where ``modules`` are looked for first (the config file's directory).
+    """
     host = PluginHost()
     host.load_default_plugins()
     if entry_points:
         host.load_entry_points()
-    host.load_modules(modules)
+    host.load_modules(modules, search_dir=str(search_dir) if search_dir else None)
     for plugin in plugins:
         host.register(plugin)
     host.check_pending()
     return host
+
+
+def check_config(host: PluginHost, config: Any) -> None:
+    """Validate plugin settings: unknown ``[plugins.<name>]`` tables and each plugin's own.
+
+    :raises ConfigError: naming the table or field and the fix.
+    """
+    from rollhub.errors import ConfigError
+
+    loaded = {n for n, r in host.plugins.items() if r.error is None}
+    for table in sorted(config.plugins.model_extra or {}):
+        if table not in loaded:
+            installed = ", ".join(sorted(n for n, r in host.plugins.items() if r.source == "entry point"))
+            raise ConfigError(
+                f"[plugins.{table}] configures a plugin that is not loaded; loaded plugins: "
+                f"{installed or 'none'} (install the plugin or remove the table)",
+                field=f"plugins.{table}",
+            )
+    host.hook.rollhub_check_config(config=config, registry=host.registry)
 
 
 async def resolve(value: T | Awaitable[T]) -> T:

@@ -134,6 +134,14 @@ class ComponentRegistry:
         """Register a sandbox provider."""
         return self.add("sandbox_provider", cls)
 
+    def snapshot(self) -> dict[ComponentKind, dict[str, ComponentInfo]]:
+        """A copy of the registrations, to :meth:`restore` when a plugin fails midway."""
+        return {kind: dict(entries) for kind, entries in self._components.items()}
+
+    def restore(self, snapshot: dict[ComponentKind, dict[str, ComponentInfo]]) -> None:
+        """Return to a :meth:`snapshot`."""
+        self._components = {kind: dict(entries) for kind, entries in snapshot.items()}
+
     # Lookup -------------------------------------------------------------------------------
 
     def get(self, kind: ComponentKind, name: str, *, field: str | None = None) -> type:
@@ -176,6 +184,11 @@ class ComponentRegistry:
             if failed:
                 msg += f"; plugin {failed[0]!r} from {dist} is installed but failed to load: "
                 msg += str(self.load_failures[failed[0]])
+            elif _installed(dist.split("[")[0]):
+                msg += (
+                    f"; {dist.split('[')[0]} is installed but this version provides no "
+                    f"{kind.replace('_', ' ')} {name!r} (upgrade it, or check its extras: {dist})"
+                )
             else:
                 msg += f"; it ships in {dist}: pip install '{dist}'"
         else:
@@ -191,6 +204,16 @@ def _qualname(cls: type) -> str:
 
 def _dist_of(failure: Any) -> str | None:
     return getattr(failure, "distribution", None)
+
+
+def _installed(distribution: str) -> bool:
+    from importlib import metadata
+
+    try:
+        metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def _similar(a: str, b: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rollhub.config import build_options, load_config
-from rollhub.plugins import build_host
+from rollhub.plugins import build_host, check_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,7 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.file)
-    host = build_host(modules=cfg.plugins.modules)
+    host = build_host(modules=cfg.plugins.modules, search_dir=cfg.base_dir)
+    check_config(host, cfg)
     reg = host.registry
     build_options(reg, "runtime", cfg.runtime.name, cfg.runtime.options, section="runtime")
     reg.get("store", cfg.store.scheme, field="store.url")

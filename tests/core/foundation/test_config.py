@@ -38,7 +38,7 @@ def test_unknown_key_names_it_and_suggests(tmp_path):
 
 
 def test_unknown_top_level_section(tmp_path):
-    with pytest.raises(ConfigError, match=r"unknown key 'runtme'; did you mean 'runtime'\?"):
+    with pytest.raises(ConfigError, match=r"unknown key 'runtme' \(did you mean 'runtime'\?\); valid keys"):
         load_config(write(tmp_path, '[runtme]\nname = "local"\n'))
 
 
@@ -97,7 +97,7 @@ def test_component_options_validated_with_section_prefix():
     assert cls is _Runtime and opts.workers == 2
     with pytest.raises(ConfigError) as ei:
         build_options(reg, "runtime", "fake", {"worker": 2}, section="runtime")
-    assert "unknown key 'runtime.worker'; did you mean 'workers'?" in str(ei.value)
+    assert "unknown key 'runtime.worker' (did you mean 'workers'?)" in str(ei.value)
     with pytest.raises(ConfigError, match=r"runtime.workers: .*greater than or equal to 1 \(got 0\)"):
         build_options(reg, "runtime", "fake", {"workers": 0}, section="runtime")
 
@@ -111,11 +111,64 @@ def test_unknown_component_lists_installed_and_suggests():
     assert "no runtime named 'fak' (runtime.name); installed: fake; did you mean 'fake'?" == msg
 
 
-def test_component_of_missing_distribution_says_what_to_install():
+def test_component_of_missing_distribution_says_what_to_install(monkeypatch):
+    from rollhub import registry as registry_mod
+
+    monkeypatch.setitem(registry_mod.KNOWN_DISTRIBUTIONS, ("trainer", "far"), "rollhub-far-away")
     reg = ComponentRegistry()
     with pytest.raises(UnknownComponentError) as ei:
-        reg.get("trainer", "verl", field="trainer.name")
-    assert "it ships in rollhub-verl: pip install 'rollhub-verl'" in str(ei.value)
+        reg.get("trainer", "far", field="trainer.name")
+    assert "it ships in rollhub-far-away: pip install 'rollhub-far-away'" in str(ei.value)
+
+
+def test_component_missing_from_an_installed_distribution_says_so(monkeypatch):
+    from rollhub import registry as registry_mod
+
+    # rollhub-sandbox is installed in the test environment but provides no trainer
+    monkeypatch.setitem(registry_mod.KNOWN_DISTRIBUTIONS, ("trainer", "sbx"), "rollhub-sandbox")
+    with pytest.raises(UnknownComponentError) as ei:
+        ComponentRegistry().get("trainer", "sbx", field="trainer.name")
+    assert "rollhub-sandbox is installed but this version provides no trainer 'sbx'" in str(ei.value)
+
+
+def test_unknown_plugin_settings_table_is_rejected(tmp_path):
+    from rollhub.plugins import check_config
+
+    cfg = parse_config({"plugins": {"sandbxo": {"x": 1}}}, env={})
+    host = build_host(entry_points=False)
+    with pytest.raises(ConfigError, match=r"\[plugins.sandbxo\] configures a plugin that is not loaded"):
+        check_config(host, cfg)
+
+
+def test_plugin_check_config_hook_runs(tmp_path):
+    from rollhub import hookimpl
+    from rollhub.plugins import check_config
+
+    class Strict:
+        @hookimpl
+        def rollhub_check_config(self, config):
+            if config.plugins.settings("strict").get("level") not in (None, "high"):
+                raise ConfigError("plugins.strict.level must be 'high'", field="plugins.strict.level")
+
+    host = build_host(entry_points=False)
+    host.register(Strict(), name="strict")
+    check_config(host, parse_config({"plugins": {"strict": {"level": "high"}}}, env={}))
+    with pytest.raises(ConfigError, match="plugins.strict.level"):
+        check_config(host, parse_config({"plugins": {"strict": {"level": "low"}}}, env={}))
+
+
+def test_plugin_module_beside_the_config_file_is_found(tmp_path):
+    (tmp_path / "beside_plugin.py").write_text(
+        "from rollhub import hookimpl\n"
+        "class T:\n    name = 'beside'\n"
+        "@hookimpl\n"
+        "def rollhub_register_components(registry):\n    registry.add_trainer(T)\n"
+    )
+    cfg_path = tmp_path / "rollhub.toml"
+    cfg_path.write_text('[plugins]\nmodules = ["beside_plugin"]\n[trainer]\nname = "beside"\n')
+    cfg = load_config(cfg_path, env={})
+    host = build_host(entry_points=False, modules=cfg.plugins.modules, search_dir=cfg.base_dir)
+    assert host.registry.get("trainer", "beside").__name__ == "T"
 
 
 def test_plugin_modules_from_config_are_loaded(tmp_path, monkeypatch):

@@ -79,3 +79,53 @@ def test_disable_switch_skips_a_plugin(install_plugin):
     out = run_cli(["plugins", "--json"], env)
     assert out.returncode == 0, out.stdout
     assert "broken" not in {r["plugin"] for r in json.loads(out.stdout)}
+
+
+RAISING_REGISTRATION = """
+from rollhub import hookimpl
+
+@hookimpl
+def rollhub_register_components(registry):
+    raise RuntimeError("registration exploded")
+"""
+
+DUPLICATE_NAME = """
+from rollhub import hookimpl
+from rollhub.trainer import Trainer
+
+class Export(Trainer):
+    name = "export"
+
+    async def consume(self, group):
+        return None
+
+@hookimpl
+def rollhub_register_components(registry):
+    registry.add_trainer(Export)
+"""
+
+BAD_SIGNATURE = """
+from rollhub import hookimpl
+
+@hookimpl
+def rollhub_register_components(registry, not_an_argument):
+    pass
+"""
+
+
+def test_plugins_failing_while_registering_are_contained(install_plugin):
+    install_plugin("rollhub-counting", "rollhub_counting", GOOD_PLUGIN, "counting")
+    install_plugin("rollhub-raises", "rollhub_raises", RAISING_REGISTRATION, "raises")
+    install_plugin("rollhub-dup", "rollhub_dup", DUPLICATE_NAME, "dup")
+    env = install_plugin("rollhub-badsig", "rollhub_badsig", BAD_SIGNATURE, "badsig")
+
+    out = run_cli(["plugins", "--json"], env)
+    assert out.returncode == 1
+    rows = {r["plugin"]: r for r in json.loads(out.stdout)}
+    assert "failed to register: RuntimeError: registration exploded" in rows["raises"]["error"]
+    assert "two trainer components are named 'export'" in rows["dup"]["error"]
+    assert "is invalid" in rows["badsig"]["error"]
+    # the others, and the built-in export trainer, are intact
+    assert rows["counting"]["error"] is None and rows["counting"]["components"] == ["trainer:counting"]
+    listing = run_cli(["plugins"], env).stdout
+    assert "trainer           export         rollhub.builtin.components" in listing
