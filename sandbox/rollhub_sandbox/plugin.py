@@ -22,6 +22,6 @@ def rollhub_register_components(registry: ComponentRegistry) -> None:
 
 
 # The reward hook lives with its settings and pure scoring functions.
-from rollhub_sandbox.rewards import rollhub_collect_rewards  # noqa: E402
+from rollhub_sandbox.rewards import rollhub_check_config, rollhub_collect_rewards  # noqa: E402
 
-__all__ = ["rollhub_collect_rewards", "rollhub_register_components"]
+__all__ = ["rollhub_check_config", "rollhub_collect_rewards", "rollhub_register_components"]

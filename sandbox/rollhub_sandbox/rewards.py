@@ -25,6 +25,7 @@ import json
 import logging
 import re
 import shlex
+import sys
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,8 @@ __all__ = [
     "restore_plan",
     "rollhub_collect_rewards",
     "run_tests",
+    "expand_test_command",
+    "rollhub_check_config",
     "score_tests",
 ]
 
@@ -60,7 +63,11 @@ class SandboxRewardSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    test_command: str | None = Field(None, description="shell command that runs the task's tests")
+    test_command: str | None = Field(
+        None,
+        description="shell command that runs the task's tests; '{python}' is replaced by the "
+        "interpreter running rollhub (local provider), so pytest is found without relying on PATH",
+    )
     reward: Literal["fraction", "binary"] = Field(
         "fraction", description="'fraction': passed / run (pytest summary); 'binary': exit 0 → 1"
     )
@@ -125,22 +132,68 @@ def parse_pytest_summary(output: str) -> TestCounts | None:
     return None
 
 
+#: exit codes of a command the shell could not run at all (not executable, not found)
+_SHELL_FAILED = (126, 127)
+#: pytest exit codes that mean the suite did not run: internal error, usage error, no tests
+_PYTEST_DID_NOT_RUN = (3, 4, 5)
+
+
 def score_tests(result: ExecResult, mode: Literal["fraction", "binary"] = "fraction") -> float:
     """Score one test run in [0, 1].
 
-    - a timeout scores 0;
+    - a timeout scores 0 (the agent's code hung the tests);
     - ``binary``: 1 when the command exited 0, else 0;
-    - ``fraction``: passed / (passed + failed + errors) from the pytest summary; without a
-      summary, 1 for exit 0 and 0 otherwise (so non-pytest commands still work).
+    - ``fraction``: passed / (passed + failed + errors) from the pytest summary, or 1 for a
+      clean exit without a summary.
+
+    A test command that did not run the tests is not a score of 0, which would teach the
+    policy that every answer is wrong: it raises :class:`RewardError` — the shell could
+    not run the command (exit 126/127), pytest reported an internal or usage error or
+    collected nothing, or (``fraction``) a failing exit came without a pytest summary.
     """
     if result.timed_out:
         return 0.0
+    output = f"{result.stdout}\n{result.stderr}"
+    tail = output.strip()[-300:]
+    if result.exit_code in _SHELL_FAILED:
+        raise RewardError(
+            f"the test command could not be run (exit {result.exit_code}); check "
+            f"plugins.sandbox.test_command. Output: {tail!r}",
+            field="plugins.sandbox.test_command",
+        )
+    counts = parse_pytest_summary(result.stdout) or parse_pytest_summary(result.stderr)
+    if counts is None and (result.exit_code in _PYTEST_DID_NOT_RUN or "no tests ran" in output):
+        raise RewardError(
+            f"the tests did not run (exit {result.exit_code}); check "
+            f"plugins.sandbox.test_command and cwd. Output: {tail!r}",
+            field="plugins.sandbox.test_command",
+        )
     if mode == "binary":
         return 1.0 if result.exit_code == 0 else 0.0
-    counts = parse_pytest_summary(result.stdout) or parse_pytest_summary(result.stderr)
-    if counts is not None and counts.ran > 0:
-        return counts.passed / counts.ran
-    return 1.0 if result.exit_code == 0 and counts is None else 0.0
+    if counts is not None:
+        # a summary where nothing ran (all skipped) is no evidence of passing
+        return counts.passed / counts.ran if counts.ran > 0 else 0.0
+    if result.exit_code == 0:
+        return 1.0
+    raise RewardError(
+        f"the test command exited {result.exit_code} without a pytest summary, so the "
+        f"fraction passed is unknown; use reward = 'binary' for other test runners. "
+        f"Output: {tail!r}",
+        field="plugins.sandbox.reward",
+    )
+
+
+def expand_test_command(command: str, provider: str) -> str:
+    """Fill ``{python}`` with this interpreter (local provider only; it runs on this host)."""
+    if "{python}" not in command:
+        return command
+    if provider != "local":
+        raise ConfigError(
+            "plugins.sandbox.test_command uses {python}, which only the local provider can "
+            "fill; name the sandbox image's interpreter instead",
+            field="plugins.sandbox.test_command",
+        )
+    return command.replace("{python}", shlex.quote(sys.executable))
 
 
 def load_settings(plugin_settings: Mapping[str, Any]) -> SandboxRewardSettings:
@@ -209,7 +262,8 @@ async def run_tests(settings: SandboxRewardSettings, sandbox_id: str,
                                       field="plugins.sandbox.restore")
                 await sandbox.exec(f"rm -rf -- {shlex.quote(remote)}")
                 await sandbox.upload(local, remote)
-            return await sandbox.exec(settings.test_command, cwd=settings.cwd, env=settings.env,
+            command = expand_test_command(settings.test_command, settings.provider)
+            return await sandbox.exec(command, cwd=settings.cwd, env=settings.env,
                                       timeout=settings.timeout)
         finally:
             if settings.destroy:
@@ -234,6 +288,14 @@ async def _score(episode: Episode, settings: SandboxRewardSettings, sandbox_id: 
     }
     log.debug("sandbox %s tests: exit %s, score %.3f", sandbox_id, result.exit_code, score)
     return {settings.name: score}
+
+
+@hookimpl
+def rollhub_check_config(config: Any) -> None:
+    """Validate ``[plugins.sandbox]`` before any rollout runs."""
+    settings = load_settings(config.plugins.settings("sandbox"))
+    if settings.test_command is not None:
+        expand_test_command(settings.test_command, settings.provider)
 
 
 @hookimpl

@@ -55,8 +55,7 @@ def _res(code: int, stdout: str = "", timed_out: bool = False) -> ExecResult:
         (_res(1, "1 passed, 1 failed, 2 errors in 0.1s"), 0.25, 0.0),
         (_res(0, "2 passed, 3 skipped in 0.1s"), 1.0, 1.0),
         (_res(0, "ok"), 1.0, 1.0),  # not pytest: exit status decides
-        (_res(2, "boom"), 0.0, 0.0),
-        (_res(5, "no tests ran in 0.01s"), 0.0, 0.0),
+        (_res(2, "1 error in 0.1s"), 0.0, 0.0),  # collection broke: the agent's code is broken
         (_res(0, "3 skipped in 0.1s"), 0.0, 1.0),  # nothing ran: no evidence of passing
         (_res(-9, "4 passed in 0.1s", timed_out=True), 0.0, 0.0),
     ],
@@ -64,6 +63,34 @@ def _res(code: int, stdout: str = "", timed_out: bool = False) -> ExecResult:
 def test_score_tests(result: ExecResult, fraction: float, binary: float) -> None:
     assert score_tests(result, "fraction") == pytest.approx(fraction)
     assert score_tests(result, "binary") == binary
+
+
+@pytest.mark.parametrize(
+    ("result", "modes", "match"),
+    [
+        (_res(127, "", ), ("fraction", "binary"), "could not be run"),
+        (_res(126, ""), ("fraction", "binary"), "could not be run"),
+        (_res(5, "no tests ran in 0.01s"), ("fraction", "binary"), "did not run"),
+        (_res(4, "ERROR: file or directory not found: tests"), ("fraction", "binary"), "did not run"),
+        (_res(1, "/usr/bin/python: No module named pytest"), ("fraction",), "without a pytest summary"),
+    ],
+)
+def test_a_test_command_that_did_not_run_is_an_error_not_a_zero(result, modes, match) -> None:
+    # A broken test command must not look like an agent that failed every test.
+    for mode in modes:
+        with pytest.raises(RewardError, match=match):
+            score_tests(result, mode)
+
+
+def test_python_placeholder_is_filled_for_the_local_provider_only() -> None:
+    import sys
+
+    from rollhub_sandbox.rewards import expand_test_command
+
+    assert expand_test_command("{python} -m pytest -q", "local").startswith(sys.executable)
+    assert expand_test_command("pytest -q", "docker") == "pytest -q"
+    with pytest.raises(ConfigError, match="only the local provider"):
+        expand_test_command("{python} -m pytest", "agentcore")
 
 
 def test_settings_errors_name_the_field() -> None:
