@@ -38,7 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="print tracebacks on errors")
     parser.add_argument(
-        "--log-level", default=None, help="logging level (DEBUG, INFO, WARNING, ERROR)"
+        "--log-level",
+        default=None,
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="logging level (default WARNING)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (modname, help_text) in COMMANDS.items():
@@ -69,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
-        level=(args.log_level or "WARNING").upper(),
+        level=args.log_level or "WARNING",
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if args.command is None:
@@ -91,14 +95,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rollhub: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # an unexpected failure: one line, the traceback with --debug
+        _report(exc, args.debug, unexpected=True)
+        return EXIT_FAILURE
 
 
-def _report(exc: BaseException, debug: bool) -> None:
+def _report(exc: BaseException, debug: bool, *, unexpected: bool = False) -> None:
     if debug:
         import traceback
 
         traceback.print_exception(exc)
-    print(f"rollhub: error: {exc}", file=sys.stderr)
+    what = f"{type(exc).__name__}: {exc}" if unexpected else str(exc)
+    hint = "" if debug or not unexpected else " (run with --debug for the traceback)"
+    print(f"rollhub: error: {what}{hint}", file=sys.stderr)
 
 
 if __name__ == "__main__":
