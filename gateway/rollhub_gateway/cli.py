@@ -55,6 +55,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     conf = sub.add_parser("conformance", help="check token fidelity of the template families")
     conf.add_argument("--family", action="append", help="run only this family (repeatable)")
     conf.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    conf.add_argument(
+        "--via", choices=["both", "http", "direct"], default="both",
+        help="drive sessions through the HTTP API, the Conversation API, or both",
+    )
     parser.set_defaults(_gateway_parser=parser)
 
 
@@ -104,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if command == "conformance":
         from rollhub_gateway import conformance
 
-        argv = [f"--family={f}" for f in args.family or []]
+        argv = [f"--family={f}" for f in args.family or []] + [f"--via={args.via}"]
         return int(conformance.main(argv + (["--markdown"] if args.markdown else [])) or 0)
     args._gateway_parser.print_help()
     return 2

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import botocore.session
 import pytest
-from agentcore_loopback import LoopbackAgentCore
+from tests.sandbox.agentcore_loopback import LoopbackAgentCore
 from botocore.stub import Stubber
 from rollhub.ratelimit import limiter_for
 from rollhub_sandbox import (
@@ -26,7 +26,7 @@ from rollhub_sandbox import (
     SandboxProviderError,
 )
 from rollhub_sandbox.agentcore import MAX_COMMAND, command_body
-from sandbox_helpers import CC, NASTY, build_shim, direct, start_shim
+from tests.sandbox.sandbox_helpers import CC, NASTY, build_shim, direct, start_shim
 
 ARN = "arn:aws:bedrock-agentcore:us-west-2:123456789012:runtime/sandbox-abc"
 

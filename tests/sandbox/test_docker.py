@@ -15,7 +15,7 @@ from rollhub_sandbox import (
     SandboxProviderError,
 )
 from rollhub_sandbox.docker import docker_status
-from sandbox_helpers import pid_gone
+from tests.sandbox.sandbox_helpers import pid_gone
 
 DOCKER, REASON = docker_status()
 FAKE = Path(__file__).with_name("fake_docker.py")

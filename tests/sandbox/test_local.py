@@ -19,7 +19,7 @@ from rollhub_sandbox import (
     SandboxStartError,
 )
 from rollhub_sandbox.local import reap_root
-from sandbox_helpers import NASTY, direct, pid_gone
+from tests.sandbox.sandbox_helpers import NASTY, direct, pid_gone
 
 
 @pytest.mark.parametrize("command", NASTY)

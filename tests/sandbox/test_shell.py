@@ -13,7 +13,7 @@ from rollhub_sandbox.shell import (
     join_remote,
     shell_script,
 )
-from sandbox_helpers import NASTY, direct
+from tests.sandbox.sandbox_helpers import NASTY, direct
 
 
 @pytest.mark.parametrize("command", NASTY)

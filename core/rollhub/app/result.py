@@ -109,8 +109,13 @@ def _check_rewards(rewards: Any) -> None:
                 f"{path}: {item!r} ({type(item).__name__}) is not a number; rewards must be "
                 f"a number or a list of numbers"
             )
-        if not math.isfinite(item):
-            raise InvalidResultError(f"{path}: {item!r} is not a finite number")
+        try:
+            finite = math.isfinite(item)
+        except OverflowError:  # an int too large for a float (10**400)
+            finite = False
+        if not finite:
+            shown = repr(item) if len(repr(item)) < 40 else f"an integer of {len(str(item))} digits"
+            raise InvalidResultError(f"{path}: {shown} is not a finite number")
 
 
 def error_info(exc: BaseException, *, default_message: str = "") -> dict[str, Any]:

@@ -179,7 +179,7 @@ class TurnRunner:
             except Exception as exc:
                 raise self._engine_error(exc) from exc
             engine_ms = (time.perf_counter() - t_engine) * 1000
-            parser = self.chat_model.new_parser()
+            parser = self.chat_model.new_parser(plan.prepared)
             parser.feed(list(gen.token_ids))
             return self._commit(plan, parser, gen, engine_ms)
         finally:
@@ -292,7 +292,7 @@ class TurnStream:
         :raises WireError: 502 when the engine fails mid-stream.
         """
         plan = self.plan
-        parser = self.runner.chat_model.new_parser()
+        parser = self.runner.chat_model.new_parser(plan.prepared)
         yield Started(
             len(plan.prepared.prompt_ids), plan.prepared.turn_index, self.runner.chat_model.model_id
         )

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from app_support import API_KEY
+from tests.core.app.app_support import API_KEY
 from rollhub.testing.seaweedfs import seaweedfs_server
 from rollhub.testing.servers import serve_app
 from starlette.applications import Starlette

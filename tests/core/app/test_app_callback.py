@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-from app_support import wait_for
+from tests.core.app.app_support import wait_for
 from rollhub.app import RolloutApp
 from rollhub.app.callback import send_notice
 

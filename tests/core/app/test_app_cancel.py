@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app_support import wait_for
+from tests.core.app.app_support import wait_for
 from rollhub.app import RolloutApp
 from rollhub.rollout import RESULT_META_KEY
 from rollhub.testing.servers import serve_app

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from app_support import wait_for
+from tests.core.app.app_support import wait_for
 from rollhub import hookimpl
 from rollhub.app import RolloutApp
 from rollhub.errors import StoreError

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from app_support import API_KEY, wait_for
+from tests.core.app.app_support import API_KEY, wait_for
 from rollhub.rollout import RESULT_META_KEY
 from rollhub.testing.servers import serve_app
 from starlette.applications import Starlette

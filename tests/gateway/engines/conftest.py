@@ -286,10 +286,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# Bound at import: several test folders have a conftest.py, and "conftest" in sys.modules
+# names whichever was imported last.
+_THIS_MODULE = sys.modules[__name__]
+
+
 @pytest.fixture(scope="session")
 def fakes() -> Any:
     """This module: the fake-engine builders, for tests that assemble their own server."""
-    return sys.modules[__name__]
+    return _THIS_MODULE
 
 
 @pytest.fixture

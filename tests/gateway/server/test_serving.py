@@ -193,4 +193,8 @@ def test_conformance_subcommand_forwards_its_options(monkeypatch):
     assert (
         cli.run(_args("conformance", "--family", "smollm2", "--family", "qwen3", "--markdown")) == 1
     )
-    assert seen == [["--family=smollm2", "--family=qwen3", "--markdown"]]
+    assert cli.run(_args("conformance", "--via", "http")) == 1
+    assert seen == [
+        ["--family=smollm2", "--family=qwen3", "--via=both", "--markdown"],
+        ["--via=http"],
+    ]
