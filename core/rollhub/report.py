@@ -110,7 +110,8 @@ def plot_run(episodes: Iterable[Episode], path: str | Path) -> Path:
             groups[e.group_id].append(e.reward)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     ax = axes[0]
-    ax.hist(rewards, bins=min(20, max(1, len(set(rewards)) * 2)), color="#4c72b0")
+    lo, hi = min([*rewards, 0.0]), max([*rewards, 1.0])
+    ax.hist(rewards, bins=20, range=(lo, hi), color="#4c72b0")
     ax.set(title=f"reward (n={len(rewards)})", xlabel="reward", ylabel="episodes")
     ax = axes[1]
     ordered = sorted(groups.items(), key=lambda kv: sum(kv[1]) / len(kv[1]))

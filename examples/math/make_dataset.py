@@ -20,6 +20,22 @@ DEFAULT_OUT = Path(__file__).parent / "data" / "math.jsonl"
 Problem = tuple[str, Fraction | int]
 
 
+def _sum(r: random.Random) -> Problem:
+    a, b = r.randint(2, 20), r.randint(2, 20)
+    return f"What is {a} + {b}?", a + b
+
+
+def _product(r: random.Random) -> Problem:
+    a, b = r.randint(2, 9), r.randint(2, 9)
+    return f"What is {a} times {b}?", a * b
+
+
+def _difference(r: random.Random) -> Problem:
+    a = r.randint(10, 40)
+    b = r.randint(2, a - 1)
+    return f"What is {a} - {b}?", a - b
+
+
 def _apples(r: random.Random) -> Problem:
     a, b, c = r.randint(5, 60), r.randint(2, 9), r.randint(3, 24)
     q = (
@@ -120,9 +136,14 @@ def _tank(r: random.Random) -> Problem:
     return q, start + (rate - leak) * minutes
 
 
+# One-step problems come first and alternate with word problems, so that even a tiny
+# model gets some right: GRPO learns nothing from groups whose rewards are all equal.
 TEMPLATES: list[Callable[[random.Random], Problem]] = [
+    _sum,
     _apples,
+    _product,
     _change,
+    _difference,
     _train,
     _cookies,
     _rectangle,
