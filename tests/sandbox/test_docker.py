@@ -15,6 +15,7 @@ from rollhub_sandbox import (
     SandboxProviderError,
 )
 from rollhub_sandbox.docker import docker_status
+
 from tests.sandbox.sandbox_helpers import pid_gone
 
 DOCKER, REASON = docker_status()

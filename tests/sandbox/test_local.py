@@ -19,6 +19,7 @@ from rollhub_sandbox import (
     SandboxStartError,
 )
 from rollhub_sandbox.local import reap_root
+
 from tests.sandbox.sandbox_helpers import NASTY, direct, pid_gone
 
 

@@ -13,6 +13,7 @@ from rollhub_sandbox.shell import (
     join_remote,
     shell_script,
 )
+
 from tests.sandbox.sandbox_helpers import NASTY, direct
 
 

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
 from tests.sandbox.sandbox_helpers import CC, build_shim, start_shim
 
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler (cc/gcc) on PATH")

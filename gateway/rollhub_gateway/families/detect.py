@@ -1,4 +1,4 @@
-# ruff: noqa: RUF001  (DeepSeek's markers are written with fullwidth bars)
+
 """Which family a chat template belongs to, read from its structure, not its hash.
 
 Each rule looks for the markup the template renders tool calls (or turns) with, so a

@@ -1,4 +1,4 @@
-# ruff: noqa: RUF001, RUF002  (DeepSeek's markers are written with fullwidth bars)
+
 """Families with bare JSON or DeepSeek-delimited tool calls.
 
 - ``llama3``: Llama 3.1 / 3.2: a tool call is the whole output as

@@ -12,13 +12,14 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.core.app.app_support import API_KEY
 from rollhub.testing.seaweedfs import seaweedfs_server
 from rollhub.testing.servers import serve_app
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+
+from tests.core.app.app_support import API_KEY
 
 
 @pytest.fixture

@@ -7,9 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-from tests.core.app.app_support import wait_for
 from rollhub.app import RolloutApp
 from rollhub.app.callback import send_notice
+
+from tests.core.app.app_support import wait_for
 
 
 def _app() -> RolloutApp:

@@ -9,10 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.core.app.app_support import wait_for
 from rollhub.app import RolloutApp
 from rollhub.rollout import RESULT_META_KEY
 from rollhub.testing.servers import serve_app
+
+from tests.core.app.app_support import wait_for
 
 
 def test_cancel_async_rollout_within_a_second(

@@ -14,10 +14,11 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.core.app.app_support import API_KEY, wait_for
 from pydantic import BaseModel
 from rollhub.app import InvalidRolloutError, RolloutApp, RolloutContext
 from rollhub.rollout import RESULT_META_KEY, RolloutConfig
+
+from tests.core.app.app_support import API_KEY, wait_for
 
 
 class Strict(BaseModel):

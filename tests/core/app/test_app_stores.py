@@ -6,7 +6,6 @@ import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from tests.core.app.app_support import wait_for
 from rollhub import hookimpl
 from rollhub.app import RolloutApp
 from rollhub.errors import StoreError
@@ -14,6 +13,8 @@ from rollhub.plugins import build_host
 from rollhub.registry import ComponentRegistry
 from rollhub.rollout import RESULT_META_KEY
 from rollhub.stores.base import ResultStore
+
+from tests.core.app.app_support import wait_for
 
 
 class MemoryStore(ResultStore):

@@ -22,13 +22,14 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.core.app.app_support import API_KEY, wait_for
 from rollhub.rollout import RESULT_META_KEY
 from rollhub.testing.servers import serve_app
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+
+from tests.core.app.app_support import API_KEY, wait_for
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "math"
 

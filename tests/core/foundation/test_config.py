@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
-
 from rollhub.config import build_options, load_config, parse_config
 from rollhub.errors import ConfigError, UnknownComponentError
 from rollhub.plugins import build_host
@@ -76,7 +75,7 @@ def test_env_overrides_file(tmp_path):
 
 
 def test_env_override_errors_name_the_field(tmp_path):
-    with pytest.raises(ConfigError, match="experiment.concurrency"):
+    with pytest.raises(ConfigError, match=r"experiment\.concurrency"):
         parse_config({}, env={"ROLLHUB_EXPERIMENT__CONCURRENCY": "0"})
 
 
@@ -153,7 +152,7 @@ def test_plugin_check_config_hook_runs(tmp_path):
     host = build_host(entry_points=False)
     host.register(Strict(), name="strict")
     check_config(host, parse_config({"plugins": {"strict": {"level": "high"}}}, env={}))
-    with pytest.raises(ConfigError, match="plugins.strict.level"):
+    with pytest.raises(ConfigError, match=r"plugins\.strict\.level"):
         check_config(host, parse_config({"plugins": {"strict": {"level": "low"}}}, env={}))
 
 

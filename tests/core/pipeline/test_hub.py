@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from rollhub.config import parse_config
 from rollhub.hub import AsyncHub, Hub
 from rollhub.plugins import build_host
+
 from tests.fixture_plugins import everything
 
 AGENT = Path(__file__).parent / "agents" / "echo_agent.py"
@@ -120,9 +120,8 @@ def test_sync_and_async_hub_have_the_same_public_methods():
 
 
 async def test_testing_make_hub_uses_only_given_plugins(tmp_path):
-    from rollhub.testing import make_hub
-
     from rollhub import hookimpl
+    from rollhub.testing import make_hub
 
     class Bonus:
         @hookimpl

@@ -9,11 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
-
 from rollhub.config import load_config
 from rollhub.dataset import load_jsonl_dataset
 from rollhub.export import read_episodes
 from rollhub.report import summarize
+
 from tests.core.pipeline import recording_plugin
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -8,7 +8,6 @@ import math
 
 import pandas as pd
 import pytest
-
 from rollhub.builtin.pipeline import reward_from_result
 from rollhub.episode import Episode, EpisodeGroup, ErrorInfo, group_stats, pass_at_k
 from rollhub.errors import RewardError
@@ -94,7 +93,7 @@ def test_group_stats_and_pass_at_k():
 
 def test_group_id_required():
     assert group_id_of({"id": 7}, "id") == "7"
-    with pytest.raises(Exception, match="experiment.id_field"):
+    with pytest.raises(Exception, match=r"experiment\.id_field"):
         group_id_of({"q": 1}, "id")
 
 
