@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shlex
 import sys
@@ -215,7 +216,10 @@ _CLIENTS: dict[str, AsyncSandboxClient] = {}
 def _client_for(settings: SandboxRewardSettings) -> AsyncSandboxClient:
     from rollhub_sandbox.client import AsyncSandboxClient
 
-    key = json.dumps([settings.provider, settings.options], sort_keys=True, default=str)
+    # The environment is part of the key: a provider may read defaults from it (the local
+    # provider's ROLLHUB_SANDBOX_ROOT), and a process may change it between hubs.
+    env = {k: v for k, v in os.environ.items() if k.startswith("ROLLHUB_SANDBOX")}
+    key = json.dumps([settings.provider, settings.options, env], sort_keys=True, default=str)
     client = _CLIENTS.get(key)
     if client is None:
         client = _CLIENTS[key] = AsyncSandboxClient(settings.provider, **settings.options)

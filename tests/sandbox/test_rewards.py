@@ -172,3 +172,20 @@ async def test_hook_through_the_plugin_manager_beside_the_core_default(tmp_path:
     ep = _episode({"sandbox_id": sb.id, "rewards": 0.5})
     parts = await call_all(host.hook.rollhub_collect_rewards, episode=ep, hub=hub)
     assert {"tests": 0.5} in parts and {"result": 0.5} in parts
+
+
+async def test_reward_client_follows_a_changed_sandbox_root(tmp_path, monkeypatch) -> None:
+    # One process, two roots one after the other (two hubs, a notebook): each sandbox must
+    # be found under the root it was created in.
+    from rollhub_sandbox import AsyncSandboxClient
+    from rollhub_sandbox.rewards import rollhub_collect_rewards
+
+    hub = SimpleNamespace(config=RollhubConfig.model_validate(
+        {"plugins": {"sandbox": {"test_command": "true", "reward": "binary"}}}
+    ))
+    for name in ("a", "b"):
+        monkeypatch.setenv("ROLLHUB_SANDBOX_ROOT", str(tmp_path / name))
+        sb = await AsyncSandboxClient("local").create(None, ttl=60)
+        episode = Episode(episode_id="e", group_id="g", session_id="e", sample_index=0,
+                          status="ok", result={"sandbox_id": sb.id})
+        assert await rollhub_collect_rewards(episode, hub) == {"tests": 1.0}
