@@ -361,6 +361,10 @@ class SessionWatch:
                 transient = is_transient(exc)
                 if transient and attempt + 1 < self._attempts:
                     self.stats["retries"] += 1
+                    # A loss reported for the failed attempt must not end the retried one.
+                    sig = self._signals.get(fut.session_id)
+                    if sig is not None and sig.done() and sig.result()[0] == "lost":
+                        self._signals[fut.session_id] = asyncio.get_running_loop().create_future()
                     wait = self._submit_backoff.delay(attempt)
                     log.info("submit %s failed (%s); retry in %.2fs", fut.session_id, exc, wait)
                     await asyncio.sleep(wait)

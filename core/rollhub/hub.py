@@ -169,7 +169,6 @@ class AsyncHub:
             input_id=group_id,
             session_id=f"{group_id}-{index}-{uuid.uuid4().hex[:12]}",
             sampling=dict(self.config.experiment.sampling),
-            weight_version=self.weight_version,
             sample_index=index,
         )
 
@@ -181,6 +180,8 @@ class AsyncHub:
         async with self._slots:
             await self._gate.wait_to_submit()
             version = self.weight_version
+            # stamped at admission: queued requests were built before later weight updates
+            request.rollout.weight_version = version
             self._gate.enter(sid, version)
             try:
                 episode = await self._run_admitted(request, version)
@@ -220,18 +221,29 @@ class AsyncHub:
         except asyncio.CancelledError:
             episode.status, episode.finished_at = "cancelled", time.time()
             raise
-        except RollhubError as exc:
-            log.warning("episode %s failed: %s", rollout.session_id, exc)
+        except Exception as exc:
+            # Failures are data: this episode ends failed, every other one carries on.
+            if isinstance(exc, RollhubError):
+                log.warning("episode %s failed: %s", rollout.session_id, exc)
+            else:
+                log.exception("episode %s failed unexpectedly", rollout.session_id)
             episode.status = "agent_error" if episode.status == "ok" else episode.status
             episode.error = ErrorInfo.from_exception(exc)
             episode.finished_at = episode.finished_at or time.time()
         finally:
             if opened:
-                await asyncio.shield(
-                    self.token_source.close_session(rollout.session_id, drop=episode.status != "ok")
-                )
+                await self._close_capture(episode)
         episode.metrics.setdefault("elapsed_s", episode.elapsed)
         return episode
+
+    async def _close_capture(self, episode: Episode) -> None:
+        try:
+            await asyncio.shield(
+                self.token_source.close_session(episode.session_id, drop=episode.status != "ok")
+            )
+        except Exception as exc:  # the episode is complete; a leaked session is only logged
+            log.warning("closing capture session %s failed: %s", episode.session_id, exc)
+            episode.metrics["close_session_error"] = f"{type(exc).__name__}: {exc}"
 
     async def _retrieve(self, episode: Episode) -> None:
         try:
@@ -248,7 +260,16 @@ class AsyncHub:
         episode.traces = list(traces or [])
 
     async def _reward(self, episode: Episode) -> None:
-        parts = await call_all(self.hook.rollhub_collect_rewards, episode=episode, hub=self)
+        try:
+            parts = await call_all(self.hook.rollhub_collect_rewards, episode=episode, hub=self)
+        except RewardError:
+            raise
+        except Exception as exc:
+            raise RewardError(
+                f"a reward hook failed for session {episode.session_id!r}: "
+                f"{type(exc).__name__}: {exc}",
+                session_id=episode.session_id,
+            ) from exc
         episode.reward_components = merge_reward_components(parts)
         if episode.reward_components:
             weights = self.config.rewards.weights

@@ -206,3 +206,50 @@ async def test_lost_session_whose_result_is_stored_is_kept(
     outcome = await fut.result_async(timeout=5)
     assert outcome.status == "ok" and outcome.result == {"rewards": 0.5}
     await runtime.cancel(fut.session_id)
+
+
+async def test_a_loss_reported_for_a_failed_attempt_does_not_end_the_retry(tmp_path) -> None:
+    # The worker died while the first POST was in flight: the runtime reports the session
+    # lost and the POST fails as transient. The retry runs on a healthy worker and must be
+    # the one whose outcome counts.
+    from rollhub.app.result import build_result_document
+    from rollhub.rollout import SubmitReceipt
+    from rollhub.runtime import Runtime
+    from rollhub.stores.file import FileResultStore
+
+    store = FileResultStore.from_url(f"file://{tmp_path}")
+
+    class DiesOnce(Runtime):
+        name = "dies-once"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+            self.tasks: set[asyncio.Task] = set()
+
+        async def submit(self, request):
+            self.calls += 1
+            sid = request.rollout.session_id
+            if self.calls == 1:
+                self._report_lost(sid, "worker exited")
+                raise SubmissionError("connection reset", transient=True)
+
+            async def finish_later() -> None:
+                await asyncio.sleep(0.2)
+                store.put(request.rollout.result_key, build_result_document(
+                    rollout=request.rollout, payload=request.payload, started_at=1.0,
+                    finished_at=2.0, result={"rewards": 1.0}))
+
+            task = asyncio.get_running_loop().create_task(finish_later())
+            self.tasks.add(task)
+            return SubmitReceipt(session_id=sid, result_location="", runtime=self.name)
+
+        async def cancel(self, session_id):
+            return None
+
+    runtime = DiesOnce()
+    async with AsyncRolloutClient(runtime, store, exp_id="race", callbacks=False,
+                                  poll_initial_s=0.05) as c:
+        c._watch._submit_backoff = type(c._watch._submit_backoff)(initial=0.01, maximum=0.02)
+        out = await c.invoke({"x": 1}).result_async(timeout=5)
+    assert out.status == "ok" and out.attempts == 2 and out.result == {"rewards": 1.0}

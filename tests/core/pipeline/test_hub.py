@@ -136,3 +136,43 @@ async def test_testing_make_hub_uses_only_given_plugins(tmp_path):
     async with hub:
         group = await hub.run_group({"id": "x"}, n=2)
     assert all(e.reward_components["len"] == len(e.session_id) for e in group.episodes)
+
+
+async def test_weight_version_is_stamped_when_a_rollout_is_admitted(tmp_path, host):
+    from rollhub import hookimpl
+
+    class BumpAfterEach:
+        @hookimpl
+        def rollhub_episode_done(self, hub):
+            hub.set_weight_version(hub.weight_version + 1)
+
+    host.register(BumpAfterEach(), name="bump")
+    cfg = config(tmp_path, n_samples=1, concurrency=1)
+    hub = AsyncHub(cfg, host=host, run_dir=tmp_path / "run")
+    async with hub:
+        hub.set_weight_version(0)
+        groups = [g async for g in hub.iter_groups([{"id": f"p{i}"} for i in range(3)])]
+    episodes = [g.episodes[0] for g in groups]
+    # all three were queued at version 0; each ran under the version current at admission
+    assert sorted(e.weight_version for e in episodes) == [0, 1, 2]
+    assert all(e.result["weight_version"] == e.weight_version for e in episodes)
+
+
+async def test_a_crashing_reward_plugin_fails_its_episodes_not_the_run(tmp_path, host):
+    from rollhub import hookimpl
+
+    class Crashes:
+        @hookimpl
+        def rollhub_collect_rewards(self, episode):
+            if episode.group_id == "bad":
+                raise ValueError("verifier crashed")
+            return None
+
+    host.register(Crashes(), name="crashes")
+    hub = AsyncHub(config(tmp_path, n_samples=2), host=host, run_dir=tmp_path / "run")
+    async with hub:
+        groups = {g.group_id: g async for g in hub.iter_groups([{"id": "bad"}, {"id": "good"}])}
+    bad = groups["bad"].episodes
+    assert [e.status for e in bad] == ["agent_error"] * 2
+    assert bad[0].error.type == "RewardError" and "verifier crashed" in bad[0].error.message
+    assert [e.status for e in groups["good"].episodes] == ["ok"] * 2
