@@ -214,10 +214,18 @@ async def run_batch_async(
         (False yields those stored errors as resumed ``agent_error`` items).
     :param progress: draw a progress bar (None: only on a terminal).
     :param rollout: ``_rollout`` overrides for every rollout.
-    :raises ConfigError: ``max_concurrent`` < 1, or bad ``input_ids``, before anything runs.
+    :raises ConfigError: ``max_concurrent`` < 1, bad ``input_ids``, or a per-rollout field
+        (``session_id``, ``input_id``, ``exp_id``) in ``rollout``, before anything runs.
     """
     if max_concurrent < 1:
         raise ConfigError(f"max_concurrent={max_concurrent!r} must be >= 1")
+    per_rollout = sorted({"session_id", "input_id", "exp_id"} & set(rollout))
+    if per_rollout:
+        raise ConfigError(
+            f"run_batch: {', '.join(per_rollout)} cannot be shared by every rollout of a batch; "
+            f"use input_ids= (one per payload) and let the client make session ids",
+            field=per_rollout[0],
+        )
     items = list(payloads)
     ids = assign_input_ids(items, id_field=id_field, input_ids=input_ids)
     stored = await _stored_results(client, ids, rerun_failed) if resume and items else {}

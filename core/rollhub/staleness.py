@@ -20,6 +20,7 @@ class StalenessGate:
         self.current: int | None = None
         self._inflight: dict[str, int | None] = {}
         self._changed: asyncio.Condition | None = None
+        self._wakers: set[asyncio.Task[None]] = set()
 
     def _cond(self) -> asyncio.Condition:
         if self._changed is None:
@@ -70,6 +71,8 @@ class StalenessGate:
                 cond.notify_all()
 
         try:
-            asyncio.get_running_loop().create_task(_wake())
-        except RuntimeError:
-            pass
+            task = asyncio.get_running_loop().create_task(_wake())
+        except RuntimeError:  # no loop running: nobody can be waiting
+            return
+        self._wakers.add(task)  # a reference, so the task is not collected mid-flight
+        task.add_done_callback(self._wakers.discard)

@@ -124,6 +124,7 @@ class LocalRuntime(Runtime):
         self._http: LoopbackHTTP | None = None
         self._capacity: asyncio.Condition | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self._notifies: set[asyncio.Task[Any]] = set()
         self._closing = False
         self._started = False
         self._next_index = 0
@@ -273,7 +274,9 @@ class LocalRuntime(Runtime):
                 cond.notify_all()
 
         with contextlib.suppress(RuntimeError):
-            asyncio.get_running_loop().create_task(notify())
+            task = asyncio.get_running_loop().create_task(notify())
+            self._notifies.add(task)  # a reference, so the task is not collected mid-flight
+            task.add_done_callback(self._notifies.discard)
 
     # Workers ------------------------------------------------------------------------------
 
@@ -361,7 +364,11 @@ class LocalRuntime(Runtime):
         while not self._closing:
             try:
                 await asyncio.sleep(delay)
-                self._workers.append(await self._spawn())
+                replacement = await self._spawn()
+                if self._closing:  # closed while it started: it must not outlive the runtime
+                    await self._stop(replacement)
+                    return
+                self._workers.append(replacement)
                 return
             except RollhubError as exc:
                 delay = min(10.0, max(0.5, delay * 2))

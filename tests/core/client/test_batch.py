@@ -253,3 +253,9 @@ async def test_a_loss_reported_for_a_failed_attempt_does_not_end_the_retry(tmp_p
         c._watch._submit_backoff = type(c._watch._submit_backoff)(initial=0.01, maximum=0.02)
         out = await c.invoke({"x": 1}).result_async(timeout=5)
     assert out.status == "ok" and out.attempts == 2 and out.result == {"rewards": 1.0}
+
+
+async def test_per_rollout_fields_cannot_be_batch_overrides(client: AsyncRolloutClient) -> None:
+    with pytest.raises(ConfigError, match="session_id cannot be shared by every rollout"):
+        await collect(client.run_batch_async([{"x": 1}, {"x": 2}], session_id="s", progress=False))
+    assert client.stats["submitted"] == 0
