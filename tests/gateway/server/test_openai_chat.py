@@ -158,3 +158,31 @@ async def test_bad_fields_are_400_naming_the_field(gateway, extra, param, helper
     assert info.value.body["param"] == param
     assert info.value.body["type"] == "invalid_request_error"
     assert helpers.recorded_turns(gateway.traces("s1")) == {}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_malformed_tool_call_comes_back_as_text_and_is_flagged(
+    gateway, scripted, ids, helpers, stream
+):
+    # The model opened a tool call and wrote broken JSON: the caller gets the text (200, no
+    # tool calls), and the recorded turn keeps every sampled id, flagged ill_formed.
+    s = gateway.open_session("bad")
+    raw = 'Let me call it. <tool_call>\n{"name": "get_weather", "arguments": {"city": Paris}\n</tool_call>'
+    out = ids(raw)
+    scripted.add(out)
+    client = openai.AsyncOpenAI(base_url=gateway.base_url, api_key=s.key)
+    if stream:
+        chunks = [c async for c in await client.chat.completions.create(
+            model="m", messages=USER, tools=[helpers.weather_tool], stream=True)]
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
+    else:
+        r = await client.chat.completions.create(
+            model="m", messages=USER, tools=[helpers.weather_tool]
+        )
+        assert not r.choices[0].message.tool_calls
+        text = r.choices[0].message.content
+    assert "get_weather" in text and "Paris" in text
+    traces = gateway.traces("bad")
+    helpers.assert_recorded(traces, 0, out)
+    assert traces[0].turns[0].ill_formed is True
