@@ -3,7 +3,7 @@
 Layout under ``root`` (shared by every process on the machine that uses the same root)::
 
     <root>/<sandbox id>/sandbox.json   marker: expiry time, isolation mode
-    <root>/<sandbox id>/work/          the workspace (copied from the template, if any)
+    <root>/<sandbox id>/work           the workspace directory (copied from the template, if any)
 
 Because the marker is a file, ``attach(id)`` works from any process (the agent creates the
 sandbox in a worker, the reward hook attaches from the hub), and any process reaps
