@@ -31,12 +31,14 @@ class ErrorInfo:
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> ErrorInfo:
+        """Type name, message and formatted traceback of an exception."""
         import traceback
 
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         return cls(type(exc).__name__, str(exc), tb)
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
         return {"type": self.type, "message": self.message, "traceback": self.traceback}
 
 

@@ -88,11 +88,14 @@ class NoTokenSource(TokenSource):
     async def open_session(
         self, session_id: str, *, sampling: dict[str, Any] | None = None
     ) -> CaptureSession:
+        """The configured endpoint, the same for every session."""
         key = self.options.api_key.get_secret_value() if self.options.api_key else None
         return CaptureSession(session_id, self.options.base_url, key, self.options.model_id)
 
     async def fetch_traces(self, session_id: str) -> list[TraceRecord]:
+        """Nothing was captured: no traces."""
         return []
 
     async def close_session(self, session_id: str, *, drop: bool = False) -> None:
+        """Nothing to close."""
         return None

@@ -9,12 +9,14 @@ from rollhub.plugins import build_host, check_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare this subcommand's arguments."""
     sub = parser.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     check = sub.add_parser("check", help="validate a rollhub.toml and its component options")
     check.add_argument("file", help="path to rollhub.toml")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the subcommand; return the exit code (errors are raised as rollhub errors)."""
     cfg = load_config(args.file)
     host = build_host(modules=cfg.plugins.modules, search_dir=cfg.base_dir)
     check_config(host, cfg)

@@ -12,11 +12,13 @@ from rollhub.export import episode_from_row, read_rows, write_rows
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare this subcommand's arguments."""
     parser.add_argument("source", help="episodes file (.parquet or .jsonl)")
     parser.add_argument("dest", help="output file (.parquet or .jsonl)")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the subcommand; return the exit code (errors are raised as rollhub errors)."""
     rows = read_rows(args.source)
     for row in rows:
         episode_from_row(row)  # validates before anything is written

@@ -9,10 +9,12 @@ from rollhub.plugins import build_host
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare this subcommand's arguments."""
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the subcommand; return the exit code (errors are raised as rollhub errors)."""
     host = build_host()
     rows = []
     for rec in host.plugins.values():

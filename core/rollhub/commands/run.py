@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare this subcommand's arguments."""
     parser.add_argument("config", help="path to rollhub.toml")
     parser.add_argument("--max-prompts", type=int, default=None, help="use only the first N prompts")
     parser.add_argument("--n-samples", type=int, default=None, help="samples per prompt")
@@ -35,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the subcommand; return the exit code (errors are raised as rollhub errors)."""
     cfg = load_config(args.config)
     if args.max_prompts is not None:
         cfg.experiment.max_prompts = args.max_prompts

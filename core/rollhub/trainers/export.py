@@ -45,17 +45,20 @@ class ExportTrainer(Trainer):
         self.rows: list[dict[str, Any]] = []
 
     async def start(self) -> None:
+        """Create the run directory (required: the files go there)."""
         if self.run_dir is None:
             raise UsageError("the export trainer needs a run directory (run_dir)")
         self.run_dir.mkdir(parents=True, exist_ok=True)
 
     async def consume(self, group: EpisodeGroup) -> dict[str, Any]:
+        """Turn a finished group into export rows (failed episodes too, marked)."""
         for ep in group.episodes:
             if ep.ok or self.options.include_failed:
                 self.rows.append(episode_to_row(ep, self.exp_id))
         return {"rows": len(self.rows)}
 
     async def close(self) -> dict[str, Any]:
+        """Write every row to each configured format; return ``{format: path}``."""
         assert self.run_dir is not None
         written = {}
         for fmt in self.options.formats:
