@@ -85,15 +85,9 @@ class PluginHost:
 
     def load_entry_points(self, *, disabled: Iterable[str] | None = None) -> None:
         """Load every installed plugin of the ``rollhub`` entry-point group, one by one."""
-        from stevedore import ExtensionManager
+        from importlib import metadata
 
-        class _SkippingManager(ExtensionManager):  # type: ignore[misc]
-            # Disabled plugins must not even be imported, so filter before loading.
-            def _load_one_plugin(self, ep: Any, *args: Any, **kwargs: Any) -> Any:
-                if ep.name in skip:
-                    log.info("plugin %s disabled by ROLLHUB_DISABLE_PLUGINS", ep.name)
-                    return None
-                return super()._load_one_plugin(ep, *args, **kwargs)
+        from stevedore import NamedExtensionManager
 
         if disabled is None:
             disabled = _env_list("ROLLHUB_DISABLE_PLUGINS")
@@ -115,8 +109,13 @@ class PluginHost:
             )
             self.registry.load_failures[ep.name] = err
 
-        mgr = _SkippingManager(
+        # Disabled plugins must not even be imported, so they are left out by name.
+        names = [ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)]
+        for name in sorted(skip & set(names)):
+            log.info("plugin %s disabled by ROLLHUB_DISABLE_PLUGINS", name)
+        mgr = NamedExtensionManager(
             namespace=ENTRY_POINT_GROUP,
+            names=[n for n in names if n not in skip],
             invoke_on_load=False,
             on_load_failure_callback=on_failure,
         )

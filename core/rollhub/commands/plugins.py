@@ -8,6 +8,12 @@ import json
 from rollhub.plugins import build_host
 
 
+def _core_version() -> str:
+    from rollhub import __version__
+
+    return __version__
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare this subcommand's arguments."""
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -23,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
                 "plugin": rec.name,
                 "source": rec.source,
                 "distribution": rec.distribution or ("rollhub" if rec.source == "builtin" else "-"),
-                "version": rec.version or "-",
+                "version": rec.version or (_core_version() if rec.source == "builtin" else "-"),
                 "components": rec.components,
                 "error": str(rec.error) if rec.error else None,
             }
