@@ -2,11 +2,13 @@
 
 The default trainer of ``rollhub run``: it trains nothing and leaves training-ready data in
 the run directory (``episodes.parquet``, ``episodes.jsonl``), in the schema of
-:mod:`rollhub.export`.
+:mod:`rollhub.export`. JSONL rows are appended and flushed as each group finishes, so a run
+that dies keeps every finished group; Parquet is written once, at the end.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any, Literal
@@ -43,26 +45,39 @@ class ExportTrainer(Trainer):
         super().__init__(options, run_dir=run_dir, **kw)
         self.exp_id = exp_id
         self.rows: list[dict[str, Any]] = []
+        self._jsonl: Any = None
 
     async def start(self) -> None:
         """Create the run directory (required: the files go there)."""
         if self.run_dir is None:
             raise UsageError("the export trainer needs a run directory (run_dir)")
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if "jsonl" in self.options.formats:
+            path = self.run_dir / f"{self.options.basename}.jsonl"
+            self._jsonl = path.open("w", encoding="utf-8")
 
     async def consume(self, group: EpisodeGroup) -> dict[str, Any]:
         """Turn a finished group into export rows (failed episodes too, marked)."""
         for ep in group.episodes:
             if ep.ok or self.options.include_failed:
-                self.rows.append(episode_to_row(ep, self.exp_id))
+                row = episode_to_row(ep, self.exp_id)
+                self.rows.append(row)
+                if self._jsonl is not None:
+                    self._jsonl.write(json.dumps(row, sort_keys=True) + "\n")
+        if self._jsonl is not None:
+            self._jsonl.flush()
         return {"rows": len(self.rows)}
 
     async def close(self) -> dict[str, Any]:
         """Write every row to each configured format; return ``{format: path}``."""
         assert self.run_dir is not None
         written = {}
-        for fmt in self.options.formats:
-            path = write_rows(self.rows, self.run_dir / f"{self.options.basename}.{fmt}")
-            written[fmt] = str(path)
-            log.info("wrote %d episodes to %s", len(self.rows), path)
+        if self._jsonl is not None:
+            self._jsonl.close()
+            self._jsonl = None
+            written["jsonl"] = str(self.run_dir / f"{self.options.basename}.jsonl")
+        if "parquet" in self.options.formats:
+            path = write_rows(self.rows, self.run_dir / f"{self.options.basename}.parquet")
+            written["parquet"] = str(path)
+        log.info("wrote %d episodes to %s", len(self.rows), ", ".join(written.values()))
         return written

@@ -166,3 +166,17 @@ def test_cli_export_converts(tmp_path):
     assert main(["export", str(src), str(tmp_path / "e.jsonl")]) == 0
     assert read_rows(tmp_path / "e.jsonl")[0]["episode_id"] == "s0"
     assert main(["export", str(tmp_path / "missing.jsonl"), str(tmp_path / "x.parquet")]) == 2
+
+
+async def test_export_trainer_appends_jsonl_as_groups_finish(tmp_path):
+    from rollhub.trainers.export import ExportTrainer
+
+    trainer = ExportTrainer(run_dir=tmp_path, exp_id="exp")
+    await trainer.start()
+    await trainer.consume(EpisodeGroup("g1", {}, [ep(0), ep(1, status="agent_error")]))
+    # readable before the run ends: a crash keeps finished groups
+    assert [r["episode_id"] for r in read_rows(tmp_path / "episodes.jsonl")] == ["s0", "s1"]
+    await trainer.consume(EpisodeGroup("g2", {}, [ep(2, group="g2")]))
+    written = await trainer.close()
+    assert set(written) == {"jsonl", "parquet"}
+    assert read_rows(tmp_path / "episodes.parquet") == read_rows(tmp_path / "episodes.jsonl")
