@@ -2,6 +2,7 @@
 
 - :mod:`.openai_chat`: OpenAI Chat Completions
 - :mod:`.openai_responses`: OpenAI Responses
+- :mod:`.openai_responses_input`: the Responses request fields (``input``, tools)
 - :mod:`.anthropic`: Anthropic Messages
 - :mod:`.execution`: running one turn (policy, rendering, sampling, commit), shared by all
 - :mod:`.admin`: the session-management routes of the hub

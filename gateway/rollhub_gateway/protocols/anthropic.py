@@ -19,14 +19,16 @@ from rollhub_gateway.protocols.base import (
     TurnResult,
     WireError,
     WireRequest,
+    function_call,
+    function_tool,
     json_text,
     new_id,
     opt_bool,
     opt_float,
     opt_int,
     opt_stop,
+    owed_deltas,
     parse_arguments,
-    remainder,
     require,
     sse,
 )
@@ -124,13 +126,7 @@ def _assistant(blocks: list[Any], where: str) -> dict[str, Any]:
                     "invalid_request", f"{at} (tool_use) needs 'id' and 'name'", param=at
                 )
             args = json_text(b.get("input") or {}, f"{at}.input")
-            calls.append(
-                {
-                    "id": b["id"],
-                    "type": "function",
-                    "function": {"name": b["name"], "arguments": args},
-                }
-            )
+            calls.append(function_call(b["id"], b["name"], args))
         else:
             _refuse(kind, at)
     msg: dict[str, Any] = {
@@ -188,13 +184,7 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
                 f"tools[{i}] is a server tool ({t.get('type')!r}); only custom tools are supported",
                 param=f"tools[{i}].type",
             )
-        fn = {
-            "name": t["name"],
-            "parameters": t.get("input_schema") or {"type": "object", "properties": {}},
-        }
-        if t.get("description"):
-            fn["description"] = t["description"]
-        out.append({"type": "function", "function": fn})
+        out.append(function_tool(t["name"], t.get("input_schema"), t.get("description")))
     return out or None
 
 
@@ -344,13 +334,8 @@ class AnthropicMessages(ProtocolAdapter):
             elif isinstance(ev, Finished):
                 r = ev.result
                 chunks: list[bytes] = []
-                for kind, final in (
-                    ("reasoning", r.parsed.reasoning or ""),
-                    ("content", r.parsed.content),
-                ):
-                    rest = remainder(streamed[kind], final)
-                    if rest:
-                        chunks += text(kind, rest)
+                for d in owed_deltas(streamed, r.parsed):
+                    chunks += text(d.kind, d.text)
                 if block["index"] < 0 and not r.parsed.tool_calls:
                     chunks += open_block("content")  # an empty answer is still one text block
                 chunks += close_block()

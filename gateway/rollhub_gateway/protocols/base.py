@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from aiohttp import web
 from rollhub.sampling import Generation
 
-from rollhub_gateway.turns import ChatTurn, ParsedOutput
+from rollhub_gateway.turns import ChatTurn, OutputDelta, ParsedOutput
 
 __all__ = [
     "ErrorKind",
@@ -27,11 +27,14 @@ __all__ = [
     "WireRequest",
     "body_json",
     "error_response",
+    "function_call",
+    "function_tool",
     "new_id",
     "opt_bool",
     "opt_float",
     "opt_int",
     "opt_stop",
+    "owed_deltas",
     "require",
 ]
 
@@ -259,6 +262,36 @@ def remainder(streamed: str, final: str) -> str:
     markup; once the output is finished that text is known and still owed to the caller.
     """
     return final[len(streamed) :] if final.startswith(streamed) else ""
+
+
+def owed_deltas(streamed: Mapping[str, str], parsed: ParsedOutput) -> list[OutputDelta]:
+    """The reasoning, then content, of the final parse still owed after ``streamed``.
+
+    ``streamed`` maps ``"reasoning"`` and ``"content"`` to the text already sent of each;
+    only non-empty remainders (see :func:`remainder`) are returned.
+    """
+    owed = []
+    for kind, final in (("reasoning", parsed.reasoning or ""), ("content", parsed.content)):
+        rest = remainder(streamed[kind], final)
+        if rest:
+            owed.append(OutputDelta(kind, rest))  # type: ignore[arg-type]
+    return owed
+
+
+# Neutral tools and tool calls (the OpenAI function form) ------------------------------------
+
+
+def function_tool(name: str, parameters: Any, description: Any) -> dict[str, Any]:
+    """A tool in neutral form; a missing schema means an object with no properties."""
+    fn = {"name": name, "parameters": parameters or {"type": "object", "properties": {}}}
+    if description:
+        fn["description"] = description
+    return {"type": "function", "function": fn}
+
+
+def function_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    """A tool call in neutral form; ``arguments`` is JSON text."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
 def parse_arguments(arguments: str) -> Any:

@@ -19,20 +19,22 @@ from rollhub_gateway.protocols.base import (
     TurnResult,
     WireError,
     WireRequest,
+    function_call,
+    function_tool,
     json_text,
     new_id,
     opt_bool,
     opt_float,
     opt_int,
     opt_stop,
-    remainder,
+    owed_deltas,
     require,
     sse,
 )
 from rollhub_gateway.protocols.execution import Finished, Started, StreamEvent
 from rollhub_gateway.turns import ChatTurn, OutputDelta
 
-__all__ = ["OpenAIChat", "parse_messages", "parse_tools"]
+__all__ = ["OpenAIChat", "content_text", "parse_messages", "parse_tools"]
 
 _ERROR_TYPES = {
     "invalid_request": ("invalid_request_error", None),
@@ -48,9 +50,16 @@ _ERROR_TYPES = {
 _FINISH = {"abort": "stop", "error": "stop"}
 
 
-def _text_of(content: Any, where: str) -> str | None:
-    """Text of an OpenAI message content: a string or a list of text parts."""
-    if content is None or isinstance(content, str):
+def content_text(
+    content: Any, where: str, *, media: tuple[str, ...], hint: str, refusal: bool = False
+) -> str:
+    """Text of an OpenAI content (Chat or Responses): a string or a list of text parts.
+
+    :param media: part types refused with a 400, since the served model reads text only.
+    :param hint: what to send instead, ending that 400's message.
+    :param refusal: read ``refusal`` parts (an assistant refusal sent back as history) as text.
+    """
+    if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise WireError(
@@ -63,12 +72,12 @@ def _text_of(content: Any, where: str) -> str | None:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in ("text", "input_text", "output_text"):
             texts.append(str(part.get("text", "")))
-        elif kind == "refusal":  # an assistant refusal sent back as history
+        elif refusal and kind == "refusal":
             texts.append(str(part.get("refusal", "")))
-        elif kind in ("image_url", "input_image", "input_audio", "file"):
+        elif kind in media:
             raise WireError(
                 "invalid_request",
-                f"{where}.content[{j}] is {kind!r}: this gateway serves a text-only model; send text parts",
+                f"{where}.content[{j}] is {kind!r}: this gateway serves a text-only model; {hint}",
                 param=f"{where}.content",
             )
         else:
@@ -78,6 +87,19 @@ def _text_of(content: Any, where: str) -> str | None:
                 param=f"{where}.content",
             )
     return "".join(texts)
+
+
+def _text_of(content: Any, where: str) -> str | None:
+    """Text of a Chat message content; ``None`` stays ``None``."""
+    if content is None:
+        return None
+    return content_text(
+        content,
+        where,
+        media=("image_url", "input_image", "input_audio", "file"),
+        hint="send text parts",
+        refusal=True,
+    )
 
 
 def parse_messages(messages: Any, field: str = "messages") -> list[dict[str, Any]]:
@@ -140,14 +162,11 @@ def _tool_call(call: Any, where: str) -> dict[str, Any]:
     fn = call.get("function") if isinstance(call, dict) else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
         raise WireError("invalid_request", f"{where}.function.name is required", param=where)
-    return {
-        "id": str(call.get("id") or new_id("call_")),
-        "type": "function",
-        "function": {
-            "name": fn["name"],
-            "arguments": json_text(fn.get("arguments", "{}"), f"{where}.function.arguments"),
-        },
-    }
+    return function_call(
+        str(call.get("id") or new_id("call_")),
+        fn["name"],
+        json_text(fn.get("arguments", "{}"), f"{where}.function.arguments"),
+    )
 
 
 def parse_tools(tools: Any, field: str = "tools") -> list[dict[str, Any]] | None:
@@ -171,13 +190,7 @@ def parse_tools(tools: Any, field: str = "tools") -> list[dict[str, Any]] | None
                 f"{field}[{i}].function.name is required",
                 param=f"{field}[{i}].function.name",
             )
-        entry = {
-            "name": fn["name"],
-            "parameters": fn.get("parameters") or {"type": "object", "properties": {}},
-        }
-        if fn.get("description"):
-            entry["description"] = fn["description"]
-        out.append({"type": "function", "function": entry})
+        out.append(function_tool(fn["name"], fn.get("parameters"), fn.get("description")))
     return out or None
 
 
@@ -243,7 +256,7 @@ class OpenAIChat(ProtocolAdapter):
             "content": p.content if (p.content or not p.tool_calls) else None,
         }
         if p.tool_calls:
-            message["tool_calls"] = [_call_json(c) for c in p.tool_calls]
+            message["tool_calls"] = [function_call(c.id, c.name, c.arguments) for c in p.tool_calls]
         if p.reasoning:
             message["reasoning_content"] = p.reasoning
         return {
@@ -294,15 +307,12 @@ class OpenAIChat(ProtocolAdapter):
             elif isinstance(ev, Finished):
                 r = ev.result
                 model = r.model_id
-                for kind, final in (
-                    ("reasoning", r.parsed.reasoning or ""),
-                    ("content", r.parsed.content),
-                ):
-                    rest = remainder(streamed[kind], final)
-                    if rest:
-                        yield text(OutputDelta(kind, rest))  # type: ignore[arg-type]
+                for d in owed_deltas(streamed, r.parsed):
+                    yield text(d)
                 for i, c in enumerate(r.parsed.tool_calls):
-                    yield chunk({"tool_calls": [{"index": i, **_call_json(c)}]})
+                    yield chunk(
+                        {"tool_calls": [{"index": i, **function_call(c.id, c.name, c.arguments)}]}
+                    )
                 lp = _logprobs(r) if req.options.get("logprobs") else None
                 yield chunk({}, _FINISH.get(r.finish_reason, r.finish_reason), logprobs=lp)
                 if include_usage:
@@ -328,14 +338,6 @@ class OpenAIChat(ProtocolAdapter):
     def stream_error(self, err: WireError) -> bytes:
         """An error after the stream began: an ``error`` data event."""
         return sse(self.error_body(err))
-
-
-def _call_json(call: Any) -> dict[str, Any]:
-    return {
-        "id": call.id,
-        "type": "function",
-        "function": {"name": call.name, "arguments": call.arguments},
-    }
 
 
 def _usage(r: TurnResult) -> dict[str, int]:

@@ -19,169 +19,23 @@ from rollhub_gateway.protocols.base import (
     TurnResult,
     WireError,
     WireRequest,
-    json_text,
     new_id,
     opt_bool,
     opt_float,
     opt_int,
-    remainder,
+    owed_deltas,
     sse,
 )
 from rollhub_gateway.protocols.execution import Finished, Started, StreamEvent
 from rollhub_gateway.protocols.openai_chat import OpenAIChat
+from rollhub_gateway.protocols.openai_responses_input import (
+    parse_input,
+    parse_tool_choice,
+    parse_tools,
+)
 from rollhub_gateway.turns import ChatTurn, OutputDelta
 
 __all__ = ["OpenAIResponses"]
-
-
-def _content_text(content: Any, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise WireError(
-            "invalid_request",
-            f"{where}.content must be a string or a list of parts",
-            param=f"{where}.content",
-        )
-    texts = []
-    for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in ("input_text", "output_text", "text"):
-            texts.append(str(part.get("text", "")))
-        elif kind in ("input_image", "input_file", "input_audio"):
-            raise WireError(
-                "invalid_request",
-                f"{where}.content[{j}] is {kind!r}: this gateway serves a text-only model; send input_text parts",
-                param=f"{where}.content",
-            )
-        else:
-            raise WireError(
-                "invalid_request",
-                f"{where}.content[{j}] has unknown type {kind!r}",
-                param=f"{where}.content",
-            )
-    return "".join(texts)
-
-
-def _input(items: Any) -> list[dict[str, Any]]:
-    if isinstance(items, str):
-        return [{"role": "user", "content": items}]
-    if not isinstance(items, list) or not items:
-        raise WireError(
-            "invalid_request",
-            "'input' must be a string or a non-empty array of items",
-            param="input",
-        )
-    out: list[dict[str, Any]] = []
-    pending_reasoning: str | None = None
-    for i, item in enumerate(items):
-        where = f"input[{i}]"
-        if not isinstance(item, dict):
-            raise WireError("invalid_request", f"{where} must be an object", param=where)
-        kind = item.get("type", "message")
-        if kind == "message":
-            role = item.get("role")
-            if role == "developer":
-                role = "system"
-            if role not in ("system", "user", "assistant"):
-                raise WireError(
-                    "invalid_request",
-                    f"{where}.role={role!r} must be system, developer, user or assistant",
-                    param=f"{where}.role",
-                )
-            msg: dict[str, Any] = {
-                "role": role,
-                "content": _content_text(item.get("content"), where),
-            }
-            if role == "assistant" and pending_reasoning:
-                msg["reasoning_content"], pending_reasoning = pending_reasoning, None
-            out.append(msg)
-        elif kind == "function_call":
-            if not isinstance(item.get("name"), str) or not isinstance(item.get("call_id"), str):
-                raise WireError(
-                    "invalid_request",
-                    f"{where} (function_call) needs 'call_id' and 'name'",
-                    param=where,
-                )
-            call = {
-                "id": item["call_id"],
-                "type": "function",
-                "function": {
-                    "name": item["name"],
-                    "arguments": json_text(item.get("arguments", "{}"), f"{where}.arguments"),
-                },
-            }
-            last = out[-1] if out else None
-            if last is not None and last["role"] == "assistant":
-                last.setdefault("tool_calls", []).append(call)
-            else:
-                msg = {"role": "assistant", "content": None, "tool_calls": [call]}
-                if pending_reasoning:
-                    msg["reasoning_content"], pending_reasoning = pending_reasoning, None
-                out.append(msg)
-        elif kind == "function_call_output":
-            if not isinstance(item.get("call_id"), str):
-                raise WireError(
-                    "invalid_request", f"{where}.call_id is required", param=f"{where}.call_id"
-                )
-            output = item.get("output", "")
-            text = output if isinstance(output, str) else _content_text(output, where)
-            out.append({"role": "tool", "tool_call_id": item["call_id"], "content": text})
-        elif kind == "reasoning":
-            parts = item.get("content") or item.get("summary") or []
-            pending_reasoning = "".join(
-                str(p.get("text", "")) for p in parts if isinstance(p, dict)
-            )
-        else:
-            raise WireError(
-                "invalid_request",
-                f"{where}.type={kind!r} is not supported (message, function_call, function_call_output, reasoning)",
-                param=f"{where}.type",
-            )
-    return out
-
-
-def _tools(tools: Any) -> list[dict[str, Any]] | None:
-    if tools is None:
-        return None
-    if not isinstance(tools, list):
-        raise WireError("invalid_request", "'tools' must be an array", param="tools")
-    out = []
-    for i, t in enumerate(tools):
-        if not isinstance(t, dict) or t.get("type") != "function":
-            raise WireError(
-                "invalid_request",
-                f"tools[{i}]: only function tools are supported (type 'function')",
-                param=f"tools[{i}].type",
-            )
-        if not isinstance(t.get("name"), str):
-            raise WireError(
-                "invalid_request", f"tools[{i}].name is required", param=f"tools[{i}].name"
-            )
-        fn = {
-            "name": t["name"],
-            "parameters": t.get("parameters") or {"type": "object", "properties": {}},
-        }
-        if t.get("description"):
-            fn["description"] = t["description"]
-        out.append({"type": "function", "function": fn})
-    return out or None
-
-
-def _tool_choice(choice: Any) -> Any:
-    if choice is None or choice in ("none", "auto", "required"):
-        return choice
-    if (
-        isinstance(choice, dict)
-        and choice.get("type") == "function"
-        and isinstance(choice.get("name"), str)
-    ):
-        return {"type": "function", "function": {"name": choice["name"]}}
-    raise WireError(
-        "invalid_request",
-        "'tool_choice' must be none, auto, required or {type: function, name}",
-        param="tool_choice",
-    )
 
 
 class OpenAIResponses(ProtocolAdapter):
@@ -199,7 +53,7 @@ class OpenAIResponses(ProtocolAdapter):
             )
         if "input" not in body:
             raise WireError("invalid_request", "missing required field 'input'", param="input")
-        messages = _input(body["input"])
+        messages = parse_input(body["input"])
         instructions = body.get("instructions")
         if instructions is not None:
             if not isinstance(instructions, str):
@@ -209,7 +63,7 @@ class OpenAIResponses(ProtocolAdapter):
             messages.insert(0, {"role": "system", "content": instructions})
         return WireRequest(
             turn=ChatTurn(
-                messages, _tools(body.get("tools")), _tool_choice(body.get("tool_choice"))
+                messages, parse_tools(body.get("tools")), parse_tool_choice(body.get("tool_choice"))
             ),
             sampling=RequestedSampling(
                 max_tokens=opt_int(body, "max_output_tokens", minimum=1),
@@ -395,13 +249,8 @@ class OpenAIResponses(ProtocolAdapter):
             elif isinstance(e, Finished):
                 r = e.result
                 chunks: list[bytes] = []
-                for kind, final in (
-                    ("reasoning", r.parsed.reasoning or ""),
-                    ("content", r.parsed.content),
-                ):
-                    rest = remainder(streamed[kind], final)
-                    if rest:
-                        chunks += text(kind, rest)
+                for d in owed_deltas(streamed, r.parsed):
+                    chunks += text(d.kind, d.text)
                 chunks += close()
                 for c in r.parsed.tool_calls:
                     idx, fid = len(items), new_id("fc_")
