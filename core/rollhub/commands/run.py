@@ -101,7 +101,7 @@ async def run_experiment(cfg: RollhubConfig, payloads: list[dict[str, Any]], run
 
 def _new_run_dir(cfg: RollhubConfig) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = cfg.path(cfg.experiment.output_dir) / f"{cfg.experiment.name}-{stamp}"
+    base = cfg.path(cfg.experiment.output_dir).resolve() / f"{cfg.experiment.name}-{stamp}"
     path, i = base, 1
     while path.exists():
         i += 1
