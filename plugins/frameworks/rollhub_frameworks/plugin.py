@@ -5,7 +5,12 @@ from __future__ import annotations
 from rollhub import hookimpl
 from rollhub.registry import ComponentRegistry
 
+from rollhub_frameworks.langgraph import LangGraphFramework
+from rollhub_frameworks.strands import StrandsFramework
+
 
 @hookimpl
 def rollhub_register_components(registry: ComponentRegistry) -> None:
-    """Components of rollhub-frameworks are registered here as they land."""
+    """Register the ``strands`` and ``langgraph`` framework components."""
+    registry.add_framework(StrandsFramework)
+    registry.add_framework(LangGraphFramework)
