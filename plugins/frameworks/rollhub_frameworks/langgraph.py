@@ -56,8 +56,8 @@ def langgraph_chat_model(
     ``base_url``, ``api_key`` and ``model_id`` configure the client; ``_rollout.sampling``
     becomes the model's fields (``max_completion_tokens`` is read as ``max_tokens``; keys
     ``ChatOpenAI`` has no field for, such as ``top_k``, travel in ``extra_body``).
-    ``overrides`` are ``ChatOpenAI`` keyword arguments applied on top; ``extra_body`` and
-    ``model_kwargs`` are merged key by key.
+    ``overrides`` are ``ChatOpenAI`` keyword arguments applied on top; ``extra_body`` is
+    merged key by key.
 
     Raises :class:`rollhub.errors.ConfigError` when ``_rollout.base_url`` or
     ``_rollout.model_id`` is missing, and :class:`rollhub.errors.PluginError` when

@@ -47,13 +47,29 @@ def ids(tokenizer: Any) -> Ids:
     return Ids(tokenizer)
 
 
-@pytest.fixture
-def scripted() -> ScriptedBackend:
-    return ScriptedBackend()
+class RecordingBackend(ScriptedBackend):
+    """The scripted engine, also noting how each call came in and with which parameters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, Any]] = []
+
+    async def generate(self, prompt_ids: list[int], params: Any) -> Any:
+        self.calls.append(("generate", params))
+        return await super().generate(prompt_ids, params)
+
+    def stream(self, prompt_ids: list[int], params: Any) -> Any:
+        self.calls.append(("stream", params))
+        return super().stream(prompt_ids, params)
 
 
 @pytest.fixture
-def threaded(scripted: ScriptedBackend, tokenizer: Any) -> Iterator[ThreadedGateway]:
+def scripted() -> RecordingBackend:
+    return RecordingBackend()
+
+
+@pytest.fixture
+def threaded(scripted: RecordingBackend, tokenizer: Any) -> Iterator[ThreadedGateway]:
     chat_model = build_chat_model(
         MODEL, chat_template=TEMPLATE.read_text(), family="hermes", tokenizer=tokenizer
     )
@@ -74,7 +90,8 @@ def rollout(threaded: ThreadedGateway) -> RolloutConfig:
         base_url=threaded.base_url,
         api_key=session.key,
         model_id=MODEL,
-        sampling={"temperature": 0.7, "max_tokens": 128},
+        # top_k is not an OpenAI SDK keyword: it must travel in extra_body to get through
+        sampling={"temperature": 0.7, "max_tokens": 128, "top_k": 20},
     )
 
 
@@ -98,3 +115,10 @@ def assert_two_turns(traces: list[Any], first: list[int], second: list[int]) -> 
     for got_ids, got_lps, _ in turns:
         assert got_lps == [scripted_logprob(i, tok) for i, tok in enumerate(got_ids)]
     assert turns[1][2] == "append"
+
+
+def assert_sampling(scripted: RecordingBackend, mode: str) -> None:
+    """Both calls came in as ``mode`` with the rollout's sampling parameters."""
+    assert [m for m, _ in scripted.calls] == [mode, mode]
+    for _, params in scripted.calls:
+        assert (params.temperature, params.max_tokens, params.top_k) == (0.7, 128, 20)

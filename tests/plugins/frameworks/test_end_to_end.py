@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from rollhub_frameworks import langgraph_chat_model, strands_model
 
-from tests.plugins.frameworks.conftest import assert_two_turns
+from tests.plugins.frameworks.conftest import assert_sampling, assert_two_turns
 
 ANSWER = "It is sunny in Paris."
 
@@ -36,6 +36,7 @@ def test_strands_agent_tool_loop_through_the_gateway(threaded, scripted, ids, ro
     assert str(result).strip() == ANSWER
     assert result.stop_reason == "end_turn"
     assert_two_turns(threaded.traces("s1"), first, second)
+    assert_sampling(scripted, "stream")  # Strands' OpenAI provider always streams
     # the tool's output reached the model in the second prompt
     assert "sunny in Paris" in ids.tok.decode(scripted.prompts[1])
 
@@ -64,4 +65,5 @@ def test_langgraph_react_agent_tool_loop_through_the_gateway(threaded, scripted,
     assert messages[1].tool_calls[0]["args"] == {"city": "Paris"}
     assert messages[-1].content.strip() == ANSWER
     assert_two_turns(threaded.traces("s1"), first, second)
+    assert_sampling(scripted, "generate")
     assert "sunny in Paris" in ids.tok.decode(scripted.prompts[1])
