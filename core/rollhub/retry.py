@@ -7,16 +7,14 @@ same moment, which is what throttled services need.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from rollhub.errors import SubmissionError
 
-__all__ = ["Backoff", "is_transient", "retry_async"]
+__all__ = ["Backoff", "is_transient"]
 
 log = logging.getLogger(__name__)
 
@@ -65,31 +63,3 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, SubmissionError):
         return bool(getattr(exc, "transient", False))
     return isinstance(exc, ConnectionError | TimeoutError)
-
-
-async def retry_async(
-    fn: Callable[[], Awaitable[T]],
-    *,
-    attempts: int,
-    backoff: Backoff,
-    retry_if: Callable[[BaseException], bool] = is_transient,
-    what: str = "call",
-) -> T:
-    """Await ``fn()`` up to ``attempts`` times, sleeping ``backoff.delay(i)`` between tries.
-
-    Only errors for which ``retry_if`` is true are retried; the last error is re-raised.
-
-    :raises ValueError: ``attempts`` < 1.
-    """
-    if attempts < 1:
-        raise ValueError(f"attempts={attempts!r} must be >= 1")
-    for attempt in range(attempts):
-        try:
-            return await fn()
-        except Exception as exc:
-            if attempt + 1 >= attempts or not retry_if(exc):
-                raise
-            wait = backoff.delay(attempt)
-            log.debug("%s failed (%s); retry %d in %.3fs", what, exc, attempt + 1, wait)
-            await asyncio.sleep(wait)
-    raise AssertionError("unreachable")  # pragma: no cover

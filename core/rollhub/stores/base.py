@@ -6,10 +6,26 @@ synchronous (boto3 is); async code calls them through ``asyncio.to_thread``.
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-__all__ = ["ResultStore"]
+from rollhub.errors import StoreError
+
+__all__ = ["ResultStore", "decode_document", "encode_document"]
+
+
+def encode_document(document: dict[str, Any]) -> bytes:
+    """A document as stored: UTF-8 JSON, NaN and infinity refused (they are not JSON)."""
+    return json.dumps(document, ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def decode_document(data: bytes, *, url: str, key: str) -> dict[str, Any]:
+    """Parse a stored JSON document; a corrupt one is a :class:`StoreError` naming the key."""
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise StoreError(f"{key!r} in {url} is not valid JSON: {exc}", url=url, key=key) from exc
 
 
 class ResultStore(ABC):

@@ -8,7 +8,6 @@ sees either no file or the whole document, never a partial one.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import tempfile
@@ -17,7 +16,7 @@ from typing import Any, ClassVar
 
 from rollhub.errors import StoreError
 from rollhub.stores import check_key, check_prefix
-from rollhub.stores.base import ResultStore
+from rollhub.stores.base import ResultStore, decode_document, encode_document
 
 __all__ = ["FileResultStore"]
 
@@ -99,12 +98,7 @@ class FileResultStore(ResultStore):
             raise StoreError(
                 f"could not read {key!r} from {self.url}: {exc}", url=self.url, key=key
             ) from exc
-        try:
-            return json.loads(data)
-        except ValueError as exc:
-            raise StoreError(
-                f"{key!r} in {self.url} is not valid JSON: {exc}", url=self.url, key=key
-            ) from exc
+        return decode_document(data, url=self.url, key=key)
 
     def exists(self, key: str) -> bool:
         """Whether a document is stored at ``key``."""
@@ -144,6 +138,6 @@ class FileResultStore(ResultStore):
 
 def _encode(document: dict[str, Any], key: str) -> bytes:
     try:
-        return json.dumps(document, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        return encode_document(document)
     except (TypeError, ValueError) as exc:
         raise StoreError(f"document for {key!r} is not JSON: {exc}", key=key) from exc

@@ -8,7 +8,6 @@ Every botocore failure becomes a :class:`~rollhub.errors.StoreError` (``raise â€
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -16,7 +15,7 @@ from typing import Any, ClassVar
 
 from rollhub.errors import StoreError
 from rollhub.stores import check_key, check_prefix
-from rollhub.stores.base import ResultStore
+from rollhub.stores.base import ResultStore, decode_document, encode_document
 
 __all__ = ["ENDPOINT_ENV_VARS", "S3ResultStore"]
 
@@ -154,7 +153,7 @@ class S3ResultStore(ResultStore):
         """Write ``document`` at ``key``, then confirm it with a HEAD request."""
         obj = self.object_key(key)
         try:
-            body = json.dumps(document, ensure_ascii=False, allow_nan=False).encode("utf-8")
+            body = encode_document(document)
         except (TypeError, ValueError) as exc:
             raise StoreError(f"document for {key!r} is not JSON: {exc}", key=key) from exc
         try:
@@ -182,12 +181,7 @@ class S3ResultStore(ResultStore):
             if _error_code(exc) in _NOT_FOUND:
                 return None
             raise self._error("get", key, exc) from exc
-        try:
-            return json.loads(data)
-        except ValueError as exc:
-            raise StoreError(
-                f"{key!r} in {self.url} is not valid JSON: {exc}", url=self.url, key=key
-            ) from exc
+        return decode_document(data, url=self.url, key=key)
 
     def exists(self, key: str) -> bool:
         """Whether an object is stored at ``key``."""

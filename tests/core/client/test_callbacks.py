@@ -10,7 +10,7 @@ import pytest
 from rollhub.callbacks import CallbackServer, poll_schedule
 from rollhub.errors import SubmissionError
 from rollhub.progress import RolloutProgress
-from rollhub.retry import Backoff, is_transient, retry_async
+from rollhub.retry import Backoff, is_transient
 
 
 async def test_notice_reaches_the_handler_over_keep_alive() -> None:
@@ -87,28 +87,6 @@ def test_transient_classification() -> None:
     assert not is_transient(SubmissionError("x"))
     assert is_transient(ConnectionRefusedError())
     assert not is_transient(ValueError())
-
-
-async def test_retry_async_retries_only_transient_errors() -> None:
-    calls = []
-
-    async def flaky():
-        calls.append(1)
-        if len(calls) < 3:
-            raise SubmissionError("busy", transient=True)
-        return "ok"
-
-    assert await retry_async(flaky, attempts=5, backoff=Backoff(initial=0.001)) == "ok"
-    assert len(calls) == 3
-
-    async def broken():
-        calls.append(1)
-        raise SubmissionError("bad", transient=False)
-
-    calls.clear()
-    with pytest.raises(SubmissionError, match="bad"):
-        await retry_async(broken, attempts=5, backoff=Backoff(initial=0.001))
-    assert len(calls) == 1
 
 
 def test_progress_counts_and_draws() -> None:
