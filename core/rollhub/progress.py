@@ -37,6 +37,7 @@ class RolloutProgress:
         self.enabled = enabled
         self._progress: Any = None
         self._task: Any = None
+        self._note = ""
         if enabled:
             from rich.progress import (
                 BarColumn,
@@ -53,6 +54,7 @@ class RolloutProgress:
                 MofNCompleteColumn(),
                 TextColumn("failed [red]{task.fields[failed]}[/] running {task.fields[running]}"),
                 TextColumn("{task.fields[rate]}/s"),
+                TextColumn("{task.fields[note]}"),
                 TimeElapsedColumn(),
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
@@ -60,8 +62,9 @@ class RolloutProgress:
             )
             self._progress.start()
             self._task = self._progress.add_task(
-                description, total=total, failed=0, running=0, rate="0.0"
+                description, total=total, failed=0, running=0, rate="0.0", note=""
             )
+        self._note = ""
 
     @property
     def rate(self) -> float:
@@ -85,6 +88,11 @@ class RolloutProgress:
             self.resumed += 1
         self._refresh()
 
+    def note(self, text: str) -> None:
+        """Extra figures shown after the rate (the pipeline: tokens/s, mean reward)."""
+        self._note = text
+        self._refresh()
+
     def summary(self) -> dict[str, float | int | None]:
         """Counters as a dict (for logs and run summaries)."""
         return {
@@ -104,6 +112,7 @@ class RolloutProgress:
                 failed=self.failed,
                 running=self.running,
                 rate=f"{self.rate:.1f}",
+                note=self._note,
             )
 
     def close(self) -> None:

@@ -70,18 +70,29 @@ async def run_experiment(cfg: RollhubConfig, payloads: list[dict[str, Any]], run
     from rich.console import Console
 
     from rollhub.hub import AsyncHub
-    from rollhub.progress_display import EpisodeProgress
+    from rollhub.progress import RolloutProgress
     from rollhub.report import plot_run, render_summary, summarize, write_summary
 
     total = len(payloads) * cfg.experiment.n_samples
     episodes: list[Episode] = []
-    progress = EpisodeProgress(total, enabled=cfg.experiment.progress)
+    progress = RolloutProgress(total, enabled=cfg.experiment.progress, description="episodes")
     t0 = time.monotonic()
+    tokens, rewards = 0, []
 
     class _Observer:
         @hookimpl
+        def rollhub_prepare_rollout(self) -> None:
+            progress.started()
+
+        @hookimpl
         def rollhub_episode_done(self, episode: Episode) -> None:
-            progress.episode_done(episode)
+            nonlocal tokens
+            tokens += episode.num_sampled_tokens
+            if episode.ok and episode.reward is not None:
+                rewards.append(episode.reward)
+            progress.finished(episode.status)
+            mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "-"
+            progress.note(f"{tokens / max(time.monotonic() - t0, 1e-9):.1f} tok/s  reward {mean}")
 
     hub = AsyncHub(cfg, run_dir=run_dir)
     hub.host.register(_Observer(), name="rollhub.run.progress", source="builtin")
