@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
+from rollhub.errors import ConfigError
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 
 __all__ = ["Runtime", "RuntimeOptions", "SessionLostCallback"]
@@ -45,9 +46,18 @@ class Runtime(ABC):
     name: ClassVar[str]
     Options: ClassVar[type[RuntimeOptions]] = RuntimeOptions
 
-    def __init__(self, options: RuntimeOptions | None = None, **_: Any) -> None:
-        self.options = options or self.Options()
+    def __init__(self, options: RuntimeOptions | None = None, **fields: Any) -> None:
+        """:param options: validated options, or pass their fields as keywords instead."""
+        self.options = options if options is not None else self.options_from(fields)
         self._on_lost: list[SessionLostCallback] = []
+
+    @classmethod
+    def options_from(cls, fields: dict[str, Any]) -> RuntimeOptions:
+        """Validate option fields given as keywords; errors name the runtime."""
+        try:
+            return cls.Options(**fields)
+        except ValueError as exc:
+            raise ConfigError(f"{cls.name} runtime options: {exc}") from exc
 
     #: Whether agents started by this runtime can reach a callback server bound to
     #: 127.0.0.1 in this process (true for worker processes on this machine).

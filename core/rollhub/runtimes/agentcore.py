@@ -122,15 +122,10 @@ class AgentCoreRuntime(Runtime):
         self, options: AgentCoreRuntimeOptions | None = None, *, client: Any = None, **fields: Any
     ) -> None:
         fields.pop("base_dir", None)
-        if options is None:
-            try:
-                options = AgentCoreRuntimeOptions(**fields)
-            except ValueError as exc:
-                raise ConfigError(f"agentcore runtime options: {exc}") from exc
-        super().__init__(options)
-        self.options: AgentCoreRuntimeOptions = options
+        super().__init__(options, **fields)
+        self.options: AgentCoreRuntimeOptions
         self.client = client
-        self.limiter = limiter_for(f"agentcore:{options.runtime_arn}", options.tps)
+        self.limiter = limiter_for(f"agentcore:{self.options.runtime_arn}", self.options.tps)
 
     async def start(self) -> None:
         """Create the boto3 client (lazily imported) unless one was given."""

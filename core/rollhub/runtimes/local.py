@@ -106,10 +106,7 @@ class LocalRuntime(Runtime):
         **fields: Any,
     ) -> None:
         if options is None:
-            try:
-                options = LocalRuntimeOptions(**fields)
-            except ValueError as exc:
-                raise ConfigError(f"local runtime options: {exc}") from exc
+            options = self.options_from(fields)
         if not options.app:
             raise ConfigError(
                 "the local runtime needs runtime.app: the RolloutApp to serve, e.g. "

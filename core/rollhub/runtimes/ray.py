@@ -67,13 +67,8 @@ class RayRuntime(Runtime):
     def __init__(
         self, options: RayRuntimeOptions | None = None, *, base_dir: Any = None, **fields: Any
     ) -> None:
-        if options is None:
-            try:
-                options = RayRuntimeOptions(**fields)
-            except ValueError as exc:
-                raise ConfigError(f"ray runtime options: {exc}") from exc
-        super().__init__(options)
-        self.options: RayRuntimeOptions = options
+        super().__init__(options, **fields)
+        self.options: RayRuntimeOptions
         self._base_dir = base_dir
         self._actors: list[_Actor] = []
         self._where: dict[str, _Actor] = {}
