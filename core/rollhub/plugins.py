@@ -179,20 +179,10 @@ class PluginHost:
             name, getattr(plugin, "__name__", type(plugin).__name__), distribution, version, source
         )
         self.plugins[name] = record
-        before = {(c.kind, c.name) for c in self.registry.all()}
         snapshot = self.registry.snapshot()
-        self.registry._current_plugin = (name, distribution, version)
         try:
-            try:
-                self.pm.register(plugin, name=name)
-            except pluggy.PluginValidationError as exc:
-                raise PluginError(f"plugin {name!r} is invalid: {exc}", plugin=name) from exc
-            if not self._historic_done:
-                self.pm.hook.rollhub_addhooks.call_historic(kwargs={"pluginmanager": self.pm})
-                self.pm.hook.rollhub_register_components.call_historic(
-                    kwargs={"registry": self.registry}
-                )
-                self._historic_done = True
+            with self.registry.attributed_to(name, distribution, version):
+                self._register_hooks(plugin, name)
         except Exception:
             # leave no half-registered plugin behind: its hooks and components go
             if self.pm.has_plugin(name):
@@ -200,11 +190,21 @@ class PluginHost:
             self.registry.restore(snapshot)
             del self.plugins[name]
             raise
-        finally:
-            self.registry._current_plugin = ("<code>", None, None)
-        after = self.registry.all()
-        record.components = [f"{c.kind}:{c.name}" for c in after if (c.kind, c.name) not in before]
+        record.components = [f"{c.kind}:{c.name}" for c in self.registry.added_since(snapshot)]
         return name
+
+    def _register_hooks(self, plugin: ModuleType | object, name: str) -> None:
+        """pluggy registration; the first plugin also starts the historic hooks."""
+        try:
+            self.pm.register(plugin, name=name)
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(f"plugin {name!r} is invalid: {exc}", plugin=name) from exc
+        if not self._historic_done:
+            self.pm.hook.rollhub_addhooks.call_historic(kwargs={"pluginmanager": self.pm})
+            self.pm.hook.rollhub_register_components.call_historic(
+                kwargs={"registry": self.registry}
+            )
+            self._historic_done = True
 
     def check_pending(self) -> None:
         """Raise when a plugin implements a ``rollhub_`` hook that no spec declares."""

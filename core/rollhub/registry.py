@@ -7,7 +7,9 @@ carry a pydantic ``Options`` model that validates its config section.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -133,6 +135,22 @@ class ComponentRegistry:
     def add_sandbox_provider(self, cls: type) -> type:
         """Register a sandbox provider."""
         return self.add("sandbox_provider", cls)
+
+    @contextlib.contextmanager
+    def attributed_to(
+        self, plugin: str, distribution: str | None, version: str | None
+    ) -> Iterator[None]:
+        """Components added inside this block are recorded as coming from ``plugin``."""
+        previous = self._current_plugin
+        self._current_plugin = (plugin, distribution, version)
+        try:
+            yield
+        finally:
+            self._current_plugin = previous
+
+    def added_since(self, snapshot: dict[ComponentKind, dict[str, ComponentInfo]]) -> list[ComponentInfo]:
+        """Components registered after :meth:`snapshot` was taken."""
+        return [c for c in self.all() if c.name not in snapshot.get(c.kind, {})]
 
     def snapshot(self) -> dict[ComponentKind, dict[str, ComponentInfo]]:
         """A copy of the registrations, to :meth:`restore` when a plugin fails midway."""
