@@ -1,11 +1,30 @@
-"""Hook implementations of rollhub-slime (entry point ``rollhub`` → this module)."""
+"""Hook implementations of rollhub-slime (entry point ``rollhub`` → this module).
+
+Registers the ``slime`` trainer and, when rollhub-gateway is installed, the
+``slime-router`` sampling backend.
+"""
 
 from __future__ import annotations
+
+import logging
 
 from rollhub import hookimpl
 from rollhub.registry import ComponentRegistry
 
+log = logging.getLogger(__name__)
+
 
 @hookimpl
 def rollhub_register_components(registry: ComponentRegistry) -> None:
-    """Components of rollhub-slime are registered here as they land."""
+    """Register the slime trainer and the slime router sampling backend."""
+    from rollhub_slime.trainer import SlimeTrainer
+
+    registry.add_trainer(SlimeTrainer)
+    try:
+        from rollhub_slime.router import SlimeRouterBackend
+    except ImportError as exc:
+        if exc.name is None or not exc.name.startswith("rollhub_gateway"):
+            raise
+        log.debug("rollhub-gateway is not installed; no slime-router sampling backend")
+        return
+    registry.add_sampling_backend(SlimeRouterBackend)

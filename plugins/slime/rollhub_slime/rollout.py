@@ -1,0 +1,232 @@
+"""slime's rollout hooks, served by the rollhub hub.
+
+Two entry points, for the two ways slime lets a user take over rollouts:
+
+- :func:`generate_rollout` for ``--rollout-function-path``: takes ``rollout_batch_size``
+  prompt groups from slime's data source, runs each as one hub group of
+  ``n_samples_per_prompt`` episodes and returns ``RolloutFnTrainOutput``; with
+  ``evaluation=True`` it runs slime's ``--eval-*`` datasets and returns
+  ``RolloutFnEvalOutput``.
+- :func:`generate` for ``--custom-generate-function-path``: slime keeps its own loop,
+  reward model and filters, and each of its samples becomes one hub episode.
+
+Shapes. A train group is ``list[Sample]`` when every episode of the step gave one sample.
+When any episode forked into several samples, every group of the step becomes
+``list[list[Sample]]`` (one list per episode, sharing a ``rollout_id``), because slime
+flattens by looking at the first element only. Rewards then need
+:func:`rollhub_slime.rewards.post_process_rewards` (``--custom-reward-post-process-path``),
+which the launch helper sets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from rollhub.episode import Episode, EpisodeGroup
+from rollhub.errors import ConfigError, RolloutFailed
+from rollhub.hub import AsyncHub
+
+from rollhub_slime.runner import process_hub
+from rollhub_slime.samples import episode_to_samples, payload_of
+from rollhub_slime.trainer import SlimeOptions
+
+log = logging.getLogger(__name__)
+
+__all__ = ["eval_rollout", "generate", "generate_rollout", "train_rollout"]
+
+
+def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
+    """``--rollout-function-path`` target.
+
+    :param args: slime's parsed arguments.
+    :param rollout_id: slime's training step; it becomes the hub's weight version, so
+        episodes and turns without an engine-reported version carry it.
+    :param data_source: slime's data source (``get_samples(k) -> list[list[Sample]]``).
+    :param evaluation: run the eval datasets instead of a training step.
+    :returns: ``RolloutFnTrainOutput`` or, for evaluation, ``RolloutFnEvalOutput``.
+    """
+    runner = process_hub(args)
+    if evaluation:
+        return runner.run(eval_rollout(runner.hub, runner.options, args, rollout_id))
+    groups = data_source.get_samples(args.rollout_batch_size)
+    return runner.run(train_rollout(runner.hub, runner.options, args, rollout_id, groups))
+
+
+async def generate(
+    args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False
+) -> Any:
+    """``--custom-generate-function-path`` target: run one sample's episode.
+
+    Sampling follows ``[experiment] sampling`` of rollhub.toml (the agent makes its own
+    model calls); ``sampling_params`` is slime's and is not forwarded. A finished episode
+    without a reward keeps ``reward`` None, so slime's reward model scores it.
+
+    :returns: ``list[Sample]`` (``generate_returns_list``, the default) or, when off, a
+        single ``Sample`` unless the episode forked.
+    """
+    runner = process_hub(args)
+    options = runner.options
+    payload = payload_of(sample, prompt_field=options.prompt_field, label_field=options.label_field)
+    group_id = _group_id(payload, runner.hub, sample)
+    episode: Episode = await runner.run_async(
+        runner.hub.run_episode(payload, group_id, _int(sample.index))
+    )
+    samples = episode_to_samples(
+        episode, sample, response_field=options.response_field, keep_missing_reward=True
+    )
+    if options.generate_returns_list or len(samples) > 1:
+        return samples
+    return samples[0]
+
+
+async def train_rollout(
+    hub: AsyncHub, options: SlimeOptions, args: Any, rollout_id: int, groups: list[list[Any]]
+) -> Any:
+    """Run one training step's prompt groups through ``hub``; return ``RolloutFnTrainOutput``.
+
+    :raises RolloutFailed: no rollout of the step produced a trainable token.
+    """
+    from slime.rollout.base_types import RolloutFnTrainOutput
+
+    hub.set_weight_version(rollout_id)
+    finished = await asyncio.gather(*(_run_group(hub, options, g) for g in groups))
+    per_group = [
+        [_samples(ep, base, options) for ep, base in zip(group.episodes, bases, strict=True)]
+        for group, bases in zip(finished, groups, strict=True)
+    ]
+    fanned = any(len(s) > 1 for group in per_group for s in group)
+    batch: list[list[Any]] = []
+    for group in per_group:
+        kept = [s for s in group if s]
+        if kept:
+            batch.append(kept if fanned else [s[0] for s in kept])
+    metrics = _metrics(finished, per_group)
+    if not batch:
+        first = next((e.error for g in finished for e in g.episodes if e.error), None)
+        raise RolloutFailed(
+            f"no rollout of step {rollout_id} produced tokens to train on "
+            f"({metrics['rollhub/episodes']} episodes); first error: "
+            f"{first.type + ': ' + first.message if first else 'none recorded'}",
+            rollout_id=rollout_id,
+        )
+    return RolloutFnTrainOutput(samples=batch, metrics=metrics)
+
+
+async def eval_rollout(hub: AsyncHub, options: SlimeOptions, args: Any, rollout_id: int) -> Any:
+    """Run slime's eval datasets (``--eval-prompt-data``) through ``hub``.
+
+    :returns: ``RolloutFnEvalOutput(data={name: {rewards, truncated, samples}})``; failed
+        rollouts count with reward 0.
+    """
+    from slime.rollout.base_types import RolloutFnEvalOutput
+    from slime.utils.types import Sample
+
+    data: dict[str, dict[str, Any]] = {}
+    for cfg in getattr(args, "eval_datasets", None) or []:
+        n = cfg.n_samples_per_eval_prompt or getattr(args, "n_samples_per_eval_prompt", 1) or 1
+        prompts = _eval_prompts(cfg, args, Sample)
+        groups = [[_copy_with_index(p, i * n + j) for j in range(n)] for i, p in enumerate(prompts)]
+        finished = await asyncio.gather(*(_run_group(hub, options, g) for g in groups))
+        samples = [
+            s
+            for group, bases in zip(finished, groups, strict=True)
+            for ep, base in zip(group.episodes, bases, strict=True)
+            for s in episode_to_samples(ep, base, response_field=options.response_field)
+        ]
+        data[cfg.name] = {
+            "rewards": [s.reward for s in samples],
+            "truncated": [s.status == Sample.Status.TRUNCATED for s in samples],
+            "samples": samples,
+        }
+    if not data:
+        raise ConfigError(
+            "evaluation was asked for but slime has no eval datasets; pass --eval-prompt-data "
+            "NAME PATH (or --eval-config)",
+            field="eval_prompt_data",
+        )
+    return RolloutFnEvalOutput(data=data, metrics={"rollhub/eval_step": rollout_id})
+
+
+async def _run_group(hub: AsyncHub, options: SlimeOptions, bases: list[Any]) -> EpisodeGroup:
+    """One slime prompt group (n copies of a prompt sample) as one hub group."""
+    first = bases[0]
+    payload = payload_of(first, prompt_field=options.prompt_field, label_field=options.label_field)
+    return await hub.run_group(payload, len(bases), group_id=_group_id(payload, hub, first))
+
+
+def _samples(episode: Episode, base: Any, options: SlimeOptions) -> list[Any]:
+    samples = episode_to_samples(episode, base, response_field=options.response_field)
+    if options.drop_empty:
+        samples = [s for s in samples if s.response_length > 0]
+    return samples
+
+
+def _group_id(payload: dict[str, Any], hub: AsyncHub, sample: Any) -> str:
+    """A group id unique per slime prompt group: the payload id (if any) and group_index."""
+    pid = payload.get(hub.config.experiment.id_field)
+    group = getattr(sample, "group_index", None)
+    base = str(pid) if pid not in (None, "") else "slime"
+    return f"{base}-g{group}" if group is not None else f"{base}-i{sample.index}"
+
+
+def _int(value: Any) -> int:
+    return int(value) if value is not None else 0
+
+
+def _metrics(finished: list[EpisodeGroup], per_group: list[list[list[Any]]]) -> dict[str, Any]:
+    episodes = [e for g in finished for e in g.episodes]
+    rewards = [e.reward for e in episodes if e.ok and e.reward is not None]
+    kept = [s for group in per_group for samples in group for s in samples]
+    return {
+        "rollhub/episodes": len(episodes),
+        "rollhub/failed": sum(1 for e in episodes if not e.ok),
+        "rollhub/forked": sum(1 for e in episodes if len(e.traces) > 1),
+        "rollhub/samples": len(kept),
+        "rollhub/dropped": sum(1 for group in per_group for s in group if not s),
+        "rollhub/reward_mean": sum(rewards) / len(rewards) if rewards else None,
+        "rollhub/turns_mean": sum(e.num_turns for e in episodes) / max(len(episodes), 1),
+    }
+
+
+def _eval_prompts(cfg: Any, args: Any, sample_cls: type) -> list[Any]:
+    """Prompt samples of one slime eval dataset (JSONL), keyed like slime's own loader."""
+    input_key = cfg.input_key or getattr(args, "input_key", "input")
+    label_key = cfg.label_key or getattr(args, "label_key", None)
+    metadata_key = cfg.metadata_key or getattr(args, "metadata_key", "metadata")
+    path = Path(cfg.path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ConfigError(
+            f"eval dataset {cfg.name!r}: cannot read {str(path)!r}: {exc}", field="eval_prompt_data"
+        ) from exc
+    out = []
+    for i, line in enumerate(line for line in lines if line.strip()):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(
+                f"eval dataset {cfg.name!r}: line {i + 1} of {path} is not JSON: {exc}",
+                field="eval_prompt_data",
+            ) from exc
+        out.append(
+            sample_cls(
+                group_index=i,
+                prompt=row.get(input_key, ""),
+                label=row.get(label_key) if label_key else None,
+                metadata=dict(row.get(metadata_key) or {}),
+            )
+        )
+    return out
+
+
+def _copy_with_index(sample: Any, index: int) -> Any:
+    import copy
+
+    s = copy.deepcopy(sample)
+    s.index = index
+    return s

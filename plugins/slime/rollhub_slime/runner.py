@@ -1,0 +1,180 @@
+"""One rollhub hub per slime process, started on first use and kept on its own loop thread.
+
+slime calls the rollout function synchronously from its rollout manager and the custom
+generate function from its own asyncio loop. Both reach the same
+:class:`~rollhub.hub.AsyncHub`, which lives on a private :class:`~rollhub.loop_thread.
+LoopThread`: the rollout function blocks on it, the generate function awaits it through
+``asyncio.wrap_future``, so the hub's runtime, gateway and client are never shared between
+event loops.
+
+The ``rollhub.toml`` path comes from ``args.rollhub_config`` (slime sets attributes from
+``--custom-config-path``; :mod:`rollhub_slime.launch` writes that file) or from the
+``ROLLHUB_SLIME_CONFIG`` environment variable. Before the hub starts, slime's own arguments
+fill what only slime knows: the router address and routing policy of a ``slime-router``
+engine, and the gateway's ``model`` (slime's ``--hf-checkpoint``) when the file names none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import os
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from rollhub.config import RollhubConfig, load_config
+from rollhub.errors import ConfigError
+from rollhub.hub import AsyncHub
+from rollhub.loop_thread import LoopThread
+
+from rollhub_slime.trainer import SlimeOptions
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+__all__ = [
+    "CONFIG_ARG",
+    "CONFIG_ENV",
+    "SlimeHub",
+    "apply_slime_args",
+    "close_process_hub",
+    "config_for_slime",
+    "process_hub",
+]
+
+#: environment variable naming the rollhub.toml
+CONFIG_ENV = "ROLLHUB_SLIME_CONFIG"
+#: slime argument (set through --custom-config-path) naming the rollhub.toml
+CONFIG_ARG = "rollhub_config"
+ROUTER_ENGINE = "slime-router"
+
+
+class SlimeHub:
+    """An :class:`AsyncHub` on a private loop thread, usable from sync and foreign-async code."""
+
+    def __init__(self, config: RollhubConfig, *, host: Any = None) -> None:
+        self._thread = LoopThread("rollhub-slime")
+        self.hub: AsyncHub = self._thread.call(_make_hub, config, host)
+
+    @property
+    def options(self) -> SlimeOptions:
+        """The ``[trainer]`` options of the started hub."""
+        options = getattr(self.hub.trainer, "options", None)
+        if not isinstance(options, SlimeOptions):
+            raise ConfigError(
+                f"trainer.name is {self.hub.config.trainer.name!r}; set [trainer] name = "
+                f'"slime" in rollhub.toml to run under slime',
+                field="trainer.name",
+            )
+        return options
+
+    def start(self) -> SlimeHub:
+        """Start the hub's components (idempotent)."""
+        self._thread.run(self.hub.start())
+        return self
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on the hub's loop and wait (from synchronous code)."""
+        return self._thread.run(coro)
+
+    async def run_async(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await a coroutine on the hub's loop from another event loop."""
+        future = asyncio.run_coroutine_threadsafe(coro, self._thread.loop)
+        return await asyncio.wrap_future(future)
+
+    def close(self) -> None:
+        """Stop the hub and its loop thread."""
+        try:
+            if self._thread.loop.is_running():
+                asyncio.run_coroutine_threadsafe(self.hub.close(), self._thread.loop).result()
+        finally:
+            self._thread.stop()
+
+
+def _make_hub(config: RollhubConfig, host: Any) -> AsyncHub:
+    return AsyncHub(config, host=host)
+
+
+def config_for_slime(args: Any, env: dict[str, str] | None = None) -> RollhubConfig:
+    """Load the rollhub.toml named by slime's arguments or the environment, adapted to slime.
+
+    :raises ConfigError: no path is given, the file is invalid or does not select the
+        ``slime`` trainer.
+    """
+    environ = os.environ if env is None else env
+    path = getattr(args, CONFIG_ARG, None) or environ.get(CONFIG_ENV)
+    if not path:
+        raise ConfigError(
+            f"no rollhub.toml for slime: set {CONFIG_ENV}=/path/to/rollhub.toml or "
+            f"'{CONFIG_ARG}: /path/to/rollhub.toml' in slime's --custom-config-path file",
+            field=CONFIG_ARG,
+        )
+    config = load_config(path, env=environ)
+    apply_slime_args(config, args)
+    return config
+
+
+def apply_slime_args(config: RollhubConfig, args: Any) -> None:
+    """Fill what only slime knows into ``config`` (in place).
+
+    :raises ConfigError: the config does not select the ``slime`` trainer.
+    """
+    if config.trainer.name != "slime":
+        raise ConfigError(
+            f"trainer.name is {config.trainer.name!r}; a rollhub.toml used from slime must set "
+            f'[trainer] name = "slime"',
+            field="trainer.name",
+        )
+    source = config.token_source
+    if source.name != "gateway":
+        return
+    extra = source.model_extra if source.model_extra is not None else {}
+    checkpoint = getattr(args, "hf_checkpoint", None)
+    if "model" not in extra and checkpoint:
+        extra["model"] = checkpoint
+    engine = extra.get("engine")
+    if not isinstance(engine, dict) or engine.get("name") != ROUTER_ENGINE:
+        return
+    options = engine.setdefault("options", {})
+    ip, port = getattr(args, "sglang_router_ip", None), getattr(args, "sglang_router_port", None)
+    if not options.get("base_url") and ip and port:
+        options["base_url"] = f"http://{ip}:{port}"
+    policy = getattr(args, "router_policy", None)
+    if policy is not None:
+        options.setdefault("router_policy", policy)
+
+
+_lock = threading.Lock()
+_current: SlimeHub | None = None
+
+
+def process_hub(args: Any, *, host: Any = None) -> SlimeHub:
+    """This process's hub, built from slime's arguments and started on first use.
+
+    :param host: a plugin host (tests); default: installed plugins.
+    """
+    global _current
+    with _lock:
+        if _current is None:
+            hub = SlimeHub(config_for_slime(args), host=host)
+            try:
+                hub.start()
+            except BaseException:
+                hub.close()
+                raise
+            _current = hub
+            atexit.register(close_process_hub)
+            log.info("rollhub hub started for slime (exp_id %s)", hub.hub.exp_id)
+        return _current
+
+
+def close_process_hub() -> None:
+    """Stop this process's hub, if one was started (idempotent)."""
+    global _current
+    with _lock:
+        hub, _current = _current, None
+    if hub is not None:
+        hub.close()
