@@ -50,9 +50,11 @@ def _serve(port_q: Any, stop_ev: Any, latency_s: float) -> None:
         def _next(self, prompt_ids: list[int], params: Any) -> tuple[list[int], str]:
             return list(out), "stop"
 
-        async def generate(self, prompt_ids: list[int], params: Any) -> Any:
+        async def generate(self, prompt_ids: list[int], params: Any, *, turn: Any = None) -> Any:
+            gen = await super().generate(prompt_ids, params, turn=turn)
             self.prompts.clear()  # keep no per-call state: memory is the gateway's alone
-            return await super().generate(prompt_ids, params)
+            self.turns.clear()
+            return gen
 
     spec = importlib.util.find_spec("trl")
     template = (Path(spec.origin).parent / "chat_templates" / "qwen2_5.jinja").read_text()

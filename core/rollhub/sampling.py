@@ -21,6 +21,7 @@ __all__ = [
     "SamplingBackendOptions",
     "SamplingParams",
     "TokenChunk",
+    "TurnContext",
 ]
 
 
@@ -55,6 +56,21 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class TurnContext:
+    """Which model call a generation serves.
+
+    Engines use it for sticky routing and prefix-cache reuse (a router's routing key,
+    verl's ``request_id``, slime's consistent-hashing header): every turn of one session
+    should land on the replica that holds its prefix.
+    """
+
+    session_id: str
+    turn_index: int
+    #: the policy version the gateway stamps on this turn unless the backend reports its own
+    weight_version: int | None = None
+
+
+@dataclass(frozen=True)
 class TokenChunk:
     """Tokens the engine produced since the last chunk (streaming)."""
 
@@ -68,6 +84,8 @@ class Generation:
 
     ``logprobs[i]`` belongs to ``token_ids[i]``; which distribution it refers to depends on
     the backend (docs/engines.md). ``finish_reason`` is one of :data:`FINISH_REASONS`.
+    ``weight_version`` is the version of the weights that sampled it when the backend knows
+    (it then wins over the gateway's own count); None leaves the gateway's version.
     """
 
     token_ids: list[int]
@@ -94,18 +112,20 @@ class SamplingBackend(ABC):
         """Load the model or open connections. Idempotent."""
 
     @abstractmethod
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
-        """Sample a continuation of ``prompt_ids``."""
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, turn: TurnContext | None = None
+    ) -> Generation:
+        """Sample a continuation of ``prompt_ids`` (``turn``: the call it serves, if known)."""
 
     async def stream(
-        self, prompt_ids: list[int], params: SamplingParams
+        self, prompt_ids: list[int], params: SamplingParams, *, turn: TurnContext | None = None
     ) -> AsyncIterator[TokenChunk | Generation]:
         """Yield chunks as the engine produces them, then the final :class:`Generation`.
 
         Closing the iterator early aborts the engine request. The default implementation
         yields the whole generation at once; engines that can stream override it.
         """
-        gen = await self.generate(prompt_ids, params)
+        gen = await self.generate(prompt_ids, params, turn=turn)
         yield TokenChunk(gen.token_ids, gen.logprobs)
         yield gen
 

@@ -20,6 +20,7 @@ from rollhub.sampling import (
     SamplingBackendOptions,
     SamplingParams,
     TokenChunk,
+    TurnContext,
 )
 
 Script = list[int] | Callable[[list[int]], list[int]]
@@ -38,7 +39,8 @@ def scripted_logprob(position: int, token_id: int) -> float:
 
 
 class ScriptedBackend(SamplingBackend):
-    """Replays scripted outputs; records every prompt it was given in ``prompts``."""
+    """Replays scripted outputs; records every prompt it was given in ``prompts`` and the
+    turn each call served in ``turns``."""
 
     name = "scripted"
     Options = ScriptedOptions
@@ -52,6 +54,7 @@ class ScriptedBackend(SamplingBackend):
         super().__init__(options, **kwargs)
         self.script: deque[Script] = deque(script)
         self.prompts: list[list[int]] = []
+        self.turns: list[TurnContext | None] = []
         self.aborted = 0
 
     def add(self, *entries: Script) -> None:
@@ -68,8 +71,11 @@ class ScriptedBackend(SamplingBackend):
             ids, finish = ids[: params.max_tokens], "length"
         return ids, finish
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, turn: TurnContext | None = None
+    ) -> Generation:
         self.prompts.append(list(prompt_ids))
+        self.turns.append(turn)
         ids, finish = self._next(prompt_ids, params)
         delay = self.options.latency_s + self.options.token_delay_s * len(ids)
         if delay:
@@ -77,9 +83,10 @@ class ScriptedBackend(SamplingBackend):
         return Generation(ids, [scripted_logprob(i, t) for i, t in enumerate(ids)], finish)
 
     async def stream(
-        self, prompt_ids: list[int], params: SamplingParams
+        self, prompt_ids: list[int], params: SamplingParams, *, turn: TurnContext | None = None
     ) -> AsyncIterator[TokenChunk | Generation]:
         self.prompts.append(list(prompt_ids))
+        self.turns.append(turn)
         ids, finish = self._next(prompt_ids, params)
         if self.options.latency_s:
             await asyncio.sleep(self.options.latency_s)

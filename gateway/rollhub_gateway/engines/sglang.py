@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import Field
-from rollhub.sampling import Generation, SamplingParams, TokenChunk
+from rollhub.sampling import Generation, SamplingParams, TokenChunk, TurnContext
 
 from .http_client import HTTPBackend, HTTPBackendOptions
 
@@ -59,9 +59,16 @@ class SGLangBackend(HTTPBackend):
     Options = SGLangOptions
     options: SGLangOptions
 
-    def _body(self, prompt_ids: list[int], params: SamplingParams, stream: bool) -> dict[str, Any]:
+    def _body(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        stream: bool,
+        turn: TurnContext | None = None,
+    ) -> dict[str, Any]:
         extra = dict(params.extra)
-        routing_key = extra.pop("routing_key", None)
+        # every turn of a session goes to the replica that holds its prefix
+        routing_key = extra.pop("routing_key", turn.session_id if turn is not None else None)
         sampling: dict[str, Any] = {
             "max_new_tokens": params.max_tokens,
             "temperature": params.temperature,
@@ -123,9 +130,11 @@ class SGLangBackend(HTTPBackend):
         except (TypeError, ValueError):
             return self.options.weight_version
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, turn: TurnContext | None = None
+    ) -> Generation:
         """One ``/generate`` call, not streamed."""
-        body = self._body(prompt_ids, params, stream=False)
+        body = self._body(prompt_ids, params, stream=False, turn=turn)
         headers = self._headers(body)
         url = f"{self.base_url}/generate"
         data = await self._post_json("/generate", body, headers=headers)
@@ -136,10 +145,10 @@ class SGLangBackend(HTTPBackend):
         )
 
     async def stream(
-        self, prompt_ids: list[int], params: SamplingParams
+        self, prompt_ids: list[int], params: SamplingParams, *, turn: TurnContext | None = None
     ) -> AsyncIterator[TokenChunk | Generation]:
         """Stream ``/generate``; closing early closes the connection and aborts the rid."""
-        body = self._body(prompt_ids, params, stream=True)
+        body = self._body(prompt_ids, params, stream=True, turn=turn)
         headers = self._headers(body)
         url = f"{self.base_url}/generate"
         ids: list[int] = []

@@ -21,7 +21,13 @@ from typing import Any
 
 from pydantic import Field, SecretStr, model_validator
 from rollhub.errors import ConfigError, GatewayError
-from rollhub.sampling import Generation, SamplingBackend, SamplingBackendOptions, SamplingParams
+from rollhub.sampling import (
+    Generation,
+    SamplingBackend,
+    SamplingBackendOptions,
+    SamplingParams,
+    TurnContext,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +80,11 @@ class TinkerBackend(SamplingBackend):
         self._lock = asyncio.Lock()
 
     def use_sampling_client(self, client: Any, weight_version: int | None = None) -> None:
-        """Swap in a new sampler (e.g. from ``save_weights_and_get_sampling_client``)."""
+        """Swap in a new sampler (e.g. from ``save_weights_and_get_sampling_client``).
+
+        Turns already sampling finish on the client they started with and report that
+        client's version; turns started after the swap use the new one.
+        """
         self.sampling_client = client
         if weight_version is not None:
             self.options = self.options.model_copy(update={"weight_version": weight_version})
@@ -134,13 +144,17 @@ class TinkerBackend(SamplingBackend):
             seed=params.seed,
         )
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, turn: TurnContext | None = None
+    ) -> Generation:
         """One ``sample_async`` call with ``num_samples=1``."""
         import tinker
 
         await self.start()
+        # bound once: a swap while this call samples must not relabel its tokens
+        client, version = self.sampling_client, self.options.weight_version
         try:
-            resp = await self.sampling_client.sample_async(
+            resp = await client.sample_async(
                 prompt=tinker.ModelInput.from_ints(list(prompt_ids)),
                 num_samples=1,
                 sampling_params=self._params(params),
@@ -177,9 +191,7 @@ class TinkerBackend(SamplingBackend):
                 unreachable=False,
                 status=None,
             )
-        return Generation(
-            tokens, [float(x) for x in seq.logprobs], _FINISH[reason], self.options.weight_version
-        )
+        return Generation(tokens, [float(x) for x in seq.logprobs], _FINISH[reason], version)
 
     async def close(self) -> None:
         """Stop the SDK session's heartbeat (the SDK's own loop thread stays, shared)."""

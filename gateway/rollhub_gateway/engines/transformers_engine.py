@@ -22,6 +22,7 @@ from rollhub.sampling import (
     SamplingBackendOptions,
     SamplingParams,
     TokenChunk,
+    TurnContext,
 )
 
 from ..models import SMOLLM2, load_causal_lm
@@ -147,17 +148,19 @@ class TransformersBackend(SamplingBackend):
             decode=_tail_decoder(tokenizer, params.stop) if params.stop else None,
         )
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, turn: TurnContext | None = None
+    ) -> Generation:
         """Sample a continuation; see :meth:`stream` for the token-by-token form."""
         final: Generation | None = None
-        async for item in self.stream(prompt_ids, params):
+        async for item in self.stream(prompt_ids, params, turn=turn):
             if isinstance(item, Generation):
                 final = item
         assert final is not None
         return final
 
     async def stream(
-        self, prompt_ids: list[int], params: SamplingParams
+        self, prompt_ids: list[int], params: SamplingParams, *, turn: TurnContext | None = None
     ) -> AsyncIterator[TokenChunk | Generation]:
         """Yield each sampled token as it is produced, then the :class:`Generation`.
 

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import Field
-from rollhub.sampling import Generation, SamplingParams, TokenChunk
+from rollhub.sampling import Generation, SamplingParams, TokenChunk, TurnContext
 
 from .http_client import HTTPBackend, HTTPBackendOptions
 
@@ -114,7 +114,9 @@ class VLLMBackend(HTTPBackend):
             raise self._error(f"unknown finish_reason {reason!r}", url=url, unreachable=False)
         return _FINISH[reason]
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, turn: TurnContext | None = None
+    ) -> Generation:
         """One ``/v1/completions`` call, not streamed."""
         url = f"{self.base_url}/v1/completions"
         data = await self._post_json("/v1/completions", self._body(prompt_ids, params, False))
@@ -131,7 +133,7 @@ class VLLMBackend(HTTPBackend):
         )
 
     async def stream(
-        self, prompt_ids: list[int], params: SamplingParams
+        self, prompt_ids: list[int], params: SamplingParams, *, turn: TurnContext | None = None
     ) -> AsyncIterator[TokenChunk | Generation]:
         """Stream ``/v1/completions`` over SSE; closing early disconnects (vLLM aborts)."""
         url = f"{self.base_url}/v1/completions"

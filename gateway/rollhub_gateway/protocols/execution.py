@@ -9,6 +9,8 @@ reply never misses a turn.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollhub.errors import GatewayError
-from rollhub.sampling import Generation, SamplingBackend, SamplingParams, TokenChunk
+from rollhub.sampling import Generation, SamplingBackend, SamplingParams, TokenChunk, TurnContext
 
 from rollhub_gateway.config import SessionPolicy
 from rollhub_gateway.metrics import GatewayMetrics, TurnLog
@@ -66,6 +68,8 @@ class TurnPlan:
     params: SamplingParams
     route: str
     t0: float
+    #: the call as the backend sees it; its version is the one current when the turn started
+    turn: TurnContext
 
 
 def resolve_sampling(
@@ -127,6 +131,9 @@ class TurnRunner:
         self.log_turns = log_turns
         self._stop_ids = list(chat_model.stop_token_ids())
 
+    def _turn_kw(self, method: Callable[..., Any], plan: TurnPlan) -> dict[str, Any]:
+        return {"turn": plan.turn} if _accepts_turn(getattr(method, "__func__", method)) else {}
+
     def plan(self, session: Session, request: WireRequest, *, route: str) -> TurnPlan:
         """Check policy and render the prompt.
 
@@ -164,7 +171,8 @@ class TurnRunner:
             stop_token_ids=self._stop_ids,
             prompt_len=len(prepared.prompt_ids),
         )
-        return TurnPlan(session, request, prepared, params, route, t0)
+        turn = TurnContext(session.session_id, prepared.turn_index, self.weight_version())
+        return TurnPlan(session, request, prepared, params, route, t0, turn)
 
     async def complete(self, plan: TurnPlan) -> TurnResult:
         """Sample the whole output, parse it, commit it.
@@ -175,7 +183,10 @@ class TurnRunner:
         try:
             t_engine = time.perf_counter()
             try:
-                gen = await self.backend.generate(plan.prepared.prompt_ids, plan.params)
+                generate = self.backend.generate
+                gen = await generate(
+                    plan.prepared.prompt_ids, plan.params, **self._turn_kw(generate, plan)
+                )
             except Exception as exc:
                 raise self._engine_error(exc) from exc
             engine_ms = (time.perf_counter() - t_engine) * 1000
@@ -199,9 +210,9 @@ class TurnRunner:
         self, plan: TurnPlan, parser: StreamingParser, gen: Generation, engine_ms: float
     ) -> TurnResult:
         parsed = parser.finish()
-        version = self.weight_version()
-        if version is None:
-            version = gen.weight_version
+        # the backend knows which weights sampled; else the version when the turn started,
+        # so a weight update while this turn sampled does not relabel it
+        version = gen.weight_version if gen.weight_version is not None else plan.turn.weight_version
         try:
             plan.session.conversation.commit(plan.prepared, gen, parsed, weight_version=version)
         except GatewayError as exc:  # e.g. ids and logprobs of different lengths
@@ -259,7 +270,10 @@ class TurnStream:
     def __init__(self, runner: TurnRunner, plan: TurnPlan) -> None:
         self.runner = runner
         self.plan = plan
-        self._agen: Any = runner.backend.stream(plan.prepared.prompt_ids, plan.params)
+        stream = runner.backend.stream
+        self._agen: Any = stream(
+            plan.prepared.prompt_ids, plan.params, **runner._turn_kw(stream, plan)
+        )
         self._first: TokenChunk | Generation | None = None
         self._t_engine = 0.0
         self._done = False
@@ -330,3 +344,16 @@ class TurnStream:
             if not self._done:
                 self.runner.metrics.stream_aborted()
         await self._agen.aclose()
+
+
+@functools.lru_cache(maxsize=256)
+def _accepts_turn(func: Callable[..., Any]) -> bool:
+    """Whether a backend method takes ``turn=`` (backends written before it existed don't)."""
+    params = inspect.signature(func).parameters
+    if "turn" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return True
+    log.warning(
+        "sampling backend method %s does not accept turn=; it gets no session routing context",
+        getattr(func, "__qualname__", func),
+    )
+    return False

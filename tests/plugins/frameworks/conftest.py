@@ -54,13 +54,13 @@ class RecordingBackend(ScriptedBackend):
         super().__init__()
         self.calls: list[tuple[str, Any]] = []
 
-    async def generate(self, prompt_ids: list[int], params: Any) -> Any:
+    async def generate(self, prompt_ids: list[int], params: Any, *, turn: Any = None) -> Any:
         self.calls.append(("generate", params))
-        return await super().generate(prompt_ids, params)
+        return await super().generate(prompt_ids, params, turn=turn)
 
-    def stream(self, prompt_ids: list[int], params: Any) -> Any:
+    def stream(self, prompt_ids: list[int], params: Any, *, turn: Any = None) -> Any:
         self.calls.append(("stream", params))
-        return super().stream(prompt_ids, params)
+        return super().stream(prompt_ids, params, turn=turn)
 
 
 @pytest.fixture
