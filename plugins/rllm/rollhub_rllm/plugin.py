@@ -8,4 +8,7 @@ from rollhub.registry import ComponentRegistry
 
 @hookimpl
 def rollhub_register_components(registry: ComponentRegistry) -> None:
-    """Components of rollhub-rllm are registered here as they land."""
+    """Register the ``rllm`` token source (rllm-model-gateway capture sessions)."""
+    from rollhub_rllm.token_source import RllmTokenSource
+
+    registry.add_token_source(RllmTokenSource)
