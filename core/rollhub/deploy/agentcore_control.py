@@ -40,7 +40,7 @@ READY = "READY"
 PENDING_STATUSES = frozenset({"CREATING", "UPDATING"})
 FAILED_STATUSES = frozenset({"CREATE_FAILED", "UPDATE_FAILED", "DELETING", "DELETE_FAILED"})
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # names that say "secret": such values belong in Secrets Manager or the request, not the runtime
 _SECRET_NAME = re.compile(
     r"(^|_)(SECRET|SECRETS|PASSWORD|PASSWD|TOKEN|API_?KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)(_|$)",

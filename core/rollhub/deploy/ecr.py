@@ -49,8 +49,9 @@ def ensure_repository(calls: AwsCalls, image: ImageRef) -> str:
         ok_codes=frozenset({"RepositoryNotFoundException"}),
         resource=image.repository,
     )
+    default_uri = f"{image.registry}/{image.repository}"
     if found and found.get("repositories"):
-        uri = str(found["repositories"][0]["repositoryUri"])
+        uri = str(found["repositories"][0].get("repositoryUri") or default_uri)
         calls.out(f"     repository {image.repository} exists: {uri}")
         return uri
     if calls.dry_run:
@@ -63,14 +64,14 @@ def ensure_repository(calls: AwsCalls, image: ImageRef) -> str:
             "repositoryName": image.repository,
             "imageScanningConfiguration": {"scanOnPush": True},
         },
-        planned={"repository": {"repositoryUri": f"{image.registry}/{image.repository}"}},
+        planned={"repository": {"repositoryUri": default_uri}},
         ok_codes=frozenset({"RepositoryAlreadyExistsException"}),
         resource=image.repository,
     )
     if created is None:
         calls.out(f"     repository {image.repository} was created meanwhile")
-        return f"{image.registry}/{image.repository}"
-    return str(created["repository"]["repositoryUri"])
+        return default_uri
+    return str(created.get("repository", {}).get("repositoryUri") or default_uri)
 
 
 def registry_login(calls: AwsCalls, image: ImageRef) -> RegistryLogin:

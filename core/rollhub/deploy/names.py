@@ -24,13 +24,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_REPO = re.compile(r"^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_REPO = re.compile(r"^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*\Z")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 _ECR_HOST = re.compile(
-    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?$"
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?\Z"
 )
-_ROLE_ARN = re.compile(r"^arn:aws(-[^:]+)?:iam::(?P<account>[0-9]{12})?:role/.+$")
-_RUNTIME_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,47}$")
+_ROLE_ARN = re.compile(r"^arn:aws(-[^:]+)?:iam::(?P<account>[0-9]{12})?:role/.+\Z")
+_RUNTIME_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,47}\Z")
 
 
 @dataclass(frozen=True)

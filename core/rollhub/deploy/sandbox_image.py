@@ -55,7 +55,7 @@ def find_shim_source(explicit: str | Path | None = None) -> Path:
 
 def render_sandbox_dockerfile(base_image: str) -> str:
     """The Dockerfile that adds the shim to ``base_image`` and makes it the entrypoint."""
-    if not _IMAGE.match(base_image) or base_image.startswith("-"):
+    if not _IMAGE.fullmatch(base_image) or base_image.startswith("-"):
         raise ConfigError(f"--base-image {base_image!r} is not an image reference")
     return f"""\
 # syntax=docker/dockerfile:1
