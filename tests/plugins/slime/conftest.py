@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import sys
 from collections.abc import Callable, Iterator
@@ -189,10 +190,10 @@ def script(tokenizer: Any) -> Script:
     return Script(tokenizer)
 
 
-@pytest.fixture
-def sglang(script: Script) -> Iterator[SGLangState]:
-    """The loopback SGLang server, serving on its own loop thread."""
-    engine = ScriptedBackend([script.respond] * 500)
+@contextlib.contextmanager
+def serve_sglang(script: Script) -> Iterator[SGLangState]:
+    """Serve the loopback SGLang server on its own loop thread for the block."""
+    engine = ScriptedBackend([script.respond] * 1000)
     state = SGLangState()
     thread = LoopThread("sglang-loopback")
 
@@ -201,8 +202,7 @@ def sglang(script: Script) -> Iterator[SGLangState]:
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        port = runner.addresses[0][1]
-        state.url = f"http://127.0.0.1:{port}"
+        state.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
         return runner
 
     runner = thread.run(start())
@@ -211,6 +211,13 @@ def sglang(script: Script) -> Iterator[SGLangState]:
     finally:
         thread.run(runner.cleanup())
         thread.stop()
+
+
+@pytest.fixture
+def sglang(script: Script) -> Iterator[SGLangState]:
+    """The loopback SGLang server for one test."""
+    with serve_sglang(script) as state:
+        yield state
 
 
 def run_sync(coro: Any) -> Any:

@@ -1,0 +1,293 @@
+"""slime's rollout hooks end to end: local runtime workers run a real agent, the in-process
+gateway samples through the slime-router backend from an SGLang-shaped loopback server (a
+scripted engine behind it), and episodes come back as slime Samples."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from rollhub.errors import ConfigError, RolloutFailed
+from rollhub_gateway.engines.scripted import scripted_logprob
+from rollhub_slime.rewards import post_process_rewards
+from rollhub_slime.rollout import generate, generate_rollout
+from rollhub_slime.router import ROUTING_HEADER
+from rollhub_slime.runner import CONFIG_ENV, close_process_hub, config_for_slime, process_hub
+
+from tests.plugins.slime.conftest import (
+    AGENT,
+    MODEL,
+    TEMPLATE,
+    ListDataSource,
+    Script,
+    make_args,
+    serve_sglang,
+)
+
+TOML = """
+[experiment]
+name = "slime-e2e"
+n_samples = 2
+concurrency = 8
+timeout_s = 60
+progress = false
+sampling = {{ temperature = 0.7, max_tokens = 48 }}
+
+[runtime]
+name = "local"
+app = "{agent}:app"
+workers = 2
+
+[store]
+url = "file://{store}"
+
+[token_source]
+name = "gateway"
+model = "{model}"
+chat_template = "{template}"
+family = "hermes"
+log_turns = false
+engine = {{ name = "slime-router" }}
+policy = {{ max_turns = 6 }}
+
+[trainer]
+name = "slime"
+"""
+
+
+@pytest.fixture(scope="module")
+def rollhub_toml(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("slime")
+    path = tmp / "rollhub.toml"
+    path.write_text(TOML.format(agent=AGENT, store=tmp / "store", model=MODEL, template=TEMPLATE))
+    return path
+
+
+@pytest.fixture(scope="module")
+def module_sglang(tokenizer):
+    """The loopback router, shared by the module's tests (as one hub serves one process)."""
+    with serve_sglang(Script(tokenizer)) as state:
+        yield state
+
+
+@pytest.fixture
+def args(module_sglang, rollhub_toml):
+    port = int(module_sglang.url.rsplit(":", 1)[1])
+    module_sglang.requests.clear()
+    module_sglang.headers.clear()
+    return make_args(
+        rollhub_config=str(rollhub_toml),
+        sglang_router_ip="127.0.0.1",
+        sglang_router_port=port,
+        router_policy="consistent_hashing",
+    )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_hub_per_module():
+    yield
+    close_process_hub()
+
+
+def prompt(mode: str, text: str, label: str = "5"):
+    from slime.utils.types import Sample
+
+    return Sample(prompt=text, label=label, metadata={"id": mode, "mode": mode})
+
+
+def flatten_like_slime(samples):
+    """slime's check and flattening of a rollout function's output (facts of the record)."""
+
+    def check(node, depth=0):
+        if node and not isinstance(node[0], list):
+            if depth >= 2 and len(node) > 1:
+                ids = {s.rollout_id for s in node}
+                assert None not in ids and len(ids) == 1, ids
+            return
+        for item in node:
+            check(item, depth + 1)
+
+    check(samples)
+    while isinstance(samples[0], list):
+        samples = list(itertools.chain.from_iterable(samples))
+    return samples
+
+
+def test_train_step_tool_and_plain(args, module_sglang, script):
+    from slime.rollout.base_types import RolloutFnTrainOutput
+    from slime.utils.types import Sample
+
+    source = ListDataSource(
+        [prompt("tool", "[tool] What is 2 + 3?"), prompt("plain", "[plain] What is 2 + 3?")], 2
+    )
+    out = generate_rollout(args, 4, source)
+
+    assert isinstance(out, RolloutFnTrainOutput)
+    assert [len(g) for g in out.samples] == [2, 2]  # rollout_batch_size x n_samples_per_prompt
+    assert all(isinstance(s, Sample) for g in out.samples for s in g)
+    tool, plain = out.samples
+    assert [s.group_index for s in tool + plain] == [0, 0, 1, 1]
+    assert [s.index for s in tool + plain] == [0, 1, 2, 3]
+    assert [s.rollout_id for s in tool + plain] == [0, 1, 2, 3]
+    call = script.text('<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>')
+    answer = script.text("The sum is 5.")
+    for s in tool:
+        assert s.status is Sample.Status.COMPLETED and s.reward == 1.0 and not s.remove_sample
+        response = s.tokens[-s.response_length :]
+        assert response[: len(call)] == call and response[-len(answer) :] == answer
+        assert s.loss_mask[: len(call)] == [1] * len(call)
+        assert s.loss_mask[-len(answer) :] == [1] * len(answer)
+        gap = s.loss_mask[len(call) : -len(answer)]
+        assert gap and set(gap) == {0}  # the tool result and template tokens are not trained
+        assert s.rollout_log_probs[: len(call)] == pytest.approx(
+            [scripted_logprob(i, t) for i, t in enumerate(call)]
+        )
+        assert s.rollout_log_probs[len(call) : -len(answer)] == [0.0] * len(gap)
+        assert s.weight_versions == ["3", "3"]  # the router's version on each turn
+        assert s.response == "The sum is 5." and s.label == "5"
+    for s in plain:
+        assert s.loss_mask == [1] * s.response_length
+        assert s.tokens[-s.response_length :] == script.text("The answer is 5.")
+        assert s.weight_versions == ["3"] and s.metadata["rollhub"]["weight_version"] == 4
+
+    # every prompt the router saw is a prefix of its sample's tokens; turns of one rollout
+    # carried one routing key, and it is the rollout's session
+    by_key: dict[str, list[list[int]]] = {}
+    for body, headers in zip(module_sglang.requests, module_sglang.headers, strict=True):
+        by_key.setdefault(headers[ROUTING_HEADER], []).append(body["input_ids"])
+    assert len(by_key) == 4 and sorted(len(v) for v in by_key.values()) == [1, 1, 2, 2]
+    for s in tool + plain:
+        for seen in by_key[s.session_id]:
+            assert s.tokens[: len(seen)] == seen
+    assert out.metrics["rollhub/episodes"] == 4 and out.metrics["rollhub/failed"] == 0
+    raw, rewards = post_process_rewards(args, flatten_like_slime(out.samples))
+    assert raw == [1.0] * 4 and rewards == [0.0] * 4
+
+
+def test_train_step_with_fork_failure_truncation_and_abort(args, module_sglang):
+    from slime.utils.types import Sample
+
+    module_sglang.abort_marker = "[abort]"
+    prompts = [
+        prompt("fork", "[fork] What is 2 + 3?"),
+        prompt("fail", "[fail] never asked"),
+        prompt("long", "[long] Count slowly."),
+        prompt("abort", "[abort] What is 2 + 3?"),
+    ]
+    out = generate_rollout(
+        make_args(**{**vars(args), "rollout_batch_size": 4}), 5, ListDataSource(prompts, 2)
+    )
+
+    # a fork anywhere makes every group list[list[Sample]]; the failed group is left out
+    assert len(out.samples) == 3
+    fork, long, abort = out.samples
+    assert all(isinstance(ep, list) for g in out.samples for ep in g)
+    assert [len(ep) for ep in fork] == [2, 2]
+    for ep in fork:
+        assert len({s.rollout_id for s in ep}) == 1 and ep[0].rollout_id == ep[0].index
+        assert [s.metadata["rollhub"]["branch_id"] for s in ep] == [0, 1]
+        assert ep[1].metadata["rollhub"]["drift"]["fork"] == 1  # the rewritten history forked
+        assert [s.reward for s in ep] == [1.0, 1.0]
+        assert ep[1].response == "Final answer: 5" and ep[0].response == ""
+    for [s] in long:
+        assert s.status is Sample.Status.TRUNCATED and s.response_length == 48
+    for [s] in abort:
+        assert s.status is Sample.Status.ABORTED and s.response_length == 3
+    assert out.metrics["rollhub/failed"] == 2 and out.metrics["rollhub/dropped"] == 2
+    assert out.metrics["rollhub/forked"] == 2 and out.metrics["rollhub/samples"] == 8
+
+    flat = flatten_like_slime(out.samples)
+    assert len(flat) == 8
+    raw, rewards = post_process_rewards(args, flat)
+    assert raw == [1.0] * 4 + [0.0] * 4
+    assert rewards == [0.0] * 8  # every group agreed with itself: no advantage anywhere
+    module_sglang.abort_marker = None
+
+
+def test_step_where_every_rollout_failed(args):
+    source = ListDataSource([prompt("fail", "[fail] x")], 2)
+    with pytest.raises(RolloutFailed, match=r"no rollout of step 6 .*RuntimeError: agent failed"):
+        generate_rollout(make_args(**{**vars(args), "rollout_batch_size": 1}), 6, source)
+
+
+def test_eval_runs_slime_eval_datasets(args, tmp_path):
+    from slime.rollout.base_types import RolloutFnEvalOutput
+
+    data = tmp_path / "eval.jsonl"
+    rows = [
+        {
+            "input": "[plain] What is 2 + 3?",
+            "label": "5",
+            "metadata": {"id": "e1", "mode": "plain"},
+        },
+        {"input": "[tool] Add 2 and 3.", "label": "6", "metadata": {"id": "e2", "mode": "tool"}},
+    ]
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    cfg = SimpleNamespace(
+        name="mini",
+        path=str(data),
+        n_samples_per_eval_prompt=2,
+        input_key=None,
+        label_key="label",
+        metadata_key=None,
+    )
+    out = generate_rollout(
+        make_args(**{**vars(args), "eval_datasets": [cfg]}), 7, None, evaluation=True
+    )
+
+    assert isinstance(out, RolloutFnEvalOutput)
+    result = out.data["mini"]
+    assert sorted(result) == ["rewards", "samples", "truncated"]
+    assert result["rewards"] == [1.0, 1.0, 0.0, 0.0]  # "6" is not in "The sum is 5."
+    assert result["truncated"] == [False] * 4
+    assert [s.index for s in result["samples"]] == [0, 1, 2, 3]
+    assert [s.label for s in result["samples"]] == ["5", "5", "6", "6"]
+
+    with pytest.raises(ConfigError, match="no eval datasets; pass --eval-prompt-data"):
+        generate_rollout(args, 7, None, evaluation=True)
+
+
+def test_custom_generate_function_from_slimes_own_loop(args):
+    from slime.utils.types import Sample
+
+    base = prompt("tool", "[tool] What is 2 + 3?")
+    base.group_index, base.index = 40, 80
+
+    async def slime_loop():  # slime awaits the function on its own event loop
+        return await asyncio.gather(
+            generate(args, base, {"temperature": 1.0, "max_new_tokens": 64}),
+            generate(args, prompt("fail", "[fail] x"), {}, evaluation=True),
+        )
+
+    ok, failed = asyncio.run(slime_loop())
+    [s] = ok
+    assert s.status is Sample.Status.COMPLETED and s.reward == 1.0
+    assert (s.group_index, s.index, s.rollout_id) == (40, 80, 80)
+    assert 0 in s.loss_mask and s.weight_versions == ["3", "3"]
+    [f] = failed
+    assert f.status is Sample.Status.FAILED and f.remove_sample and f.tokens == []
+
+
+def test_one_hub_per_process(args):
+    first = process_hub(args)
+    assert process_hub(make_args()) is first  # later calls reuse it, whatever their args
+
+
+def test_config_from_environment_and_errors(rollhub_toml, tmp_path):
+    cfg = config_for_slime(
+        make_args(sglang_router_ip="10.0.0.2", sglang_router_port=3000, hf_checkpoint="/ckpt"),
+        env={CONFIG_ENV: str(rollhub_toml)},
+    )
+    options = cfg.token_source.options
+    assert options["engine"]["options"]["base_url"] == "http://10.0.0.2:3000"
+    assert options["model"] == MODEL  # the file's model wins over --hf-checkpoint
+    with pytest.raises(ConfigError, match=f"set {CONFIG_ENV}=/path/to/rollhub.toml"):
+        config_for_slime(make_args(), env={})
+    export = tmp_path / "export.toml"
+    export.write_text('[trainer]\nname = "export"\n')
+    with pytest.raises(ConfigError, match=r"trainer.name is 'export'.*name = \"slime\""):
+        config_for_slime(make_args(rollhub_config=str(export)), env={})
