@@ -8,7 +8,6 @@ standard input, never into its argv (visible to every process) or to the console
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 import shutil
 import subprocess
@@ -85,7 +84,6 @@ class ContainerTool:
                 text=True,
                 capture_output=capture,
                 check=False,
-                env=dict(os.environ),
             )
         except OSError as exc:
             raise DeployError(

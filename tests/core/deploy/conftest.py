@@ -115,9 +115,15 @@ class StubbedAws:
         self.control_stub.assert_no_pending_responses()
 
 
+@pytest.fixture(scope="session")
+def botocore_session() -> botocore.session.Session:
+    """One session for all tests: its loader caches the service models between clients."""
+    return botocore.session.get_session()
+
+
 @pytest.fixture
-def aws() -> Iterator[StubbedAws]:
-    session = botocore.session.get_session()
+def aws(botocore_session: botocore.session.Session) -> Iterator[StubbedAws]:
+    session = botocore_session
     kwargs = {
         "region_name": REGION,
         "aws_access_key_id": "AKIDEXAMPLE",
