@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -162,10 +163,14 @@ def _deploy(args: argparse.Namespace, *, sandbox: bool) -> int:
         idle_timeout_s=args.idle_timeout,
         max_lifetime_s=args.max_lifetime,
     )
+    tool = None if args.no_push else find_container_tool(args.container_tool)
     build = not (args.no_build or args.no_push)
     dockerfile = context = None
+    temporary: str | None = None
     if build and sandbox:
-        context, dockerfile = _sandbox_context(args)
+        if args.context_dir is None and not args.dry_run:
+            temporary = tempfile.mkdtemp(prefix="rollhub-sandbox-")
+        context, dockerfile = _sandbox_context(args, temporary)
     elif build:
         context = Path(args.project)
         dockerfile = Path(args.dockerfile) if args.dockerfile else context / "Dockerfile"
@@ -174,9 +179,6 @@ def _deploy(args: argparse.Namespace, *, sandbox: bool) -> int:
                 f"{str(dockerfile)!r} does not exist; write one with "
                 f"`rollhub deploy init --project {args.project}`"
             )
-    tool = None
-    if not args.no_push:
-        tool = find_container_tool(args.container_tool)
     plan = DeployPlan(
         image=image,
         runtime=spec,
@@ -189,7 +191,11 @@ def _deploy(args: argparse.Namespace, *, sandbox: bool) -> int:
         poll_s=args.poll_interval,
     )
     calls = AwsCalls(region=image.region, profile=args.profile, dry_run=args.dry_run)
-    result = deploy(plan, calls)
+    try:
+        result = deploy(plan, calls)
+    finally:
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
     print()
     verb = "would be created or updated" if args.dry_run else result.action
     print(f"runtime {spec.name} {verb}: {result.runtime_arn}")
@@ -197,8 +203,9 @@ def _deploy(args: argparse.Namespace, *, sandbox: bool) -> int:
     return 0
 
 
-def _sandbox_context(args: argparse.Namespace) -> tuple[Path, Path]:
-    """(context dir, Dockerfile) of the wrapped image; written unless this is a dry run."""
+def _sandbox_context(args: argparse.Namespace, temporary: str | None) -> tuple[Path, Path]:
+    """(context dir, Dockerfile) of the wrapped image; a dry run without --context-dir
+    only checks the inputs and writes nothing."""
     from rollhub.deploy.sandbox_image import (
         find_shim_source,
         render_sandbox_dockerfile,
@@ -206,12 +213,12 @@ def _sandbox_context(args: argparse.Namespace) -> tuple[Path, Path]:
     )
 
     shim = find_shim_source(args.shim_source)
-    if args.dry_run and args.context_dir is None:
+    if args.context_dir is None and temporary is None:
         render_sandbox_dockerfile(args.base_image)  # checks the reference
-        context = Path(tempfile.gettempdir()) / "rollhub-sandbox-context"
+        context = Path(tempfile.gettempdir()) / "rollhub-sandbox-XXXX"
         print(f"dry run: the build context (Dockerfile + shim.c) would be written to {context}")
         return context, context / "Dockerfile"
-    context = Path(args.context_dir or tempfile.mkdtemp(prefix="rollhub-sandbox-"))
+    context = Path(args.context_dir or temporary or "")
     dockerfile = write_sandbox_context(context, args.base_image, shim)
     print(f"build context for {args.base_image} + health shim: {context}")
     return context, dockerfile

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from rollhub.deploy.errors import DeployError, aws_error
+from rollhub.deploy.errors import aws_error
 from rollhub.errors import ConfigError, UsageError
 
 __all__ = ["AwsCalls", "error_code"]
@@ -100,12 +100,14 @@ class AwsCalls:
         if self.dry_run:
             self._validate(service, operation, params)
             return planned
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 
         client = self.client(service)
         method = getattr(client, _snake(operation))
         try:
             return method(**params)
+        except ParamValidationError as exc:
+            raise _invalid(service, operation, str(exc)) from exc
         except ClientError as exc:
             if error_code(exc) in ok_codes:
                 return None
@@ -125,11 +127,16 @@ class AwsCalls:
         shape = model.operation_model(operation).input_shape
         report = ParamValidator().validate(params, shape)
         if report.has_errors():
-            raise DeployError(
-                f"{service} {operation} request is invalid: {report.generate_report()}",
-                step=operation,
-                operation=operation,
-            )
+            raise _invalid(service, operation, report.generate_report())
+
+
+def _invalid(service: str, operation: str, report: str) -> ConfigError:
+    """A request botocore's model refuses: the values came from the flags, so it is bad input."""
+    flat = " ".join(report.split())
+    return ConfigError(
+        f"{service} {operation} request is invalid (check the flags that set these values): {flat}",
+        operation=operation,
+    )
 
 
 def _snake(operation: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -143,11 +144,14 @@ def stubbed_clients(aws: StubbedAws, monkeypatch: pytest.MonkeyPatch) -> Stubbed
     return aws
 
 
+@pytest.mark.parametrize("own_context", [True, False])
 def test_sandbox_deploy_end_to_end(
     stubbed_clients: StubbedAws,
     fake_tool: FakeTool,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    own_context: bool,
 ) -> None:
     pytest.importorskip("rollhub_sandbox", reason="the shim source ships with rollhub-sandbox")
     aws, rid = stubbed_clients, "sbx-AbCdEf1234"
@@ -166,24 +170,13 @@ def test_sandbox_deploy_end_to_end(
     aws.control_stub.add_response("list_agent_runtimes", {"agentRuntimes": []})
     aws.control_stub.add_response("create_agent_runtime", created(rid))
     aws.control_stub.add_response("get_agent_runtime", detail(rid, "READY"))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     ctx = tmp_path / "ctx"
-    argv = [
-        "deploy",
-        "sandbox",
-        "--base-image",
-        "python:3.11-slim",
-        "--image-tag",
-        "sbx:v1",
-        "--role-arn",
-        ROLE,
-        "--region",
-        REGION,
-        "--context-dir",
-        str(ctx),
-        "--poll-interval",
-        "0.01",
-    ]
-    assert cli.main(argv) == 0
+    argv = ["deploy", "sandbox", "--base-image", "python:3.11-slim", "--image-tag", "sbx:v1",
+            "--role-arn", ROLE, "--region", REGION, "--poll-interval", "0.01"]  # fmt: skip
+    assert cli.main([*argv, "--context-dir", str(ctx)] if own_context else argv) == 0
     aws.assert_done()
     out = capsys.readouterr().out
     assert f'options = {{ runtime_arn = "{runtime_arn(rid)}" }}' in out
@@ -191,6 +184,27 @@ def test_sandbox_deploy_end_to_end(
     build = fake_tool.records()[0]
     assert build["context_files"] == ["Dockerfile", "shim.c"]
     assert "FROM --platform=linux/arm64 python:3.11-slim" in build["dockerfile"]
+    # a context of its own is kept for the user; a temporary one is removed
+    assert ctx.is_dir() == own_context and list(scratch.iterdir()) == []
+
+
+def test_sandbox_dry_run_writes_nothing(
+    fake_tool: FakeTool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pytest.importorskip("rollhub_sandbox", reason="the shim source ships with rollhub-sandbox")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    before = sorted(tmp_path.iterdir())
+    argv = ["deploy", "sandbox", "--base-image", "busybox:1.36", "--image-tag", "sbx:v1",
+            "--role-arn", ROLE, "--region", REGION, "--dry-run"]  # fmt: skip
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "would be written to" in out and "[plugins.sandbox]" in out
+    assert sorted(tmp_path.iterdir()) == before and fake_tool.records() == []
+    assert cli.main([*argv[:2], "--base-image", "-v /:/x", *argv[4:]]) == 2
+    assert "--base-image" in capsys.readouterr().err
 
 
 def test_access_denied_exits_1_naming_the_permission(

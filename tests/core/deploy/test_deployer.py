@@ -12,7 +12,7 @@ from rollhub.deploy.deployer import DeployPlan, deploy
 from rollhub.deploy.dockerfile import inspect_project, render_agent_dockerfile
 from rollhub.deploy.errors import DeployError
 from rollhub.deploy.names import ImageRef
-from rollhub.errors import UsageError
+from rollhub.errors import ConfigError, UsageError
 
 from tests.core.deploy.conftest import (
     ACCOUNT,
@@ -198,15 +198,21 @@ def test_dry_run_sends_nothing_and_shows_every_request(
     assert result.runtime_arn.startswith(f"arn:aws:bedrock-agentcore:{REGION}:{ACCOUNT}:runtime/")
 
 
-def test_dry_run_validates_requests_against_the_service_model(
+def test_requests_are_validated_against_the_service_model(
     aws: StubbedAws, agent_project: Path
 ) -> None:
     spec = RuntimeSpec(name="my_agent", container_uri=URI, role_arn=ROLE, idle_timeout_s=5)
     plan = _plan(agent_project, None, runtime=spec, dockerfile=None, context=None, push=False)
-    with pytest.raises(
-        DeployError, match=r"CreateAgentRuntime request is invalid.*idleRuntimeSessionTimeout"
-    ):
-        deploy(plan, aws.calls(dry_run=True))
+    # a dry run checks with botocore's validator; a real call is refused by botocore itself
+    for dry in (True, False):
+        if not dry:
+            aws.control_stub.add_response("list_agent_runtimes", {"agentRuntimes": []})
+            aws.control_stub.add_response("create_agent_runtime", created(RID))
+        with pytest.raises(ConfigError) as ei:
+            deploy(plan, aws.calls(dry_run=dry))
+        message = str(ei.value)
+        assert "CreateAgentRuntime request is invalid" in message
+        assert "idleRuntimeSessionTimeout" in message and "\n" not in message
 
 
 def test_plan_consistency(agent_project: Path) -> None:
