@@ -1,0 +1,128 @@
+"""rollhub-slime against slime's contracts, as recorded from THUDM/slime@624b824.
+
+``slime_624b824.json`` holds facts read from slime's source at that commit: the ``Sample``
+dataclass (field names, annotations, defaults, order, ``Status`` values), the rollout
+function outputs, the hook signatures and the argument names rollhub-slime writes. The
+stand-in package the other tests import must match the record, and so must this package's
+hook functions, so a test passing here means the same code meets the real types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rollhub_slime
+from rollhub_slime import rewards, rollout
+from rollhub_slime.launch import slime_arguments
+from rollhub_slime.router import ROUTING_HEADER
+from rollhub_slime.runner import CONFIG_ARG
+
+RECORD = json.loads((Path(__file__).parent / "slime_624b824.json").read_text())
+COMMIT = "624b824a898ab0ec1fcb4d373004c7f3852bf515"
+
+
+def test_record_is_of_the_targeted_commit():
+    assert RECORD["repository"] == "THUDM/slime"
+    assert RECORD["commit"] == COMMIT == rollhub_slime.SLIME_COMMIT
+
+
+def _default(f: dataclasses.Field, owner: type) -> str | None:
+    """A field's default written the way the record writes slime's source."""
+    if f.default_factory is not dataclasses.MISSING:
+        factory = f.default_factory
+        name = factory.__name__ if factory in (list, dict) else factory.__qualname__.split(".")[-1]
+        return f"field(default_factory={name})"
+    if f.default is dataclasses.MISSING:
+        return None
+    if isinstance(f.default, owner.Status if hasattr(owner, "Status") else ()):
+        return f"Status.{f.default.name}"
+    return repr(f.default)
+
+
+def _fields(cls: type) -> list[list[Any]]:
+    return [[f.name, f.type, _default(f, cls)] for f in dataclasses.fields(cls)]
+
+
+def test_stand_in_sample_matches_the_record():
+    from slime.utils.types import Sample
+
+    assert _fields(Sample) == RECORD["sample"]["fields"]
+    assert [[m.name, m.value] for m in Sample.Status] == RECORD["sample"]["status"]
+
+
+def test_stand_in_rollout_outputs_match_the_record():
+    from slime.rollout.base_types import RolloutFnEvalOutput, RolloutFnTrainOutput
+
+    assert _fields(RolloutFnTrainOutput) == RECORD["rollout_fn_train_output"]["fields"]
+    assert _fields(RolloutFnEvalOutput) == RECORD["rollout_fn_eval_output"]["fields"]
+
+
+def test_rollout_function_signature():
+    hook = RECORD["hooks"]["rollout_function"]
+    sig = inspect.signature(rollout.generate_rollout)
+    assert list(sig.parameters) == hook["params"]
+    assert {k: sig.parameters[k].default for k in hook["defaults"]} == hook["defaults"]
+    assert inspect.iscoroutinefunction(rollout.generate_rollout) is hook["async"]
+
+
+def test_custom_generate_function_signature():
+    hook = RECORD["hooks"]["custom_generate_function"]
+    sig = inspect.signature(rollout.generate)
+    names = list(sig.parameters)
+    assert names[: len(hook["params"])] == hook["params"]
+    # slime passes evaluation= only when the signature names it; it must have a default
+    assert hook["optional_keyword"] in names
+    assert sig.parameters[hook["optional_keyword"]].default is False
+    assert inspect.iscoroutinefunction(rollout.generate) is hook["async"]
+
+
+def test_reward_post_process_signature():
+    hook = RECORD["hooks"]["custom_reward_post_process"]
+    assert list(inspect.signature(rewards.post_process_rewards).parameters) == hook["params"]
+
+
+def test_eval_dataset_fields_read_exist():
+    read = {"name", "path", "n_samples_per_eval_prompt", "input_key", "label_key", "metadata_key"}
+    assert read <= set(RECORD["eval_dataset_config_fields"])
+    assert RECORD["eval_result_keys"] == ["rewards", "truncated", "samples"]
+
+
+def test_router_facts():
+    assert ROUTING_HEADER == RECORD["router"]["routing_header"]
+    assert RECORD["router"]["router_policy"] == "consistent_hashing"
+
+
+def test_written_arguments_are_slime_arguments(tmp_path):
+    from rollhub.config import parse_config
+
+    cfg = parse_config(
+        {
+            "experiment": {
+                "sampling": {"temperature": 0.7, "top_p": 0.9, "top_k": 20, "max_tokens": 64}
+            },
+            "token_source": {
+                "name": "gateway",
+                "engine": {
+                    "name": "slime-router",
+                    "options": {"router_policy": "consistent_hashing"},
+                },
+            },
+            "trainer": {"name": "slime"},
+        },
+        env={},
+    )
+    for mode in ("rollout", "generate"):
+        args = slime_arguments(cfg, tmp_path / "c.yaml", mode=mode)
+        flags = [a for a in args if a.startswith("--")]
+        assert flags and set(flags) <= set(RECORD["arguments"])
+    assert CONFIG_ARG not in RECORD["args_attributes"]  # our own attribute cannot clash
+
+
+@pytest.mark.parametrize("name", ["rollout_fn_train_output", "rollout_fn_eval_output"])
+def test_outputs_default_metrics(name):
+    assert RECORD[name]["fields"][-1] == ["metrics", "dict[str, Any]", "None"]

@@ -1,0 +1,78 @@
+"""Registration of the slime components, config checks, and the trainer's refusal to be fed."""
+
+from __future__ import annotations
+
+import pytest
+from rollhub.episode import EpisodeGroup
+from rollhub.errors import ConfigError, UsageError
+from rollhub.registry import ComponentRegistry
+from rollhub_slime import plugin
+from rollhub_slime.router import SlimeRouterBackend
+from rollhub_slime.runner import apply_slime_args
+from rollhub_slime.trainer import SlimeOptions, SlimeTrainer
+
+from tests.plugins.slime.conftest import run_sync
+
+
+def test_registers_trainer_and_backend():
+    registry = ComponentRegistry()
+    plugin.rollhub_register_components(registry)
+    assert registry.get("trainer", "slime") is SlimeTrainer
+    assert registry.get("sampling_backend", "slime-router") is SlimeRouterBackend
+
+
+def test_config_check_accepts_the_slime_trainer(tmp_path, capsys):
+    from rollhub.cli import main
+
+    path = tmp_path / "rollhub.toml"
+    path.write_text(
+        '[token_source]\nname = "gateway"\nengine = { name = "slime-router" }\n'
+        '[trainer]\nname = "slime"\nprompt_field = "question"\n'
+    )
+    assert main(["config", "check", str(path)]) == 0
+    assert "trainer=slime" in capsys.readouterr().out
+    path.write_text('[trainer]\nname = "slime"\nprompt_feild = "question"\n')
+    assert main(["config", "check", str(path)]) != 0
+    assert "unknown key 'trainer.prompt_feild' (did you mean 'prompt_field'?)" in (
+        capsys.readouterr().err
+    )
+
+
+def test_trainer_options_and_refusal():
+    trainer = SlimeTrainer(SlimeOptions(label_field="answer"))
+    assert trainer.options.label_field == "answer" and trainer.options.drop_empty is True
+    with pytest.raises(UsageError, match=r"--rollout-function-path rollhub_slime\.rollout"):
+        run_sync(trainer.consume(EpisodeGroup("g", {}, [])))
+    with pytest.raises(ValueError, match="extra"):
+        SlimeOptions(nope=1)
+
+
+def test_slime_args_fill_router_and_model():
+    from types import SimpleNamespace
+
+    from rollhub.config import parse_config
+
+    cfg = parse_config(
+        {
+            "token_source": {"name": "gateway", "engine": {"name": "slime-router"}},
+            "trainer": {"name": "slime"},
+        },
+        env={},
+    )
+    args = SimpleNamespace(
+        sglang_router_ip="[::1]", sglang_router_port=30000, router_policy="consistent_hashing",
+        hf_checkpoint="/models/qwen",
+    )  # fmt: skip
+    apply_slime_args(cfg, args)
+    options = cfg.token_source.options
+    assert options["model"] == "/models/qwen"
+    assert options["engine"]["options"] == {
+        "base_url": "http://[::1]:30000",
+        "router_policy": "consistent_hashing",
+    }
+    # an explicit base_url is kept
+    cfg.token_source.options["engine"]["options"]["base_url"] = "http://router:1"
+    apply_slime_args(cfg, args)
+    assert cfg.token_source.options["engine"]["options"]["base_url"] == "http://router:1"
+    with pytest.raises(ConfigError, match=r"trainer\.name is 'export'"):
+        apply_slime_args(parse_config({}, env={}), args)
