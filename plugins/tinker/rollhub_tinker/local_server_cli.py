@@ -1,0 +1,130 @@
+"""``rollhub tinker-local``: set up and serve the local Tinker-compatible server on CPU.
+
+::
+
+    rollhub tinker-local setup [--env-dir DIR] [--python PY] [--force]
+    rollhub tinker-local serve [--port P] [--env-dir DIR] [--state-dir DIR]
+                               [--session-timeout-sec N] [--max-lora-adapters N]
+                               [--max-lora-rank N]
+
+``setup`` builds the server's own environment and converts the base model (minutes, once;
+later runs reuse both while the pins are unchanged). ``serve`` sets up if needed, prints the
+base URL and the ``base_model`` string for rollhub.toml, and serves until interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from types import FrameType
+
+from rollhub.errors import UsageError
+
+from rollhub_tinker.local_server import (
+    DEFAULT_PORT,
+    ENV_DIR_VAR,
+    LocalServerError,
+    LocalTinkerServer,
+    default_env_dir,
+)
+
+__all__ = ["add_arguments", "run"]
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``setup`` and ``serve`` subcommands to ``parser``."""
+    sub = parser.add_subparsers(dest="tinker_local_command", metavar="SUBCOMMAND")
+    env_help = (
+        f"environment, model and state directory (default ${ENV_DIR_VAR} or {default_env_dir()})"
+    )
+    setup = sub.add_parser("setup", help="build the server environment and convert the model")
+    setup.add_argument("--env-dir", help=env_help)
+    setup.add_argument("--python", help="Python 3.11 interpreter to build with (default: found)")
+    setup.add_argument("--force", action="store_true", help="rebuild even when up to date")
+    serve = sub.add_parser("serve", help="serve on 127.0.0.1 until interrupted")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
+    serve.add_argument("--env-dir", help=env_help)
+    serve.add_argument("--state-dir", help="checkpoints and database (default ENV_DIR/state)")
+    serve.add_argument(
+        "--session-timeout-sec", type=int, default=300,
+        help="unload a client's adapters after this many seconds without heartbeat (default 300)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--max-lora-adapters", type=int, default=4,
+        help="adapter slots, slot 0 being the base model (default 4)",
+    )  # fmt: skip
+    serve.add_argument("--max-lora-rank", type=int, default=8, help="largest LoRA rank (default 8)")
+    serve.add_argument(
+        "--ready-timeout", type=float, default=300.0,
+        help="seconds to wait for the engine to load the model (default 300)",
+    )  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``rollhub tinker-local setup`` or ``serve``."""
+    command = getattr(args, "tinker_local_command", None)
+    if command == "setup":
+        return _setup(args)
+    if command == "serve":
+        return _serve(args)
+    raise UsageError("rollhub tinker-local needs a subcommand: setup or serve")
+
+
+def _setup(args: argparse.Namespace) -> int:
+    server = LocalTinkerServer(args.env_dir, python=args.python)
+    if not server.is_set_up() or args.force:
+        print(
+            f"building the local Tinker server environment in {server.env_dir} "
+            f"(a few minutes; log: {server.env_dir / 'setup.log'})",
+            flush=True,
+        )
+    info = server.setup(force=args.force)
+    state = "up to date" if info.reused else f"built in {info.seconds:.0f} s"
+    print(f"environment: {info.env_dir / 'venv'} ({state})")
+    print(f"base_model: {info.model_dir}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    server = LocalTinkerServer(
+        args.env_dir,
+        state_dir=args.state_dir,
+        session_timeout_sec=args.session_timeout_sec,
+        max_lora_adapters=args.max_lora_adapters,
+        max_lora_rank=args.max_lora_rank,
+        ready_timeout_s=args.ready_timeout,
+    )
+    if not server.is_set_up():
+        print(f"setting up {server.env_dir} first (a few minutes, once)", flush=True)
+    print(f"starting the local Tinker server (log: {server.log_path})", flush=True)
+
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    # SIGTERM (e.g. from a process manager) stops the server like Ctrl-C does.
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        base_url = server.start(args.port)
+        print(f"ready in {server.ready_seconds:.0f} s", flush=True)
+        print(f"base_url = {base_url}")
+        print(f'base_model = "{server.base_model}"')
+        print("rollhub.toml, e.g. [trainer] and the gateway's tinker backend options:")
+        print(f'  base_url = "{base_url}"\n  api_key = "tml-local"')
+        print(f'  base_model = "{server.base_model}"')
+        print("serving until Ctrl-C", flush=True)
+        while server.running:
+            time.sleep(1.0)
+        raise LocalServerError(
+            f"the local Tinker server exited; see {server.log_path}", log=str(server.log_path)
+        )
+    except KeyboardInterrupt:
+        print("stopping", file=sys.stderr, flush=True)
+        return 0
+    finally:
+        server.stop()
+        signal.signal(signal.SIGTERM, previous)

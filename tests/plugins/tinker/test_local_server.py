@@ -1,0 +1,246 @@
+"""The local Tinker-compatible server: setup, loopback serving, and a real RL step through
+the ``tinker`` SDK (0.22.4 to 0.24.1) against skyrl's JAX engine on CPU."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rollhub.errors import ConfigError, UsageError
+from rollhub_tinker import local_server as local_server_module
+from rollhub_tinker.local_server import LocalTinkerServer, SetupInfo, default_env_dir
+
+from tests.plugins.tinker import local_server as fixtures
+from tests.plugins.tinker.local_server import StartServer
+
+# The shared fixtures, bound here (a conftest may import them for other modules too).
+tinker_local_env = fixtures.tinker_local_env
+tinker_server_factory = fixtures.tinker_server_factory
+
+PROMPT = "Question: what is 2 + 3? Answer:"
+
+
+# -- without the environment --------------------------------------------------------------
+
+
+def test_default_env_dir_follows_the_environment_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("ROLLHUB_TINKER_LOCAL_DIR", str(tmp_path / "here"))
+    assert default_env_dir() == tmp_path / "here"
+    assert LocalTinkerServer().env_dir == tmp_path / "here"
+    monkeypatch.delenv("ROLLHUB_TINKER_LOCAL_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert default_env_dir() == tmp_path / "cache" / "rollhub" / "tinker-local"
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("session_timeout_sec", 0), ("max_lora_adapters", 1), ("max_lora_rank", "8")],
+)
+def test_bad_options_name_the_field(option: str, value: object, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=option) as info:
+        LocalTinkerServer(tmp_path, **{option: value})  # type: ignore[arg-type]
+    assert info.value.field == option
+
+
+def test_unstarted_server_has_no_url_and_rejects_bad_ports(tmp_path: Path) -> None:
+    server = LocalTinkerServer(tmp_path)
+    with pytest.raises(UsageError, match="start"):
+        _ = server.base_url
+    with pytest.raises(ConfigError, match="port") as info:
+        server.start(port=70000)
+    assert info.value.field == "port"
+    assert not server.running and server.pid is None
+    server.stop()  # stopping what never started is a no-op
+
+
+def test_an_empty_directory_is_not_set_up(tmp_path: Path) -> None:
+    server = LocalTinkerServer(tmp_path)
+    assert not server.is_set_up()
+    assert server.base_model == str(tmp_path / "models" / "smollm2-135m-instruct")
+
+
+def test_a_missing_python_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(local_server_module, "SERVER_PYTHON", (3, 99))
+    with pytest.raises(ConfigError, match=r"Python 3\.11") as info:
+        LocalTinkerServer(tmp_path).setup()
+    assert info.value.field == "python"
+
+
+# -- with the environment (built once per machine, then reused) ---------------------------
+
+
+@pytest.mark.slow
+def test_setup_is_idempotent_and_keyed_on_the_pins(
+    tinker_local_env: SetupInfo, tmp_path: Path
+) -> None:
+    server = LocalTinkerServer(tinker_local_env.env_dir)
+    stamp = tinker_local_env.env_dir / "venv" / ".rollhub-stamp"
+    before = stamp.stat().st_mtime_ns
+    again = server.setup()
+    assert again.reused and again.seconds < 5
+    assert stamp.stat().st_mtime_ns == before  # nothing was rebuilt
+    assert stamp.read_text().strip() == server.expected_stamp()
+    assert (again.model_dir / "model.safetensors").exists()
+    assert (again.model_dir / "tokenizer.json").exists()
+    # Another pin means another environment: the stamp no longer matches.
+    changed = tmp_path / "requirements.txt"
+    changed.write_text(server.requirements.read_text().replace("skyrl==0.3.0", "skyrl==0.3.1"))
+    assert not LocalTinkerServer(tinker_local_env.env_dir, requirements=changed).is_set_up()
+
+
+@pytest.fixture(scope="module")
+def server(tinker_server_factory: StartServer) -> Iterator[LocalTinkerServer]:
+    """One server for this module, stopped when the module ends to give its memory back."""
+    started = tinker_server_factory()
+    yield started
+    started.stop()
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """Local addresses of the listening TCP sockets on ``port`` (from /proc/net/tcp{,6})."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for row in Path(table).read_text().splitlines()[1:]:
+                local, state = row.split()[1], row.split()[3]
+                address, port_hex = local.rsplit(":", 1)
+                if state == "0A" and int(port_hex, 16) == port:
+                    found.add(address)
+    return found
+
+
+@pytest.mark.slow
+def test_serves_on_loopback_only(server: LocalTinkerServer) -> None:
+    assert server.running and server.port is not None
+    assert server.base_url == f"http://127.0.0.1:{server.port}"
+    # 0100007F is 127.0.0.1 in the kernel's byte order; nothing else and no IPv6 socket.
+    assert _listening_addresses(server.port) == {"0100007F"}
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5):
+        pass
+    ready_file = server.state_dir / "engine.ready"
+    assert ready_file.exists()
+    # The checkpoints and the database sit in the state directory, nowhere else.
+    assert (server.state_dir / "tinker.db").exists()
+
+
+@pytest.mark.slow
+def test_rl_step_through_the_tinker_sdk(server: LocalTinkerServer) -> None:
+    tinker = pytest.importorskip("tinker", reason="the tinker SDK is in requirements/dev.txt")
+    from tinker import types
+
+    timings: dict[str, float] = {}
+
+    def timed(name: str, call):
+        started = time.monotonic()
+        result = call()
+        timings[name] = round(time.monotonic() - started, 2)
+        return result
+
+    service = tinker.ServiceClient(base_url=server.base_url, api_key="tml-local")
+    training = timed(
+        "create_lora_training_client",
+        lambda: service.create_lora_training_client(base_model=server.base_model, rank=8),
+    )
+    tokenizer = training.get_tokenizer()
+    prompt = tokenizer.encode(PROMPT)
+    sampler = timed(
+        "save_weights_and_get_sampling_client", training.save_weights_and_get_sampling_client
+    )
+    params = types.SamplingParams(max_tokens=8, temperature=1.0, seed=7)
+    response = timed(
+        "sample (2 x 8 tokens, first: compiles)",
+        lambda: sampler.sample(types.ModelInput.from_ints(prompt), 2, params).result(),
+    )
+    sequences = response.sequences
+    assert len(sequences) == 2
+    for seq in sequences:
+        assert 1 <= len(seq.tokens) <= 8
+        assert seq.logprobs is not None and len(seq.logprobs) == len(seq.tokens)
+        assert all(math.isfinite(lp) and lp <= 0 for lp in seq.logprobs)
+
+    # The first completion is rewarded (+1), the second penalised (-1).
+    data = [
+        _datum(types, prompt, seq.tokens, seq.logprobs, advantage)
+        for seq, advantage in zip(sequences, (1.0, -1.0), strict=True)
+    ]
+    output = timed(
+        "forward_backward importance_sampling",
+        lambda: training.forward_backward(data, "importance_sampling").result(),
+    )
+    assert len(output.loss_fn_outputs) == 2
+    for datum, seq, out in zip(data, sequences, output.loss_fn_outputs, strict=True):
+        learner = out["logprobs"].tolist()
+        assert len(learner) == datum.model_input.length
+        # Before the update the learner and the sampler hold the same weights.
+        sampled = learner[len(prompt) - 1 :]
+        assert max(abs(a - b) for a, b in zip(sampled, seq.logprobs, strict=True)) < 0.05
+    timed(
+        "optim_step",
+        lambda: training.optim_step(types.AdamParams(learning_rate=1e-3)).result(),
+    )
+    updated = timed(
+        "save_weights_and_get_sampling_client (updated)",
+        training.save_weights_and_get_sampling_client,
+    )
+    before = timed(
+        "compute_logprobs (old sampler)",
+        lambda: _completion_logprob(sampler, types, prompt, sequences[0].tokens),
+    )
+    after = timed(
+        "compute_logprobs (new sampler)",
+        lambda: _completion_logprob(updated, types, prompt, sequences[0].tokens),
+    )
+    resampled = timed(
+        "sample (new sampler)",
+        lambda: updated.sample(types.ModelInput.from_ints(prompt), 2, params).result(),
+    )
+    print(f"\ntinker-local timings (s): {timings}")
+    print(
+        f"+1 completion logprob: {before:.2f} -> {after:.2f}; peak RSS: {server.peak_rss_bytes()}"
+    )
+    assert math.isclose(before, sum(sequences[0].logprobs), abs_tol=0.1)
+    assert after > before + 0.5
+    assert len(resampled.sequences) == 2 and resampled.sequences[0].logprobs is not None
+
+
+@pytest.mark.slow
+def test_stop_leaves_no_process_behind(server: LocalTinkerServer) -> None:
+    group = server.pid
+    port = server.port
+    assert group is not None and port is not None
+    members = local_server_module._group_members(group)
+    assert len(members) >= 2  # the API process and its engine
+    server.stop()
+    assert not server.running
+    assert local_server_module._group_members(group) == []
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def _datum(types, prompt: list[int], tokens: list[int], logprobs: list[float], advantage: float):
+    """An importance-sampling Datum: targets shifted by one, advantages on sampled tokens only."""
+    full = [*prompt, *tokens]
+    padding = [0.0] * (len(prompt) - 1)
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(full[:-1]),
+        loss_fn_inputs={
+            "target_tokens": full[1:],
+            "logprobs": [*padding, *logprobs],
+            "advantages": [*padding, *([advantage] * len(tokens))],
+        },
+    )
+
+
+def _completion_logprob(sampler, types, prompt: list[int], tokens: list[int]) -> float:
+    """Sum of the sampler's logprobs of ``tokens`` after ``prompt``."""
+    logprobs = sampler.compute_logprobs(types.ModelInput.from_ints([*prompt, *tokens])).result()
+    return float(sum(logprobs[len(prompt) :]))
