@@ -18,8 +18,12 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rollhub.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from rollhub.deploy.container import ContainerTool
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +135,6 @@ def _init(args: argparse.Namespace) -> int:
 def _deploy(args: argparse.Namespace, *, sandbox: bool) -> int:
     from rollhub.deploy.agentcore_control import RuntimeSpec, check_environment
     from rollhub.deploy.aws import AwsCalls
-    from rollhub.deploy.container import find_container_tool
     from rollhub.deploy.deployer import DeployPlan, deploy
     from rollhub.deploy.names import (
         check_role_arn,
@@ -163,7 +166,7 @@ def _deploy(args: argparse.Namespace, *, sandbox: bool) -> int:
         idle_timeout_s=args.idle_timeout,
         max_lifetime_s=args.max_lifetime,
     )
-    tool = None if args.no_push else find_container_tool(args.container_tool)
+    tool = None if args.no_push else _container_tool(args)
     build = not (args.no_build or args.no_push)
     dockerfile = context = None
     temporary: str | None = None
@@ -222,6 +225,20 @@ def _sandbox_context(args: argparse.Namespace, temporary: str | None) -> tuple[P
     dockerfile = write_sandbox_context(context, args.base_image, shim)
     print(f"build context for {args.base_image} + health shim: {context}")
     return context, dockerfile
+
+
+def _container_tool(args: argparse.Namespace) -> ContainerTool:
+    """The tool on PATH; a dry run without one shows the plan with a stand-in name."""
+    from rollhub.deploy.container import ContainerTool, find_container_tool
+
+    try:
+        return find_container_tool(args.container_tool)
+    except UsageError as exc:
+        if not args.dry_run:
+            raise
+        name = args.container_tool or "docker"
+        print(f"warning: {exc}; the plan below shows {name!r}")
+        return ContainerTool(name=Path(name).name, executable=name)
 
 
 def _region(explicit: str | None, profile: str | None) -> str | None:

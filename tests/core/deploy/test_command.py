@@ -82,7 +82,6 @@ def test_agentcore_dry_run_prints_the_plan_and_the_toml(
         (["--region", "eu-west-1", "--image-tag", f"{REGISTRY}/ab:1"], "differs from the region"),
         (["--runtime-name", "bad-name"], "--runtime-name"),
         (["--wait-timeout", "0"], "--wait-timeout"),
-        (["--container-tool", "no-such-tool"], "no-such-tool"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(
@@ -105,15 +104,22 @@ def test_missing_dockerfile_and_missing_tool(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    argv = ["deploy", "agentcore", "--project", str(agent_project), *AGENT, "--dry-run"]
-    assert cli.main(argv) == 2
+    argv = ["deploy", "agentcore", "--project", str(agent_project), *AGENT]
+    assert cli.main([*argv, "--dry-run"]) == 2
     assert "rollhub deploy init" in capsys.readouterr().err
     (agent_project / "Dockerfile").write_text("FROM --platform=linux/arm64 x\n")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    # a real run stops before any AWS call; a dry run still shows the plan, with a warning
     assert cli.main(argv) == 2
     assert "no container tool found" in capsys.readouterr().err
+    assert cli.main([*argv, "--container-tool", "no-such-tool"]) == 2
+    assert "--container-tool 'no-such-tool' was not found" in capsys.readouterr().err
+    assert cli.main([*argv, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("warning: no container tool found") and "$ docker build" in out
     # an image already in ECR needs no tool at all
-    assert cli.main([*argv, "--no-push"]) == 0
+    assert cli.main([*argv, "--no-push", "--dry-run"]) == 0
+    assert "warning" not in capsys.readouterr().out
 
 
 def test_region_from_the_environment(
