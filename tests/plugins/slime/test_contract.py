@@ -10,8 +10,11 @@ hook functions, so a test passing here means the same code meets the real types.
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
 import inspect
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,8 @@ from rollhub_slime.launch import slime_arguments
 from rollhub_slime.router import ROUTING_HEADER
 from rollhub_slime.runner import CONFIG_ARG
 
+#: a real slime installation (GPU machines); looked up before the stand-in is put on sys.path
+REAL_SLIME = importlib.util.find_spec("slime")
 RECORD = json.loads((Path(__file__).parent / "slime_624b824.json").read_text())
 COMMIT = "624b824a898ab0ec1fcb4d373004c7f3852bf515"
 
@@ -126,3 +131,22 @@ def test_written_arguments_are_slime_arguments(tmp_path):
 @pytest.mark.parametrize("name", ["rollout_fn_train_output", "rollout_fn_eval_output"])
 def test_outputs_default_metrics(name):
     assert RECORD[name]["fields"][-1] == ["metrics", "dict[str, Any]", "None"]
+
+
+@pytest.mark.skipif(
+    REAL_SLIME is None, reason="slime is not installed here (not on PyPI; it needs GPUs)"
+)
+def test_installed_slime_matches_the_record(monkeypatch):
+    from tests.plugins.slime.conftest import STUB
+
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(STUB)])
+    for name in [m for m in sys.modules if m == "slime" or m.startswith("slime.")]:
+        monkeypatch.delitem(sys.modules, name)
+    types = importlib.import_module("slime.utils.types")
+    base_types = importlib.import_module("slime.rollout.base_types")
+    assert [f.name for f in dataclasses.fields(types.Sample)] == [
+        f[0] for f in RECORD["sample"]["fields"]
+    ]
+    assert [[m.name, m.value] for m in types.Sample.Status] == RECORD["sample"]["status"]
+    train = [f.name for f in dataclasses.fields(base_types.RolloutFnTrainOutput)]
+    assert train == [f[0] for f in RECORD["rollout_fn_train_output"]["fields"]]
