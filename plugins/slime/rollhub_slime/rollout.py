@@ -68,7 +68,8 @@ async def generate(
     :returns: ``list[Sample]`` (``generate_returns_list``, the default) or, when off, a
         single ``Sample`` unless the episode forked.
     """
-    runner = process_hub(args)
+    # first use builds and starts the hub, which blocks: keep that off slime's event loop
+    runner = await asyncio.to_thread(process_hub, args)
     options = runner.options
     payload = payload_of(sample, prompt_field=options.prompt_field, label_field=options.label_field)
     group_id = _group_id(payload, runner.hub, sample)

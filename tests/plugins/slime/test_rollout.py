@@ -257,6 +257,8 @@ def test_custom_generate_function_from_slimes_own_loop(args):
     base = prompt("tool", "[tool] What is 2 + 3?")
     base.group_index, base.index = 40, 80
 
+    close_process_hub()  # the generate function may be the first to need the hub
+
     async def slime_loop():  # slime awaits the function on its own event loop
         return await asyncio.gather(
             generate(args, base, {"temperature": 1.0, "max_new_tokens": 64}),
