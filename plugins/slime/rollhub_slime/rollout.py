@@ -182,15 +182,17 @@ def _metrics(finished: list[EpisodeGroup], per_group: list[list[list[Any]]]) -> 
     episodes = [e for g in finished for e in g.episodes]
     rewards = [e.reward for e in episodes if e.ok and e.reward is not None]
     kept = [s for group in per_group for samples in group for s in samples]
-    return {
+    metrics: dict[str, Any] = {
         "rollhub/episodes": len(episodes),
         "rollhub/failed": sum(1 for e in episodes if not e.ok),
         "rollhub/forked": sum(1 for e in episodes if len(e.traces) > 1),
         "rollhub/samples": len(kept),
         "rollhub/dropped": sum(1 for group in per_group for s in group if not s),
-        "rollhub/reward_mean": sum(rewards) / len(rewards) if rewards else None,
         "rollhub/turns_mean": sum(e.num_turns for e in episodes) / max(len(episodes), 1),
     }
+    if rewards:  # slime hands metrics to its trackers, which take numbers only
+        metrics["rollhub/reward_mean"] = sum(rewards) / len(rewards)
+    return metrics
 
 
 def _eval_prompts(cfg: Any, args: Any, sample_cls: type) -> list[Any]:

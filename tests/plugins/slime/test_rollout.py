@@ -164,6 +164,8 @@ def test_train_step_tool_and_plain(args, module_sglang, script):
         for seen in by_key[s.session_id]:
             assert s.tokens[: len(seen)] == seen
     assert out.metrics["rollhub/episodes"] == 4 and out.metrics["rollhub/failed"] == 0
+    assert out.metrics["rollhub/reward_mean"] == 1.0 and out.metrics["rollhub/turns_mean"] == 1.5
+    assert all(isinstance(v, int | float) for v in out.metrics.values())
     raw, rewards = post_process_rewards(args, flatten_like_slime(out.samples))
     assert raw == [1.0] * 4 and rewards == [0.0] * 4
 
