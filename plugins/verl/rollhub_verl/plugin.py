@@ -1,6 +1,13 @@
-"""Hook implementations of rollhub-verl (entry point ``rollhub`` → this module)."""
+"""Hook implementations of rollhub-verl (entry point ``rollhub`` → this module).
+
+Registers the ``verl`` trainer (its options; verl drives the loop) and the ``verl``
+sampling backend (verl's own rollout servers behind the gateway), and checks at config time
+that verl itself is installed when ``[trainer] name = "verl"``. Nothing here imports verl.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from rollhub import hookimpl
 from rollhub.registry import ComponentRegistry
@@ -8,4 +15,17 @@ from rollhub.registry import ComponentRegistry
 
 @hookimpl
 def rollhub_register_components(registry: ComponentRegistry) -> None:
-    """Components of rollhub-verl are registered here as they land."""
+    """Register the ``verl`` trainer and the ``verl`` sampling backend."""
+    from rollhub_verl.backend import VerlServerBackend
+    from rollhub_verl.trainer import VerlTrainer
+
+    registry.add_trainer(VerlTrainer)
+    registry.add_sampling_backend(VerlServerBackend)
+
+
+@hookimpl
+def rollhub_check_config(config: Any) -> None:
+    """``[trainer] name = "verl"`` needs verl installed and the in-process gateway."""
+    from rollhub_verl.checks import check_verl_config
+
+    check_verl_config(config)

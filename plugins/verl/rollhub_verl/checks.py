@@ -1,0 +1,69 @@
+"""Config-time checks of ``[trainer] name = "verl"``: verl installed, a usable gateway.
+
+They run in ``rollhub config check`` and when a hub starts, so a missing verl or a token
+source that cannot reach verl's servers is reported before any GPU is allocated.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from rollhub.errors import ConfigError
+
+__all__ = ["INSTALL_HINT", "SUPPORTED_VERL", "check_verl_config", "verl_version"]
+
+#: the verl releases this backend is tested against
+SUPPORTED_VERL = ">=0.9.1,<0.10"
+INSTALL_HINT = "pip install 'rollhub-verl[verl]'  (verl " + SUPPORTED_VERL + ")"
+
+
+def verl_version() -> str | None:
+    """The installed verl version, or None when verl is not installed."""
+    from importlib import metadata
+
+    if importlib.util.find_spec("verl") is None:
+        return None
+    try:
+        return metadata.version("verl")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def check_verl_config(config: Any) -> None:
+    """Raise a :class:`ConfigError` when a ``verl`` trainer config cannot run.
+
+    :raises ConfigError: verl is missing, or the token source is not the in-process
+        gateway sampling from verl (``token_source.name``/``url``/``engine.name``).
+    """
+    if config.trainer.name != "verl":
+        return
+    if verl_version() is None:
+        raise ConfigError(
+            f"[trainer] name = 'verl' needs the verl package, which is not installed: "
+            f"{INSTALL_HINT}",
+            field="trainer.name",
+        )
+    ts = config.token_source
+    opts = ts.options
+    if ts.name != "gateway":
+        raise ConfigError(
+            f"token_source.name is {ts.name!r}; with [trainer] name = 'verl' the in-process "
+            f"'gateway' records the tokens verl's servers sample: set [token_source] "
+            f"name = 'gateway'",
+            field="token_source.name",
+        )
+    if opts.get("url"):
+        raise ConfigError(
+            "token_source.url points at a remote gateway, which cannot reach verl's servers; "
+            "remove it (the gateway runs inside each verl agent-loop worker)",
+            field="token_source.url",
+        )
+    engine = opts.get("engine") or {}
+    name = engine.get("name", "verl") if isinstance(engine, dict) else "verl"
+    if name != "verl":
+        raise ConfigError(
+            f"token_source.engine.name is {name!r}; under verl the gateway samples from "
+            f"verl's own servers: set engine = {{ name = 'verl' }} or leave it out",
+            field="token_source.engine.name",
+        )
