@@ -4,8 +4,8 @@ rllm-model-gateway writes traces fire-and-forget (always for streamed replies, a
 plain replies unless ``sync_traces`` is on), so a read right after an agent's last reply
 can miss its final call. Agents therefore reach the gateway through this relay, which
 forwards ``/sessions/{sid}/v1/...`` byte for byte (SSE included) and counts, per session,
-the calls the gateway answered with a 2xx reply and read to the end (exactly the calls it
-stores a trace for). The token source then waits until the gateway holds that many answered
+the calls the gateway answered with a 2xx reply, counted just before the agent gets the
+end of that reply (the calls the gateway stores a trace for). The token source then waits until the gateway holds that many answered
 traces, so it never hands over a session with a missing turn.
 """
 
@@ -35,13 +35,27 @@ class SessionCalls:
     """What the relay saw of one session."""
 
     answered: int = 0
+    #: calls relayed but not yet answered
     in_flight: int = 0
     failed: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
+    def settle(self, status: int) -> None:
+        """Count one finished call: answered (2xx, the gateway stores a trace) or failed."""
+        self.in_flight -= 1
+        if 200 <= status < 300:
+            self.answered += 1
+        else:
+            self.failed += 1
+        self._bump()
+
     def _bump(self) -> None:
         self.changed.set()
         self.changed = asyncio.Event()
+
+
+#: the last event of an OpenAI-style stream
+_DONE = b"data: [DONE]"
 
 
 def _is_model_call(method: str, tail: str) -> bool:
@@ -114,6 +128,7 @@ class SessionFront:
         if counted:
             calls.in_flight += 1
         out: web.StreamResponse | None = None
+        done = not counted
         try:
             async with self._http.request(
                 request.method, url, params=request.query, data=body, headers=headers
@@ -123,14 +138,23 @@ class SessionFront:
                     if k.lower() not in _HOP_BY_HOP:
                         out.headers[k] = v
                 await out.prepare(request)
+                # The agent has its reply once the last bytes it waits for went out, so
+                # the call is counted just before them: for SSE the "[DONE]" event (the
+                # agent may hang up before the stream's end, cancelling this handler),
+                # otherwise the end of the body (written by write_eof below).
+                stream = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
+                seen = b""
                 async for chunk in upstream.content.iter_any():
+                    if not done and stream:
+                        window = seen + chunk
+                        if _DONE in window:
+                            done = True
+                            calls.settle(upstream.status)
+                        seen = window[-len(_DONE) :]
                     await out.write(chunk)
-                # counted once the gateway's reply is read to the end, before the agent
-                # has its last byte: the agent cannot finish before the count is up
-                if counted and 200 <= upstream.status < 300:
-                    calls.answered += 1
-                elif counted:
-                    calls.failed += 1
+                if not done:
+                    done = True
+                    calls.settle(upstream.status)
                 await out.write_eof()
                 return out
         except ClientError as exc:
@@ -139,7 +163,7 @@ class SessionFront:
                 raise  # the reply already began: the agent sees the connection drop
             raise web.HTTPBadGateway(text=f"rllm-model-gateway unreachable: {exc}") from exc
         finally:
-            if counted:
+            if counted and not done:  # never answered (error, or the agent hung up)
                 calls.in_flight -= 1
                 calls._bump()
 

@@ -97,8 +97,10 @@ class GatewayProcess:
                 _LIVE.add(self)
                 log.info("rllm-model-gateway (pid %s) serving %s → %s", self.pid, url, s.engine_url)
                 return url
+        tail = _tail(self.log_path)
+        await self.stop()  # a temp data dir goes too: the log's end is in the message
         raise TokenRetrievalError(
-            f"rllm-model-gateway did not start on {s.host}: {last} (log: {self.log_path})",
+            f"rllm-model-gateway did not start on {s.host}: {last}; its log ends: {tail}",
             field="token_source",
         )
 
@@ -158,6 +160,13 @@ class GatewayProcess:
         if self._proc is not None and self._proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self._proc.kill()
+
+
+def _tail(path: Path | None, size: int = 600) -> str:
+    if path is None or not path.exists():
+        return "(no log)"
+    text = path.read_bytes()[-size:].decode(errors="replace").strip()
+    return text or "(empty)"
 
 
 def _free_port(host: str) -> int:

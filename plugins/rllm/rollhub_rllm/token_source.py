@@ -30,7 +30,7 @@ import logging
 import re
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 from pydantic import ConfigDict, Field, SecretStr, model_validator
@@ -38,9 +38,11 @@ from rollhub.errors import TokenRetrievalError, UsageError
 from rollhub.tokens import CaptureSession, TokenSource, TokenSourceOptions
 from rollhub.trace import TraceRecord
 
-from rollhub_rllm.front import SessionFront
-from rollhub_rllm.gateway_process import GatewayProcess, GatewaySettings
 from rollhub_rllm.traces import answered, stitch
+
+if TYPE_CHECKING:
+    from rollhub_rllm.front import SessionFront
+    from rollhub_rllm.gateway_process import GatewayProcess
 
 __all__ = ["RllmSourceOptions", "RllmTokenSource"]
 
@@ -118,6 +120,8 @@ class RllmTokenSource(TokenSource):
         self._gateway: str | None = None
         #: rollhub session id → (gateway session id, weight version at open)
         self._open: dict[str, tuple[str, int | None]] = {}
+        #: reads done, reads that had to wait for late traces, and seconds spent waiting
+        self.stats: dict[str, float] = {"reads": 0, "late_reads": 0, "wait_s": 0.0}
 
     @property
     def gateway_url(self) -> str | None:
@@ -128,6 +132,10 @@ class RllmTokenSource(TokenSource):
         """Start (or attach to) the gateway, then the agents' relay. Idempotent."""
         if self._gateway is not None:
             return
+        # aiohttp and the child-process code load only when a source starts
+        from rollhub_rllm.front import SessionFront
+        from rollhub_rllm.gateway_process import GatewayProcess, GatewaySettings
+
         o = self.options
         self._http = httpx.AsyncClient(timeout=o.request_timeout_s)
         try:
@@ -192,9 +200,12 @@ class RllmTokenSource(TokenSource):
         gsid, version = self._session(session_id)
         calls = front.calls(gsid)
         wait_s = self.options.trace_wait_s
-        deadline = time.monotonic() + wait_s
+        began = time.monotonic()
+        deadline = began + wait_s
         delay = 0.005
+        polls = 0
         while True:
+            polls += 1
             traces: list[dict[str, Any]] = []
             if calls.in_flight == 0:
                 traces = await self._call(
@@ -218,6 +229,10 @@ class RllmTokenSource(TokenSource):
             finally:
                 waiter.cancel()
             delay = min(delay * 2, 0.2)
+        self.stats["reads"] += 1
+        if polls > 1:
+            self.stats["late_reads"] += 1
+            self.stats["wait_s"] += time.monotonic() - began
         traces.sort(key=lambda t: t.get("timestamp") or 0.0)
         return stitch(session_id, traces, weight_version=version)
 
