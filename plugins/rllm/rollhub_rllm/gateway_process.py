@@ -107,11 +107,12 @@ class GatewayProcess:
     async def _launch(self, data: Path, port: int, url: str) -> str:
         """Start one child; return '' once healthy, else why it failed (child stopped)."""
         s = self.settings
+        db_path = str(data / "traces.db")
         config = {
             "host": s.host,
             "port": port,
             "workers": [{"url": s.engine_url, "worker_id": "0"}],
-            "db_path": str(data / "traces.db"),
+            "db_path": db_path,
             "store_worker": s.store,
             "sync_traces": s.sync_traces,
             "health_check_interval": s.health_check_interval_s,
@@ -122,12 +123,15 @@ class GatewayProcess:
         config_path.write_text(json.dumps(config))
         self.log_path = data / "gateway.log"
         with open(self.log_path, "ab") as out:
+            # the flags repeat the YAML because RLLM_GATEWAY_* variables would override it
             self._proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "rllm_model_gateway", "--config", str(config_path),
+                "--host", s.host, "--port", str(port), "--db-path", db_path,
+                "--store", s.store, "--log-level", s.log_level,
                 stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT,
             )  # fmt: skip
         deadline = time.monotonic() + s.startup_timeout_s
-        async with httpx.AsyncClient(timeout=2.0) as client:
+        async with httpx.AsyncClient(timeout=2.0, trust_env=False) as client:
             while time.monotonic() < deadline:
                 if self._proc.returncode is not None:
                     return f"it exited with code {self._proc.returncode}"

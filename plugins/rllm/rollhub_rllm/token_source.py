@@ -137,7 +137,8 @@ class RllmTokenSource(TokenSource):
         from rollhub_rllm.gateway_process import GatewayProcess, GatewaySettings
 
         o = self.options
-        self._http = httpx.AsyncClient(timeout=o.request_timeout_s)
+        # a gateway started here is on loopback: no proxy from the environment applies
+        self._http = httpx.AsyncClient(timeout=o.request_timeout_s, trust_env=bool(o.url))
         try:
             if o.url:
                 root = o.url.rstrip("/")
