@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("rollhub.commands.run", "run an experiment: rollouts, rewards, trainer"),
     "export": ("rollhub.commands.export", "convert exported episodes between Parquet and JSONL"),
     "gateway": ("rollhub_gateway.cli", "run the token-capture gateway (rollhub-gateway)"),
+    "deploy": ("rollhub.commands.deploy", "ship an agent or a sandbox image to AgentCore Runtime"),
 }
 
 _DISTRIBUTION_OF = {"rollhub_gateway": "rollhub-gateway"}

@@ -57,6 +57,7 @@ __all__ = [
     "StoreSection",
     "TokenSourceSection",
     "TrainerSection",
+    "TrainingConfig",
     "build_options",
     "load_config",
     "parse_config",
@@ -158,6 +159,32 @@ class RewardsConfig(_Strict):
     success_threshold: float = Field(1.0, description="reward at which a sample passes (pass@k)")
 
 
+class TrainingConfig(_Strict):
+    """``[training]``: the core's training loop (used when the trainer trains).
+
+    Each step trains on ``batch_groups`` groups of ``experiment.n_samples`` samples. The run
+    ends after ``steps`` steps or ``epochs`` passes over the dataset, whichever comes first.
+    ``experiment.max_staleness`` bounds how far sampling runs ahead: 0 (the default here)
+    is on-policy (sample, train, update, repeat); ``k`` lets groups for step ``s`` be
+    sampled by weights as old as version ``s - k``.
+    """
+
+    batch_groups: int = Field(4, ge=1, description="groups (prompts) per training step")
+    steps: int | None = Field(None, ge=1, description="stop after this many steps")
+    epochs: int = Field(1, ge=1, description="passes over the dataset")
+    shuffle: bool = Field(True, description="shuffle prompts each epoch (experiment.seed)")
+    advantage: Literal["grpo", "grpo_mean", "rloo"] = Field(
+        "grpo", description="advantage estimator over each group's rewards"
+    )
+    checkpoint_every: int = Field(10, ge=0, description="checkpoint every N steps (0: never)")
+    metric_sinks: list[str] = Field(
+        default_factory=list, description="extra metric sinks: wandb, tensorboard, mlflow…"
+    )
+    sinks: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="options per metric sink ([training.sinks.wandb])"
+    )
+
+
 class LoggingConfig(_Strict):
     """Standard-library logging settings."""
 
@@ -187,6 +214,7 @@ class RollhubConfig(_Strict):
     token_source: TokenSourceSection = Field(default_factory=TokenSourceSection)
     trainer: TrainerSection = Field(default_factory=TrainerSection)
     rewards: RewardsConfig = Field(default_factory=RewardsConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
 

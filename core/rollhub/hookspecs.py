@@ -197,6 +197,24 @@ def rollhub_episode_done(episode: Episode, hub: AsyncHub) -> Awaitable[None] | N
 
 
 @hookspec
+def rollhub_training_step(
+    step: int, metrics: Mapping[str, Any], hub: AsyncHub
+) -> Awaitable[None] | None:
+    """Observe one finished training step of the core's training loop.
+
+    :param step: the step index (0-based).
+    :param metrics: the step's metrics, the same keys as the run's ``metrics.jsonl``
+        (``reward_mean``, ``loss``, ``sampled_tokens``, ``staleness_max``, ``weight_version``…).
+    :param hub: the hub the loop samples through.
+
+    All implementations run; return values other than awaitables are ignored.
+    Default: none (the configured metric sinks are called by the loop itself).
+    Awaitable: yes.
+    Example: a plugin posts the step's reward to a team dashboard.
+    """
+
+
+@hookspec
 def rollhub_hub_started(hub: AsyncHub) -> Awaitable[None] | None:
     """The hub has started its components and is about to take rollouts.
 

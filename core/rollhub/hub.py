@@ -89,6 +89,18 @@ class AsyncHub:
         if self.token_source is not None:
             self.token_source.set_weight_version(version)
 
+    async def publish_policy(self, policy: Any, version: int) -> None:
+        """Hand a new policy to the sampling side and make ``version`` current.
+
+        ``policy`` (e.g. a Tinker sampling client) goes to the token source, which swaps
+        its sampling backend to it between turns: turns already sampling finish on the old
+        policy and keep its version. None changes only the version (weights that were
+        synced into the engine out of band).
+        """
+        if self.token_source is not None and policy is not None:
+            await self.token_source.publish_policy(policy, version)
+        self.set_weight_version(version)
+
     def _build(self, kind: str, section: str, name: str, options: Mapping[str, Any], **kw: Any) -> Any:
         cls, opts = build_options(self.host.registry, kind, name, options, section=section)  # type: ignore[arg-type]
         return cls(opts, **kw) if opts is not None else cls(**kw)
@@ -329,6 +341,10 @@ class Hub:
     def set_weight_version(self, version: int) -> None:
         """Record a new policy version."""
         self._loop.call_soon(self._hub.set_weight_version, version)
+
+    def publish_policy(self, policy: Any, version: int) -> None:
+        """Hand a new policy to the sampling side and make ``version`` current."""
+        self._loop.run(self._hub.publish_policy(policy, version))
 
     def start(self) -> Hub:
         """Start every component."""

@@ -25,6 +25,7 @@ ComponentKind = Literal[
     "trainer",
     "framework",
     "sandbox_provider",
+    "metric_sink",
 ]
 
 KINDS: tuple[ComponentKind, ...] = (
@@ -35,6 +36,7 @@ KINDS: tuple[ComponentKind, ...] = (
     "trainer",
     "framework",
     "sandbox_provider",
+    "metric_sink",
 )
 
 #: Components that ship in rollhub distributions other than the core, so that an error can
@@ -46,6 +48,7 @@ KNOWN_DISTRIBUTIONS: dict[tuple[str, str], str] = {
     ("sampling_backend", "vllm"): "rollhub-gateway",
     ("sampling_backend", "sglang"): "rollhub-gateway",
     ("sampling_backend", "tinker"): "rollhub-gateway",
+    ("sampling_backend", "slime-router"): "rollhub-slime",
     ("trainer", "verl"): "rollhub-verl",
     ("trainer", "slime"): "rollhub-slime",
     ("trainer", "tinker"): "rollhub-tinker",
@@ -131,6 +134,10 @@ class ComponentRegistry:
     def add_framework(self, cls: type) -> type:
         """Register an agent-framework adapter."""
         return self.add("framework", cls)
+
+    def add_metric_sink(self, cls: type) -> type:
+        """Register a metric sink (where training-step metrics go: W&B, TensorBoard…)."""
+        return self.add("metric_sink", cls)
 
     def add_sandbox_provider(self, cls: type) -> type:
         """Register a sandbox provider."""

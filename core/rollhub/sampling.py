@@ -129,5 +129,20 @@ class SamplingBackend(ABC):
         yield TokenChunk(gen.token_ids, gen.logprobs)
         yield gen
 
+    def update_policy(self, policy: Any, weight_version: int) -> None:
+        """Sample from ``policy`` from the next turn on; turns in flight keep the old one.
+
+        Backends whose weights a trainer can hand over in process (Tinker's sampling
+        client) override this; the default refuses.
+
+        :raises UsageError: the backend cannot take a policy object.
+        """
+        from rollhub.errors import UsageError
+
+        raise UsageError(
+            f"sampling backend {self.name!r} cannot take a policy from the trainer; sync the "
+            f"engine's weights out of band and return policy=None from the trainer's step"
+        )
+
     async def close(self) -> None:  # noqa: B027 - optional lifecycle step
         """Release the model or connections. Idempotent."""

@@ -66,6 +66,19 @@ class TokenSource(ABC):
         """The policy version that new model calls are served by."""
         self.weight_version = version
 
+    async def publish_policy(self, policy: Any, version: int) -> None:
+        """Swap the sampling side to ``policy`` (a trainer's new weights), as ``version``.
+
+        :raises UsageError: this token source does not sample itself, so it cannot take a
+            policy (point the agents' engine at the new weights instead).
+        """
+        from rollhub.errors import UsageError
+
+        raise UsageError(
+            f"token source {self.name!r} cannot take a new policy from the trainer; use a "
+            f"token source whose sampling backend the trainer feeds (e.g. 'gateway')"
+        )
+
     async def close(self) -> None:  # noqa: B027 - optional lifecycle step
         """Release everything :meth:`start` acquired. Idempotent."""
 

@@ -1,16 +1,31 @@
-"""The trainer interface: what a backend plugin does with finished episode groups."""
+"""The trainer interface: what a backend plugin does with finished episode groups.
+
+Two kinds of trainer meet the hub:
+
+- A **consumer** (``trains = False``, e.g. ``export``) takes each finished group through
+  :meth:`Trainer.consume` during one pass over the dataset.
+- A **policy trainer** (``trains = True``, e.g. ``tinker``) is driven by the core's training
+  loop (:mod:`rollhub.training.loop`): each step hands it a :class:`TrainingBatch` (groups
+  with their advantages) and gets a :class:`StepResult` back: the new weight version, the
+  step's metrics, and the new policy for the sampling side (e.g. a Tinker sampling client),
+  which the hub passes to the token source's sampling backend between turns.
+
+Constructor contract: ``cls(options, *, run_dir=..., exp_id=...)``; extra keywords are
+accepted and ignored so the core can add context without breaking plugins.
+"""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from rollhub.episode import EpisodeGroup
+from rollhub.episode import Episode, EpisodeGroup
 
-__all__ = ["Trainer", "TrainerOptions"]
+__all__ = ["StepResult", "Trainer", "TrainerOptions", "TrainingBatch"]
 
 
 class TrainerOptions(BaseModel):
@@ -19,11 +34,58 @@ class TrainerOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+@dataclass
+class TrainingBatch:
+    """One training step's input.
+
+    :param step: the step index (0-based) this batch trains.
+    :param groups: the groups of the step, in dataset order; each episode's ``trainable``
+        flag says whether it may contribute (the failure policy has run).
+    :param advantages: advantage per trainable episode id (estimator of
+        ``[training] advantage``); episodes missing here contribute nothing.
+    :param weight_version: the policy version being trained (it becomes ``+1``).
+    """
+
+    step: int
+    groups: list[EpisodeGroup]
+    advantages: dict[str, float]
+    weight_version: int
+
+    @property
+    def episodes(self) -> list[Episode]:
+        """Every episode of the batch, trainable or not."""
+        return [e for g in self.groups for e in g.episodes]
+
+    def trainable(self) -> list[tuple[Episode, float]]:
+        """``(episode, advantage)`` for each episode that contributes a gradient."""
+        return [(e, self.advantages[e.episode_id]) for e in self.episodes
+                if e.trainable and e.episode_id in self.advantages]
+
+
+@dataclass
+class StepResult:
+    """What one training step returns.
+
+    :param weight_version: the version of the new weights (normally ``batch.weight_version
+        + 1``); new turns are stamped with it.
+    :param metrics: numbers for ``metrics.jsonl`` and the metric sinks (``loss`` is plotted).
+    :param policy: what the sampling side swaps to (a Tinker sampling client, a path);
+        None when the engine's weights were updated out of band (vLLM/SGLang weight sync):
+        then only the version changes.
+    """
+
+    weight_version: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    policy: Any = None
+
+
 class Trainer(ABC):
-    """Consumes episode groups as they complete. Subclasses set ``name`` and ``Options``."""
+    """Consumes episode groups. Subclasses set ``name`` and ``Options``."""
 
     name: ClassVar[str]
     Options: ClassVar[type[TrainerOptions]] = TrainerOptions
+    #: True for trainers driven by the training loop (:meth:`step`), False for consumers.
+    trains: ClassVar[bool] = False
 
     def __init__(self, options: TrainerOptions | None = None, *, run_dir: Path | None = None,
                  **_: Any) -> None:
@@ -33,9 +95,29 @@ class Trainer(ABC):
     async def start(self) -> None:  # noqa: B027 - optional lifecycle step
         """Prepare outputs or connect to the training service."""
 
-    @abstractmethod
     async def consume(self, group: EpisodeGroup) -> dict[str, Any] | None:
-        """Take one finished group; return metrics (or None)."""
+        """Take one finished group (consumers); return metrics (or None)."""
+        raise NotImplementedError(f"trainer {self.name!r} does not consume groups")
+
+    # Policy trainers ------------------------------------------------------------------------
+
+    async def initial_policy(self) -> Any:
+        """The policy the sampling side starts from (None: the engine's own weights).
+
+        Called once after :meth:`start` (and after :meth:`load_state` on resume).
+        """
+        return None
+
+    async def step(self, batch: TrainingBatch) -> StepResult:
+        """Train on one batch; return the new version, metrics and policy."""
+        raise NotImplementedError(f"trainer {self.name!r} does not train (trains = False)")
+
+    async def save_state(self, directory: Path) -> dict[str, Any]:
+        """Save what resuming needs under ``directory``; return JSON-ready state."""
+        return {}
+
+    async def load_state(self, directory: Path, state: dict[str, Any]) -> None:  # noqa: B027
+        """Restore what :meth:`save_state` wrote (weights, optimizer)."""
 
     async def close(self) -> dict[str, Any]:
         """Flush outputs; return what was written or trained (paths, step counts)."""

@@ -198,6 +198,20 @@ class GatewayTokenSource(TokenSource):
             # sent before the next admin call (the next session opened for a rollout)
             self._pending_version = version
 
+    async def publish_policy(self, policy: Any, version: int) -> None:
+        """Swap the in-process gateway's sampling backend to ``policy`` as ``version``.
+
+        :raises UsageError: the gateway runs elsewhere (a policy object cannot travel), or
+            its backend cannot take a policy.
+        """
+        if self.gateway is None:
+            raise UsageError(
+                "token_source.url points at a remote gateway: a trainer's policy object can "
+                "only reach an in-process gateway; drop token_source.url to serve it here"
+            )
+        self.gateway.backend.update_policy(policy, version)
+        self.set_weight_version(version)
+
     async def close(self) -> None:
         """Stop the in-process gateway (and its engine) or the admin client. Idempotent."""
         if self.gateway is not None and self._root is not None:

@@ -1,4 +1,5 @@
-"""Registers the components the core ships: runtimes, result stores, token source, trainer.
+"""Registers the components the core ships: runtimes, result stores, token source, trainer,
+metric sinks.
 
 Only the classes are imported here; each one imports its heavy dependencies (boto3, ray,
 pyarrow) lazily, when it is built, so registration stays cheap.
@@ -14,6 +15,9 @@ from rollhub.registry import ComponentRegistry
 def rollhub_register_components(registry: ComponentRegistry) -> None:
     from rollhub.tokens import NoTokenSource
     from rollhub.trainers.export import ExportTrainer
+    from rollhub.training.sinks import MLflowSink, TensorBoardSink, WandbSink
 
     registry.add_token_source(NoTokenSource)
     registry.add_trainer(ExportTrainer)
+    for sink in (WandbSink, TensorBoardSink, MLflowSink):
+        registry.add_metric_sink(sink)

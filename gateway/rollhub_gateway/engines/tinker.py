@@ -44,11 +44,14 @@ class TinkerOptions(SamplingBackendOptions):
     model_path: str | None = Field(None, description="tinker:// path of sampler weights")
     base_model: str | None = Field(None, description="base model name, e.g. 'Qwen/Qwen3-8B'")
     weight_version: int | None = Field(None, description="reported on every Generation")
+    from_trainer: bool = Field(
+        False, description="sample only from the policy a trainer publishes (rollhub-tinker)"
+    )
 
     @model_validator(mode="after")
     def _needs_a_model(self) -> TinkerOptions:
-        if not (self.model_path or self.base_model):
-            raise ValueError("set model_path (tinker://...) or base_model")
+        if not (self.model_path or self.base_model or self.from_trainer):
+            raise ValueError("set model_path (tinker://...) or base_model, or from_trainer = true")
         return self
 
 
@@ -89,10 +92,16 @@ class TinkerBackend(SamplingBackend):
         if weight_version is not None:
             self.options = self.options.model_copy(update={"weight_version": weight_version})
 
+    def update_policy(self, policy: Any, weight_version: int) -> None:
+        """The trainer's new ``SamplingClient`` serves turns from now on."""
+        self.use_sampling_client(policy, weight_version)
+
     async def start(self) -> None:
         """Create the ServiceClient and SamplingClient (blocking SDK calls run in a thread)."""
         async with self._lock:
             if self.sampling_client is None:
+                if self.options.from_trainer:
+                    return  # the trainer publishes the first policy before any rollout
                 self.sampling_client = await asyncio.to_thread(self._connect)
 
     def _connect(self) -> Any:
@@ -151,6 +160,14 @@ class TinkerBackend(SamplingBackend):
         import tinker
 
         await self.start()
+        if self.sampling_client is None:
+            raise GatewayError(
+                "the tinker backend waits for the trainer's policy (from_trainer = true) and "
+                "none was published yet",
+                engine=self.name,
+                unreachable=False,
+                status=None,
+            )
         # bound once: a swap while this call samples must not relabel its tokens
         client, version = self.sampling_client, self.options.weight_version
         try:

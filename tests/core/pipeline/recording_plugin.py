@@ -23,20 +23,20 @@ def rollhub_hub_started(hub: Any) -> None:
     backend = hub.token_source.gateway.backend
     generate, stream = backend.generate, backend.stream
 
-    async def recording_generate(prompt_ids, params):
+    async def recording_generate(prompt_ids, params, **kw):
         outer = not _INSIDE.get()
         token = _INSIDE.set(True)
         try:
-            gen = await generate(prompt_ids, params)
+            gen = await generate(prompt_ids, params, **kw)
         finally:
             _INSIDE.reset(token)
         if outer:
             GENERATIONS.append((list(prompt_ids), gen))
         return gen
 
-    async def recording_stream(prompt_ids, params):
+    async def recording_stream(prompt_ids, params, **kw):
         outer = not _INSIDE.get()
-        async for item in stream(prompt_ids, params):
+        async for item in stream(prompt_ids, params, **kw):
             if outer and isinstance(item, Generation):
                 GENERATIONS.append((list(prompt_ids), item))
             yield item

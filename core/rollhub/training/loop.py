@@ -1,0 +1,322 @@
+"""The core's training loop, for trainers that rollhub drives (Tinker, a user's own).
+
+One step::
+
+    sample   batch_groups prompts × n_samples through the hub (AsyncHub.run_group)
+    score    failure policy (hub) → advantages per group (training.advantage)
+    train    trainer.step(TrainingBatch) → StepResult(new version, metrics, policy)
+    publish  hub.publish_policy(policy, version): the gateway's backend swaps between turns
+    record   metrics.jsonl, metric sinks, rollhub_training_step hook, progress line
+    save     a checkpoint every training.checkpoint_every steps (and after the last)
+
+Prompts are laid out once as a schedule (``epochs`` passes, each shuffled with
+``experiment.seed + epoch``), and step ``s`` trains on schedule entries
+``[s·B, (s+1)·B)``, so a resumed run continues exactly where the checkpoint was taken.
+
+Bounded staleness: with ``experiment.max_staleness = k`` the groups of step ``s`` may be
+submitted once ``s - k`` steps are done, i.e. sampled by weights at most ``k`` versions
+older than the ones they train; ``k = 0`` is on-policy (sample, train, update, repeat).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rollhub.episode import EpisodeGroup
+from rollhub.errors import UsageError
+from rollhub.hub import AsyncHub, group_id_of
+from rollhub.plugins import call_all
+from rollhub.progress import RolloutProgress
+from rollhub.trainer import StepResult, TrainingBatch
+from rollhub.training.advantages import group_advantages
+from rollhub.training.checkpoint import (
+    Checkpoint,
+    dataset_fingerprint,
+    latest_checkpoint,
+    write_checkpoint,
+)
+from rollhub.training.plot import read_metrics
+from rollhub.training.sinks import JsonlSink, MetricSink
+
+__all__ = ["TrainingLoop", "batch_metrics", "schedule"]
+
+log = logging.getLogger(__name__)
+
+
+def schedule(
+    payloads: Sequence[Mapping[str, Any]], *, epochs: int, shuffle: bool, seed: int
+) -> list[Mapping[str, Any]]:
+    """Every prompt of every epoch in training order (each epoch its own permutation)."""
+    order: list[Mapping[str, Any]] = []
+    for epoch in range(epochs):
+        items = list(payloads)
+        if shuffle:
+            random.Random(seed + epoch).shuffle(items)
+        order.extend(items)
+    return order
+
+
+class TrainingLoop:
+    """Runs training steps of the hub's trainer over a dataset.
+
+    :param hub: a started hub whose trainer trains (``Trainer.trains``).
+    :param payloads: the prompts (dataset order).
+    :param run_dir: where ``metrics.jsonl``, ``checkpoints/`` and ``training.png`` go.
+    :param sinks: extra metric sinks (``metrics.jsonl`` is always written).
+    :param resume: continue from the run directory's latest checkpoint.
+    :param progress: draw a progress bar (None: only on a terminal).
+    """
+
+    def __init__(
+        self,
+        hub: AsyncHub,
+        payloads: Sequence[Mapping[str, Any]],
+        *,
+        run_dir: Path,
+        sinks: Sequence[MetricSink] = (),
+        resume: bool = False,
+        progress: bool | None = None,
+    ) -> None:
+        self.hub = hub
+        self.config = hub.config
+        self.payloads = list(payloads)
+        self.run_dir = run_dir
+        self.resume = resume
+        self.progress_enabled = progress
+        self.jsonl = JsonlSink(run_dir=run_dir)
+        self.sinks: list[MetricSink] = [self.jsonl, *sinks]
+        tr = self.config.training
+        self.order = schedule(
+            self.payloads, epochs=tr.epochs, shuffle=tr.shuffle, seed=self.config.experiment.seed
+        )
+        total = math.ceil(len(self.order) / tr.batch_groups)
+        self.total_steps = min(total, tr.steps) if tr.steps else total
+        self.fingerprint = dataset_fingerprint(
+            [group_id_of(p, self.config.experiment.id_field) for p in self.payloads]
+        )
+        self.steps_done = 0
+        self.weight_version = 0
+        self.history: list[dict[str, Any]] = []
+
+    def batch_payloads(self, step: int) -> list[Mapping[str, Any]]:
+        """The prompts step ``step`` trains on."""
+        b = self.config.training.batch_groups
+        return self.order[step * b : (step + 1) * b]
+
+    async def run(self) -> dict[str, Any]:
+        """Train until the last step; return a summary (steps, version, last metrics)."""
+        trainer = self.hub.trainer
+        if trainer is None or not getattr(trainer, "trains", False):
+            raise UsageError(
+                f"trainer {self.config.trainer.name!r} does not train; the training loop needs "
+                f"a trainer with trains = True (e.g. 'tinker')"
+            )
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        await self._restore(trainer)
+        await self.hub.publish_policy(await trainer.initial_policy(), self.weight_version)
+        for sink in self.sinks:
+            sink.start()
+        t0 = time.monotonic()
+        try:
+            with RolloutProgress(
+                self.total_steps, enabled=self.progress_enabled, description="steps"
+            ) as bar:
+                bar.done = bar.resumed = self.steps_done
+                await self._steps(trainer, bar, t0)
+        finally:
+            for sink in self.sinks:
+                try:
+                    sink.close()
+                except Exception as exc:  # a sink failing to flush must not hide the run's end
+                    log.warning("metric sink %s failed to close: %s", sink.name, exc)
+        return {
+            "steps": self.steps_done,
+            "total_steps": self.total_steps,
+            "weight_version": self.weight_version,
+            "last": self.history[-1] if self.history else None,
+        }
+
+    async def _restore(self, trainer: Any) -> None:
+        if not self.resume:
+            if (self.run_dir / "metrics.jsonl").exists():
+                raise UsageError(
+                    f"{self.run_dir} already holds a run; resume it with --resume or pick a new "
+                    f"run directory"
+                )
+            return
+        ckpt = latest_checkpoint(self.run_dir)
+        if ckpt is None:
+            log.warning("no checkpoint in %s: starting from step 0", self.run_dir)
+            self._truncate_metrics(0)
+            return
+        if ckpt.dataset != self.fingerprint:
+            raise UsageError(
+                f"checkpoint {ckpt.directory} was taken on another dataset ({ckpt.dataset}, now "
+                f"{self.fingerprint}); resume with the same experiment.dataset and max_prompts"
+            )
+        await trainer.load_state(ckpt.trainer_dir, ckpt.trainer)
+        self.steps_done, self.weight_version = ckpt.steps_done, ckpt.weight_version
+        self._truncate_metrics(ckpt.steps_done)
+        log.info("resuming at step %d, weight version %d", ckpt.steps_done, ckpt.weight_version)
+
+    def _truncate_metrics(self, step: int) -> None:
+        """Drop rows of steps that will run again (logged after the checkpoint)."""
+        path = self.run_dir / "metrics.jsonl"
+        rows = [r for r in read_metrics(path) if r.get("step", -1) < step]
+        self.history = rows
+        import json
+
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        tmp.replace(path)
+
+    async def _steps(self, trainer: Any, bar: RolloutProgress, t0: float) -> None:
+        window = self.config.experiment.max_staleness or 0
+        done = asyncio.Condition()
+        queue: asyncio.Queue[list[asyncio.Task[EpisodeGroup]]] = asyncio.Queue()
+        first = self.steps_done
+
+        async def produce() -> None:
+            for s in range(first, self.total_steps):
+                async with done:
+                    await done.wait_for(lambda s=s: self.steps_done >= s - window)
+                await queue.put([asyncio.ensure_future(self._group(p)) for p in self.batch_payloads(s)])
+
+        producer = asyncio.ensure_future(produce())
+        pending: list[asyncio.Task[EpisodeGroup]] = []
+        try:
+            for s in range(first, self.total_steps):
+                t_wait = time.monotonic()
+                pending = await _next_batch(queue, producer)
+                groups = list(await asyncio.gather(*pending))
+                pending = []
+                t_train = time.monotonic()
+                batch = self._batch(s, groups)
+                result = await trainer.step(batch)
+                _check_result(result, batch)
+                await self.hub.publish_policy(result.policy, result.weight_version)
+                t_end = time.monotonic()
+                async with done:
+                    self.steps_done, self.weight_version = s + 1, result.weight_version
+                    done.notify_all()
+                metrics = {
+                    **batch_metrics(batch),
+                    **result.metrics,
+                    "weight_version": result.weight_version,
+                    "time_sample_s": round(t_train - t_wait, 3),
+                    "time_train_s": round(t_end - t_train, 3),
+                    "elapsed_s": round(t_end - t0, 3),
+                }
+                await self._record(s, metrics, bar)
+                every = self.config.training.checkpoint_every
+                if every and ((s + 1) % every == 0 or s + 1 == self.total_steps):
+                    await self._checkpoint(trainer)
+        finally:
+            producer.cancel()
+            leftovers = [t for t in pending if not t.done()]
+            while not queue.empty():
+                leftovers.extend(queue.get_nowait())
+            for t in leftovers:
+                t.cancel()
+            await asyncio.gather(producer, *leftovers, return_exceptions=True)
+
+    async def _group(self, payload: Mapping[str, Any]) -> EpisodeGroup:
+        return await self.hub.run_group(payload, self.config.experiment.n_samples)
+
+    def _batch(self, step: int, groups: list[EpisodeGroup]) -> TrainingBatch:
+        advantages: dict[str, float] = {}
+        for g in groups:
+            advantages.update(group_advantages(g, self.config.training.advantage))
+        return TrainingBatch(step, groups, advantages, self.weight_version)
+
+    async def _record(self, step: int, metrics: dict[str, Any], bar: RolloutProgress) -> None:
+        self.history.append({"step": step, **metrics})
+        for sink in self.sinks:
+            sink.log(step, metrics)
+        await call_all(self.hub.hook.rollhub_training_step, step=step, metrics=metrics, hub=self.hub)
+        bar.finished("ok")
+        line = _progress_line(step, self.total_steps, metrics)
+        bar.note(line.split("  ", 1)[1])
+        log.info("%s", line)
+        if not bar.enabled:
+            print(line, flush=True)
+
+    async def _checkpoint(self, trainer: Any) -> None:
+        ckpt = Checkpoint(self.steps_done, self.weight_version, self.fingerprint)
+        await write_checkpoint(self.run_dir / "checkpoints", ckpt, trainer.save_state)
+
+
+async def _next_batch(
+    queue: asyncio.Queue[list[asyncio.Task[EpisodeGroup]]], producer: asyncio.Task[None]
+) -> list[asyncio.Task[EpisodeGroup]]:
+    """The next step's group tasks; a producer that died raises instead of hanging."""
+    getter = asyncio.ensure_future(queue.get())
+    await asyncio.wait({getter, producer}, return_when=asyncio.FIRST_COMPLETED)
+    if getter.done():
+        return getter.result()
+    getter.cancel()
+    producer.result()  # re-raises the producer's error
+    raise RuntimeError("the sampling producer stopped before the last step")
+
+
+def _check_result(result: Any, batch: TrainingBatch) -> None:
+    if not isinstance(result, StepResult):
+        raise UsageError(
+            f"trainer.step must return a rollhub.trainer.StepResult, got {type(result).__name__}"
+        )
+    if result.weight_version <= batch.weight_version:
+        raise UsageError(
+            f"trainer.step returned weight_version {result.weight_version} after training "
+            f"version {batch.weight_version}; a step must produce a newer version"
+        )
+
+
+def batch_metrics(batch: TrainingBatch) -> dict[str, Any]:
+    """Reward, token, failure and staleness figures of one batch (trainer-neutral)."""
+    episodes = batch.episodes
+    ok = [e for e in episodes if e.ok and e.reward is not None]
+    rewards = [float(e.reward) for e in ok]  # type: ignore[arg-type]
+    mean = sum(rewards) / len(rewards) if rewards else None
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)) if rewards else None
+    lags = []
+    for e in episodes:
+        if not e.trainable:
+            continue
+        versions = [t.weight_version for rec in e.traces for t in rec.turns]
+        versions = [v for v in versions if v is not None] or (
+            [e.weight_version] if e.weight_version is not None else []
+        )
+        lags.extend(batch.weight_version - v for v in versions)
+    flat = sum(
+        1 for g in batch.groups
+        if len({e.reward for e in g.episodes if e.trainable}) <= 1
+    )
+    return {
+        "reward_mean": mean,
+        "reward_std": std,
+        "episodes": len(episodes),
+        "episodes_failed": sum(1 for e in episodes if not e.ok),
+        "episodes_trained": len(batch.trainable()),
+        "groups": len(batch.groups),
+        "groups_without_signal": flat,
+        "sampled_tokens": sum(e.num_sampled_tokens for e in episodes),
+        "staleness_max": max(lags) if lags else 0,
+        "staleness_mean": round(sum(lags) / len(lags), 4) if lags else 0.0,
+    }
+
+
+def _progress_line(step: int, total: int, m: Mapping[str, Any]) -> str:
+    reward = f"{m['reward_mean']:.3f}" if m.get("reward_mean") is not None else "-"
+    loss = f"{m['loss']:.4g}" if isinstance(m.get("loss"), int | float) else "-"
+    return (
+        f"step {step + 1}/{total}  reward {reward}  loss {loss}  tokens {m['sampled_tokens']}"
+        f"  staleness {m['staleness_max']}  failed {m['episodes_failed']}"
+        f"  {m['time_sample_s'] + m['time_train_s']:.1f}s"
+    )
