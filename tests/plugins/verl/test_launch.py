@@ -1,0 +1,117 @@
+"""``rollhub verl``: Hydra overrides from ``[trainer]``, the agent-loop entry, the command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+from rollhub.config import load_config
+from rollhub.errors import ConfigError
+from rollhub_verl import launch
+from rollhub_verl.launch import agent_loop_entry, build_command, format_override
+
+CONFIG = """
+[token_source]
+name = "gateway"
+
+[trainer]
+name = "verl"
+args = ["+ray_kwargs.ray_init.num_cpus=8"]
+
+[trainer.overrides]
+"algorithm.adv_estimator" = "grpo"
+"data.train_files" = "data/train.parquet"
+"data.val_files" = ["data/test.parquet", "/abs/other.parquet"]
+"trainer.logger" = ["console"]
+
+[trainer.overrides.actor_rollout_ref]
+"model.path" = "Qwen/Qwen2.5-0.5B-Instruct"
+"rollout.n" = 4
+"rollout.temperature" = 1.0
+"""
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.parquet").write_bytes(b"")
+    (tmp_path / "data" / "test.parquet").write_bytes(b"")
+    path = tmp_path / "rollhub.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (True, "true"), (None, "null"), (3, "3"), (0.5, "0.5"), ("grpo", "grpo"),
+        ("a b,c", "'a b,c'"), ("it's", "'it\\'s'"), ("null", "'null'"),
+        (["x", 1], "[x,1]"), ({"k": "v w"}, "{k:'v w'}"), ("/p/q.parquet", "/p/q.parquet"),
+    ],
+)  # fmt: skip
+def test_values_are_written_the_way_hydra_reads_them(value, text):
+    assert format_override("a.b", value) == f"a.b={text}"
+
+
+def test_command_runs_verls_entry_point_with_our_agent_loop(config_file: Path, tmp_path: Path):
+    cfg = load_config(config_file)
+    yaml = tmp_path / "run" / "agent_loops.yaml"
+    cmd = build_command(cfg, config_file, yaml, ["trainer.total_training_steps=1"])
+    assert cmd[:3] == [sys.executable, "-m", "verl.trainer.main_ppo"]
+    data = tmp_path / "data"
+    assert cmd[3:] == [
+        "algorithm.adv_estimator=grpo",
+        f"data.train_files={data / 'train.parquet'}",
+        f"data.val_files=[{data / 'test.parquet'},/abs/other.parquet]",
+        "trainer.logger=[console]",
+        "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct",  # not a local path: as is
+        "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.rollout.temperature=1.0",
+        "+ray_kwargs.ray_init.num_cpus=8",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={yaml}",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=rollhub",
+        "trainer.total_training_steps=1",
+    ]
+
+
+def test_agent_loop_entry_names_the_loop_and_the_config(tmp_path: Path):
+    text = agent_loop_entry("rollhub", tmp_path / "rollhub.toml")
+    assert text.splitlines() == [
+        '- name: "rollhub"',
+        "  _target_: rollhub_verl.agent_loop.RollhubAgentLoop",
+        f'  rollhub_config: "{tmp_path / "rollhub.toml"}"',
+    ]
+
+
+def test_overriding_what_rollhub_sets_is_refused(tmp_path: Path):
+    path = tmp_path / "rollhub.toml"
+    path.write_text(
+        '[token_source]\nname = "gateway"\n[trainer]\nname = "verl"\n[trainer.overrides]\n'
+        '"actor_rollout_ref.rollout.agent.default_agent_loop" = "tool_agent"\n'
+    )
+    with pytest.raises(ConfigError, match="sets itself") as info:
+        build_command(load_config(path), path, tmp_path / "x.yaml", [])
+    assert (
+        info.value.field == "trainer.overrides.actor_rollout_ref.rollout.agent.default_agent_loop"
+    )
+
+
+def test_other_trainers_are_sent_to_rollhub_run(tmp_path: Path):
+    path = tmp_path / "rollhub.toml"
+    path.write_text('[trainer]\nname = "export"\n')
+    with pytest.raises(ConfigError, match="rollhub run"):
+        build_command(load_config(path), path, tmp_path / "x.yaml", [])
+
+
+def test_dry_run_prints_the_command_and_writes_nothing(config_file, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(launch, "check_verl_config", lambda cfg: None)  # verl is not here
+    parser = argparse.ArgumentParser()
+    launch.add_arguments(parser)
+    run_dir = tmp_path / "out"
+    args = parser.parse_args([str(config_file), "x.y=1", "--dry-run", "--run-dir", str(run_dir)])
+    assert launch.run(args) == 0
+    printed = capsys.readouterr().out
+    assert "-m verl.trainer.main_ppo" in printed and printed.rstrip().endswith("x.y=1")
+    assert not run_dir.exists()
