@@ -17,18 +17,43 @@ log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
-#: subcommand name -> (module, help); each module has ``add_arguments(parser)`` and
-#: ``run(args) -> int``. Modules of other distributions are imported only when used.
+#: the core's subcommands: name -> (module, help); each module has ``add_arguments(parser)``
+#: and ``run(args) -> int``. Plugins add theirs through ``rollhub_add_commands``.
 COMMANDS: dict[str, tuple[str, str]] = {
     "plugins": ("rollhub.commands.plugins", "list installed plugins, components and load failures"),
     "config": ("rollhub.commands.config", "check a rollhub.toml"),
-    "run": ("rollhub.commands.run", "run an experiment: rollouts, rewards, trainer"),
+    "run": ("rollhub.commands.run", "run an experiment or a training run"),
     "export": ("rollhub.commands.export", "convert exported episodes between Parquet and JSONL"),
-    "gateway": ("rollhub_gateway.cli", "run the token-capture gateway (rollhub-gateway)"),
     "deploy": ("rollhub.commands.deploy", "ship an agent or a sandbox image to AgentCore Runtime"),
 }
 
-_DISTRIBUTION_OF = {"rollhub_gateway": "rollhub-gateway"}
+
+class CommandTable:
+    """Subcommands by name, filled by the core and the ``rollhub_add_commands`` hook."""
+
+    def __init__(self, commands: dict[str, tuple[str, str]] | None = None) -> None:
+        self.commands: dict[str, tuple[str, str]] = dict(commands or {})
+
+    def add(self, name: str, module: str, help: str) -> None:
+        """Add ``rollhub NAME``; a name already taken is a :class:`PluginError`."""
+        if name in self.commands and self.commands[name][0] != module:
+            raise PluginError(
+                f"two plugins add the subcommand {name!r}: {self.commands[name][0]} and {module}"
+            )
+        self.commands[name] = (module, help)
+
+
+def _commands() -> dict[str, tuple[str, str]]:
+    """The core's commands plus every plugin's (a plugin that fails is left out, logged)."""
+    from rollhub.plugins import build_host
+
+    table = CommandTable(COMMANDS)
+    try:
+        host = build_host()
+        host.hook.rollhub_add_commands(commands=table)
+    except Exception as exc:  # the core's own commands must stay usable
+        log.warning("plugin subcommands unavailable: %s", exc)
+    return table.commands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,11 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="logging level (default WARNING)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (modname, help_text) in COMMANDS.items():
+    for name, (modname, help_text) in _commands().items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         module = _import_command(modname)
         if module is None:
-            dist = _DISTRIBUTION_OF.get(modname.split(".")[0], modname.split(".")[0])
+            dist = modname.split(".")[0].replace("_", "-")
             p.set_defaults(_missing=f"'rollhub {name}' needs {dist}: pip install {dist}")
             continue
         module.add_arguments(p)

@@ -23,6 +23,7 @@ from rollhub.markers import hookspec
 if TYPE_CHECKING:
     import pluggy
 
+    from rollhub.cli import CommandTable
     from rollhub.config import RollhubConfig
     from rollhub.episode import Episode
     from rollhub.hub import AsyncHub
@@ -48,6 +49,22 @@ def rollhub_addhooks(pluginmanager: pluggy.PluginManager) -> None:
     Default: none. Awaitable: no.
     Example: a plugin that lets others customise its exports declares
     ``rollhub_export_columns`` here.
+    """
+
+
+@hookspec
+def rollhub_add_commands(commands: CommandTable) -> None:
+    """Add ``rollhub`` subcommands.
+
+    :param commands: call ``commands.add(name, module, help)``; ``module`` is the dotted
+        name of a module with ``add_arguments(parser)`` and ``run(args) -> int``, imported
+        when the command line is built.
+
+    All implementations run. Returns nothing.
+    Default: the core's own commands (plugins, config, run, export, deploy).
+    Awaitable: no.
+    Example: rollhub-gateway adds ``rollhub gateway``; rollhub-tinker adds
+    ``rollhub tinker-local``.
     """
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from typing import Any
 
 from rollhub import hookimpl
 from rollhub.registry import ComponentRegistry
@@ -24,6 +25,12 @@ BACKENDS: tuple[tuple[str, str], ...] = (
     ("rollhub_gateway.engines.tinker", "TinkerBackend"),
     ("rollhub_gateway.engines.scripted", "ScriptedBackend"),
 )
+
+
+@hookimpl
+def rollhub_add_commands(commands: Any) -> None:
+    """``rollhub gateway serve|conformance``."""
+    commands.add("gateway", "rollhub_gateway.cli", "run the token-capture gateway")
 
 
 @hookimpl

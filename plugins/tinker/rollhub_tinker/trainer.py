@@ -1,0 +1,221 @@
+"""The ``tinker`` trainer: RL steps on the Tinker API, driven by rollhub's training loop.
+
+Per step: the batch's trainable episodes become Datums (:mod:`rollhub_tinker.datums`),
+``forward_backward`` runs the configured RL loss (``importance_sampling``, ``ppo`` or
+``cispo``) on them, ``optim_step`` applies Adam, and ``save_weights_and_get_sampling_client``
+returns the sampler of the new weights. The loop publishes that client to the gateway's
+``tinker`` sampling backend, so the next turns are sampled by the new policy and tagged
+with the new version; turns in flight finish on the old client.
+
+Works against the hosted service (``TINKER_API_KEY``) and any Tinker-compatible server
+(``base_url``), e.g. ``rollhub tinker-local serve`` on a CPU machine.
+
+Example ``rollhub.toml``::
+
+    [token_source]
+    name = "gateway"
+    model = "smollm2-135m-instruct"
+    engine = { name = "tinker", from_trainer = true }
+
+    [trainer]
+    name = "tinker"
+    base_url = "http://127.0.0.1:8001"
+    base_model = "/path/to/base-model"
+    lora_rank = 8
+    learning_rate = 1e-3
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr
+from rollhub.errors import ConfigError, RollhubError
+from rollhub.trainer import StepResult, Trainer, TrainerOptions, TrainingBatch
+
+from rollhub_tinker.datums import episode_datums, to_tinker
+
+__all__ = ["TinkerTrainer", "TinkerTrainerOptions", "TinkerTrainingError"]
+
+log = logging.getLogger(__name__)
+
+
+class TinkerTrainingError(RollhubError):
+    """The Tinker service failed a training call (the SDK's error is the ``__cause__``)."""
+
+
+class TinkerTrainerOptions(TrainerOptions):
+    """``[trainer]`` options of the ``tinker`` trainer."""
+
+    base_url: str | None = Field(None, description="Tinker API root; None: the hosted service")
+    api_key: SecretStr | None = Field(None, description="None: TINKER_API_KEY, else a dummy key")
+    base_model: str = Field(description="base model name (hosted) or path (self-hosted)")
+    lora_rank: int = Field(32, ge=1, description="LoRA rank")
+    seed: int | None = Field(None, description="LoRA initialisation seed")
+    loss_fn: Literal["importance_sampling", "ppo", "cispo"] = Field(
+        "importance_sampling", description="RL loss on the Tinker side"
+    )
+    loss_fn_config: dict[str, float] = Field(
+        default_factory=dict, description="e.g. clip thresholds for ppo/cispo"
+    )
+    learning_rate: float = Field(1e-5, gt=0)
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.95, ge=0, lt=1)
+    eps: float = Field(1e-12, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip_norm: float = Field(0.0, ge=0, description="0: no clipping")
+    max_length: int | None = Field(
+        None, ge=2, description="tokens per Datum; longer records are cut (and counted)"
+    )
+    name: str = Field("rollhub", description="prefix of saved states")
+
+
+class TinkerTrainer(Trainer):
+    """RL training on a Tinker training client (LoRA)."""
+
+    name = "tinker"
+    Options = TinkerTrainerOptions
+    options: TinkerTrainerOptions
+    trains = True
+
+    def __init__(self, options: TinkerTrainerOptions | None = None, *,
+                 run_dir: Path | None = None, **kw: Any) -> None:
+        if options is None:
+            raise ConfigError("the tinker trainer needs trainer.base_model", field="trainer.base_model")
+        super().__init__(options, run_dir=run_dir, **kw)
+        self.service: Any = None
+        self.training_client: Any = None
+        self.sampling_client: Any = None
+        self.steps_done = 0
+
+    async def start(self) -> None:
+        """Connect and create the LoRA training client."""
+        import tinker
+
+        opts = self.options
+        key = opts.api_key.get_secret_value() if opts.api_key else os.environ.get("TINKER_API_KEY")
+        if key is None and opts.base_url is None:
+            raise ConfigError(
+                "the hosted Tinker service needs an API key: set TINKER_API_KEY or trainer.api_key "
+                "(or trainer.base_url for a self-hosted server)",
+                field="trainer.api_key",
+            )
+        kwargs: dict[str, Any] = {"api_key": key or "tml-local"}
+        if opts.base_url:
+            kwargs["base_url"] = opts.base_url
+        try:
+            self.service = await asyncio.to_thread(lambda: tinker.ServiceClient(**kwargs))
+            self.training_client = await self.service.create_lora_training_client_async(
+                base_model=opts.base_model, rank=opts.lora_rank, seed=opts.seed
+            )
+        except tinker.TinkerError as exc:
+            raise TinkerTrainingError(
+                f"tinker at {opts.base_url or 'the hosted service'} refused the training client "
+                f"for {opts.base_model!r}: {exc}"
+            ) from exc
+
+    async def initial_policy(self) -> Any:
+        """The sampler of the current weights (the base model's, or the resumed state's)."""
+        self.sampling_client = await self._call(
+            "save_weights_and_get_sampling_client",
+            self.training_client.save_weights_and_get_sampling_client_async(),
+        )
+        return self.sampling_client
+
+    async def step(self, batch: TrainingBatch) -> StepResult:
+        """forward_backward + optim_step on the batch; the new sampler as the policy."""
+        import tinker
+
+        arrays, stats = episode_datums(batch.trainable(), max_length=self.options.max_length)
+        metrics: dict[str, Any] = {**stats.as_metrics()}
+        policy = None
+        if arrays:
+            fut = await self._call(
+                "forward_backward",
+                self.training_client.forward_backward_async(
+                    [to_tinker(a) for a in arrays], self.options.loss_fn,
+                    self.options.loss_fn_config or None,
+                ),
+            )
+            out = await self._call("forward_backward", fut.result_async())
+            metrics.update(_loss_metrics(arrays, out))
+            adam = tinker.AdamParams(
+                learning_rate=self.options.learning_rate, beta1=self.options.beta1,
+                beta2=self.options.beta2, eps=self.options.eps,
+                weight_decay=self.options.weight_decay, grad_clip_norm=self.options.grad_clip_norm,
+            )
+            fut = await self._call("optim_step", self.training_client.optim_step_async(adam))
+            await self._call("optim_step", fut.result_async())
+            policy = self.sampling_client = await self._call(
+                "save_weights_and_get_sampling_client",
+                self.training_client.save_weights_and_get_sampling_client_async(),
+            )
+        else:
+            log.info("step %d: no episode with a nonzero advantage; weights unchanged", batch.step)
+        self.steps_done += 1
+        return StepResult(batch.weight_version + 1, metrics, policy)
+
+    async def save_state(self, directory: Path) -> dict[str, Any]:
+        """``save_state`` on the service (weights + optimizer); the path is the state."""
+        name = f"{self.options.name}-{self.run_dir.name if self.run_dir else 'run'}-{self.steps_done:06d}"
+        fut = await self._call("save_state", self.training_client.save_state_async(name))
+        resp = await self._call("save_state", fut.result_async())
+        (directory / "tinker_path.txt").write_text(resp.path)
+        return {"tinker_path": resp.path, "steps_done": self.steps_done}
+
+    async def load_state(self, directory: Path, state: dict[str, Any]) -> None:
+        """``load_state_with_optimizer`` from the path :meth:`save_state` recorded."""
+        path = state.get("tinker_path")
+        if not path:
+            raise TinkerTrainingError(f"checkpoint {directory} has no tinker_path")
+        fut = await self._call(
+            "load_state_with_optimizer", self.training_client.load_state_with_optimizer_async(path)
+        )
+        await self._call("load_state_with_optimizer", fut.result_async())
+        self.steps_done = int(state.get("steps_done", 0))
+
+    async def close(self) -> dict[str, Any]:
+        """Stop the SDK session's heartbeat."""
+        holder = getattr(self.service, "_session_holder", None)
+        if holder is not None:
+            holder.close()
+        return {"steps": self.steps_done}
+
+    async def _call(self, what: str, awaitable: Any) -> Any:
+        import tinker
+
+        try:
+            return await awaitable
+        except tinker.TinkerError as exc:
+            raise TinkerTrainingError(f"tinker {what} failed: {exc}") from exc
+
+
+def _loss_metrics(arrays: list[Any], out: Any) -> dict[str, float]:
+    """The RL loss and the sampler/learner mismatch, from the learner's logprobs.
+
+    Servers differ in the metrics they report (``loss:sum`` may be absent), so the loss is
+    recomputed from ``loss_fn_outputs[i]["logprobs"]``: −Σ exp(learner − sampler)·adv over
+    sampled positions, as the importance-sampling loss defines it.
+    """
+    metrics: dict[str, float] = {}
+    reported = getattr(out, "metrics", None) or {}
+    loss, kl, n = 0.0, 0.0, 0
+    for arrays_i, outputs in zip(arrays, out.loss_fn_outputs, strict=True):
+        learner = outputs["logprobs"].tolist()
+        for j, (adv, sampler_lp) in enumerate(zip(arrays_i.advantages, arrays_i.logprobs,
+                                                  strict=True)):
+            if adv == 0.0 and sampler_lp == 0.0:
+                continue
+            ratio = math.exp(learner[j] - sampler_lp)
+            loss -= ratio * adv
+            kl += sampler_lp - learner[j]
+            n += 1
+    metrics["loss"] = float(reported.get("loss:sum", loss))
+    if n:
+        metrics["sampler_learner_kl"] = kl / n
+    return metrics
