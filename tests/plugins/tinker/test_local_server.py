@@ -7,13 +7,16 @@ import contextlib
 import math
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
+import tinker
 from rollhub.errors import ConfigError, UsageError
 from rollhub_tinker import local_server as local_server_module
 from rollhub_tinker.local_server import LocalTinkerServer, SetupInfo, default_env_dir
+from tinker import types
 
 from tests.plugins.tinker import local_server as fixtures
 from tests.plugins.tinker.local_server import StartServer
@@ -23,6 +26,7 @@ tinker_local_env = fixtures.tinker_local_env
 tinker_server_factory = fixtures.tinker_server_factory
 
 PROMPT = "Question: what is 2 + 3? Answer:"
+T = TypeVar("T")
 
 
 # -- without the environment --------------------------------------------------------------
@@ -134,12 +138,9 @@ def test_serves_on_loopback_only(server: LocalTinkerServer) -> None:
 
 @pytest.mark.slow
 def test_rl_step_through_the_tinker_sdk(server: LocalTinkerServer) -> None:
-    tinker = pytest.importorskip("tinker", reason="the tinker SDK is in requirements/dev.txt")
-    from tinker import types
-
     timings: dict[str, float] = {}
 
-    def timed(name: str, call):
+    def timed(name: str, call: Callable[[], T]) -> T:
         started = time.monotonic()
         result = call()
         timings[name] = round(time.monotonic() - started, 2)
@@ -167,9 +168,17 @@ def test_rl_step_through_the_tinker_sdk(server: LocalTinkerServer) -> None:
         assert seq.logprobs is not None and len(seq.logprobs) == len(seq.tokens)
         assert all(math.isfinite(lp) and lp <= 0 for lp in seq.logprobs)
 
+    before = timed(
+        "compute_logprobs",
+        lambda: _completion_logprob(sampler, prompt, sequences[0].tokens),
+    )
+    # The server scores a prompt as the sampler did: the same sum as the sampled logprobs.
+    assert math.isclose(before, sum(sequences[0].logprobs), abs_tol=0.05)
+    before_penalised = _completion_logprob(sampler, prompt, sequences[1].tokens)
+
     # The first completion is rewarded (+1), the second penalised (-1).
     data = [
-        _datum(types, prompt, seq.tokens, seq.logprobs, advantage)
+        _datum(prompt, seq.tokens, seq.logprobs, advantage)
         for seq, advantage in zip(sequences, (1.0, -1.0), strict=True)
     ]
     output = timed(
@@ -191,14 +200,13 @@ def test_rl_step_through_the_tinker_sdk(server: LocalTinkerServer) -> None:
         "save_weights_and_get_sampling_client (updated)",
         training.save_weights_and_get_sampling_client,
     )
-    before = timed(
-        "compute_logprobs (old sampler)",
-        lambda: _completion_logprob(sampler, types, prompt, sequences[0].tokens),
-    )
     after = timed(
         "compute_logprobs (new sampler)",
-        lambda: _completion_logprob(updated, types, prompt, sequences[0].tokens),
+        lambda: _completion_logprob(updated, prompt, sequences[0].tokens),
     )
+    after_penalised = _completion_logprob(updated, prompt, sequences[1].tokens)
+    # Reported, not asserted: whether the first sampling client kept the weights it was made from.
+    old_after = _completion_logprob(sampler, prompt, sequences[0].tokens)
     resampled = timed(
         "sample (new sampler)",
         lambda: updated.sample(types.ModelInput.from_ints(prompt), 2, params).result(),
@@ -207,8 +215,10 @@ def test_rl_step_through_the_tinker_sdk(server: LocalTinkerServer) -> None:
     print(
         f"+1 completion logprob: {before:.2f} -> {after:.2f}; peak RSS: {server.peak_rss_bytes()}"
     )
-    assert math.isclose(before, sum(sequences[0].logprobs), abs_tol=0.1)
+    print(f"-1 completion logprob: {before_penalised:.2f} -> {after_penalised:.2f}")
+    print(f"+1 completion under the first sampling client after the update: {old_after:.2f}")
     assert after > before + 0.5
+    assert after_penalised < before_penalised
     assert len(resampled.sequences) == 2 and resampled.sequences[0].logprobs is not None
 
 
@@ -226,7 +236,9 @@ def test_stop_leaves_no_process_behind(server: LocalTinkerServer) -> None:
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
-def _datum(types, prompt: list[int], tokens: list[int], logprobs: list[float], advantage: float):
+def _datum(
+    prompt: list[int], tokens: list[int], logprobs: list[float], advantage: float
+) -> types.Datum:
     """An importance-sampling Datum: targets shifted by one, advantages on sampled tokens only."""
     full = [*prompt, *tokens]
     padding = [0.0] * (len(prompt) - 1)
@@ -240,7 +252,11 @@ def _datum(types, prompt: list[int], tokens: list[int], logprobs: list[float], a
     )
 
 
-def _completion_logprob(sampler, types, prompt: list[int], tokens: list[int]) -> float:
-    """Sum of the sampler's logprobs of ``tokens`` after ``prompt``."""
+def _completion_logprob(sampler: Any, prompt: list[int], tokens: list[int]) -> float:
+    """Sum of the sampler's logprobs of ``tokens`` after ``prompt``.
+
+    Counted from the end: skyrl returns one value per position after the first, where the
+    hosted service puts a leading None.
+    """
     logprobs = sampler.compute_logprobs(types.ModelInput.from_ints([*prompt, *tokens])).result()
-    return float(sum(logprobs[len(prompt) :]))
+    return float(sum(logprobs[-len(tokens) :]))
