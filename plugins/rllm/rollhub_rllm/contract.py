@@ -2,8 +2,9 @@
 
 rLLM is not on PyPI, so its types cannot be imported in tests. The facts below were read
 from ``rllm-org/rllm`` at :data:`RLLM_COMMIT` (``rllm/engine/remote_runtime/protocol.py``,
-``rllm/workflows/workflow.py``, ``rllm/engine/remote_agent_flow_engine.py``) and from the
-PyPI release ``rllm-model-gateway`` :data:`GATEWAY_VERSION`. The mirror types in
+``rllm/workflows/workflow.py``, ``rllm/engine/remote_agent_flow_engine.py``,
+``rllm/types.py``) and from the PyPI release ``rllm-model-gateway`` :data:`GATEWAY_VERSION`.
+The mirror types in
 :mod:`rollhub_rllm.protocol` are checked against them by the tests, and against rLLM's own
 classes whenever ``rllm`` is importable.
 """
@@ -11,13 +12,16 @@ classes whenever ``rllm`` is importable.
 from __future__ import annotations
 
 __all__ = [
+    "EPISODE_KEYS",
     "GATEWAY_TRACE_FIELDS",
     "GATEWAY_VERSION",
     "REMOTE_RUNTIME_METHODS",
     "REMOTE_TASK_RESULT_FIELDS",
     "RLLM_COMMIT",
+    "STEP_KEYS",
     "TASK_SUBMISSION_FIELDS",
     "TERMINATION_REASONS",
+    "TRAJECTORY_KEYS",
 ]
 
 #: the rLLM commit these facts were read at (2026-08-15)
@@ -83,3 +87,19 @@ GATEWAY_TRACE_FIELDS: tuple[str, ...] = (
     "raw_request",
     "raw_response",
 )
+
+#: keys of ``Episode.to_dict()`` (``rllm/types.py``), read back by ``Episode.from_dict``
+EPISODE_KEYS: tuple[str, ...] = (
+    "id", "task", "termination_reason", "is_correct", "session_id", "trajectories",
+    "metrics", "info",
+)  # fmt: skip
+
+#: keys of ``Trajectory.to_dict()``
+TRAJECTORY_KEYS: tuple[str, ...] = ("uid", "name", "task", "steps", "reward", "info")
+
+#: keys of ``Step.to_dict()``
+STEP_KEYS: tuple[str, ...] = (
+    "prompt_ids", "response_ids", "logprobs", "routing_matrices", "chat_completions",
+    "observation", "thought", "action", "model_response", "model_output", "info", "reward",
+    "done", "mc_return", "advantage", "weight_version",
+)  # fmt: skip

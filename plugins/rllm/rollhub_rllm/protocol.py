@@ -9,11 +9,18 @@ commit (a test compares them).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-__all__ = ["RemoteTaskResult", "TaskSubmission", "TerminationReason", "rllm_types"]
+__all__ = [
+    "RemoteTaskResult",
+    "TaskSubmission",
+    "TerminationReason",
+    "rllm_types",
+    "termination_value",
+]
 
 
 class TerminationReason(Enum):
@@ -61,3 +68,16 @@ def rllm_types() -> tuple[type, type]:
     except ImportError:
         return RemoteTaskResult, TerminationReason
     return Result, Reason
+
+
+def termination_value(status: str, result: Mapping[str, Any] | None = None) -> str:
+    """rLLM's termination reason (its value) for a rollhub outcome.
+
+    ``ok`` is ``env_done`` unless the agent's result names another valid reason
+    (``termination_reason``); ``timeout`` is ``timeout``; every failure is ``error``.
+    """
+    if status == "ok":
+        declared = (result or {}).get("termination_reason")
+        values = {r.value for r in TerminationReason}
+        return declared if isinstance(declared, str) and declared in values else "env_done"
+    return "timeout" if status == "timeout" else "error"

@@ -44,7 +44,7 @@ from rollhub.loop_thread import LoopThread
 from rollhub.plugins import PluginHost, build_host
 from rollhub.rollout import validate_key_part
 
-from rollhub_rllm.protocol import rllm_types
+from rollhub_rllm.protocol import rllm_types, termination_value
 
 __all__ = ["RollhubRemoteRuntime", "install", "key_part", "task_result"]
 
@@ -236,14 +236,13 @@ def task_result(
     took = outcome.elapsed if outcome.elapsed is not None else (elapsed or 0.0)
     common = {"session_id": submission.session_id, "task_id": submission.task_id,
               "elapsed": float(took), "metadata": meta}  # fmt: skip
+    ended = reason(termination_value(outcome.status, outcome.result))
     if outcome.status == "ok":
         result = dict(outcome.result or {})
-        declared = result.get("termination_reason")
-        values = {r.value for r in reason}
         return result_cls(
             finished=True,
             reward=_reward(result.get("rewards")),
-            termination_reason=reason(declared) if declared in values else reason.ENV_DONE,
+            termination_reason=ended,
             raw_result=result,
             **common,
         )
@@ -252,7 +251,7 @@ def task_result(
     return result_cls(
         finished=False,
         error=message,
-        termination_reason=reason.TIMEOUT if outcome.status == "timeout" else reason.ERROR,
+        termination_reason=ended,
         # the keys rLLM copies into the episode's error info
         raw_result={
             "status": outcome.status,

@@ -3,6 +3,7 @@ a real rollhub gateway (scripted engine, vLLM-style replies), real agents over H
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -26,6 +27,7 @@ def hub_config(tmp_path: Path, upstream, **options) -> dict:
         "runtime": {"name": "local", "app": f"{AGENT}:app", "workers": 1},
         "store": {"url": f"file://{tmp_path / 'store'}"},
         "token_source": {"name": "rllm", **source_options(upstream, **options)},
+        "trainer": {"name": "rllm"},
     }
 
 
@@ -45,6 +47,7 @@ async def test_four_turn_tool_episode_has_the_engines_exact_ids(
     async with hub:
         hub.set_weight_version(3)
         group = await hub.run_group({"id": "q1", "stream": stream})
+        await hub.trainer.consume(group)
     (episode,) = group.episodes
     assert episode.status == "ok", episode.error
     assert episode.result["lookups"] == ["a", "b", "c"]
@@ -68,6 +71,14 @@ async def test_four_turn_tool_episode_has_the_engines_exact_ids(
     assert [record.response_mask[t.start : t.end] for t in record.turns] == [
         [1] * len(o) for o in outputs
     ]
+    # the rllm trainer wrote it as an rLLM episode: one step per call, the same ids
+    (line,) = (tmp_path / "run" / "rllm_episodes.jsonl").read_text().splitlines()
+    written = json.loads(line)
+    assert (written["id"], written["termination_reason"], written["is_correct"]) == (
+        "q1:0", "env_done", True,
+    )  # fmt: skip
+    steps = written["trajectories"][0]["steps"]
+    assert [(s["prompt_ids"], s["response_ids"], s["logprobs"]) for s in steps] == upstream.calls
     # rllm-model-gateway asked the engine for logprobs and token ids
     assert all(r["logprobs"] is True and r["return_token_ids"] is True for r in upstream.requests)
 
