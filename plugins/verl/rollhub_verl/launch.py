@@ -12,8 +12,8 @@ runs::
         <OVERRIDE ...>
 
 so every dataset row without its own ``agent_name`` column runs as a rollhub episode.
-Relative data and model paths in ``[trainer.overrides]`` are resolved against the config
-file's directory. ``--dry-run`` prints the command and writes nothing.
+Relative data paths in ``[trainer.overrides]`` are resolved against the config file's
+directory, and so is the model path when that directory holds it (else it is a hub id). ``--dry-run`` prints the command and writes nothing.
 """
 
 from __future__ import annotations
@@ -46,10 +46,11 @@ AGENT_LOOP_TARGET = "rollhub_verl.agent_loop.RollhubAgentLoop"
 PATH_KEYS = (
     "data.train_files",
     "data.val_files",
-    "actor_rollout_ref.model.path",
     "reward.custom_reward_function.path",
     "custom_reward_function.path",
 )
+#: override keys that are a local path or else a model hub id (resolved only if they exist)
+MAYBE_PATH_KEYS = ("actor_rollout_ref.model.path",)
 
 _BARE = re.compile(r"^[A-Za-z0-9_./:+\-@]+$")
 
@@ -58,7 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare this subcommand's arguments."""
     parser.add_argument("config", help="path to rollhub.toml ([trainer] name = 'verl')")
     parser.add_argument(
-        "overrides", nargs="*", help="extra Hydra overrides for verl (key=value), applied last"
+        "overrides",
+        nargs="*",
+        help="extra Hydra overrides for verl (key=value), right after CONFIG; applied last",
     )
     parser.add_argument("--run-dir", default=None, help="where agent_loops.yaml is written")
     parser.add_argument("--dry-run", action="store_true", help="print the command and stop")
@@ -89,9 +92,9 @@ def build_command(
     """The ``python -m <entry point> <overrides>`` argv (see the module docstring)."""
     options = _options(cfg)
     overrides = dict(options.overrides)
-    for key in PATH_KEYS:
+    for key in (*PATH_KEYS, *MAYBE_PATH_KEYS):
         if key in overrides:
-            overrides[key] = _resolve_paths(cfg, overrides[key])
+            overrides[key] = _resolve_paths(cfg, overrides[key], always=key in PATH_KEYS)
     argv = [format_override(k, v) for k, v in overrides.items()]
     argv += list(options.args)
     ours = {
@@ -141,12 +144,12 @@ def _value(value: Any) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _resolve_paths(cfg: RollhubConfig, value: Any) -> Any:
+def _resolve_paths(cfg: RollhubConfig, value: Any, *, always: bool) -> Any:
     if isinstance(value, list | tuple):
-        return [_resolve_paths(cfg, v) for v in value]
-    if isinstance(value, str) and value and not Path(value).is_absolute():
+        return [_resolve_paths(cfg, v, always=always) for v in value]
+    if isinstance(value, str) and value and "://" not in value and not Path(value).is_absolute():
         candidate = cfg.path(value)
-        if candidate.exists():
+        if always or candidate.exists():
             return str(candidate.resolve())
     return value
 
@@ -172,3 +175,14 @@ def _options(cfg: RollhubConfig) -> VerlOptions:
 def _new_run_dir(cfg: RollhubConfig) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return cfg.path(cfg.experiment.output_dir).resolve() / f"{cfg.experiment.name}-verl-{stamp}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rollhub_verl.launch CONFIG [OVERRIDE ...] [--dry-run]``."""
+    parser = argparse.ArgumentParser(prog="rollhub verl", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
