@@ -4,7 +4,7 @@ With ``engine_url`` set, :meth:`RllmTokenSource.start` runs ``rllm-model-gateway
 child process on 127.0.0.1 in front of that OpenAI-compatible engine (it must return
 vLLM-style token ids: vLLM >= 0.11). With ``url`` set it attaches to a gateway that already
 runs. Either way agents reach it through a loopback relay
-(:class:`~rollhub_rllm.front.SessionFront`) at ``{relay}/sessions/{sid}/v1``, which counts
+(:class:`~rollhub_rllm.relay.SessionRelay`) at ``{relay}/sessions/{sid}/v1``, which counts
 each session's answered calls.
 
 The gateway stores one trace per call and writes them fire-and-forget, so
@@ -41,8 +41,8 @@ from rollhub.trace import TraceRecord
 from rollhub_rllm.traces import answered, stitch
 
 if TYPE_CHECKING:
-    from rollhub_rllm.front import SessionFront
     from rollhub_rllm.gateway_process import GatewayProcess
+    from rollhub_rllm.relay import SessionRelay
 
 __all__ = ["RllmSourceOptions", "RllmTokenSource"]
 
@@ -115,7 +115,7 @@ class RllmTokenSource(TokenSource):
                 update={"data_dir": str(Path(base_dir) / data_dir)}
             )
         self.process: GatewayProcess | None = None
-        self.front: SessionFront | None = None
+        self.relay: SessionRelay | None = None
         self._http: httpx.AsyncClient | None = None
         self._gateway: str | None = None
         #: rollhub session id → (gateway session id, weight version at open)
@@ -133,8 +133,8 @@ class RllmTokenSource(TokenSource):
         if self._gateway is not None:
             return
         # aiohttp and the child-process code load only when a source starts
-        from rollhub_rllm.front import SessionFront
         from rollhub_rllm.gateway_process import GatewayProcess, GatewaySettings
+        from rollhub_rllm.relay import SessionRelay
 
         o = self.options
         # a gateway started here is on loopback: no proxy from the environment applies
@@ -158,8 +158,8 @@ class RllmTokenSource(TokenSource):
                     )
                 )
                 root = await self.process.start()
-            self.front = SessionFront(root, host=o.host)
-            await self.front.start()
+            self.relay = SessionRelay(root, host=o.host)
+            await self.relay.start()
         except BaseException:
             await self.close()
             raise
@@ -173,19 +173,19 @@ class RllmTokenSource(TokenSource):
         ``sampling`` is left to the agent's own requests (gateway 0.1.0 keeps no
         per-session sampling parameters).
         """
-        root, front = self._require()
+        root, relay = self._require()
         gsid = gateway_session_id(session_id)
         await self._call(
             "POST", f"{root}/sessions", json={"session_id": gsid,
                                               "metadata": {"rollhub_session_id": session_id}},
             what=f"opening session {session_id!r}",
         )  # fmt: skip
-        front.open(gsid)
+        relay.open(gsid)
         self._open[session_id] = (gsid, self.weight_version)
         key = self.options.api_key.get_secret_value() if self.options.api_key else "rllm"
         return CaptureSession(
             session_id=session_id,
-            base_url=f"{front.url}/sessions/{gsid}/v1",
+            base_url=f"{relay.url}/sessions/{gsid}/v1",
             api_key=key,
             model_id=self.options.model,
             extra={"rllm_session_id": gsid, "rllm_gateway_url": root},
@@ -197,9 +197,9 @@ class RllmTokenSource(TokenSource):
         :raises TokenRetrievalError: a call is still in flight or its trace did not arrive
             within ``trace_wait_s``, or a trace lacks token ids.
         """
-        root, front = self._require()
+        root, relay = self._require()
         gsid, version = self._session(session_id)
-        calls = front.calls(gsid)
+        calls = relay.calls(gsid)
         wait_s = self.options.trace_wait_s
         began = time.monotonic()
         deadline = began + wait_s
@@ -239,20 +239,20 @@ class RllmTokenSource(TokenSource):
 
     async def close_session(self, session_id: str, *, drop: bool = False) -> None:
         """Delete the session and its traces from the gateway. Unknown ids are ignored."""
-        root, front = self._require()
+        root, relay = self._require()
         entry = self._open.pop(session_id, None)
         if entry is None:
             return
-        front.close(entry[0])
+        relay.close(entry[0])
         await self._call(
             "DELETE", f"{root}/sessions/{entry[0]}", what=f"deleting session {session_id!r}"
         )
 
     async def close(self) -> None:
         """Stop the relay and the gateway this source started. Idempotent."""
-        if self.front is not None:
-            await self.front.stop()
-            self.front = None
+        if self.relay is not None:
+            await self.relay.stop()
+            self.relay = None
         if self._http is not None:
             await self._http.aclose()
             self._http = None
@@ -264,10 +264,10 @@ class RllmTokenSource(TokenSource):
 
     # Internals ------------------------------------------------------------------------------
 
-    def _require(self) -> tuple[str, SessionFront]:
-        if self._gateway is None or self.front is None:
+    def _require(self) -> tuple[str, SessionRelay]:
+        if self._gateway is None or self.relay is None:
             raise UsageError("the rllm token source is not started; await source.start() first")
-        return self._gateway, self.front
+        return self._gateway, self.relay
 
     def _session(self, session_id: str) -> tuple[str, int | None]:
         entry = self._open.get(session_id)

@@ -217,4 +217,4 @@ async def test_an_engine_that_is_down_fails_the_start_clearly(tmp_path):
     src = RllmTokenSource(RllmSourceOptions(url="http://127.0.0.1:9", request_timeout_s=2))
     with pytest.raises(TokenRetrievalError, match="probing the gateway: rllm-model-gateway at"):
         await src.start()
-    assert src.front is None
+    assert src.relay is None

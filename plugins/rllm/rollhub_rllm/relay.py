@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
 from rollhub.errors import TokenRetrievalError
 
-__all__ = ["SessionCalls", "SessionFront"]
+__all__ = ["SessionCalls", "SessionRelay"]
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def _is_model_call(method: str, tail: str) -> bool:
     return method == "POST" and tail.rstrip("/").endswith("completions")
 
 
-class SessionFront:
+class SessionRelay:
     """An aiohttp relay in front of one rllm-model-gateway, served on the running loop.
 
     :param gateway_url: the gateway's root URL.
