@@ -116,9 +116,11 @@ async def test_single_turn_output_field_by_field(v0_worker, v1_config, rows, tok
     assert hub.weight_version == 3
 
 
-async def test_multi_turn_tool_episode(v0_worker, v1_config, rows, tokenizer, stack):
-    stack.set_step(4)
+async def test_multi_turn_tool_episode(v0_worker, v1_config, rows, tokenizer, stack, toml):
+    hub = _HUBS[str(toml.resolve())].hub
+    stack.set_step(5)  # the replicas already hold newer weights than the row's step
     (out,) = await run_loop(v0_worker, v1_config, rows["tool1"], uid="u-tool", step=4)
+    assert _HUBS[str(toml.resolve())].hub is hub  # one hub per process, reused by every row
     call_ids = reply_ids(tokenizer, TOOL_CALL)
     final_ids = reply_ids(tokenizer, "6 times 7 is 42.\nAnswer: 42")
     n_call, n_final = len(call_ids), len(final_ids)
@@ -135,7 +137,10 @@ async def test_multi_turn_tool_episode(v0_worker, v1_config, rows, tokenizer, st
     assert lps[-n_final:] == pytest.approx([logprob_at(i, t) for i, t in enumerate(final_ids)])
     assert out.num_turns == 4
     assert out.reward_score == 1.0
-    assert out.extra_fields["min_global_steps"] == out.extra_fields["max_global_steps"] == 4
+    # each turn carries the step of the weights that sampled it (the replica's), the
+    # episode the step it was admitted at
+    assert out.extra_fields["min_global_steps"] == out.extra_fields["max_global_steps"] == 5
+    assert out.extra_fields["rollhub_weight_version"] == 4
     assert out.extra_fields["rollhub_drift"].get("append", 0) >= 1
 
 
