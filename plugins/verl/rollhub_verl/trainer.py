@@ -79,16 +79,20 @@ class VerlOptions(TrainerOptions):
 
 
 class VerlTrainer(Trainer):
-    """Holds the verl options; verl's own loop consumes the episodes."""
+    """Holds the verl options; verl's own loop consumes the episodes.
+
+    :raises UsageError: built outside a verl agent-loop worker (``rollhub run``).
+    """
 
     name = "verl"
     Options = VerlOptions
     options: VerlOptions
 
-    async def start(self) -> None:
-        """Refuse to run outside a verl agent-loop worker (``rollhub run``)."""
+    def __init__(self, options: VerlOptions | None = None, **kwargs: Any) -> None:
+        # refused when built, before a hub starts its gateway and runtime workers
         if not _IN_AGENT_LOOP.get():
             raise UsageError(RUN_HINT.format(config="rollhub.toml"))
+        super().__init__(options, **kwargs)
 
     async def consume(self, group: EpisodeGroup) -> dict[str, Any] | None:
         """Not used: verl pulls episodes through the agent loop."""

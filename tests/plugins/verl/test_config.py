@@ -73,11 +73,17 @@ def test_worker_config_points_the_gateway_at_verl(tmp_path, monkeypatch):
         worker_config(cfg, budget=Budget(512, 256), model_dir=None)
 
 
-async def test_rollhub_run_is_sent_to_rollhub_verl():
-    trainer = VerlTrainer()
+async def test_rollhub_run_is_sent_to_rollhub_verl(tmp_path, monkeypatch):
+    from rollhub.hub import AsyncHub
+
+    monkeypatch.setattr("rollhub_verl.checks.verl_version", lambda: "0.9.1")
+    path = write(tmp_path)
+    path.write_text(path.read_text() + '[runtime]\napp = "agent.py:app"\n')
+    hub = AsyncHub(load_config(path))
     with pytest.raises(UsageError, match="rollhub verl"):
-        await trainer.start()
+        await hub.start()  # refused before the gateway or any worker starts
+    assert hub.token_source.url is None and not hub._started
     with inside_agent_loop():
-        await trainer.start()
+        trainer = VerlTrainer()
     with pytest.raises(UsageError, match="rollhub verl"):
         await trainer.consume(None)  # type: ignore[arg-type]
