@@ -1,8 +1,9 @@
 """Hook implementations of rollhub-verl (entry point ``rollhub`` → this module).
 
 Registers the ``verl`` trainer (its options; verl drives the loop) and the ``verl``
-sampling backend (verl's own rollout servers behind the gateway), and checks at config time
-that verl itself is installed when ``[trainer] name = "verl"``. Nothing here imports verl.
+sampling backend (verl's own rollout servers behind the gateway), adds ``rollhub verl``
+(:mod:`rollhub_verl.launch`), and checks at config time that verl itself is installed when
+``[trainer] name = "verl"``. Nothing here imports verl.
 """
 
 from __future__ import annotations
@@ -21,6 +22,15 @@ def rollhub_register_components(registry: ComponentRegistry) -> None:
 
     registry.add_trainer(VerlTrainer)
     registry.add_sampling_backend(VerlServerBackend)
+
+
+@hookimpl
+def rollhub_add_commands(commands: Any) -> None:
+    """``rollhub verl``."""
+    commands.add(
+        "verl", "rollhub_verl.launch",
+        "start verl's PPO/GRPO trainer with the rollhub agent loop ([trainer] name = 'verl')",
+    )  # fmt: skip
 
 
 @hookimpl

@@ -115,3 +115,12 @@ def test_dry_run_prints_the_command_and_writes_nothing(config_file, tmp_path, ca
     printed = capsys.readouterr().out
     assert "-m verl.trainer.main_ppo" in printed and printed.rstrip().endswith("x.y=1")
     assert not run_dir.exists()
+
+
+def test_rollhub_verl_subcommand(config_file: Path, tmp_path: Path, capsys):
+    from rollhub.cli import build_parser, main
+
+    assert "verl" in build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    # verl is not installed in this environment: the command says how to get it
+    assert main(["verl", str(config_file), "--dry-run"]) == 2
+    assert "pip install 'rollhub-verl[verl]'" in capsys.readouterr().err

@@ -36,6 +36,17 @@ def test_config_check_passes_with_verl_installed(capsys):
     assert "trainer=verl" in capsys.readouterr().out
 
 
+def test_rollhub_verl_dry_run_prints_the_trainer_command(capsys, tmp_path):
+    from rollhub.cli import main
+
+    args = ["verl", str(EXAMPLE), "trainer.total_training_steps=1", "--run-dir", str(tmp_path)]
+    assert main([*args, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "-m verl.trainer.main_ppo" in out
+    assert f"agent_loop_config_path={tmp_path / 'agent_loops.yaml'}" in out
+    assert out.rstrip().endswith("trainer.total_training_steps=1")
+
+
 def test_example_command_is_a_valid_verl_config(tmp_path: Path):
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
