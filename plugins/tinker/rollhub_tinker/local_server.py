@@ -99,6 +99,8 @@ class LocalTinkerServer:
     :param max_lora_adapters: adapter slots of the engine; slot 0 is the base model.
     :param max_lora_rank: the largest LoRA rank a client may ask for.
     :param ready_timeout_s: how long :meth:`start` waits for the engine to load.
+    :param backend_options: more options of skyrl's JAX backend (e.g.
+        ``sample_max_num_sequences``, ``train_micro_batch_size``), over the defaults here.
     :param python: interpreter to build the environment with (default: this one when it is
         3.11, else ``python3.11`` on PATH).
     :param requirements: the pinned requirements file (default: the one shipped here).
@@ -113,6 +115,7 @@ class LocalTinkerServer:
         max_lora_adapters: int = 4,
         max_lora_rank: int = 8,
         ready_timeout_s: float = 300.0,
+        backend_options: dict[str, object] | None = None,
         python: str | None = None,
         requirements: str | os.PathLike[str] | None = None,
     ) -> None:
@@ -131,6 +134,7 @@ class LocalTinkerServer:
         self.max_lora_adapters = max_lora_adapters
         self.max_lora_rank = max_lora_rank
         self.ready_timeout_s = ready_timeout_s
+        self.backend_options = dict(backend_options or {})
         self.requirements = Path(requirements) if requirements else REQUIREMENTS
         self._base_python = python
         self._process: subprocess.Popen[bytes] | None = None
@@ -296,6 +300,7 @@ class LocalTinkerServer:
             "max_lora_rank": self.max_lora_rank,
             "train_micro_batch_size": 4,
             "sample_max_num_sequences": 4,
+            **self.backend_options,
         }
         cmd = [
             str(self.python), "-P", str(LAUNCHER), "serve",

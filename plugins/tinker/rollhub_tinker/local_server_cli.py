@@ -5,7 +5,7 @@
     rollhub tinker-local setup [--env-dir DIR] [--python PY] [--force]
     rollhub tinker-local serve [--port P] [--env-dir DIR] [--state-dir DIR]
                                [--session-timeout-sec N] [--max-lora-adapters N]
-                               [--max-lora-rank N]
+                               [--max-lora-rank N] [--backend-option KEY=VALUE ...]
 
 ``setup`` builds the server's own environment and converts the base model (minutes, once;
 later runs reuse both while the pins are unchanged). ``serve`` sets up if needed, prints the
@@ -15,13 +15,14 @@ base URL and the ``base_model`` string for rollhub.toml, and serves until interr
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
 import time
 from types import FrameType
 
-from rollhub.errors import UsageError
+from rollhub.errors import ConfigError, UsageError
 
 from rollhub_tinker.local_server import (
     DEFAULT_PORT,
@@ -60,6 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     serve.add_argument("--max-lora-rank", type=int, default=8, help="largest LoRA rank (default 8)")
     serve.add_argument(
+        "--backend-option", action="append", default=[], metavar="KEY=VALUE",
+        help="a skyrl JAX backend option, e.g. sample_max_num_sequences=8 (repeatable; "
+        "VALUE is read as JSON when it parses)",
+    )  # fmt: skip
+    serve.add_argument(
         "--ready-timeout", type=float, default=300.0,
         help="seconds to wait for the engine to load the model (default 300)",
     )  # fmt: skip
@@ -90,6 +96,21 @@ def _setup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _backend_options(items: list[str]) -> dict[str, object]:
+    options: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(
+                f"--backend-option wants KEY=VALUE, got {item!r}", field="backend-option"
+            )
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
 def _serve(args: argparse.Namespace) -> int:
     server = LocalTinkerServer(
         args.env_dir,
@@ -98,6 +119,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_lora_adapters=args.max_lora_adapters,
         max_lora_rank=args.max_lora_rank,
         ready_timeout_s=args.ready_timeout,
+        backend_options=_backend_options(args.backend_option),
     )
     if not server.is_set_up():
         print(f"setting up {server.env_dir} first (a few minutes, once)", flush=True)

@@ -280,6 +280,15 @@ def test_cli_needs_a_subcommand() -> None:
         local_server_cli.run(_parse())
 
 
+def test_cli_backend_options_are_json_or_text() -> None:
+    args = _parse("serve", "--backend-option", "sample_max_num_sequences=8")
+    assert local_server_cli._backend_options(args.backend_option) == {"sample_max_num_sequences": 8}
+    assert local_server_cli._backend_options(["mode=fast"]) == {"mode": "fast"}
+    with pytest.raises(ConfigError, match="KEY=VALUE") as info:
+        local_server_cli._backend_options(["sample_max_num_sequences"])
+    assert info.value.field == "backend-option"
+
+
 @pytest.mark.slow
 def test_cli_setup_reports_an_environment_that_is_up_to_date(
     tinker_local_env: SetupInfo, capsys: pytest.CaptureFixture[str]
@@ -307,6 +316,7 @@ def test_cli_serve_prints_what_to_configure_and_stops_on_ctrl_c(
     state = tmp_path / "cli-state"
     command = [sys.executable, "-c", _CLI, "serve", "--port", str(port)]
     command += ["--env-dir", str(tinker_local_env.env_dir), "--state-dir", str(state)]
+    command += ["--backend-option", "sample_max_num_sequences=8"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     try:
@@ -324,7 +334,8 @@ def test_cli_serve_prints_what_to_configure_and_stops_on_ctrl_c(
         assert f'base_model = "{tinker_local_env.model_dir}"' in lines
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/rollhub/ready", timeout=5) as r:
             assert r.status == 200
-        assert _processes_mentioning(str(state))  # the API process and its engine
+        # The engine got the backend option, over the default of 4.
+        assert _processes_mentioning('"sample_max_num_sequences": 8')
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
     finally:
