@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
+import re
 from typing import Any
 
 from verl.workers.rollout.replica import TokenOutput
@@ -38,6 +40,8 @@ class ScriptedReplica:
     def reply(self, prompt: str) -> str:
         """The scripted assistant text for a rendered prompt."""
         last_user = prompt.rsplit("<|im_start|>user", 1)[-1]
+        if "pencils" in prompt:  # the GSM8K example's synthetic problems
+            return pencils_reply(prompt, last_user)
         if "<tool_response>" in last_user:
             return "6 times 7 is 42.\nAnswer: 42"
         if "[tool]" in last_user:
@@ -77,6 +81,16 @@ class ScriptedReplica:
             num_preempted=0,
             extra_fields={"global_steps": self.global_steps},
         )
+
+
+def pencils_reply(prompt: str, last_user: str) -> str:
+    """Solve 'b boxes with a pencils each and then c loose pencils' with the calculator."""
+    if "<tool_response>" in last_user:
+        value = last_user.split("<tool_response>\n", 1)[1].split("\n</tool_response>", 1)[0]
+        return f"That makes {value} pencils.\n#### {value}"
+    b, a, c = (int(w) for w in re.findall(r"\d+", last_user)[:3])
+    args = json.dumps({"expression": f"{b} * {a} + {c}"})
+    return f'<tool_call>\n{{"name": "calculator", "arguments": {args}}}\n</tool_call>'
 
 
 class _Remote:
