@@ -77,7 +77,7 @@ class RollhubAgentLoop(AgentLoopBase):
             self.rollhub_config,
             server=self.server_manager,
             budget=self.budget,
-            model_dir=_model_dir(self.config),
+            model_dir=lambda: _model_dir(self.config),
         )
         hub, options = worker.hub, worker.options
         step = _as_int(kwargs.get("global_steps"))
@@ -100,7 +100,7 @@ class RollhubAgentLoop(AgentLoopBase):
             self.budget,
             collation=collation,
             reward_source=options.reward_source,
-            fallback_prompt_ids=await self._row_prompt_ids(kwargs),
+            fallback_prompt_ids=await self._fallback_prompt_ids(episode, kwargs),
             eos_token_id=_eos_id(self.tokenizer),
         )
         outputs = to_agent_loop_outputs(
@@ -111,8 +111,11 @@ class RollhubAgentLoop(AgentLoopBase):
             return outputs
         return outputs[0]
 
-    async def _row_prompt_ids(self, row: dict[str, Any]) -> list[int]:
-        """The row's prompt as verl tokenises it (for placeholders of failed episodes)."""
+    async def _fallback_prompt_ids(self, episode: Any, row: dict[str, Any]) -> list[int]:
+        """A placeholder's prompt: the episode's first prompt, else the row's as verl
+        tokenises it (an episode without traces made no model call)."""
+        if episode.traces:
+            return list(episode.traces[0].prompt_ids)
         messages = _plain(row.get("raw_prompt")) or []
         try:
             return await self.ct_build_initial_tokens(list(messages))

@@ -20,7 +20,7 @@ import asyncio
 import atexit
 import contextvars
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,9 +84,12 @@ class _SessionSampling:
 
 
 async def hub_for(
-    config_path: str, *, server: Any, budget: Budget, model_dir: str | None
+    config_path: str, *, server: Any, budget: Budget, model_dir: Callable[[], str | None]
 ) -> WorkerHub:
-    """The started hub for ``config_path`` in this process (started on first use)."""
+    """The started hub for ``config_path`` in this process (started on first use).
+
+    :param model_dir: verl's model as a local directory (called only to start the hub).
+    """
     global _LOCK
     bind_server(server)
     key = str(Path(config_path).resolve())
@@ -99,7 +102,7 @@ async def hub_for(
         found = _HUBS.get(key)
         if found is not None:
             return found
-        cfg = worker_config(load_config(key), budget=budget, model_dir=model_dir)
+        cfg = worker_config(load_config(key), budget=budget, model_dir=model_dir())
         options = VerlOptions.model_validate(cfg.trainer.options)
         hub = AsyncHub(cfg)
         hub.host.register(_SessionSampling(), name="rollhub_verl.session_sampling", source="code")
