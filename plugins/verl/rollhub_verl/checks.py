@@ -7,11 +7,15 @@ source that cannot reach verl's servers is reported before any GPU is allocated.
 from __future__ import annotations
 
 import importlib.util
+import logging
+import re
 from typing import Any
 
 from rollhub.errors import ConfigError
 
-__all__ = ["INSTALL_HINT", "SUPPORTED_VERL", "check_verl_config", "verl_version"]
+__all__ = ["INSTALL_HINT", "SUPPORTED_VERL", "check_verl_config", "is_supported", "verl_version"]
+
+log = logging.getLogger(__name__)
 
 #: the verl releases this backend is tested against
 SUPPORTED_VERL = ">=0.9.1,<0.10"
@@ -30,6 +34,15 @@ def verl_version() -> str | None:
         return "unknown"
 
 
+def is_supported(version: str) -> bool:
+    """Whether ``version`` is in :data:`SUPPORTED_VERL` (0.9.x from 0.9.1)."""
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    if match is None:
+        return False
+    major, minor, patch = (int(x or 0) for x in match.groups())
+    return (major, minor) == (0, 9) and patch >= 1
+
+
 def check_verl_config(config: Any) -> None:
     """Raise a :class:`ConfigError` when a ``verl`` trainer config cannot run.
 
@@ -38,11 +51,16 @@ def check_verl_config(config: Any) -> None:
     """
     if config.trainer.name != "verl":
         return
-    if verl_version() is None:
+    version = verl_version()
+    if version is None:
         raise ConfigError(
             f"[trainer] name = 'verl' needs the verl package, which is not installed: "
             f"{INSTALL_HINT}",
             field="trainer.name",
+        )
+    if not is_supported(version):
+        log.warning(
+            "verl %s is installed; rollhub-verl is tested with verl %s", version, SUPPORTED_VERL
         )
     ts = config.token_source
     opts = ts.options

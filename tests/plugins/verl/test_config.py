@@ -87,3 +87,25 @@ async def test_rollhub_run_is_sent_to_rollhub_verl(tmp_path, monkeypatch):
         trainer = VerlTrainer()
     with pytest.raises(UsageError, match="rollhub verl"):
         await trainer.consume(None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("version", "ok"),
+    [
+        ("0.9.1", True),
+        ("0.9.3.post1", True),
+        ("0.9.0", False),
+        ("0.10.0.dev0", False),
+        ("x", False),
+    ],
+)
+def test_supported_verl_versions(version, ok):
+    from rollhub_verl.checks import is_supported
+
+    assert is_supported(version) is ok
+
+
+def test_an_untested_verl_is_a_warning_not_an_error(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr("rollhub_verl.checks.verl_version", lambda: "0.10.0")
+    check_verl_config(load_config(write(tmp_path)))
+    assert "rollhub-verl is tested with verl >=0.9.1,<0.10" in caplog.text
