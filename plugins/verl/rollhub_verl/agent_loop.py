@@ -88,7 +88,11 @@ class RollhubAgentLoop(AgentLoopBase):
             _plain(kwargs.get("uid")) or payload.get("id") or _plain(kwargs.get("index"))
         )
         index = _as_int(kwargs.get("session_id")) or 0
-        with verl_sampling(sampling_params):
+        bound = dict(sampling_params)
+        priority = _as_int(kwargs.get("priority"))
+        if priority:
+            bound["priority"] = priority
+        with verl_sampling(bound):
             episode = await hub.run_episode(payload, group_id, index)
         if not (episode.ok and episode.reward is None and options.reward_source == "verl"):
             apply_failure_policy(

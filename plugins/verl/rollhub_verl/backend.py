@@ -125,9 +125,12 @@ class VerlServerBackend(SamplingBackend):
         server = self.server
         request_id = turn.session_id if turn is not None else uuid.uuid4().hex
         sampling = self.sampling_params(params, turn)
+        verl = _BINDING.sessions.get(turn.session_id) if turn is not None else None
+        # the row's scheduling priority (verl passes it to vLLM; other servers ignore it)
+        extra = {"priority": int(verl["priority"])} if verl and "priority" in verl else {}
         try:
             output = await server.generate(
-                request_id, prompt_ids=list(prompt_ids), sampling_params=sampling
+                request_id, prompt_ids=list(prompt_ids), sampling_params=sampling, **extra
             )
         except GatewayError:
             raise

@@ -40,8 +40,17 @@ log = logging.getLogger(__name__)
 
 __all__ = ["WorkerHub", "hub_for", "verl_sampling"]
 
-#: verl's sampling parameters of the row whose episode is being submitted
-_SAMPLING: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+
+@dataclass
+class _Bound:
+    """verl's sampling parameters of one row and the sessions they were bound to."""
+
+    params: dict[str, Any]
+    sessions: list[str]
+
+
+#: the row whose episode is being submitted in this context
+_SAMPLING: contextvars.ContextVar[_Bound | None] = contextvars.ContextVar(
     "rollhub_verl_sampling", default=None
 )
 
@@ -61,26 +70,28 @@ _LOCK: asyncio.Lock | None = None
 
 @contextmanager
 def verl_sampling(params: dict[str, Any]) -> Iterator[None]:
-    """Episodes submitted in this block sample with verl's ``params`` (see the backend)."""
-    token = _SAMPLING.set(dict(params))
+    """Episodes submitted in this block sample with verl's ``params`` (see the backend);
+    the binding ends with the block, whether the episode finished or was cancelled."""
+    bound = _Bound(dict(params), [])
+    token = _SAMPLING.set(bound)
     try:
         yield
     finally:
         _SAMPLING.reset(token)
+        for sid in bound.sessions:
+            binding().sessions.pop(sid, None)
 
 
 class _SessionSampling:
-    """Hooks of the worker's hub: bind verl's sampling to each session, then forget it."""
+    """Hook of the worker's hub: bind the row's verl sampling to the session it opens."""
 
     @hookimpl
     def rollhub_prepare_rollout(self, request: Any) -> None:
-        params = _SAMPLING.get()
-        if params is not None:
-            binding().sessions[request.rollout.session_id] = params
-
-    @hookimpl
-    def rollhub_episode_done(self, episode: Any) -> None:
-        binding().sessions.pop(episode.session_id, None)
+        bound = _SAMPLING.get()
+        if bound is not None:
+            sid = request.rollout.session_id
+            bound.sessions.append(sid)
+            binding().sessions[sid] = bound.params
 
 
 async def hub_for(

@@ -30,6 +30,7 @@ class Client:
     def __init__(self, output: TokenOutput | Exception) -> None:
         self.output = output
         self.calls: list[tuple[str, list[int], dict[str, Any]]] = []
+        self.priorities: list[int | None] = []
 
     async def generate(
         self,
@@ -44,6 +45,7 @@ class Client:
         **kwargs,
     ):
         self.calls.append((request_id, prompt_ids, dict(sampling_params)))
+        self.priorities.append(kwargs.get("priority"))
         if isinstance(self.output, Exception):
             raise self.output
         return self.output
@@ -75,6 +77,7 @@ async def test_verl_sampling_of_the_session_wins_over_the_agents():
         "top_k": -1,
         "repetition_penalty": 1.1,
         "logprobs": False,
+        "priority": 12,
     }
     try:
         await VerlServerBackend(server=client).generate([1], SamplingParams(temperature=0.9),
@@ -84,6 +87,7 @@ async def test_verl_sampling_of_the_session_wins_over_the_agents():
     params = client.calls[0][2]
     assert params["temperature"] == 0.0 and params["repetition_penalty"] == 1.1
     assert params["logprobs"] is True  # the gateway always needs them
+    assert "priority" not in params and client.priorities == [12]
 
 
 @pytest.mark.parametrize(

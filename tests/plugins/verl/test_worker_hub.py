@@ -47,8 +47,20 @@ def test_a_stopped_loop_is_run_to_close_and_a_closed_one_skipped(monkeypatch):
     idle.close()
 
 
-def test_sampling_binding_is_scoped_to_the_block():
-    assert worker_hub._SAMPLING.get() is None
-    with verl_sampling({"temperature": 0.0}):
-        assert worker_hub._SAMPLING.get() == {"temperature": 0.0}
-    assert worker_hub._SAMPLING.get() is None
+def test_sampling_binding_lasts_as_long_as_the_block():
+    from types import SimpleNamespace
+
+    from rollhub_verl.backend import binding
+
+    hook = worker_hub._SessionSampling()
+    request = SimpleNamespace(rollout=SimpleNamespace(session_id="g-0-x"))
+    hook.rollhub_prepare_rollout(request)  # outside a block: nothing bound
+    assert "g-0-x" not in binding().sessions
+    try:
+        with verl_sampling({"temperature": 0.0}):
+            hook.rollhub_prepare_rollout(request)
+            assert binding().sessions["g-0-x"] == {"temperature": 0.0}
+            raise KeyboardInterrupt  # a cancelled episode still unbinds
+    except KeyboardInterrupt:
+        pass
+    assert "g-0-x" not in binding().sessions

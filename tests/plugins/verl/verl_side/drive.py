@@ -108,5 +108,7 @@ async def run_v0(worker: Any, rows: list[dict[str, Any]], *, n: int, step: int) 
     batch = DataProto.from_single_dict(collate_fn(rows))
     batch.non_tensor_batch["uid"] = np.array([f"u{i}" for i in range(len(rows))], dtype=object)
     batch = batch.repeat(repeat_times=n, interleave=True)
+    # AgentLoopManager.generate_sequences numbers the samples before chunking them
+    batch.non_tensor_batch["priority"] = np.arange(len(batch), dtype=np.int64)
     batch.meta_info["global_steps"] = step
     return await worker.generate_sequences(batch)

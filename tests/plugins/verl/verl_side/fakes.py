@@ -66,7 +66,7 @@ class ScriptedReplica:
         max_tokens = params.pop("max_tokens")
         self.calls.append(
             {"prompt_ids": list(prompt_ids), "sampling_params": dict(sampling_params),
-             "request_id": request_id}
+             "request_id": request_id, "priority": priority}
         )  # fmt: skip
         text = self.reply(self.tokenizer.decode(prompt_ids, skip_special_tokens=False))
         ids = self.tokenizer.encode(text, add_special_tokens=False)

@@ -264,8 +264,11 @@ async def test_v0_collation_into_dataproto(v0_worker, rows, tokenizer, stack):
     from .conftest import PROMPT_LENGTH
 
     stack.set_step(6)
+    before = len(stack.calls())
     picked = [rows["single0"], rows["tool1"], rows["fail3"]]
     out = await run_v0(v0_worker, picked, n=2, step=6)
+    # each row's scheduling priority reached the replica (vLLM's request priority)
+    assert {c["priority"] for c in stack.calls()[before:]} == set(range(6))
     b = out.batch
     assert b["prompts"].shape == (6, PROMPT_LENGTH)
     assert b["responses"].shape == (6, RESPONSE_LENGTH)
