@@ -13,6 +13,14 @@ Everything lives under one directory: :func:`default_env_dir`, i.e. ``$ROLLHUB_T
 or ``~/.cache/rollhub/tinker-local``. Its ``venv/`` is rebuilt only when the pins change (a
 sha256 stamp); ``models/`` holds the converted model; ``state/`` the checkpoints and the SQLite
 database of the server, unless a ``state_dir`` is given.
+
+Limits of skyrl 0.3.0's JAX backend that clients must respect: LoRA only, with adapter slot 0
+taken by the base model (``max_lora_adapters`` 4 leaves 3 training clients; a finished one
+frees its slot after ``session_timeout_sec``). A sampling client samples from its training
+client's own slot: after an update, a sampling client of an earlier version sees the new
+weights, and once a newer one has sampled, an older one reloads its checkpoint *into the
+training slot*, reverting the training weights. Sample only through the newest sampling
+client of a training client (on-policy), or from a separate training client.
 """
 
 from __future__ import annotations
