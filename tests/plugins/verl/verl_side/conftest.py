@@ -136,9 +136,11 @@ class Stack:
     client: Any
     balancer: Any
     replicas: list[Any]
+    log: list[dict[str, Any]]
 
     def calls(self) -> list[dict[str, Any]]:
-        return [c for r in self.replicas for c in r.calls]
+        """Every replica call, in arrival order."""
+        return list(self.log)
 
     def set_step(self, step: int) -> None:
         for r in self.replicas:
@@ -154,13 +156,14 @@ def stack(verl_config: Callable[..., Any], model_dir: Path, tmp_path_factory) ->
     from .fakes import LocalActor, ScriptedReplica
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    replicas = [ScriptedReplica(tokenizer, global_steps=3) for _ in range(2)]
+    log: list[dict[str, Any]] = []
+    replicas = [ScriptedReplica(tokenizer, global_steps=3, log=log) for _ in range(2)]
     balancer = GlobalRequestLoadBalancer(
         {f"replica-{i}": LocalActor(r) for i, r in enumerate(replicas)}
     )
     config = verl_config(tmp_path_factory.mktemp("client") / "rollhub.toml")
     client = LLMServerClient(config, load_balancer_handle=LocalActor(balancer))
-    return Stack(client, balancer, replicas)
+    return Stack(client, balancer, replicas, log)
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session", autouse=True)

@@ -32,10 +32,13 @@ def logprob_at(position: int, token_id: int) -> float:
 class ScriptedReplica:
     """One fake rollout replica holding the weights of step ``global_steps``."""
 
-    def __init__(self, tokenizer: Any, global_steps: int = 0) -> None:
+    def __init__(
+        self, tokenizer: Any, global_steps: int = 0, log: list[dict[str, Any]] | None = None
+    ) -> None:
         self.tokenizer = tokenizer
         self.global_steps = global_steps
-        self.calls: list[dict[str, Any]] = []
+        #: calls in arrival order (a list shared by several replicas when given)
+        self.calls: list[dict[str, Any]] = log if log is not None else []
 
     def reply(self, prompt: str) -> str:
         """The scripted assistant text for a rendered prompt."""
