@@ -15,7 +15,7 @@ Example ``rollhub.toml``::
     [token_source]
     name = "gateway"
     model = "smollm2-135m-instruct"
-    engine = { name = "tinker", from_trainer = true }
+    engine = { name = "tinker", options = { from_trainer = true } }
 
     [trainer]
     name = "tinker"
@@ -54,7 +54,9 @@ class TinkerTrainerOptions(TrainerOptions):
 
     base_url: str | None = Field(None, description="Tinker API root; None: the hosted service")
     api_key: SecretStr | None = Field(None, description="None: TINKER_API_KEY, else a dummy key")
-    base_model: str = Field(description="base model name (hosted) or path (self-hosted)")
+    base_model: str | None = Field(
+        None, description="base model name; None: the server's only model (self-hosted servers)"
+    )
     lora_rank: int = Field(32, ge=1, description="LoRA rank")
     seed: int | None = Field(None, description="LoRA initialisation seed")
     loss_fn: Literal["importance_sampling", "ppo", "cispo"] = Field(
@@ -85,9 +87,8 @@ class TinkerTrainer(Trainer):
 
     def __init__(self, options: TinkerTrainerOptions | None = None, *,
                  run_dir: Path | None = None, **kw: Any) -> None:
-        if options is None:
-            raise ConfigError("the tinker trainer needs trainer.base_model", field="trainer.base_model")
         super().__init__(options, run_dir=run_dir, **kw)
+        self.base_model: str | None = self.options.base_model
         self.service: Any = None
         self.training_client: Any = None
         self.sampling_client: Any = None
@@ -110,14 +111,26 @@ class TinkerTrainer(Trainer):
             kwargs["base_url"] = opts.base_url
         try:
             self.service = await asyncio.to_thread(lambda: tinker.ServiceClient(**kwargs))
+            self.base_model = opts.base_model or await self._only_model()
             self.training_client = await self.service.create_lora_training_client_async(
-                base_model=opts.base_model, rank=opts.lora_rank, seed=opts.seed
+                base_model=self.base_model, rank=opts.lora_rank, seed=opts.seed
             )
         except tinker.TinkerError as exc:
             raise TinkerTrainingError(
                 f"tinker at {opts.base_url or 'the hosted service'} refused the training client "
-                f"for {opts.base_model!r}: {exc}"
+                f"for {self.base_model or opts.base_model!r}: {exc}"
             ) from exc
+
+    async def _only_model(self) -> str:
+        caps = await self.service.get_server_capabilities_async()
+        names = [m.model_name for m in caps.supported_models if m.model_name]
+        if len(names) != 1:
+            raise ConfigError(
+                f"trainer.base_model is not set and the server offers {len(names)} models "
+                f"({', '.join(names) or 'none'}); name one",
+                field="trainer.base_model",
+            )
+        return names[0]
 
     async def initial_policy(self) -> Any:
         """The sampler of the current weights (the base model's, or the resumed state's)."""
@@ -133,7 +146,9 @@ class TinkerTrainer(Trainer):
 
         arrays, stats = episode_datums(batch.trainable(), max_length=self.options.max_length)
         metrics: dict[str, Any] = {**stats.as_metrics()}
-        policy = None
+        # unchanged weights are republished under the new version, so turns are not
+        # reported as sampled by an older policy than the one being trained
+        policy = self.sampling_client
         if arrays:
             fut = await self._call(
                 "forward_backward",
