@@ -10,6 +10,9 @@ Switches:
 
 - ``ROLLHUB_DISABLE_PLUGINS``: comma-separated entry-point names not to load.
 - ``ROLLHUB_TRACE_HOOKS=1``: log every hook call and result at DEBUG.
+- ``ROLLHUB_PLUGIN_MODULES``: comma-separated ``pkg.mod`` plugins that :func:`default_host`
+  loads besides the entry points (``rollhub run`` sets it from ``[plugins] modules`` so the
+  agent workers it starts see the same plugins as the hub).
 """
 
 from __future__ import annotations
@@ -238,6 +241,22 @@ def build_host(
         host.register(plugin)
     host.check_pending()
     return host
+
+
+_DEFAULT_HOST: PluginHost | None = None
+
+
+def default_host() -> PluginHost:
+    """The process-wide host of installed plugins, built on first use.
+
+    What a component that was given no registry resolves names through (an agent worker's
+    stores), so that it sees the same plugins as the hub: the built-ins, every entry point
+    and the modules in ``ROLLHUB_PLUGIN_MODULES``.
+    """
+    global _DEFAULT_HOST
+    if _DEFAULT_HOST is None:
+        _DEFAULT_HOST = build_host(modules=_env_list("ROLLHUB_PLUGIN_MODULES"))
+    return _DEFAULT_HOST
 
 
 def check_config(host: PluginHost, config: Any) -> None:

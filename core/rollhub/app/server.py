@@ -58,7 +58,7 @@ class RolloutApp(HealthState, Starlette):
     :param lifespan: your own lifespan context manager (runs inside the app's).
     :param middleware: Starlette middleware, as for ``BedrockAgentCoreApp``.
     :param registry: a ``PluginHost`` or ``ComponentRegistry`` whose stores to use
-        (default: the built-in ``file://`` and ``s3://`` stores).
+        (default: :func:`rollhub.plugins.default_host`, the installed plugins' stores).
     :param store_options: keyword options for every store the app opens (e.g.
         ``endpoint_url`` for S3).
     :param max_sync_workers: threads for sync handlers.
@@ -151,6 +151,10 @@ class RolloutApp(HealthState, Starlette):
         """The store a ``result_store`` URL names, opened once and cached."""
         store = self._stores.get(url)
         if store is None:
+            if self._registry is None:  # the same plugin discovery as the hub
+                from rollhub.plugins import default_host
+
+                self._registry = default_host()
             store = open_store(url, self._registry, **self._store_options)
             self._stores[url] = store
         return store
