@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from rollhub.errors import ConfigError, GatewayError
+from rollhub.rollout import validate_key_part
 from rollhub.trace import TraceRecord
 
 from rollhub_gateway.config import SessionPolicy
@@ -36,7 +37,10 @@ KEY_PREFIX = "rh-"
 
 
 class SessionError(GatewayError):
-    """A session is unknown, closed, or exists already. ``reason``: unknown|closed|exists."""
+    """A session is unknown, closed, exists already or has a bad id.
+
+    ``reason``: unknown|closed|exists|invalid.
+    """
 
     def __init__(self, message: str = "", *, reason: str = "unknown", **context: Any) -> None:
         super().__init__(message, reason=reason, **context)
@@ -109,8 +113,22 @@ class SessionManager:
         """Open a session and return it (its ``key`` goes to the agent).
 
         :param policy: a full policy, or a dict of fields that override the default policy.
-        :raises SessionError: ``session_id`` is already open (reason ``exists``).
+        :raises SessionError: ``session_id`` is already open (reason ``exists``), or is
+            not a valid key part (reason ``invalid``): session ids name journal rows and
+            result keys, so they follow the stores' rule.
         """
+        if session_id is not None:
+            try:
+                validate_key_part(session_id, "session_id")
+            except ValueError:
+                shown = session_id[:60] + ("…" if len(session_id) > 60 else "")
+                raise SessionError(
+                    f"session_id {shown!r} is not a valid key part: use 1-200 characters of "
+                    "letters, digits and . _ : = @ + - (not starting with a symbol, no '..', "
+                    "no '/')",
+                    reason="invalid",
+                    field="session_id",
+                ) from None
         sid = session_id or secrets.token_hex(8)
         if sid in self._by_id:
             raise SessionError(f"session {sid!r} is already open", reason="exists", session_id=sid)

@@ -203,3 +203,20 @@ async def test_sessions_survive_a_restart_through_the_journal(
         assert second.prompts[0][: len(first.prompts[0])] == first.prompts[0]
     finally:
         await gw2.close()
+
+
+@pytest.mark.parametrize("sid", ["../../etc/passwd", "x" * 5000, "a\x00b", "a/b", ".hidden", ""])
+async def test_admin_refuses_session_ids_the_stores_refuse(gateway, sid):
+    admin = {"Authorization": "Bearer admin-secret"}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            gateway.url + "/sessions", json={"session_id": sid}, headers=admin
+        ) as r:
+            body = await r.json()
+    assert r.status == 400 and body["error"]["param"] == "session_id"
+    assert len(gateway.sessions) == 0
+    from rollhub_gateway.sessions import SessionError
+
+    if sid:
+        with pytest.raises(SessionError, match="valid key part"):
+            gateway.open_session(sid)
