@@ -38,6 +38,13 @@ def scripted_logprob(position: int, token_id: int) -> float:
     return -((position * 7919 + token_id) % 1000) / 997.0 - 0.001
 
 
+def scripted_top_logprobs(position: int, token_id: int, k: int) -> list[dict[str, Any]]:
+    """The ``k`` alternatives reported at ``position`` (``extra["top_logprobs"] = k``): the
+    sampled token first, then ids ``token_id + 1 …`` each one nat less likely."""
+    lp = scripted_logprob(position, token_id)
+    return [{"token_id": token_id + j, "logprob": lp - j} for j in range(k)]
+
+
 class ScriptedBackend(SamplingBackend):
     """Replays scripted outputs; records every prompt it was given in ``prompts`` and the
     turn each call served in ``turns``."""
@@ -80,7 +87,8 @@ class ScriptedBackend(SamplingBackend):
         delay = self.options.latency_s + self.options.token_delay_s * len(ids)
         if delay:
             await asyncio.sleep(delay)
-        return Generation(ids, [scripted_logprob(i, t) for i, t in enumerate(ids)], finish)
+        lps = [scripted_logprob(i, t) for i, t in enumerate(ids)]
+        return Generation(ids, lps, finish, metrics=_tops(ids, params))
 
     async def stream(
         self, prompt_ids: list[int], params: SamplingParams, *, turn: TurnContext | None = None
@@ -99,4 +107,11 @@ class ScriptedBackend(SamplingBackend):
         except (GeneratorExit, asyncio.CancelledError):
             self.aborted += 1
             raise
-        yield Generation(ids, lps, finish)
+        yield Generation(ids, lps, finish, metrics=_tops(ids, params))
+
+
+def _tops(ids: list[int], params: SamplingParams) -> dict[str, Any]:
+    k = int(params.extra.get("top_logprobs") or 0)
+    if not k:
+        return {}
+    return {"top_logprobs": [scripted_top_logprobs(i, t, k) for i, t in enumerate(ids)]}

@@ -14,6 +14,10 @@ generated token, ``meta_info.finish_reason.type`` (``stop``/``length``/``abort``
 each event is *cumulative* (the whole list so far), with ``--incremental-streaming-output``
 only the new part: the backend tells them apart by ``completion_tokens``.
 
+``SamplingParams.extra["top_logprobs"] = k`` sends ``"top_logprobs_num": k``; the reply's
+``meta_info.output_top_logprobs`` (per token a list of ``[logprob, token_id, text|null]``)
+becomes ``Generation.metrics["top_logprobs"]``.
+
 Logprobs are SGLang's: ``log_softmax(logits / T)`` of the sampled token by default
 (``--return-logprob`` semantics of the server; see docs/engines.md).
 
@@ -67,6 +71,7 @@ class SGLangBackend(HTTPBackend):
         turn: TurnContext | None = None,
     ) -> dict[str, Any]:
         extra = dict(params.extra)
+        top = int(extra.pop("top_logprobs", 0) or 0)
         # every turn of a session goes to the replica that holds its prefix
         routing_key = extra.pop("routing_key", turn.session_id if turn is not None else None)
         sampling: dict[str, Any] = {
@@ -91,6 +96,8 @@ class SGLangBackend(HTTPBackend):
             "stream": stream,
             "rid": uuid.uuid4().hex,
         }
+        if top:
+            body["top_logprobs_num"] = top
         if routing_key is not None:
             body["_routing_key"] = str(routing_key)
         return body
@@ -141,7 +148,7 @@ class SGLangBackend(HTTPBackend):
         meta = data.get("meta_info") or {}
         ids, logprobs = self._triples(meta, url)
         return Generation(
-            ids, logprobs, self._finish(meta, url), self._version(meta), _metrics(meta)
+            ids, logprobs, self._finish(meta, url), self._version(meta), _metrics(meta, len(ids))
         )
 
     async def stream(
@@ -179,7 +186,7 @@ class SGLangBackend(HTTPBackend):
                             list(logprobs),
                             self._finish(meta, url),
                             self._version(meta),
-                            _metrics(meta),
+                            _metrics(meta, len(ids)),
                         )
             if final is None:
                 raise self._error(
@@ -207,6 +214,14 @@ class SGLangBackend(HTTPBackend):
             log.debug("abort_request for %s failed: %r", rid, exc)
 
 
-def _metrics(meta: dict[str, Any]) -> dict[str, Any]:
+def _metrics(meta: dict[str, Any], n: int) -> dict[str, Any]:
     keys = ("prompt_tokens", "completion_tokens", "cached_tokens", "e2e_latency", "id")
-    return {k: meta[k] for k in keys if k in meta}
+    out = {k: meta[k] for k in keys if k in meta}
+    rows = meta.get("output_top_logprobs")
+    # the last n rows: a cumulative final event holds them all, an incremental one may not
+    if isinstance(rows, list) and len(rows) >= n:
+        out["top_logprobs"] = [
+            [{"logprob": float(a[0]), "token_id": int(a[1])} for a in (row or [])]
+            for row in rows[len(rows) - n :]
+        ]
+    return out

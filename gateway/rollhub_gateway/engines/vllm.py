@@ -18,6 +18,11 @@ model's distribution before temperature) or ``processed_logprobs`` (after temper
 top-k/top-p). Start vLLM with ``--logprobs-mode processed_logprobs`` to get the sampling
 distribution (docs/engines.md).
 
+``SamplingParams.extra["top_logprobs"] = k`` asks for ``"logprobs": k``; the reply's
+``logprobs.top_logprobs`` (per token a ``{token text: logprob}`` map, keys spelled
+``"token_id:<n>"`` by servers started with ``--return-tokens-as-token-ids``) becomes
+``Generation.metrics["top_logprobs"]``.
+
 Streaming is SSE: each ``data:`` event carries the new ``token_ids`` and ``token_logprobs``
 of ``choices[0]``; the stream ends with ``data: [DONE]``. Closing the stream closes the
 connection, and vLLM aborts a request whose client disconnected.
@@ -56,13 +61,15 @@ class VLLMBackend(HTTPBackend):
     options: VLLMOptions
 
     def _body(self, prompt_ids: list[int], params: SamplingParams, stream: bool) -> dict[str, Any]:
+        extra = dict(params.extra)
+        top = int(extra.pop("top_logprobs", 0) or 0)
         body: dict[str, Any] = {
             "model": self.options.model,
             "prompt": list(prompt_ids),
             "max_tokens": params.max_tokens,
             "temperature": params.temperature,
             "top_p": params.top_p,
-            "logprobs": 1,
+            "logprobs": max(1, top),
             "return_token_ids": True,
             "skip_special_tokens": False,
             "include_stop_str_in_output": True,
@@ -76,7 +83,7 @@ class VLLMBackend(HTTPBackend):
             body["stop_token_ids"] = list(params.stop_token_ids)
         if params.stop:
             body["stop"] = list(params.stop)
-        body.update(params.extra)
+        body.update(extra)
         return body
 
     def _choice(self, data: dict[str, Any], url: str) -> dict[str, Any] | None:
@@ -109,6 +116,24 @@ class VLLMBackend(HTTPBackend):
             )
         return [int(i) for i in ids], [float(x) for x in logprobs]
 
+    def _tops(self, choice: dict[str, Any]) -> list[list[dict[str, Any]]]:
+        """The alternatives of each token in ``choice`` (empty when the reply has none)."""
+        rows = (choice.get("logprobs") or {}).get("top_logprobs")
+        if not isinstance(rows, list):
+            return []
+        out = []
+        for row in rows:
+            alts = []
+            for key, lp in (row or {}).items():
+                alt: dict[str, Any] = {"logprob": float(lp)}
+                if str(key).startswith("token_id:") and str(key)[9:].isdigit():
+                    alt["token_id"] = int(str(key)[9:])
+                else:
+                    alt["token"] = str(key)
+                alts.append(alt)
+            out.append(alts)
+        return out
+
     def _finish(self, reason: Any, url: str) -> str:
         if reason not in _FINISH:
             raise self._error(f"unknown finish_reason {reason!r}", url=url, unreachable=False)
@@ -124,12 +149,15 @@ class VLLMBackend(HTTPBackend):
         if choice is None:
             raise self._error("reply has no choices", url=url, unreachable=False)
         ids, logprobs = self._tokens(choice, url)
+        metrics: dict[str, Any] = {"usage": data.get("usage"), "id": data.get("id")}
+        if params.extra.get("top_logprobs"):
+            metrics["top_logprobs"] = self._tops(choice)
         return Generation(
             ids,
             logprobs,
             self._finish(choice.get("finish_reason"), url),
             self.options.weight_version,
-            {"usage": data.get("usage"), "id": data.get("id")},
+            metrics,
         )
 
     async def stream(
@@ -139,6 +167,7 @@ class VLLMBackend(HTTPBackend):
         url = f"{self.base_url}/v1/completions"
         ids: list[int] = []
         logprobs: list[float] = []
+        tops: list[list[dict[str, Any]]] = []
         finish: str | None = None
         body = self._body(prompt_ids, params, True)
         async with self._post("/v1/completions", body) as resp:
@@ -150,9 +179,11 @@ class VLLMBackend(HTTPBackend):
                     new_ids, new_lps = self._tokens(choice, url)
                     ids += new_ids
                     logprobs += new_lps
+                    tops += self._tops(choice)
                     yield TokenChunk(new_ids, new_lps)
                 if choice.get("finish_reason") is not None:
                     finish = self._finish(choice["finish_reason"], url)
         if finish is None:
             raise self._error("stream ended without a finish_reason", url=url, unreachable=False)
-        yield Generation(ids, logprobs, finish, self.options.weight_version, {})
+        metrics = {"top_logprobs": tops} if params.extra.get("top_logprobs") else {}
+        yield Generation(ids, logprobs, finish, self.options.weight_version, metrics)

@@ -109,6 +109,11 @@ class TurnResult:
     turn_index: int
     #: decoded text of each sampled token (for OpenAI logprobs), when the tokenizer is known
     token_texts: list[str] | None = None
+    #: per sampled token, the engine's most likely alternatives ``(text, logprob)``, best
+    #: first; None when not asked for or the engine cannot report them
+    top_logprobs: list[list[tuple[str, float]]] | None = None
+    #: the prompt's token ids exactly as the engine received them
+    prompt_ids: list[int] = field(default_factory=list)
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -156,8 +161,10 @@ def require(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -
     return value
 
 
-def opt_int(body: Mapping[str, Any], name: str, *, minimum: int | None = None) -> int | None:
-    """An optional integer field."""
+def opt_int(
+    body: Mapping[str, Any], name: str, *, minimum: int | None = None, maximum: int | None = None
+) -> int | None:
+    """An optional integer field within bounds."""
     value = body.get(name)
     if value is None:
         return None
@@ -165,6 +172,8 @@ def opt_int(body: Mapping[str, Any], name: str, *, minimum: int | None = None) -
         raise WireError("invalid_request", f"field {name!r} must be an integer", param=name)
     if minimum is not None and value < minimum:
         raise WireError("invalid_request", f"field {name!r} must be >= {minimum}", param=name)
+    if maximum is not None and value > maximum:
+        raise WireError("invalid_request", f"field {name!r} must be <= {maximum}", param=name)
     return value
 
 

@@ -9,12 +9,13 @@ reply never misses a turn.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rollhub.errors import GatewayError
@@ -46,6 +47,8 @@ class Started:
     prompt_tokens: int
     turn_index: int
     model_id: str
+    #: the prompt's token ids as the engine received them
+    prompt_ids: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,10 @@ class TurnRunner:
             stop_token_ids=self._stop_ids,
             prompt_len=len(prepared.prompt_ids),
         )
+        top = request.options.get("top_logprobs") or 0
+        if top:
+            # engines that can report alternatives read this (vLLM, SGLang); others ignore it
+            params = dataclasses.replace(params, extra={**params.extra, "top_logprobs": top})
         turn = TurnContext(session.session_id, prepared.turn_index, self.weight_version())
         return TurnPlan(session, request, prepared, params, route, t0, turn)
 
@@ -225,6 +232,8 @@ class TurnRunner:
             model_id=self.chat_model.model_id,
             turn_index=plan.prepared.turn_index,
             token_texts=self._token_texts(plan, gen),
+            top_logprobs=self._top_logprobs(plan, gen),
+            prompt_ids=plan.prepared.prompt_ids,
         )
         self.metrics.turn(
             TurnLog(
@@ -244,15 +253,41 @@ class TurnRunner:
         )
         return result
 
+    def _tokenizer(self) -> Any:
+        return getattr(self.chat_model, "tokenizer", None) or getattr(
+            getattr(self.chat_model, "renderer", None), "tokenizer", None
+        )
+
     def _token_texts(self, plan: TurnPlan, gen: Generation) -> list[str] | None:
         if not plan.request.options.get("logprobs"):
             return None
-        tokenizer = getattr(self.chat_model, "tokenizer", None) or getattr(
-            getattr(self.chat_model, "renderer", None), "tokenizer", None
-        )
+        tokenizer = self._tokenizer()
         if tokenizer is None:
             return [f"<{t}>" for t in gen.token_ids]
         return [tokenizer.decode([t]) for t in gen.token_ids]
+
+    def _top_logprobs(
+        self, plan: TurnPlan, gen: Generation
+    ) -> list[list[tuple[str, float]]] | None:
+        """The engine's alternatives per sampled token (``Generation.metrics["top_logprobs"]``:
+        per position a list of ``{"token_id"?, "token"?, "logprob"}``), cut to the request's
+        ``top_logprobs``; None when not asked or when the engine reported none."""
+        k = plan.request.options.get("top_logprobs") or 0
+        tops = gen.metrics.get("top_logprobs") if k else None
+        if not tops:
+            return None
+        tokenizer = self._tokenizer()
+        out = []
+        for alts in tops:
+            row = []
+            for alt in sorted(alts, key=lambda a: -a["logprob"])[:k]:
+                text = alt.get("token")
+                if text is None:
+                    tid = alt.get("token_id")
+                    text = tokenizer.decode([tid]) if tokenizer is not None else f"<{tid}>"
+                row.append((text, float(alt["logprob"])))
+            out.append(row)
+        return out
 
 
 class ClientGone(ConnectionResetError):
@@ -308,7 +343,10 @@ class TurnStream:
         plan = self.plan
         parser = self.runner.chat_model.new_parser(plan.prepared)
         yield Started(
-            len(plan.prepared.prompt_ids), plan.prepared.turn_index, self.runner.chat_model.model_id
+            len(plan.prepared.prompt_ids),
+            plan.prepared.turn_index,
+            self.runner.chat_model.model_id,
+            plan.prepared.prompt_ids,
         )
         gen: Generation | None = None
         item = self._first

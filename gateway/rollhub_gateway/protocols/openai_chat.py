@@ -2,9 +2,13 @@
 
 Supported: messages of every role (text parts; images are refused), function tools and
 ``tool_choice``, ``n=1``, ``max_tokens``/``max_completion_tokens``, ``temperature``,
-``top_p``, ``stop``, ``seed``, ``logprobs``/``top_logprobs`` (the sampled tokens' logprobs;
-no alternatives are known, so ``top_logprobs`` lists are empty), and ``stream`` with
-``stream_options.include_usage``.
+``top_p``, ``stop``, ``seed``, ``logprobs``/``top_logprobs`` (0-20; the sampled tokens'
+logprobs, and the alternatives where the engine reports them, else empty lists), ``stream``
+with ``stream_options.include_usage``, and vLLM's ``return_token_ids`` (at the root or in
+``extra_body``): the prompt's ids as root ``prompt_token_ids`` and the sampled ids as the
+choice's ``token_ids`` (streamed: ``prompt_token_ids`` in the first chunk, ``token_ids`` with
+the logprobs in the final chunk), so an engine-facing proxy can use this gateway as its
+engine.
 """
 
 from __future__ import annotations
@@ -218,7 +222,11 @@ class OpenAIChat(ProtocolAdapter):
             raise WireError(
                 "invalid_request", "'stream_options' must be an object", param="stream_options"
             )
-        top_logprobs = opt_int(body, "top_logprobs", minimum=0)
+        top_logprobs = opt_int(body, "top_logprobs", minimum=0, maximum=20)
+        extra_body = body.get("extra_body")
+        return_ids = bool(opt_bool(body, "return_token_ids")) or (
+            isinstance(extra_body, dict) and extra_body.get("return_token_ids") is True
+        )
         tool_choice = body.get("tool_choice")
         if tool_choice is not None and not (
             tool_choice in ("none", "auto", "required") or isinstance(tool_choice, dict)
@@ -243,6 +251,8 @@ class OpenAIChat(ProtocolAdapter):
             options={
                 "logprobs": bool(opt_bool(body, "logprobs")) or bool(top_logprobs),
                 "include_usage": bool(stream_options.get("include_usage")),
+                "top_logprobs": top_logprobs or 0,
+                "return_token_ids": return_ids,
             },
         )
 
@@ -259,21 +269,24 @@ class OpenAIChat(ProtocolAdapter):
             message["tool_calls"] = [function_call(c.id, c.name, c.arguments) for c in p.tool_calls]
         if p.reasoning:
             message["reasoning_content"] = p.reasoning
-        return {
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": message,
+            "finish_reason": _FINISH.get(result.finish_reason, result.finish_reason),
+            "logprobs": _logprobs(result) if req.options.get("logprobs") else None,
+        }
+        out: dict[str, Any] = {
             "id": new_id("chatcmpl-"),
             "object": "chat.completion",
             "created": result.created,
             "model": result.model_id,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "finish_reason": _FINISH.get(result.finish_reason, result.finish_reason),
-                    "logprobs": _logprobs(result) if req.options.get("logprobs") else None,
-                }
-            ],
+            "choices": [choice],
             "usage": _usage(result),
         }
+        if req.options.get("return_token_ids"):
+            out["prompt_token_ids"] = list(result.prompt_ids)
+            choice["token_ids"] = list(result.generation.token_ids)
+        return out
 
     async def stream(
         self, req: WireRequest, events: AsyncIterator[StreamEvent]
@@ -281,13 +294,20 @@ class OpenAIChat(ProtocolAdapter):
         """``chat.completion.chunk`` events, then ``[DONE]``."""
         cid, created = new_id("chatcmpl-"), 0
         include_usage = req.options.get("include_usage")
+        return_ids = req.options.get("return_token_ids")
         model = ""
         streamed = {"content": "", "reasoning": ""}
 
-        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        def chunk(
+            delta: dict[str, Any],
+            finish: str | None = None,
+            root: dict[str, Any] | None = None,
+            **extra: Any,
+        ) -> bytes:
             body = {
                 "id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish, **extra}],
+                **(root or {}),
             }  # fmt: skip
             if include_usage:
                 body["usage"] = None
@@ -300,7 +320,8 @@ class OpenAIChat(ProtocolAdapter):
         async for ev in events:
             if isinstance(ev, Started):
                 created, model = int(time.time()), ev.model_id
-                yield chunk({"role": "assistant", "content": ""})
+                root = {"prompt_token_ids": list(ev.prompt_ids)} if return_ids else None
+                yield chunk({"role": "assistant", "content": ""}, root=root)
             elif isinstance(ev, OutputDelta):
                 if ev.text:
                     yield text(ev)
@@ -314,7 +335,8 @@ class OpenAIChat(ProtocolAdapter):
                         {"tool_calls": [{"index": i, **function_call(c.id, c.name, c.arguments)}]}
                     )
                 lp = _logprobs(r) if req.options.get("logprobs") else None
-                yield chunk({}, _FINISH.get(r.finish_reason, r.finish_reason), logprobs=lp)
+                ids = {"token_ids": list(r.generation.token_ids)} if return_ids else {}
+                yield chunk({}, _FINISH.get(r.finish_reason, r.finish_reason), logprobs=lp, **ids)
                 if include_usage:
                     yield sse(
                         {
@@ -350,17 +372,20 @@ def _usage(r: TurnResult) -> dict[str, int]:
 
 def _logprobs(r: TurnResult) -> dict[str, Any]:
     texts = r.token_texts or [""] * len(r.generation.token_ids)
+    tops = r.top_logprobs or [[]] * len(texts)
     return {
         "content": [
             {
                 "token": t,
                 "logprob": lp,
                 "bytes": list(t.encode("utf-8")),
-                "top_logprobs": [],
+                "top_logprobs": [
+                    {"token": a, "logprob": alp, "bytes": list(a.encode("utf-8"))} for a, alp in top
+                ],
                 "token_id": tid,
             }
-            for t, lp, tid in zip(
-                texts, r.generation.logprobs, r.generation.token_ids, strict=False
+            for t, lp, tid, top in zip(
+                texts, r.generation.logprobs, r.generation.token_ids, tops, strict=False
             )
         ],
         "refusal": None,

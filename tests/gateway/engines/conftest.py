@@ -62,6 +62,17 @@ def fake_logprob(i: int) -> float:
     return -0.01 * (i + 1)
 
 
+def fake_alternatives(i: int, t: int, k: int) -> list[tuple[int, float]]:
+    """``k`` alternatives at position ``i``: the sampled ``t`` first, then ``t+1…`` each
+    one nat less likely (what both fakes report when asked for top logprobs)."""
+    return [(t + j, fake_logprob(i) - j) for j in range(k)]
+
+
+def vllm_top(i: int, t: int, k: int) -> dict[str, float]:
+    """vLLM's per-token ``{token text: logprob}`` map (the fake spells text as ``<id>``)."""
+    return {f"<{a}>": lp for a, lp in fake_alternatives(i, t, max(k, 1))}
+
+
 @dataclass
 class FakeEngine:
     """State of a loopback engine server."""
@@ -130,7 +141,8 @@ def vllm_app(state: FakeEngine) -> web.Application:
                                 "token_logprobs": [fake_logprob(i) for i in range(len(ids))],
                                 "tokens": [f"<{t}>" for t in ids],
                                 "top_logprobs": [
-                                    {f"<{t}>": fake_logprob(i)} for i, t in enumerate(ids)
+                                    vllm_top(i, t, body.get("logprobs") or 1)
+                                    for i, t in enumerate(ids)
                                 ],
                             },
                             "finish_reason": finish,
@@ -165,7 +177,7 @@ def vllm_app(state: FakeEngine) -> web.Application:
                                     "text_offset": [i],
                                     "token_logprobs": [fake_logprob(i)],
                                     "tokens": [f"<{t}>"],
-                                    "top_logprobs": [{f"<{t}>": fake_logprob(i)}],
+                                    "top_logprobs": [vllm_top(i, t, body.get("logprobs") or 1)],
                                 },
                                 "finish_reason": finish if last else None,
                                 "stop_reason": None,
@@ -200,9 +212,15 @@ def sglang_app(state: FakeEngine) -> web.Application:
     """SGLang's ``POST /generate`` (input_ids, return_logprob) and ``POST /abort_request``."""
 
     def meta(
-        rid: str, prompt: list[int], ids: list[int], finish: Any, start: int
+        rid: str, prompt: list[int], ids: list[int], finish: Any, start: int, top: int = 0
     ) -> dict[str, Any]:
+        extra = {}
+        if top:
+            extra["output_top_logprobs"] = [
+                [[lp, a, None] for a, lp in fake_alternatives(i, t, top)] for i, t in enumerate(ids)
+            ][start:]
         return {
+            **extra,
             "id": rid,
             "finish_reason": finish,
             "prompt_tokens": len(prompt),
@@ -230,7 +248,11 @@ def sglang_app(state: FakeEngine) -> web.Application:
         if not body.get("stream"):
             state.produced += len(ids)
             return web.json_response(
-                {"text": "", "output_ids": ids, "meta_info": meta(rid, prompt, ids, finish, 0)}
+                {
+                    "text": "",
+                    "output_ids": ids,
+                    "meta_info": meta(rid, prompt, ids, finish, 0, body.get("top_logprobs_num", 0)),
+                }
             )
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -250,7 +272,9 @@ def sglang_app(state: FakeEngine) -> web.Application:
                     {
                         "text": "",
                         "output_ids": ids[start : i + 1],
-                        "meta_info": meta(rid, prompt, ids[: i + 1], done, start),
+                        "meta_info": meta(
+                            rid, prompt, ids[: i + 1], done, start, body.get("top_logprobs_num", 0)
+                        ),
                     },
                 )
                 state.produced += 1

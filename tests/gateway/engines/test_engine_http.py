@@ -262,3 +262,36 @@ def test_importing_the_backends_stays_light() -> None:
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_top_logprobs_are_asked_for_and_returned(engine, stream) -> None:
+    from .conftest import fake_alternatives
+
+    kind, server, backend = engine
+    params = SamplingParams(max_tokens=4, extra={"top_logprobs": 3})
+    if stream:
+        items = [x async for x in backend.stream(PROMPT, params)]
+        gen = items[-1]
+    else:
+        gen = await backend.generate(PROMPT, params)
+    body = server.requests[-1]
+    assert "top_logprobs" not in body and "top_logprobs" not in body.get("sampling_params", {})
+    if kind == "vllm":
+        assert body["logprobs"] == 3
+    else:
+        assert body["top_logprobs_num"] == 3
+    got = gen.metrics["top_logprobs"]
+    assert len(got) == len(gen.token_ids) == 4
+    for i, (alts, t) in enumerate(zip(got, gen.token_ids, strict=True)):
+        want = fake_alternatives(i, t, 3)
+        assert [a["logprob"] for a in alts] == pytest.approx([lp for _, lp in want])
+        if kind == "vllm":
+            assert [a["token"] for a in alts] == [f"<{x}>" for x, _ in want]
+        else:
+            assert [a["token_id"] for a in alts] == [x for x, _ in want]
+    # not asked: nothing extra requested or returned
+    plain = await backend.generate(PROMPT, SamplingParams(max_tokens=2))
+    assert "top_logprobs" not in plain.metrics
+    assert server.requests[-1].get("logprobs", 1) == 1
+    assert "top_logprobs_num" not in server.requests[-1]
