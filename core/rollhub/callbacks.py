@@ -26,7 +26,14 @@ from typing import Any
 from rollhub.errors import StoreError
 from rollhub.retry import Backoff, is_transient
 
-__all__ = ["CALLBACK_PATH", "CallbackServer", "SessionWatch", "poll_schedule", "read_http_body"]
+__all__ = [
+    "CALLBACK_PATH",
+    "CallbackServer",
+    "SessionWatch",
+    "StoreFailure",
+    "poll_schedule",
+    "read_http_body",
+]
 
 log = logging.getLogger(__name__)
 
@@ -234,8 +241,22 @@ async def _respond(writer: asyncio.StreamWriter, status: int, body: bytes, *, cl
     await writer.drain()
 
 
+class StoreFailure(str):
+    """A lost-session reason meaning: the app finished but could not store the result.
+
+    Runtimes pass it to ``_report_lost`` so the client ends the rollout as ``store_error``
+    with this text as the cause, instead of ``agent_error``.
+    """
+
+    __slots__ = ()
+
+
 class _Lost(Exception):
     """The runtime reported the session gone and no result is in the store."""
+
+
+class _StoreFailed(Exception):
+    """The app reported that it could not store the result; no result is in the store."""
 
 
 class SessionWatch:
@@ -335,6 +356,9 @@ class SessionWatch:
             self.end_early(fut, "timeout", f"no result within {timeout} s")
         except _Lost as exc:
             self._resolve(fut, "agent_error", error=_error("SessionLost", str(exc)))
+        except _StoreFailed as exc:
+            self._resolve(fut, "store_error", error=_error("StoreError", str(exc)))
+            self._in_background(self._runtime.finish(sid))
         except asyncio.CancelledError:
             if not fut.done():  # the client is shutting down, not an early end of ours
                 self.end_early(fut, "cancelled", "the rollout client closed")
@@ -396,8 +420,15 @@ class SessionWatch:
                 doc = None
             if doc is not None:
                 return doc
+            if kind == "lost" and isinstance(info, StoreFailure):
+                raise _StoreFailed(f"session {sid}: {info}")
             if kind == "lost":
                 raise _Lost(f"session {sid} was lost: {info}")
+            if kind == "notice" and info.get("status") == "store_error":
+                err = info.get("error") if isinstance(info.get("error"), dict) else {}
+                raise _StoreFailed(
+                    f"session {sid}: {err.get('message') or 'the app could not store the result'}"
+                )
             if kind == "notice":
                 # A notice without a readable document: keep polling, from the fast end.
                 self._signals[sid] = asyncio.get_running_loop().create_future()

@@ -16,9 +16,18 @@ from rollhub.trace import TraceRecord
 
 __all__ = ["Episode", "EpisodeGroup", "ErrorInfo", "Status", "group_stats", "pass_at_k"]
 
-#: Terminal status of a rollout. Exactly one per submitted rollout.
-Status = Literal["ok", "agent_error", "timeout", "submit_error", "cancelled"]
-TERMINAL_STATUSES: tuple[str, ...] = ("ok", "agent_error", "timeout", "submit_error", "cancelled")
+#: Terminal status of a rollout. Exactly one per submitted rollout. ``store_error``: the
+#: agent finished but its result could not be written to the result store (the error says
+#: why).
+Status = Literal["ok", "agent_error", "timeout", "submit_error", "cancelled", "store_error"]
+TERMINAL_STATUSES: tuple[str, ...] = (
+    "ok",
+    "agent_error",
+    "timeout",
+    "submit_error",
+    "cancelled",
+    "store_error",
+)
 
 
 @dataclass(frozen=True)

@@ -112,8 +112,11 @@ class RolloutConfig(BaseModel):
         return result_key(self.exp_id, self.input_id, self.session_id)
 
     def public_dict(self) -> dict[str, Any]:
-        """The config without secrets: safe to store next to a result or to log."""
-        data = self.model_dump(mode="json", exclude={"api_key"})
+        """The config without secrets: safe to store next to a result or to log.
+
+        ``callback_url`` is left out too: its path carries the client's token.
+        """
+        data = self.model_dump(mode="json", exclude={"api_key", "callback_url"})
         return data
 
     def wire_dict(self) -> dict[str, Any]:

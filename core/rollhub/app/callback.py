@@ -8,6 +8,11 @@ Wire format (``POST callback_url``, ``Content-Type: application/json``)::
     {"session_id": "...", "exp_id": "...", "input_id": "...",
      "result_key": "exp/input/session.json", "status": "ok"}     # or "error"
 
+When the app could not store the result, the notice says so and carries the cause, so the
+client ends the rollout as ``store_error`` at once instead of waiting for its deadline::
+
+    {..., "status": "store_error", "error": {"type": "StoreError", "message": "..."}}
+
 Any 2xx answer counts as delivered. 408, 429 and 5xx answers and connection errors are
 retried; other 4xx answers are not (the receiver rejected the notice).
 """
@@ -35,15 +40,20 @@ DEFAULT_TIMEOUT_S = 2.0
 _RETRY_STATUS = frozenset({408, 429})
 
 
-def completion_notice(rollout: RolloutConfig, status: str) -> dict[str, Any]:
-    """The JSON body of a completion notice."""
-    return {
+def completion_notice(
+    rollout: RolloutConfig, status: str, *, error: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The JSON body of a completion notice (``error`` only for ``store_error``)."""
+    notice: dict[str, Any] = {
         "session_id": rollout.session_id,
         "exp_id": rollout.exp_id,
         "input_id": rollout.input_id,
         "result_key": rollout.result_key,
         "status": status,
     }
+    if error is not None:
+        notice["error"] = error
+    return notice
 
 
 async def send_notice(

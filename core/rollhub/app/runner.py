@@ -5,15 +5,19 @@ keeps a reference to every task it starts. Handlers run away from that loop, so 
 that blocks never stalls ``/ping``: sync handlers in a thread pool, async handlers on one
 worker event loop in its own thread (the same split the AgentCore app makes).
 
-Every started rollout ends in exactly one stored document: success, handler error,
-invalid result or cancellation. Cancelling a sync handler cannot stop its thread; its
-late return value is dropped.
+Every started rollout ends in exactly one outcome: a stored document (success, handler
+error, invalid result or cancellation) or, when the store refuses the write, a
+``store_error`` completion notice that carries the cause. Cancelling a sync handler cannot
+stop its thread; its late return value is dropped, and the thread counts as *stuck* until
+it returns. When stuck threads fill the pool the app can start no more sync work, and
+``/ping`` says so (see :attr:`RolloutRunner.exhausted`) so that the runtime replaces it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import copy
 import functools
@@ -78,8 +82,14 @@ class RolloutRunner:
         self._worker_thread: threading.Thread | None = None
         self._worker_lock = threading.Lock()
         self._http: httpx.AsyncClient | None = None
-        #: rollouts finished (stored) since start; for logs and tests.
+        self._threads_lock = threading.Lock()
+        self._threads_busy = 0
+        self._abandoned: set[int] = set()
+        self._next_call = 0
+        #: rollouts finished (stored or not) since start; for logs and tests.
         self.finished_count = 0
+        #: session id -> why its result could not be stored (the latest 1000)
+        self.store_failures: dict[str, str] = {}
 
     # Starting ----------------------------------------------------------------------------
 
@@ -150,20 +160,30 @@ class RolloutRunner:
         )
         while True:
             try:
-                stored, status = await asyncio.shield(finish)
+                failure, status = await asyncio.shield(finish)
                 break
             except asyncio.CancelledError:
                 _uncancel()
                 if finish.done():
-                    stored, status = (False, "error") if finish.cancelled() else finish.result()
+                    if finish.cancelled():
+                        failure, status = "the store write was cancelled", "error"
+                    else:
+                        failure, status = finish.result()
                     break
         self.running.pop(rollout.session_id, None)
         self.finished_count += 1
+        notice_error: dict[str, Any] | None = None
+        if failure is not None:
+            status = "store_error"
+            notice_error = {"type": "StoreError", "message": failure}
+            self.store_failures[rollout.session_id] = failure
+            while len(self.store_failures) > 1000:
+                self.store_failures.pop(next(iter(self.store_failures)))
         log.info("rollout %s finished: %s in %.3fs", rollout.session_id, status, finished - started)
         if not self.running and self._on_change is not None:
             self._on_change()
-        if stored and rollout.callback_url:
-            self.spawn(self._notify(rollout, status))
+        if rollout.callback_url:
+            self.spawn(self._notify(rollout, status, notice_error))
 
     async def _finish(
         self,
@@ -174,8 +194,8 @@ class RolloutRunner:
         finished: float,
         result: Any,
         error: BaseException | dict[str, Any] | None,
-    ) -> tuple[bool, str]:
-        """Build the document and store it: ``(stored, status)``."""
+    ) -> tuple[str | None, str]:
+        """Build the document and store it: ``(why it could not be stored, status)``."""
         build = functools.partial(
             build_result_document,
             rollout=rollout,
@@ -188,40 +208,41 @@ class RolloutRunner:
         except Exception as exc:  # a bug here must still leave a terminal result behind
             log.exception("building the result document of %s failed", rollout.session_id)
             document = build(error=exc)
-        stored = await self._store(store, rollout, document)
-        return stored, document[RESULT_META_KEY]["status"]
+        failure = await self._store(store, rollout, document)
+        return failure, document[RESULT_META_KEY]["status"]
 
     async def _store(
         self, store: ResultStore, rollout: RolloutConfig, document: dict[str, Any]
-    ) -> bool:
+    ) -> str | None:
+        """Write with a few quick retries; None when stored, else the cause."""
         delay = 0.2
         for attempt in range(1, STORE_ATTEMPTS + 1):
             try:
                 await asyncio.to_thread(store.put, rollout.result_key, document)
-                return True
+                return None
             except Exception as exc:
                 if attempt == STORE_ATTEMPTS:
-                    log.error(
-                        "could not store the result of %s at %s after %d tries: %s",
-                        rollout.session_id,
-                        store.location(rollout.result_key),
-                        attempt,
-                        exc,
+                    cause = (
+                        f"could not store the result at {store.location(rollout.result_key)} "
+                        f"after {attempt} tries: {type(exc).__name__}: {exc}"
                     )
-                    return False
+                    log.error("rollout %s: %s", rollout.session_id, cause)
+                    return cause
                 log.warning("store write of %s failed (%s); retrying", rollout.session_id, exc)
                 await asyncio.sleep(delay)
                 delay *= 3
-        return False
+        return "the store write was not attempted"  # pragma: no cover
 
-    async def _notify(self, rollout: RolloutConfig, status: str) -> None:
+    async def _notify(
+        self, rollout: RolloutConfig, status: str, error: dict[str, Any] | None = None
+    ) -> None:
         if self._http is None:
             self._http = httpx.AsyncClient()
         assert rollout.callback_url is not None
         await send_notice(
             self._http,
             rollout.callback_url,
-            completion_notice(rollout, status),
+            completion_notice(rollout, status, error=error),
             backoff_s=self._callback_backoff_s,
         )
 
@@ -233,7 +254,43 @@ class RolloutRunner:
             return await self._on_worker_loop(handler(*args))
         loop = asyncio.get_running_loop()
         ctx = contextvars.copy_context()
-        value = await loop.run_in_executor(self._threads(), ctx.run, handler, *args)
+        with self._threads_lock:
+            self._next_call += 1
+            call_id = self._next_call
+        started = threading.Event()
+        finished = threading.Event()
+
+        def in_thread() -> Any:
+            with self._threads_lock:
+                self._threads_busy += 1
+            started.set()
+            try:
+                return ctx.run(handler, *args)
+            finally:
+                finished.set()
+                with self._threads_lock:
+                    self._threads_busy -= 1
+                    self._abandoned.discard(call_id)
+                self._changed_threadsafe(loop)
+
+        try:
+            value = await loop.run_in_executor(self._threads(), in_thread)
+        except asyncio.CancelledError:
+            # A queued call never runs; a started one keeps its thread until it returns.
+            with self._threads_lock:
+                if started.is_set() and not finished.is_set():
+                    self._abandoned.add(call_id)
+                    stuck = len(self._abandoned)
+                else:
+                    stuck = 0
+            if stuck:
+                log.warning(
+                    "a cancelled sync handler is still running; %d of %d handler threads are "
+                    "stuck", stuck, self._max_sync_workers,
+                )  # fmt: skip
+                if self._on_change is not None:
+                    self._on_change()
+            raise
         if inspect.isawaitable(value):
             value = await self._on_worker_loop(value)
         return value
@@ -242,6 +299,28 @@ class RolloutRunner:
         future = asyncio.run_coroutine_threadsafe(_as_coroutine(awaitable), self._worker())
         # Cancelling the wrapper cancels the task on the worker loop too.
         return await asyncio.wrap_future(future)
+
+    @property
+    def stuck_threads(self) -> int:
+        """Handler threads still running for rollouts that were cancelled or timed out."""
+        with self._threads_lock:
+            return len(self._abandoned)
+
+    @property
+    def exhausted(self) -> str | None:
+        """Why no new sync handler can start (stuck threads fill the pool), else None."""
+        stuck = self.stuck_threads
+        if stuck >= self._max_sync_workers:
+            return (
+                f"all {self._max_sync_workers} handler threads are stuck in handlers of "
+                f"cancelled rollouts; no new rollout can start"
+            )
+        return None
+
+    def _changed_threadsafe(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._on_change is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._on_change)
 
     def _threads(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._executor is None:

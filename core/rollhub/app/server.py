@@ -7,10 +7,17 @@ and writes the handler's dict to the result store that ``_rollout.result_store``
 
 Extensions beyond the AgentCore contract (used by the local runtime):
 
-- ``GET /rollouts`` → ``{"running": [session ids]}``
+- ``GET /rollouts`` → ``{"running": [session ids], "store_failed": {session id: cause}}``
 - ``DELETE /rollouts/{session_id}`` → cancels the rollout; its stored result is an error of
   type ``CancelledError``. 200 with ``{"status": "cancelled", "session_id", "result"}``,
   404 when no rollout of that session is running.
+
+Security (see ``docs/agent-app.md``): with a secret (``secret=`` or ``ROLLHUB_APP_SECRET``)
+every request but ``/ping`` must be signed (:mod:`rollhub.app.auth`), else 401; without
+one, listing and cancelling answer only loopback peers. ``result_store`` must fall under
+``allowed_stores`` when that is set and never climbs out with ``..``; ``callback_url``
+must point back at the peer that submitted the rollout (or a ``callback_hosts`` entry).
+``/ping`` answers 503 ``Unhealthy`` when stuck handler threads fill the pool.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from rollhub.app.auth import SECRET_ENV
 from rollhub.app.callback import DEFAULT_BACKOFF_S
 from rollhub.app.context import (
     SESSION_HEADER,
@@ -39,6 +47,7 @@ from rollhub.app.context import (
     forwardable_headers,
     takes_context,
 )
+from rollhub.app.guard import RequestGuard
 from rollhub.app.health import HealthState
 from rollhub.app.runner import RolloutRunner, RunningRollout
 from rollhub.errors import ConfigError, RollhubError
@@ -65,6 +74,12 @@ class RolloutApp(HealthState, Starlette):
     :param callback_backoff_s: waits between completion-notice retries.
     :param cancel_wait_s: how long ``DELETE /rollouts/{id}`` waits for the stored result.
     :param shutdown_wait_s: how long shutdown waits for cancelled rollouts to be stored.
+    :param secret: the shared secret requests must be signed with (default: the
+        ``ROLLHUB_APP_SECRET`` environment variable; None or empty: no signatures, as
+        behind AgentCore Runtime, whose IAM authorization fronts the app).
+    :param allowed_stores: store URL prefixes a ``result_store`` must fall under (default:
+        ``ROLLHUB_ALLOWED_STORES``, comma-separated; unset: any store the caller names).
+    :param callback_hosts: hosts ``callback_url`` may name besides the submitting peer.
 
     Example::
 
@@ -93,8 +108,16 @@ class RolloutApp(HealthState, Starlette):
         callback_backoff_s: tuple[float, ...] = DEFAULT_BACKOFF_S,
         cancel_wait_s: float = 5.0,
         shutdown_wait_s: float = 10.0,
+        secret: str | None = None,
+        allowed_stores: Sequence[str] | None = None,
+        callback_hosts: Sequence[str] = (),
     ) -> None:
         self.handlers: dict[str, Callable[..., Any]] = {}
+        self._guard = RequestGuard(
+            secret=secret if secret is not None else os.environ.get(SECRET_ENV),
+            allowed_stores=allowed_stores,
+            callback_hosts=callback_hosts,
+        )
         self._rollout_handler: Callable[..., Any] | None = None
         self._init_health()
         self._registry = registry
@@ -162,6 +185,10 @@ class RolloutApp(HealthState, Starlette):
     # HTTP handlers -----------------------------------------------------------------------
 
     async def _handle_ping(self, request: Request) -> JSONResponse:
+        stuck = self.runner.exhausted
+        if stuck is not None:
+            # A non-200 answer is what runtimes act on: the worker gets replaced.
+            return JSONResponse({"status": "Unhealthy", "reason": stuck}, status_code=503)
         status = self.get_current_ping_status()
         return JSONResponse(
             {"status": status.value, "time_of_last_update": int(self._last_status_update_time)}
@@ -169,8 +196,12 @@ class RolloutApp(HealthState, Starlette):
 
     async def _handle_invocation(self, request: Request) -> Response:
         session_id = _session_header(request) or str(uuid.uuid4())
+        raw = await request.body()
+        refused = self._guard.check_signature(request, raw)
+        if refused is not None:
+            return refused
         try:
-            payload = await request.json()
+            payload = json.loads(raw)
         except json.JSONDecodeError as exc:
             return JSONResponse({"error": "Invalid JSON", "details": str(exc)}, status_code=400)
         except UnicodeDecodeError as exc:
@@ -222,11 +253,17 @@ class RolloutApp(HealthState, Starlette):
             rollout = RolloutConfig.model_validate(raw)
         except ValidationError as exc:
             raise _invalid_rollout(exc) from None
+        field = f"{ROLLOUT_KEY}.result_store"
+        why = self._guard.store_refusal(rollout.result_store)
+        if why is not None:
+            raise InvalidRolloutError(f"{field}: {why}", field=field)
         try:
             store = self.store_for(rollout.result_store)
         except (RollhubError, ValueError) as exc:
-            field = f"{ROLLOUT_KEY}.result_store"
             raise InvalidRolloutError(f"{field}: {exc}", field=field) from exc
+        why = self._guard.store_refusal(store.url)
+        if why is not None:
+            raise InvalidRolloutError(f"{field}: {why}", field=field)
         args: tuple[Any, ...] = (payload,)
         if takes_context(handler):
             context = RolloutContext(
@@ -240,6 +277,9 @@ class RolloutApp(HealthState, Starlette):
     def _start_rollout(self, request: Request, payload: Any) -> JSONResponse:
         """The HTTP face of :meth:`start_rollout`. No ``await`` here (see RolloutRunner)."""
         header_sid = _session_header(request)
+        refused = self._guard.check_callback(request, payload)
+        if refused is not None:
+            return refused
         try:
             run = self.start_rollout(payload, headers=request.headers)
         except InvalidRolloutError as exc:
@@ -281,9 +321,17 @@ class RolloutApp(HealthState, Starlette):
         return Response(_to_json(result), media_type="application/json")
 
     async def _handle_list_rollouts(self, request: Request) -> JSONResponse:
-        return JSONResponse({"running": sorted(self.runner.running)})
+        refused = self._guard.check_control(request)
+        if refused is not None:
+            return refused
+        return JSONResponse(
+            {"running": sorted(self.runner.running), "store_failed": self.runner.store_failures}
+        )
 
     async def _handle_cancel_rollout(self, request: Request) -> JSONResponse:
+        refused = self._guard.check_control(request)
+        if refused is not None:
+            return refused
         session_id = request.path_params["session_id"]
         run = self.runner.running.get(session_id)
         if run is None:
@@ -340,6 +388,12 @@ class RolloutApp(HealthState, Starlette):
         if host is None:
             in_container = os.path.exists("/.dockerenv") or os.environ.get("DOCKER_CONTAINER")
             host = "0.0.0.0" if in_container else "127.0.0.1"
+        if host not in ("127.0.0.1", "localhost", "::1") and not self._guard.secret:
+            log.warning(
+                "serving on %s without a secret: anyone who can reach the port can start "
+                "rollouts; that is right behind AgentCore Runtime (IAM fronts the app), "
+                "otherwise set %s", host, SECRET_ENV,
+            )  # fmt: skip
         params: dict[str, Any] = {
             "host": host,
             "port": int(port),

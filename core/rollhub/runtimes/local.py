@@ -4,8 +4,15 @@ The embedded default runtime. Each worker is ``python -m rollhub.runtimes.local_
 serving the app on its own 127.0.0.1 port and speaking the AgentCore Runtime contract
 (``POST /invocations``, ``GET /ping``) plus rollhub's ``DELETE /rollouts/{id}`` and
 ``GET /rollouts``. Sessions go to the least-loaded worker. A worker that exits or stops
-answering ``/ping`` is killed, its sessions are reported lost (the client ends them as
+answering ``/ping`` (or answers it with an error, as an app whose handler threads are all
+stuck does) is killed, its sessions are reported lost (the client ends them as
 ``agent_error`` unless their result is already stored) and a fresh worker replaces it.
+A session whose result the app could not store is reported as a
+:class:`~rollhub.callbacks.StoreFailure`, which the client ends as ``store_error``.
+
+Each runtime makes a random secret, hands it to its workers in ``ROLLHUB_APP_SECRET`` and
+signs every request, so the workers' ports serve nobody else. Worker output (stdout and
+stderr) is drained for the worker's whole life; see :mod:`rollhub.runtimes.local_output`.
 """
 
 from __future__ import annotations
@@ -13,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -26,10 +32,13 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
+from rollhub.app.auth import SECRET_ENV, new_secret
+from rollhub.callbacks import StoreFailure
 from rollhub.errors import ConfigError, RollhubError, SubmissionError
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 from rollhub.runtime import Runtime, RuntimeOptions
 from rollhub.runtimes.local_http import LoopbackHTTP, LoopbackHTTPError, LoopbackResponse
+from rollhub.runtimes.local_output import WorkerOutput
 
 __all__ = ["LocalRuntime", "LocalRuntimeOptions"]
 
@@ -125,6 +134,8 @@ class LocalRuntime(Runtime):
         self._closing = False
         self._started = False
         self._next_index = 0
+        self._secret = new_secret()
+        self._replacing: set[asyncio.Task[Any]] = set()
         #: workers started so far, replacements included (for tests and logs)
         self.workers_started = 0
 
@@ -148,7 +159,9 @@ class LocalRuntime(Runtime):
             return
         self._started = True
         self._closing = False
-        self._http = LoopbackHTTP(max_idle=self.options.max_concurrency_per_worker)
+        self._http = LoopbackHTTP(
+            max_idle=self.options.max_concurrency_per_worker, secret=self._secret
+        )
         self._capacity = asyncio.Condition()
         _LIVE.add(self)
         try:
@@ -161,7 +174,7 @@ class LocalRuntime(Runtime):
         self._tasks.append(asyncio.get_running_loop().create_task(self._ping_loop()))
 
     async def close(self) -> None:
-        """Stop every worker (SIGTERM, then SIGKILL) and the HTTP client."""
+        """Stop every worker (SIGTERM, then SIGKILL), those still starting too, and the client."""
         if not self._started:
             return
         self._closing = True
@@ -169,6 +182,11 @@ class LocalRuntime(Runtime):
         for task in self._tasks:
             task.cancel()
         self._tasks.clear()
+        # Replacements still starting: cancelling _spawn kills the process it started.
+        replacing = list(self._replacing)
+        for task in replacing:
+            task.cancel()
+        await asyncio.gather(*replacing, return_exceptions=True)
         workers, self._workers = self._workers, []
         await asyncio.gather(*(self._stop(w) for w in workers), return_exceptions=True)
         self._where.clear()
@@ -280,7 +298,12 @@ class LocalRuntime(Runtime):
     async def _spawn(self) -> _Worker:
         index = self._next_index
         self._next_index += 1
-        env = {**os.environ, **self.options.env, "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            **self.options.env,
+            "PYTHONUNBUFFERED": "1",
+            SECRET_ENV: self._secret,
+        }
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "rollhub.runtimes.local_worker",
             "--app", self.app_ref, "--parent-pid", str(os.getpid()),
@@ -291,16 +314,21 @@ class LocalRuntime(Runtime):
             cwd=str(self._base_dir) if self._base_dir else None,
         )  # fmt: skip
         stderr: deque[str] = deque(maxlen=50)
-        drain = asyncio.get_running_loop().create_task(_drain(proc, index, stderr))
+        output = WorkerOutput(index, stderr)
+        drains = output.start(proc)
         try:
-            port = await asyncio.wait_for(self._read_port(proc), self.options.startup_timeout_s)
-            worker = _Worker(index, proc, port, stderr=stderr, tasks=[drain])
+            port = await asyncio.wait_for(
+                asyncio.shield(output.port), self.options.startup_timeout_s
+            )
+            worker = _Worker(index, proc, port, stderr=stderr, tasks=drains)
             await self._wait_healthy(worker)
         except BaseException as exc:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
-            await asyncio.wait([drain], timeout=1.0)
+            await asyncio.wait(drains, timeout=1.0)
+            if output.port.done() and not output.port.cancelled():
+                output.port.exception()  # retrieved: no "never retrieved" warning
             if isinstance(exc, Exception):
                 tail = "\n".join(stderr) or "(no output)"
                 raise RollhubError(
@@ -314,15 +342,6 @@ class LocalRuntime(Runtime):
         log.info("local worker %d up (pid %d, port %d)", index, proc.pid, port)
         self._wake()
         return worker
-
-    async def _read_port(self, proc: asyncio.subprocess.Process) -> int:
-        assert proc.stdout is not None
-        while True:
-            line = await proc.stdout.readline()
-            if not line:
-                raise RollhubError("the worker exited before it announced its port")
-            with contextlib.suppress(ValueError):
-                return int(json.loads(line)["port"])
 
     async def _wait_healthy(self, worker: _Worker) -> None:
         assert self._http is not None
@@ -357,6 +376,10 @@ class LocalRuntime(Runtime):
             )
         with contextlib.suppress(ValueError):
             self._workers.remove(worker)
+        task = asyncio.current_task()
+        if task is not None:
+            self._replacing.add(task)
+            task.add_done_callback(self._replacing.discard)
         delay = 0.0
         while not self._closing:
             try:
@@ -406,12 +429,20 @@ class LocalRuntime(Runtime):
             return
         try:
             r = await self._http.request("GET", worker.port, "/rollouts", timeout=max(timeout, 0.5))
-            running = set(r.json().get("running", [])) if r.status_code == 200 else None
-        except (LoopbackHTTPError, TimeoutError, ValueError):
+            listing = r.json() if r.status_code == 200 else None
+            running = set(listing.get("running", [])) if listing is not None else None
+            failed = dict(listing.get("store_failed") or {}) if listing is not None else {}
+        except (LoopbackHTTPError, TimeoutError, ValueError, AttributeError, TypeError):
             return  # the next /ping decides whether the worker is alive
         if running is None:
             worker.lists_rollouts = False  # an app without rollhub's extension
             return
+        # The app could not store these results: tell the client now (the completion
+        # notice says so too, but clients without callbacks only hear it from here).
+        for sid, cause in failed.items():
+            if sid in worker.sessions and sid not in running:
+                self._forget(sid)
+                self._report_lost(sid, StoreFailure(str(cause)))
         # Sessions accepted before we asked and no longer running have ended on their own
         # (their result is stored); free their slots even if no client called finish().
         for sid, accepted in list(worker.sessions.items()):
@@ -432,17 +463,6 @@ class LocalRuntime(Runtime):
         for task in worker.tasks:
             task.cancel()
         await asyncio.gather(*worker.tasks, return_exceptions=True)
-
-
-async def _drain(proc: asyncio.subprocess.Process, index: int, tail: deque[str]) -> None:
-    assert proc.stderr is not None
-    while True:
-        line = await proc.stderr.readline()
-        if not line:
-            return
-        text = line.decode(errors="replace").rstrip()
-        tail.append(text)
-        log.debug("worker %d: %s", index, text)
 
 
 def _http_error(response: LoopbackResponse, sid: str) -> SubmissionError:

@@ -13,6 +13,7 @@ import contextlib
 import json
 from typing import Any
 
+from rollhub.app.auth import sign_request
 from rollhub.callbacks import read_http_body
 
 __all__ = ["LoopbackHTTP", "LoopbackHTTPError", "LoopbackResponse"]
@@ -47,7 +48,9 @@ class LoopbackHTTP:
     :param max_idle: idle connections kept per port.
     """
 
-    def __init__(self, *, max_idle: int = 64) -> None:
+    def __init__(self, *, max_idle: int = 64, secret: str | None = None) -> None:
+        #: every request is signed with it (see :mod:`rollhub.app.auth`) when set
+        self.secret = secret
         self._idle: dict[int, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
         self._max_idle = max_idle
         self._closed = False
@@ -75,7 +78,8 @@ class LoopbackHTTP:
         ]
         if body is not None:
             head.append("content-type: application/json")
-        for name, value in (headers or {}).items():
+        signed = {} if self.secret is None else sign_request(self.secret, method, path, data)
+        for name, value in {**(headers or {}), **signed}.items():
             head.append(f"{name}: {value}")
         raw = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + data
         async with asyncio.timeout(timeout):

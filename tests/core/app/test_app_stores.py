@@ -94,7 +94,7 @@ def test_plugin_store_and_retried_write(
     assert [n["session_id"] for n in receiver.notices] == ["m1"]
 
 
-def test_unwritable_store_ends_the_rollout_without_a_notice(
+def test_unwritable_store_ends_the_rollout_with_a_store_error_notice(
     serve: Callable, make_rollout: Callable, receiver_factory: Callable
 ) -> None:
     receiver, url = receiver_factory()
@@ -104,8 +104,15 @@ def test_unwritable_store_ends_the_rollout_without_a_notice(
     client.post("/invocations", json={"question": "q", "_rollout": rollout})
     wait_for(lambda: len(MemoryStore.puts) == 3, timeout=5)
     wait_for(lambda: client.get("/ping").json()["status"] == "Healthy")
-    assert client.get("/rollouts").json() == {"running": []}
-    assert MemoryStore.data == {} and receiver.attempts == []
+    listing = client.get("/rollouts").json()
+    assert listing["running"] == []
+    assert "injected write failure" in listing["store_failed"]["m2"]
+    wait_for(lambda: receiver.notices)
+    (notice,) = receiver.notices
+    assert MemoryStore.data == {} and notice["status"] == "store_error"
+    assert notice["error"]["type"] == "StoreError"
+    assert "after 3 tries" in notice["error"]["message"]
+    assert "injected write failure" in notice["error"]["message"]
 
 
 def test_unknown_scheme_and_bad_callback_are_400(serve: Callable, make_rollout: Callable) -> None:

@@ -1,0 +1,84 @@
+"""Misbehaving agents for the reliability suite; each app is picked by attribute name.
+
+``noop``: answers at once (or sleeps ``seconds``). ``chatty``: writes ``stdout_bytes`` to
+stdout and ``stderr_bytes`` to stderr (``newline`` false: no line end) per rollout.
+``hanging``: a sync handler on a 4-thread pool; ``mode=hang`` blocks for ``seconds``.
+``full_disk``: stores into ``full://DIR``, a store whose writes fail with ENOSPC.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+import time
+from typing import Any
+
+from rollhub.app import RolloutApp
+from rollhub.registry import ComponentRegistry
+from rollhub.stores.file import FileResultStore
+
+noop = RolloutApp()
+
+
+@noop.rollout_entrypoint
+async def _noop(payload: dict[str, Any]) -> dict[str, Any]:
+    import asyncio
+
+    if payload.get("seconds"):
+        await asyncio.sleep(float(payload["seconds"]))
+    return {"rewards": 1.0, "x": payload.get("x"), "pid": os.getpid()}
+
+
+chatty = RolloutApp()
+
+
+@chatty.rollout_entrypoint
+def _chatty(payload: dict[str, Any]) -> dict[str, Any]:
+    end = "\n" if payload.get("newline", True) else ""
+    out = int(payload.get("stdout_bytes", 0))
+    err = int(payload.get("stderr_bytes", 0))
+    if out:
+        sys.stdout.write("o" * out + end)
+        sys.stdout.flush()
+    if err:
+        sys.stderr.write("e" * err + end)
+        sys.stderr.flush()
+    return {"rewards": 1.0, "x": payload.get("x")}
+
+
+hanging = RolloutApp(max_sync_workers=4)
+
+
+@hanging.rollout_entrypoint
+def _hanging(payload: dict[str, Any]) -> dict[str, Any]:
+    if payload.get("mode") == "hang":
+        time.sleep(float(payload.get("seconds", 30)))
+    return {"rewards": 1.0, "pid": os.getpid()}
+
+
+class FullDiskStore(FileResultStore):
+    """``full://DIR``: reads like ``file://``, every write fails as on a full disk."""
+
+    name = "full"
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> FullDiskStore:
+        return cls(url[len("full://") :], **options)
+
+    @property
+    def url(self) -> str:
+        return f"full://{self.root.as_posix()}"
+
+    def put(self, key: str, document: dict[str, Any]) -> None:
+        from rollhub.errors import StoreError
+
+        exc = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        raise StoreError(f"could not write {key!r} to {self.url}: {exc}") from exc
+
+
+_registry = ComponentRegistry()
+_registry.add_store(FileResultStore)
+_registry.add_store(FullDiskStore)
+full_disk = RolloutApp(registry=_registry)
+full_disk.rollout_entrypoint(_noop)

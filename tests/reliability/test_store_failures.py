@@ -1,0 +1,101 @@
+"""A result the app cannot store ends as ``store_error`` within seconds, slot freed.
+
+Unwritable ``file://`` root, a full disk (a small tmpfs when this process may mount one,
+else a store whose writes fail with ENOSPC), with callbacks and without.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from rollhub.client import AsyncRolloutClient
+from rollhub.stores.file import FileResultStore
+
+from tests.reliability.agents import FullDiskStore
+from tests.reliability.conftest import make_runtime
+
+aio = pytest.mark.asyncio(loop_scope="function")
+
+
+async def _run(rt, store, n: int, *, callbacks: bool = True, timeout: float = 60.0):
+    async with rt, AsyncRolloutClient(rt, store, exp_id="st", callbacks=callbacks) as client:
+        started = time.monotonic()
+        futures = [client.invoke({"x": i}, timeout=timeout) for i in range(n)]
+        outs = [await f for f in futures]
+        elapsed = time.monotonic() - started
+        return outs, elapsed, sum(rt.load().values())
+
+
+@aio
+@pytest.mark.parametrize("callbacks", [True, False], ids=["callbacks", "polling"])
+async def test_unwritable_file_store_is_store_error_within_seconds(tmp_path, callbacks) -> None:
+    root = tmp_path / "not-a-dir"
+    root.write_text("a file where the store's directory should be")
+    store = FileResultStore(root, fsync=False)
+    outs, elapsed, load = await _run(make_runtime(), store, 6, callbacks=callbacks)
+    assert [o.status for o in outs] == ["store_error"] * 6
+    assert all("could not store the result" in o.error.message for o in outs)
+    assert all(str(root) in o.error.message for o in outs)
+    assert elapsed < 15, f"store failures took {elapsed:.1f}s to be reported"
+    assert load == 0  # every slot freed
+
+
+@contextlib.contextmanager
+def _small_tmpfs(path: Path):
+    path.mkdir()
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(path)],
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    )
+    try:
+        yield mounted
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@aio
+async def test_full_disk_is_store_error_naming_enospc(tmp_path) -> None:
+    with _small_tmpfs(tmp_path / "disk") as mounted:
+        if mounted:
+            filler = tmp_path / "disk" / "filler"
+            with contextlib.suppress(OSError), filler.open("wb") as fh:
+                fh.write(b"\0" * (1 << 20))
+            store = FileResultStore(tmp_path / "disk" / "results", fsync=False)
+            rt = make_runtime()
+        else:
+            store = FullDiskStore(tmp_path / "disk" / "results")
+            rt = make_runtime("full_disk")
+        outs, elapsed, load = await _run(rt, store, 4)
+    assert [o.status for o in outs] == ["store_error"] * 4
+    assert all("No space left on device" in o.error.message for o in outs), outs[0].error
+    assert elapsed < 15 and load == 0
+
+
+@aio
+async def test_store_error_does_not_slow_later_rollouts(tmp_path) -> None:
+    """After failures, rollouts to a working store run at full speed (no held slots)."""
+    root = tmp_path / "file"
+    root.write_text("x")
+    bad = FileResultStore(root, fsync=False)
+    good = FileResultStore(tmp_path / "good", fsync=False)
+    rt = make_runtime(max_concurrency_per_worker=4)
+    async with rt:
+        async with AsyncRolloutClient(rt, bad, exp_id="bad") as client:
+            outs = [await f for f in [client.invoke({"x": i}) for i in range(8)]]
+        assert {o.status for o in outs} == {"store_error"}
+        async with AsyncRolloutClient(rt, good, exp_id=f"g{uuid.uuid4().hex[:6]}") as client:
+            started = time.monotonic()
+            outs = [await f for f in [client.invoke({"x": i}, timeout=30) for i in range(40)]]
+            elapsed = time.monotonic() - started
+    assert {o.status for o in outs} == {"ok"}
+    assert elapsed < 20
