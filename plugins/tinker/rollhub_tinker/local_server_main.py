@@ -13,11 +13,19 @@ environment on Python 3.11 needs: ``typing.TypedDict`` is replaced by the
 3.12), and the engine process is started with this interpreter instead of ``uv run``.
 It also adds ``GET /rollhub/ready``, which answers 200 once the engine has loaded the
 model and entered its request loop (the API's own health route answers before that).
+
+The engine gets one behavioural change, to match the Tinker API: a sampling client is a
+snapshot. skyrl 0.3.0's JAX backend samples every sampling client of a training client from
+that client's own adapter slot, so an earlier sampling client saw the updated weights, or
+reloaded its checkpoint into the training slot and reverted the training weights. Here a
+sampling checkpoint other than the one the training weights were last saved as is loaded into
+a free adapter slot of its own (least recently used first); training slots are never written.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import logging
 import os
 import sys
@@ -68,9 +76,104 @@ def convert(argv: list[str]) -> int:
     return 0
 
 
+def snapshot_sampling_clients() -> None:
+    """Make sampling clients snapshots in skyrl's JAX backend (see the module docstring)."""
+    from cloudpathlib import AnyPath
+    from skyrl.backends import jax as backend
+
+    impl = backend.JaxBackendImpl
+    original = {
+        name: getattr(impl, name)
+        for name in ("create_model", "delete_model", "optim_step", "load_checkpoint")
+    }
+    original_save = impl.save_sampler_checkpoint
+
+    def state(self: typing.Any) -> tuple[dict[str, str | None], dict[tuple[str, str], int]]:
+        # live: the checkpoint id equal to a model's training weights, None after an update;
+        # snapshots: (model id, checkpoint id) -> adapter slot, least recently used first.
+        if not hasattr(self, "_rollhub_live"):
+            self._rollhub_live, self._rollhub_snapshots = {}, {}
+        return self._rollhub_live, self._rollhub_snapshots
+
+    def save_sampler_checkpoint(
+        self: typing.Any, output_path: typing.Any, model_id: str, **kw: typing.Any
+    ) -> None:
+        original_save(self, output_path, model_id, **kw)
+        state(self)[0][model_id] = Path(str(output_path)).name.removesuffix(".tar.gz")
+
+    def forgetting(name: str) -> typing.Callable[..., typing.Any]:
+        """``name`` changes a model's training weights (or its slot): they match no checkpoint."""
+        signature = inspect.signature(original[name])
+
+        def method(self: typing.Any, *args: typing.Any, **kwargs: typing.Any) -> typing.Any:
+            live, snapshots = state(self)
+            model_id = signature.bind(self, *args, **kwargs).arguments["model_id"]
+            live.pop(model_id, None)
+            for key in list(snapshots):
+                # create_model may pick a slot that holds a snapshot; a deleted model's go.
+                if name == "create_model" or (name == "delete_model" and key[0] == model_id):
+                    del snapshots[key]
+            return original[name](self, *args, **kwargs)
+
+        return method
+
+    def load_sampler_weights(self: typing.Any, prepared_batch: typing.Any) -> list[int]:
+        live, snapshots = state(self)
+        indices: list[int] = []
+        batch = zip(
+            prepared_batch.all_model_ids,
+            prepared_batch.all_checkpoint_ids,
+            prepared_batch.all_checkpoint_paths,
+            strict=True,
+        )
+        for model_id, checkpoint_id, path in batch:
+            if not model_id:
+                indices.append(0)  # the base model
+            elif live.get(model_id) == checkpoint_id:
+                indices.append(self.models[model_id].adapter_index)
+            else:
+                key = (model_id, checkpoint_id)
+                if key in snapshots:
+                    snapshots[key] = snapshots.pop(key)  # most recently used last
+                else:
+                    slot = _free_slot(self, snapshots, in_use=set(indices))
+                    config = self.models[model_id].lora_config
+                    backend.init_lora_adapter(self.model, slot, config)  # rank and scaling
+                    backend.load_lora_checkpoint(self.model, config, slot, AnyPath(path))
+                    snapshots[key] = slot
+                    backend.logger.info(
+                        f"sampling checkpoint {checkpoint_id} of {model_id} in slot {slot}"
+                    )
+                indices.append(snapshots[key])
+        return indices
+
+    impl.save_sampler_checkpoint = save_sampler_checkpoint
+    impl.load_sampler_weights = load_sampler_weights
+    for name in original:
+        setattr(impl, name, forgetting(name))
+
+
+def _free_slot(backend: typing.Any, snapshots: dict[tuple[str, str], int], in_use: set[int]) -> int:
+    """An adapter slot that no training client and no snapshot in this batch uses."""
+    training = {m.adapter_index for m in backend.models.values()}
+    free = set(range(1, backend.config.max_lora_adapters)) - training - set(snapshots.values())
+    if free:
+        return min(free)
+    for key, slot in list(snapshots.items()):  # evict the least recently used
+        if slot not in in_use and slot not in training:
+            del snapshots[key]
+            return slot
+    raise ValueError(
+        "no free LoRA adapter slot for an earlier sampling client's weights: "
+        "raise max_lora_adapters (--max-lora-adapters)"
+    )
+
+
 def engine(argv: list[str]) -> int:
     """Run skyrl's engine loop, creating the ready file once the model is loaded."""
     from skyrl.tinker import engine as skyrl_engine
+
+    snapshot_sampling_clients()
 
     ready_file = os.environ.get(READY_FILE_ENV)
     original_run = skyrl_engine.TinkerEngine.run

@@ -212,6 +212,19 @@ def test_rl_step_through_the_tinker_sdk(server: LocalTinkerServer) -> None:
         lambda: _completion_logprob(updated, prompt, sequences[0].tokens),
     )
     after_penalised = _completion_logprob(updated, prompt, sequences[1].tokens)
+    # A sampling client is a snapshot: the first one still samples the weights it was made
+    # from, and serving it leaves the training weights alone.
+    old = timed(
+        "compute_logprobs (first sampler, after the update)",
+        lambda: _completion_logprob(sampler, prompt, sequences[0].tokens),
+    )
+    assert math.isclose(old, before, abs_tol=0.05)
+    trained = timed(
+        "forward (training weights)",
+        lambda: training.forward(data[:1], "importance_sampling").result(),
+    )
+    learner_after = sum(trained.loss_fn_outputs[0]["logprobs"].tolist()[len(prompt) - 1 :])
+    assert math.isclose(learner_after, after, abs_tol=0.05)
     resampled = timed(
         "sample (new sampler)",
         lambda: updated.sample(types.ModelInput.from_ints(prompt), 2, params).result(),
