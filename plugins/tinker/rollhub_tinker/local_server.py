@@ -14,13 +14,12 @@ or ``~/.cache/rollhub/tinker-local``. Its ``venv/`` is rebuilt only when the pin
 sha256 stamp); ``models/`` holds the converted model; ``state/`` the checkpoints and the SQLite
 database of the server, unless a ``state_dir`` is given.
 
-Limits of skyrl 0.3.0's JAX backend that clients must respect: LoRA only, with adapter slot 0
-taken by the base model (``max_lora_adapters`` 4 leaves 3 training clients; a finished one
-frees its slot after ``session_timeout_sec``). A sampling client samples from its training
-client's own slot: after an update, a sampling client of an earlier version sees the new
-weights, and once a newer one has sampled, an older one reloads its checkpoint *into the
-training slot*, reverting the training weights. Sample only through the newest sampling
-client of a training client (on-policy), or from a separate training client.
+Adapter slots: skyrl's JAX backend trains LoRA only, and slot 0 holds the base model. The
+other ``max_lora_adapters - 1`` slots hold training clients and, through the launcher, the
+weights of earlier sampling clients, so that a sampling client keeps sampling what it was made
+from after its training client moves on (as on hosted Tinker); training slots are never
+overwritten by sampling. One training client with sampling running k versions behind needs
+``max_lora_adapters >= k + 2``. A finished client frees its slot after ``session_timeout_sec``.
 """
 
 from __future__ import annotations
