@@ -132,12 +132,11 @@ def _serve(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, terminate)
     try:
         base_url = server.start(args.port)
-        print(f"ready in {server.ready_seconds:.0f} s", flush=True)
-        print(f"base_url = {base_url}")
-        print(f'base_model = "{server.base_model}"')
-        print("rollhub.toml, e.g. [trainer] and the gateway's tinker backend options:")
-        print(f'  base_url = "{base_url}"\n  api_key = "tml-local"')
+        print(f"ready in {server.ready_seconds:.0f} s: {base_url}")
+        print("in rollhub.toml ([trainer], or the gateway's tinker engine options):")
+        print(f'  base_url = "{base_url}"')
         print(f'  base_model = "{server.base_model}"')
+        print('  api_key = "tml-local"   # any value: the local server does not check it')
         print("serving until Ctrl-C", flush=True)
         while server.running:
             time.sleep(1.0)

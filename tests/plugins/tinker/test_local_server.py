@@ -343,8 +343,8 @@ def test_cli_serve_prints_what_to_configure_and_stops_on_ctrl_c(
             if line.startswith("serving until Ctrl-C"):
                 break
         assert lines and lines[-1].startswith("serving until Ctrl-C"), "\n".join(lines)
-        assert f"base_url = http://127.0.0.1:{port}" in lines
-        assert f'base_model = "{tinker_local_env.model_dir}"' in lines
+        assert f'  base_url = "http://127.0.0.1:{port}"' in lines
+        assert f'  base_model = "{tinker_local_env.model_dir}"' in lines
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/rollhub/ready", timeout=5) as r:
             assert r.status == 200
         # The engine got the backend option, over the default of 4.
