@@ -186,9 +186,13 @@ class TrainingConfig(_Strict):
 
 
 class LoggingConfig(_Strict):
-    """Standard-library logging settings."""
+    """Standard-library logging settings.
 
-    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    The level of the ``rollhub`` loggers: ``rollhub --log-level`` when given, else this
+    ``level`` (default WARNING, the same as the command line's).
+    """
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
     file: str | None = None
 
 

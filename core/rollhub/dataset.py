@@ -17,7 +17,7 @@ def load_jsonl_dataset(
     """Read payloads from a JSONL file; every line must be an object with ``id_field``.
 
     :raises ConfigError: missing file, a line that is not a JSON object, a missing or
-        duplicate id (line number and field named).
+        duplicate id, an id that cannot be a store key part (line number and field named).
     """
     p = Path(path)
     if not p.is_file():
@@ -40,6 +40,7 @@ def load_jsonl_dataset(
                     f"{p}:{lineno}: no {id_field!r} field (experiment.id_field names the prompt id)",
                     field="experiment.id_field",
                 )
+            _check_id(str(pid), p, lineno, id_field)
             if str(pid) in seen:
                 raise ConfigError(f"{p}:{lineno}: duplicate id {pid!r}", field="experiment.dataset")
             seen.add(str(pid))
@@ -49,3 +50,19 @@ def load_jsonl_dataset(
     if not payloads:
         raise ConfigError(f"dataset {str(p)!r} has no prompts", field="experiment.dataset")
     return payloads
+
+
+def _check_id(pid: str, path: Path, lineno: int, id_field: str) -> None:
+    """Ids become one part of store keys (``exp/ID/session.json``): refuse what cannot be."""
+    from rollhub.stores import InvalidKeyError, check_key
+
+    try:
+        check_key(pid)
+        if "/" in pid:
+            raise InvalidKeyError("contains '/'", key=pid)
+    except InvalidKeyError:
+        raise ConfigError(
+            f"{path}:{lineno}: id {pid!r} ({id_field!r}) cannot name a result: ids must not "
+            f"be '.' or '..' nor contain '/', a backslash or a NUL byte; rename it",
+            field="experiment.dataset",
+        ) from None

@@ -15,7 +15,12 @@ from typing import Any
 
 from rollhub.episode import Episode, pass_at_k
 
-__all__ = ["plot_run", "render_summary", "summarize"]
+__all__ = ["can_plot", "failure_causes", "plot_run", "render_summary", "summarize"]
+
+#: how many distinct failure causes a summary lists (the most frequent first)
+TOP_CAUSES = 5
+#: longest error message kept in a cause (the rest is in the episode's own record)
+CAUSE_MESSAGE_CHARS = 300
 
 
 def summarize(
@@ -71,6 +76,7 @@ def summarize(
                   "fork": drift.get("fork", 0), "forked_branches": drift.get("forked_branches", 0),
                   "masked_tokens": masked},
     }
+    out["failure_causes"] = failure_causes(eps)
     if wall_time_s is not None:
         out["wall_time_s"] = wall_time_s
         out["episodes_per_s"] = len(eps) / wall_time_s if wall_time_s > 0 else None
@@ -78,20 +84,55 @@ def summarize(
     return out
 
 
+def failure_causes(episodes: Iterable[Episode], top: int = TOP_CAUSES) -> list[dict[str, Any]]:
+    """The most frequent reasons episodes failed: status, error type, message and count.
+
+    Episodes failing the same way (same status, type and message) count as one cause;
+    ties keep the order in which the causes first appeared.
+    """
+    counts: Counter[tuple[str, str | None, str | None]] = Counter()
+    for e in episodes:
+        if e.ok:
+            continue
+        etype = e.error.type if e.error else None
+        msg = e.error.message[:CAUSE_MESSAGE_CHARS] if e.error and e.error.message else None
+        counts[(e.status, etype, msg)] += 1
+    return [
+        {"status": status, "error_type": etype, "message": msg, "count": n}
+        for (status, etype, msg), n in counts.most_common(top)
+    ]
+
+
 def render_summary(summary: dict[str, Any]) -> Any:
-    """A rich table of a summary."""
+    """A rich table of a summary; failure causes as one row each."""
     from rich.table import Table
 
     table = Table(title="rollhub run summary", show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in summary.items():
+        if key == "failure_causes":
+            for i, cause in enumerate(value, 1):
+                what = f"{cause['error_type']}: {cause['message']}" if cause["error_type"] else "-"
+                table.add_row(f"failure cause {i}",
+                              f"{cause['count']}× {cause['status']} {what}", style="red")
+            continue
         if isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items())
         elif isinstance(value, float):
             value = f"{value:.4g}"
         table.add_row(key, str(value))
     return table
+
+
+def can_plot() -> bool:
+    """Whether matplotlib (the ``plot`` extra) is installed."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("matplotlib") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def plot_run(episodes: Iterable[Episode], path: str | Path) -> Path:

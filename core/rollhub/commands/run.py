@@ -19,15 +19,16 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+from rollhub.commands.checks import check_run_config, load_payloads
 from rollhub.config import RollhubConfig, build_options, load_config
-from rollhub.dataset import load_jsonl_dataset
 from rollhub.episode import Episode
-from rollhub.errors import ConfigError, UsageError
+from rollhub.errors import UsageError
 from rollhub.markers import hookimpl
 
 log = logging.getLogger(__name__)
@@ -50,28 +51,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the subcommand; return the exit code (errors are raised as rollhub errors)."""
+    """Run the subcommand; return the exit code (errors are raised as rollhub errors).
+
+    Everything that can be checked without a rollout is checked before the run directory
+    is created, so a rejected config leaves nothing behind.
+    """
     config_path = _config_path(args)
     cfg = load_config(config_path)
-    if args.max_prompts is not None:
-        cfg.experiment.max_prompts = args.max_prompts
-    if args.n_samples is not None:
-        cfg.experiment.n_samples = args.n_samples
-    if args.no_progress:
-        cfg.experiment.progress = False
-    _configure_logging(cfg)
-    if not cfg.experiment.dataset:
-        raise ConfigError("experiment.dataset is not set; point it at a JSONL file of prompts",
-                          field="experiment.dataset")
-    payloads = load_jsonl_dataset(
-        cfg.path(cfg.experiment.dataset), id_field=cfg.experiment.id_field,
-        limit=cfg.experiment.max_prompts,
-    )
+    _apply_overrides(cfg, args)
+    _configure_logging(cfg, getattr(args, "log_level", None))
+    host = check_run_config(cfg)
+    payloads = load_payloads(cfg)
     if args.resume:
         run_dir = Path(args.resume)
     else:
         run_dir = Path(args.run_dir) if args.run_dir else _new_run_dir(cfg)
-        run_dir.mkdir(parents=True, exist_ok=True)
+        _make_run_dir(run_dir, "--run-dir" if args.run_dir else "experiment.output_dir")
         shutil.copyfile(config_path, run_dir / "rollhub.toml")
         (run_dir / "config.json").write_text(
             json.dumps(cfg.to_toml_dict(), indent=2, sort_keys=True)
@@ -79,16 +74,85 @@ def run(args: argparse.Namespace) -> int:
         (run_dir / "run.json").write_text(
             json.dumps({"config": str(Path(config_path).resolve())}, indent=2)
         )
-    summary = asyncio.run(run_experiment(cfg, payloads, run_dir, resume=bool(args.resume)))
+    _share_plugin_modules(cfg)
+    outputs: dict[str, Any] = {}
+    summary = asyncio.run(
+        run_experiment(cfg, payloads, run_dir, resume=bool(args.resume), host=host,
+                       outputs=outputs)
+    )
     print(f"\nrun directory: {run_dir}")
+    listed = set()
     for name in ("episodes.parquet", "episodes.jsonl", "summary.json", "plots.png",
                  "metrics.jsonl", "training.png", "checkpoints"):
         if (run_dir / name).exists():
+            listed.add(str((run_dir / name).resolve()))
             print(f"  {name:<17} {run_dir / name}")
+    for key, value in outputs.items():
+        # what the trainer's close() reported: its own files, and any other figures
+        if key == "skipped" or (
+            isinstance(value, (str, Path)) and str(Path(value).resolve()) in listed
+        ):
+            continue
+        print(f"  {key:<17} {value}")
+    missing = missing_extras(cfg, outputs)
+    if missing:
+        print(f"\nnote: {' and '.join(missing.values())} need extras: "
+              f"pip install 'rollhub[{','.join(missing)}]'")
     if "episodes" not in summary:  # a training run: it failed loudly if it failed
         return 0
     failed = summary["failed"]
     return 1 if summary["episodes"] and failed == summary["episodes"] else 0
+
+
+_OVERRIDES = (("max_prompts", "--max-prompts"), ("n_samples", "--n-samples"))
+
+
+def _apply_overrides(cfg: RollhubConfig, args: argparse.Namespace) -> None:
+    """Command-line values over the file's; a bad value is a usage error naming the flag."""
+    from pydantic import ValidationError
+
+    for attr, flag in _OVERRIDES:
+        value = getattr(args, attr)
+        if value is None:
+            continue
+        try:
+            setattr(cfg.experiment, attr, value)
+        except ValidationError as exc:
+            msg = exc.errors()[0]["msg"].lower()
+            raise UsageError(
+                f"{flag} {value}: {msg} (experiment.{attr}); pass a positive count"
+            ) from None
+    if args.no_progress:
+        cfg.experiment.progress = False
+
+
+def _make_run_dir(run_dir: Path, field: str) -> None:
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{field}: cannot create the run directory {str(run_dir)!r}: "
+                         f"{exc.strerror or exc}; choose a writable path") from None
+
+
+def _share_plugin_modules(cfg: RollhubConfig) -> None:
+    """Agent workers this process starts load the same ``[plugins] modules`` as the hub."""
+    if not cfg.plugins.modules:
+        return
+    os.environ["ROLLHUB_PLUGIN_MODULES"] = ",".join(cfg.plugins.modules)
+    paths = [str(cfg.base_dir), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+
+
+def missing_extras(cfg: RollhubConfig, outputs: dict[str, Any]) -> dict[str, str]:
+    """Optional outputs this run left out for want of a package: ``{extra: what}``."""
+    from rollhub.report import can_plot
+
+    missing = {}
+    if cfg.trainer.name == "export" and "parquet" in outputs.get("skipped", ()):
+        missing["export"] = "Parquet files"
+    if not can_plot():
+        missing["plot"] = "plots"
+    return missing
 
 
 def _config_path(args: argparse.Namespace) -> str:
@@ -112,42 +176,52 @@ def _config_path(args: argparse.Namespace) -> str:
 
 
 async def run_experiment(
-    cfg: RollhubConfig, payloads: list[dict[str, Any]], run_dir: Path, *, resume: bool = False
+    cfg: RollhubConfig, payloads: list[dict[str, Any]], run_dir: Path, *, resume: bool = False,
+    host: Any = None, outputs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the experiment on a hub; return the summary (also written to ``run_dir``).
 
     A trainer that trains gets the training loop; any other consumes one pass.
+
+    :param host: the plugin host to use (default: built from ``cfg``).
+    :param outputs: filled with what the trainer's ``close()`` returned (its files).
     """
     from rollhub.hub import AsyncHub
 
-    hub = AsyncHub(cfg, run_dir=run_dir)
+    hub = AsyncHub(cfg, host=host, run_dir=run_dir)
+    outputs = outputs if outputs is not None else {}
     trainer_cls, _ = build_options(
         hub.host.registry, "trainer", cfg.trainer.name, cfg.trainer.options, section="trainer"
     )
     if getattr(trainer_cls, "trains", False):
-        return await train(hub, payloads, run_dir, resume=resume)
+        return await train(hub, payloads, run_dir, resume=resume, outputs=outputs)
     if resume:
         raise UsageError(
             f"--resume continues training runs; trainer {cfg.trainer.name!r} does not train"
         )
-    return await consume_once(hub, payloads, run_dir)
+    return await consume_once(hub, payloads, run_dir, outputs=outputs)
 
 
 async def train(hub: Any, payloads: list[dict[str, Any]], run_dir: Path, *,
-                resume: bool) -> dict[str, Any]:
+                resume: bool, outputs: dict[str, Any] | None = None) -> dict[str, Any]:
     """The training loop over ``payloads``; leaves metrics, checkpoints and training.png."""
+    from rollhub.report import can_plot
     from rollhub.training.loop import TrainingLoop
     from rollhub.training.plot import plot_training
 
     cfg = hub.config
-    async with hub:
+    await hub.start()
+    try:
         sinks = build_sinks(hub, run_dir)
         loop = TrainingLoop(hub, payloads, run_dir=run_dir, sinks=sinks, resume=resume,
                             progress=None if cfg.experiment.progress else False)
         try:
             summary = await loop.run()
         finally:
-            plot_training(run_dir / "metrics.jsonl", run_dir / "training.png")
+            if can_plot():
+                plot_training(run_dir / "metrics.jsonl", run_dir / "training.png")
+    finally:
+        (outputs if outputs is not None else {}).update(await hub.close())
     last = summary["last"] or {}
     print(f"trained {summary['steps']}/{summary['total_steps']} steps; weight version "
           f"{summary['weight_version']}; last reward {last.get('reward_mean')}")
@@ -167,12 +241,16 @@ def build_sinks(hub: Any, run_dir: Path) -> list[Any]:
     return sinks
 
 
-async def consume_once(hub: Any, payloads: list[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
-    """One pass: every prompt × n samples, each finished group to the trainer."""
+async def consume_once(hub: Any, payloads: list[dict[str, Any]], run_dir: Path, *,
+                       outputs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One pass: every prompt × n samples, each finished group to the trainer.
+
+    The plot is drawn only when matplotlib is installed (the ``plot`` extra).
+    """
     from rich.console import Console
 
     from rollhub.progress import RolloutProgress
-    from rollhub.report import plot_run, render_summary, summarize, write_summary
+    from rollhub.report import can_plot, plot_run, render_summary, summarize, write_summary
 
     cfg = hub.config
     total = len(payloads) * cfg.experiment.n_samples
@@ -198,14 +276,17 @@ async def consume_once(hub: Any, payloads: list[dict[str, Any]], run_dir: Path) 
 
     hub.host.register(_Observer(), name="rollhub.run.progress", source="builtin")
     with progress:
-        async with hub:
+        await hub.start()
+        try:
             async for group in hub.iter_groups(payloads):
                 episodes.extend(group.episodes)
                 await hub.trainer.consume(group)
+        finally:
+            (outputs if outputs is not None else {}).update(await hub.close())
     wall = time.monotonic() - t0
     summary = summarize(episodes, wall_time_s=wall, success_threshold=cfg.rewards.success_threshold)
     write_summary(summary, run_dir / "summary.json")
-    if episodes:
+    if episodes and can_plot():
         plot_run(episodes, run_dir / "plots.png")
     Console().print(render_summary(summary))
     return summary
@@ -221,10 +302,11 @@ def _new_run_dir(cfg: RollhubConfig) -> Path:
     return path
 
 
-def _configure_logging(cfg: RollhubConfig) -> None:
+def _configure_logging(cfg: RollhubConfig, cli_level: str | None = None) -> None:
+    """``--log-level`` when given wins; else ``[logging] level`` (default WARNING)."""
     root = logging.getLogger()
     if cfg.logging.file:
         handler = logging.FileHandler(cfg.path(cfg.logging.file))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root.addHandler(handler)
-    logging.getLogger("rollhub").setLevel(cfg.logging.level)
+    logging.getLogger("rollhub").setLevel(cli_level or cfg.logging.level)

@@ -46,11 +46,25 @@ class ExportTrainer(Trainer):
         self.exp_id = exp_id
         self.rows: list[dict[str, Any]] = []
         self._jsonl: Any = None
+        #: formats left out because their package is missing (default formats only)
+        self.skipped: list[str] = []
 
     async def start(self) -> None:
-        """Create the run directory (required: the files go there)."""
+        """Create the run directory (required: the files go there).
+
+        Parquet needs pyarrow (the ``export`` extra): when it is missing, a Parquet file
+        asked for in ``trainer.formats`` is an error, the default one is left out.
+        """
         if self.run_dir is None:
             raise UsageError("the export trainer needs a run directory (run_dir)")
+        if "parquet" in self.options.formats and not _has_pyarrow():
+            if "formats" in self.options.model_fields_set:
+                raise UsageError(
+                    "trainer.formats asks for parquet, which needs pyarrow: "
+                    "pip install 'rollhub[export]', or set formats = [\"jsonl\"]"
+                )
+            log.info("pyarrow is not installed: writing JSONL only")
+            self.skipped.append("parquet")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if "jsonl" in self.options.formats:
             path = self.run_dir / f"{self.options.basename}.jsonl"
@@ -69,15 +83,27 @@ class ExportTrainer(Trainer):
         return {"rows": len(self.rows)}
 
     async def close(self) -> dict[str, Any]:
-        """Write every row to each configured format; return ``{format: path}``."""
+        """Write every row to each configured format; return ``{format: path}`` (and
+        ``skipped``: the formats left out for want of a package)."""
         assert self.run_dir is not None
         written = {}
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None
             written["jsonl"] = str(self.run_dir / f"{self.options.basename}.jsonl")
-        if "parquet" in self.options.formats:
+        if "parquet" in self.options.formats and "parquet" not in self.skipped:
             path = write_rows(self.rows, self.run_dir / f"{self.options.basename}.parquet")
             written["parquet"] = str(path)
         log.info("wrote %d episodes to %s", len(self.rows), ", ".join(written.values()))
+        if self.skipped:
+            written["skipped"] = list(self.skipped)
         return written
+
+
+def _has_pyarrow() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("pyarrow") is not None
+    except (ImportError, ValueError):
+        return False

@@ -60,7 +60,7 @@ app = "agent.py:app"
 workers = 1
 
 [store]
-url = "disk://{tmp_path / 'store'}"
+url = "disk://{tmp_path / "store"}"
 
 [trainer]
 name = "export"
@@ -69,7 +69,11 @@ formats = ["jsonl"]
     )
     out = subprocess.run(
         [sys.executable, "-m", "rollhub.cli", "run", "rollhub.toml", "--run-dir", "run"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
