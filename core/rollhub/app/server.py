@@ -280,6 +280,10 @@ class RolloutApp(HealthState, Starlette):
         refused = self._guard.check_callback(request, payload)
         if refused is not None:
             return refused
+        stuck = self.runner.exhausted
+        if stuck is not None:
+            # 503 is transient for clients: they retry, by then on a replacement worker.
+            return JSONResponse({"error": stuck}, status_code=503)
         try:
             run = self.start_rollout(payload, headers=request.headers)
         except InvalidRolloutError as exc:

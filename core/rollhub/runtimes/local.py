@@ -263,6 +263,9 @@ class LocalRuntime(Runtime):
         async with self._capacity:
             while True:
                 live = [w for w in self._workers if w.alive and len(w.sessions) < limit]
+                # A worker failing its liveness checks gets nothing new while others can.
+                healthy = [w for w in live if not w.failures]
+                live = healthy or live
                 if live:
                     return min(live, key=lambda w: len(w.sessions))
                 if not any(w.alive for w in self._workers) and time.monotonic() > deadline:
