@@ -56,7 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     conf.add_argument("--family", action="append", help="run only this family (repeatable)")
     conf.add_argument("--markdown", action="store_true", help="print a Markdown table")
     conf.add_argument(
-        "--via", choices=["both", "http", "direct"], default="both",
+        "--via",
+        choices=["both", "http", "direct"],
+        default="both",
         help="drive sessions through the HTTP API, the Conversation API, or both",
     )
     parser.set_defaults(_gateway_parser=parser)

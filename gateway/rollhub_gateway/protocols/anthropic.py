@@ -259,8 +259,8 @@ class AnthropicMessages(ProtocolAdapter):
             "role": "assistant",
             "model": result.model_id,
             "content": content,
-            "stop_reason": _STOP.get(result.finish_reason, "end_turn"),
-            "stop_sequence": None,
+            "stop_reason": _stop_reason(result),
+            "stop_sequence": result.stop_sequence,
             "usage": {
                 "input_tokens": result.prompt_tokens,
                 "output_tokens": result.completion_tokens,
@@ -376,8 +376,8 @@ class AnthropicMessages(ProtocolAdapter):
                         sse({"type": "content_block_stop", "index": i}, "content_block_stop")
                     )
                 delta = {
-                    "stop_reason": _STOP.get(r.finish_reason, "end_turn"),
-                    "stop_sequence": None,
+                    "stop_reason": _stop_reason(r),
+                    "stop_sequence": r.stop_sequence,
                 }
                 chunks.append(
                     sse(
@@ -400,3 +400,9 @@ class AnthropicMessages(ProtocolAdapter):
     def stream_error(self, err: WireError) -> bytes:
         """An ``error`` event after the stream began."""
         return sse(self.error_body(err), "error")
+
+
+def _stop_reason(r: TurnResult) -> str:
+    if r.stop_sequence is not None and not r.parsed.tool_calls:
+        return "stop_sequence"
+    return _STOP.get(r.finish_reason, "end_turn")

@@ -114,6 +114,8 @@ class TurnResult:
     top_logprobs: list[list[tuple[str, float]]] | None = None
     #: the prompt's token ids exactly as the engine received them
     prompt_ids: list[int] = field(default_factory=list)
+    #: the request's stop sequence that ended the output (cut from ``parsed.content``)
+    stop_sequence: str | None = None
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property

@@ -25,6 +25,7 @@ from rollhub_gateway.config import SessionPolicy
 from rollhub_gateway.metrics import GatewayMetrics, TurnLog
 from rollhub_gateway.protocols.base import RequestedSampling, TurnResult, WireError, WireRequest
 from rollhub_gateway.sessions import Session
+from rollhub_gateway.stop_sequences import StopHoldback, cut_at_stop
 from rollhub_gateway.turns import ChatModel, OutputDelta, PreparedTurn, StreamingParser
 
 __all__ = [
@@ -216,7 +217,10 @@ class TurnRunner:
     def _commit(
         self, plan: TurnPlan, parser: StreamingParser, gen: Generation, engine_ms: float
     ) -> TurnResult:
-        parsed = parser.finish()
+        parsed, stop_sequence = parser.finish(), None
+        if gen.finish_reason == "stop" and plan.params.stop:
+            # the ids keep the stop string (they were sampled); the message does not
+            parsed, stop_sequence = cut_at_stop(parsed, plan.params.stop)
         # the backend knows which weights sampled; else the version when the turn started,
         # so a weight update while this turn sampled does not relabel it
         version = gen.weight_version if gen.weight_version is not None else plan.turn.weight_version
@@ -234,6 +238,7 @@ class TurnRunner:
             token_texts=self._token_texts(plan, gen),
             top_logprobs=self._top_logprobs(plan, gen),
             prompt_ids=plan.prepared.prompt_ids,
+            stop_sequence=stop_sequence,
         )
         self.metrics.turn(
             TurnLog(
@@ -350,13 +355,16 @@ class TurnStream:
         )
         gen: Generation | None = None
         item = self._first
+        holdback = StopHoldback(plan.params.stop)
         try:
             while item is not None:
                 if isinstance(item, Generation):
                     gen = item
                     break
                 for delta in parser.feed(list(item.token_ids)):
-                    yield delta
+                    safe = holdback.feed(delta)
+                    if safe is not None:
+                        yield safe
                 if is_closed is not None and is_closed():
                     raise ClientGone("client disconnected during generation")
                 item = await self._agen.__anext__()
