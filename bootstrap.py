@@ -86,6 +86,12 @@ def main(argv: list[str]) -> int:
         extra = rest[1:] if rest and not rest[0].startswith("-") else rest
         cmd = [str(BIN / "rollhub"), "run", config, *extra]
     else:
+        # The Tinker-compatible training server's own environment, built once and reused
+        # while its pins are unchanged (its tests need it; a few minutes the first time).
+        setup = [str(BIN / "rollhub"), "tinker-local", "setup"]
+        print("+", " ".join(setup), flush=True)
+        if subprocess.call(setup, cwd=ROOT, env=env) != 0:
+            return 1
         cmd = [str(PY), "-m", "pytest", *rest]
     print("+", " ".join(cmd), flush=True)
     return subprocess.call(cmd, cwd=ROOT, env=env)

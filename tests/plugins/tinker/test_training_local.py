@@ -10,6 +10,7 @@ positively-advantaged completion.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,6 @@ import rollhub_tinker.plugin
 from rollhub.testing import make_hub
 from rollhub.training.loop import TrainingLoop
 from rollhub_tinker.datums import episode_datums, to_tinker
-
-from tests.plugins.tinker.local_server import (  # noqa: F401 - fixtures
-    tinker_local_env,
-    tinker_server_factory,
-)
 
 pytestmark = pytest.mark.slow
 
@@ -68,8 +64,15 @@ async def _sampled_logprob(trainer: Any, arrays: Any) -> float:
     return sum(lp for lp, a in zip(learner, arrays.advantages, strict=True) if a)
 
 
-async def test_two_real_training_steps(tmp_path, tinker_server_factory):  # noqa: F811
+async def test_two_real_training_steps(tmp_path, tinker_server_factory):
     server = tinker_server_factory()
+    try:
+        await _train_resume_and_check(tmp_path, server)
+    finally:
+        server.stop()  # 4-5 GB back for the rest of the suite
+
+
+async def _train_resume_and_check(tmp_path: Path, server: Any) -> None:
     payloads = [
         {"id": f"q{i}", "question": f"What is {i} + {i + 3}?", "answer": 2 * i + 3}
         for i in range(1, 5)
@@ -137,3 +140,19 @@ async def test_two_real_training_steps(tmp_path, tinker_server_factory):  # noqa
     # the update is real: the positively-advantaged completion became more likely
     assert first["after"] > first["before"] + 0.05, (first["before"], first["after"])
     assert (tmp_path / "run" / "checkpoints" / "latest").read_text() == "step-000002"
+
+    # resume: the server restores weights and optimizer from the saved state, and the run
+    # goes on at step 2 with version 2
+    cfg = _config(tmp_path, server.base_url)
+    cfg["training"].update(steps=3, epochs=2)  # epoch 1 starts at step 2
+    hub = make_hub(cfg, rollhub_gateway.plugin, rollhub_tinker.plugin, run_dir=tmp_path / "run")
+    async with hub:
+        summary = await TrainingLoop(hub, payloads, run_dir=tmp_path / "run", resume=True).run()
+        resumed = hub.trainer
+    assert resumed.steps_done == 3 and summary["weight_version"] == 3
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    # step 2 was sampled by the restored weights, published as version 2
+    assert rows[2]["weight_version"] == 3 and rows[2]["staleness_max"] == 0
+    state = tmp_path / "run" / "checkpoints" / "step-000002" / "trainer" / "tinker_path.txt"
+    assert state.read_text().startswith("tinker://")
