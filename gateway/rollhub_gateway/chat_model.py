@@ -314,8 +314,12 @@ class HFConversation:
         parsed: ParsedOutput,
         *,
         weight_version: int | None = None,
-    ) -> None:
-        """Record a sampled turn (journal write included) before the response is sent."""
+    ) -> DriftKind:
+        """Record a sampled turn (journal write included) before the response is sent.
+
+        :returns: the turn's drift as committed: a turn prepared as an ``append`` is a
+            ``fork`` when a concurrent turn took its place first.
+        """
         st = prepared.state
         if not isinstance(st, _Pending):
             raise GatewayError(
@@ -358,6 +362,7 @@ class HFConversation:
         self.tree.add(node)
         if self.model.journal is not None:
             self.model.journal.append(self.session_id, node.index, _journal_entry(node))
+        return node.drift
 
     # results ---------------------------------------------------------------------------------
 

@@ -222,6 +222,10 @@ class TrajectoryTree:
                         node.drift = "fork"  # a concurrent turn took the tip first
                 else:
                     prompt = list(node.extra_ids)
+                    if node.drift == "append" and self.branches:
+                        # prepared as the session's first turn, but a concurrent first
+                        # turn committed before it: this one starts a second record
+                        node.drift = "fork"
                     origin = node.parent
                     parent_branch = origin.branch.id if origin and origin.branch else None
                     fork_turn = origin.index if origin else None

@@ -156,8 +156,12 @@ class Conversation(Protocol):
         parsed: ParsedOutput,
         *,
         weight_version: int | None = None,
-    ) -> None:
-        """Record a sampled turn (journal write included) before the response is sent."""
+    ) -> DriftKind | None:
+        """Record a sampled turn (journal write included) before the response is sent.
+
+        Returns the drift as committed (None: as prepared); a concurrent turn that
+        committed first can turn a prepared ``append`` into a ``fork``.
+        """
         ...
 
     def traces(self) -> list[TraceRecord]:

@@ -225,7 +225,9 @@ class TurnRunner:
         # so a weight update while this turn sampled does not relabel it
         version = gen.weight_version if gen.weight_version is not None else plan.turn.weight_version
         try:
-            plan.session.conversation.commit(plan.prepared, gen, parsed, weight_version=version)
+            drift = plan.session.conversation.commit(
+                plan.prepared, gen, parsed, weight_version=version
+            )
         except GatewayError as exc:  # e.g. ids and logprobs of different lengths
             raise self._engine_error(exc) from exc
         plan.session.turns += 1
@@ -250,7 +252,7 @@ class TurnRunner:
                 latency_ms=round((time.perf_counter() - plan.t0) * 1000, 3),
                 engine_ms=round(engine_ms, 3),
                 finish_reason=result.finish_reason,
-                drift=plan.prepared.drift,
+                drift=drift or plan.prepared.drift,
                 stream=plan.request.stream,
                 weight_version=version,
             ),

@@ -76,3 +76,23 @@ def test_concurrent_calls_on_one_tip_fork_instead_of_interleaving(family_model):
         first.num_sampled + second.num_sampled
         == len(out_a) + len(out_b) + len(r.encode("Sure.")) + 1
     )
+
+
+def test_concurrent_first_turns_are_an_append_and_a_fork(family_model):
+    """Two first turns prepared before either commits: the second to commit starts a second
+    record, so it is a fork (drift is decided when a turn is committed)."""
+    model = family_model("qwen2_5")
+    r = model.renderer
+    end = r.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    conv = model.new_conversation("c")
+    msgs = [{"role": "user", "content": "two ideas please"}]
+    a = conv.prepare(ChatTurn(list(msgs)))
+    b = conv.prepare(ChatTurn(list(msgs)))
+    out_a, out_b = [*r.encode("Idea A."), end], [*r.encode("Idea B."), end]
+    conv.commit(b, _gen(out_b), model.parse(out_b))
+    conv.commit(a, _gen(out_a), model.parse(out_a))
+    first, second = conv.traces()
+    assert [t.drift for t in first.turns] == ["append"]
+    assert [t.drift for t in second.turns] == ["fork"]
+    assert first.response_ids == out_b and second.response_ids == out_a
+    assert conv.drift_counts()["append"] == 1 and conv.drift_counts()["fork"] == 1
