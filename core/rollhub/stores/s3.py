@@ -42,6 +42,8 @@ class S3ResultStore(ResultStore):
     :param create_bucket: create the bucket on first use when it does not exist.
     :param max_pool_connections: HTTP connections kept open (many agents write at once).
     :param max_attempts: botocore retry attempts (``adaptive`` mode: backs off on throttling).
+    :param connect_timeout_s: seconds to wait for a connection (botocore's default is 60).
+    :param read_timeout_s: seconds to wait for an answer (botocore's default is 60).
     :param client_options: extra keyword arguments for ``boto3.client`` (credentials…).
 
     Example::
@@ -63,6 +65,8 @@ class S3ResultStore(ResultStore):
         create_bucket: bool = False,
         max_pool_connections: int = 64,
         max_attempts: int = 5,
+        connect_timeout_s: float = 5.0,
+        read_timeout_s: float = 15.0,
         **client_options: Any,
     ) -> None:
         if not bucket or "/" in bucket:
@@ -76,6 +80,10 @@ class S3ResultStore(ResultStore):
         self.create_bucket = create_bucket
         self.max_pool_connections = max_pool_connections
         self.max_attempts = max_attempts
+        # botocore waits 60 s for each by default; a stalled server would hold a rollout's
+        # result (and its slot) for minutes before the failure is reported.
+        self.connect_timeout_s = connect_timeout_s
+        self.read_timeout_s = read_timeout_s
         self.client_options = client_options
         self._client = client
         self._lock = threading.Lock()
@@ -121,6 +129,8 @@ class S3ResultStore(ResultStore):
         config = Config(
             retries={"mode": "adaptive", "max_attempts": self.max_attempts},
             max_pool_connections=self.max_pool_connections,
+            connect_timeout=self.connect_timeout_s,
+            read_timeout=self.read_timeout_s,
         )
         log.debug("S3 client for %s (endpoint %s)", self.url, self.endpoint_url or "AWS")
         return boto3.client(
