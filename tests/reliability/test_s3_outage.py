@@ -49,7 +49,7 @@ def _wait_up(endpoint: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            urllib.request.urlopen(endpoint, timeout=1)  # noqa: S310 - loopback test server
+            urllib.request.urlopen(endpoint, timeout=1)
             return
         except urllib.error.HTTPError:
             return  # any HTTP answer means it is serving
@@ -83,8 +83,8 @@ async def test_s3_killed_and_restarted_mid_run(tmp_path, monkeypatch) -> None:
                 assert reported < 30, f"store errors took {reported:.1f}s"
                 assert sum(rt.load().values()) == 0
 
-                log = open(Path(cwd) / "weed-restart.out", "wb")  # noqa: SIM115
-                restarted = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+                with open(Path(cwd) / "weed-restart.out", "wb") as out:
+                    restarted = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
                 _wait_up(endpoint)
                 started = time.monotonic()
                 after = [await f for f in [client.invoke({"x": i}, timeout=60) for i in range(n)]]
@@ -96,15 +96,11 @@ async def test_s3_killed_and_restarted_mid_run(tmp_path, monkeypatch) -> None:
                 restarted.kill()
                 restarted.wait()
                 assert not pid_alive(restarted.pid)
-    print(
-        "s3-outage figures:",
-        json.dumps(
-            {
-                "rollouts": 2 * n + 8,
-                "store_error": len(during),
-                "lost": 0,
-                "reported_within_s": round(reported, 1),
-                "recovery_s": round(recovery, 1),
-            }  # fmt: skip
-        ),
-    )
+    figures = {
+        "rollouts": 2 * n + 8,
+        "store_error": len(during),
+        "lost": 0,
+        "reported_within_s": round(reported, 1),
+        "recovery_s": round(recovery, 1),
+    }
+    print("s3-outage figures:", json.dumps(figures))
