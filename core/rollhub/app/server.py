@@ -28,6 +28,7 @@ import inspect
 import json
 import logging
 import os
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
@@ -180,6 +181,10 @@ class RolloutApp(HealthState, Starlette):
                 self._registry = default_host()
             store = open_store(url, self._registry, **self._store_options)
             self._stores[url] = store
+            clean = getattr(store, "clean_temp", None)
+            if callable(clean):
+                # Leftovers of writers killed mid-write; off the loop, the tree may be big.
+                threading.Thread(target=clean, name="rollhub-clean-temp", daemon=True).start()
         return store
 
     # HTTP handlers -----------------------------------------------------------------------

@@ -2,7 +2,13 @@
 
 Writes are atomic: the document goes to a temporary file in the key's own directory, is
 flushed to disk, then renamed over the key with :func:`os.replace`. A reader therefore
-sees either no file or the whole document, never a partial one.
+sees either no file or the whole document, never a partial one. A process killed
+mid-write leaves its temporary file behind; :meth:`FileResultStore.clean_temp` removes
+those older than a few minutes (a live write takes milliseconds), and the agent app runs
+it when it opens the store.
+
+Writes never go through a symbolic link inside the root: a link planted there (to
+``/etc`` or another run) would otherwise carry results out of the store.
 """
 
 from __future__ import annotations
@@ -10,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,6 +31,8 @@ __all__ = ["FileResultStore"]
 log = logging.getLogger(__name__)
 
 _TMP_PREFIX = ".tmp-"
+#: Age after which a temporary file is certainly not a write in progress.
+TEMP_MAX_AGE_S = 600.0
 
 
 class FileResultStore(ResultStore):
@@ -70,6 +80,7 @@ class FileResultStore(ResultStore):
         data = _encode(document, key)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
+            self._refuse_links(target, key)
             fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=".json", dir=target.parent)
             try:
                 with os.fdopen(fd, "wb") as fh:
@@ -86,6 +97,45 @@ class FileResultStore(ResultStore):
             raise StoreError(
                 f"could not write {key!r} to {self.url}: {exc}", url=self.url, key=key
             ) from exc
+
+    def _refuse_links(self, target: Path, key: str) -> None:
+        """Raise when any part of ``key`` below the root is a symbolic link."""
+        current = self.root
+        for part in target.relative_to(self.root).parts:
+            current = current / part
+            try:
+                mode = os.lstat(current).st_mode
+            except FileNotFoundError:
+                return  # nothing below a missing entry can be a link yet
+            if stat.S_ISLNK(mode):
+                raise StoreError(
+                    f"refusing to write {key!r} to {self.url}: {str(current)!r} is a symbolic "
+                    f"link; results are only written to real directories inside the store",
+                    url=self.url,
+                    key=key,
+                )
+
+    def clean_temp(self, max_age_s: float = TEMP_MAX_AGE_S) -> int:
+        """Remove temporary files older than ``max_age_s`` (left by killed writers).
+
+        :returns: how many were removed.
+        """
+        if not self.root.is_dir():
+            return 0
+        cutoff = time.time() - max_age_s
+        removed = 0
+        for dirpath, _dirs, files in os.walk(self.root):
+            for fname in files:
+                if not fname.startswith(_TMP_PREFIX):
+                    continue
+                path = os.path.join(dirpath, fname)
+                with contextlib.suppress(OSError):
+                    if os.lstat(path).st_mtime < cutoff:
+                        os.unlink(path)
+                        removed += 1
+        if removed:
+            log.info("removed %d stale temporary files from %s", removed, self.url)
+        return removed
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The document at ``key``, or None when there is none."""
