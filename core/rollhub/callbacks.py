@@ -38,6 +38,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CALLBACK_PATH = "/rollhub/callback"
+#: Stored results up to this size are read on the event loop; larger ones in a thread.
+_INLINE_READ_BYTES = 256 * 1024
 _MAX_HEADER = 16 * 1024
 _MAX_BODY = 1024 * 1024
 
@@ -255,6 +257,10 @@ class _Lost(Exception):
     """The runtime reported the session gone and no result is in the store."""
 
 
+class _TooLarge(Exception):
+    """The stored result is over the client's ``max_result_bytes``."""
+
+
 class _StoreFailed(Exception):
     """The app reported that it could not store the result; no result is in the store."""
 
@@ -284,6 +290,7 @@ class SessionWatch:
         callbacks: bool,
         poll_initial_s: float | None,
         poll_max_s: float | None,
+        max_result_bytes: int | None = None,
     ) -> None:
         self._make_future = make_future
         self._make_outcome = make_outcome
@@ -293,6 +300,7 @@ class SessionWatch:
         self._attempts = submit_attempts
         self._submit_backoff = submit_backoff
         self._poll = poll_schedule(callbacks=callbacks, initial_s=poll_initial_s, max_s=poll_max_s)
+        self._max_result_bytes = max_result_bytes
         self._loop: asyncio.AbstractEventLoop | None = None
         self._live: dict[str, Any] = {}
         self._signals: dict[str, asyncio.Future[tuple[str, Any]]] = {}
@@ -356,6 +364,9 @@ class SessionWatch:
             self.end_early(fut, "timeout", f"no result within {timeout} s")
         except _Lost as exc:
             self._resolve(fut, "agent_error", error=_error("SessionLost", str(exc)))
+        except _TooLarge as exc:
+            self._resolve(fut, "agent_error", error=_error("ResultTooLarge", str(exc)))
+            self._in_background(self._runtime.finish(sid))
         except _StoreFailed as exc:
             self._resolve(fut, "store_error", error=_error("StoreError", str(exc)))
             self._in_background(self._runtime.finish(sid))
@@ -436,10 +447,22 @@ class SessionWatch:
 
     async def _read(self, key: str) -> dict[str, Any] | None:
         self.stats["store_reads"] += 1
-        if getattr(self._store, "name", None) == "file":
-            # A small local file reads in microseconds; a thread hop costs more than the
-            # read and contends for the GIL at hundreds of rollouts a second.
-            return self._store.get(key)
+        path = getattr(self._store, "path", None)
+        if getattr(self._store, "name", None) == "file" and callable(path):
+            try:
+                size = path(key).stat().st_size
+            except OSError:
+                return None  # not written yet (or unreadable: get() below would say why)
+            limit = self._max_result_bytes
+            if limit is not None and size > limit:
+                raise _TooLarge(
+                    f"the stored result {key} is {size} bytes, over max_result_bytes={limit}; "
+                    f"return less from the agent or raise the client's max_result_bytes"
+                )
+            if size <= _INLINE_READ_BYTES:
+                # A small local file reads in microseconds; a thread hop costs more than the
+                # read and contends for the GIL at hundreds of rollouts a second.
+                return self._store.get(key)
         return await asyncio.to_thread(self._store.get, key)
 
     # Resolution ---------------------------------------------------------------------------

@@ -256,6 +256,10 @@ class AsyncRolloutClient:
     :param poll_max_s: longest gap between store polls.
     :param close_runtime: also close the runtime in :meth:`close`.
     :param progress: default of ``run_batch_async(progress=...)``.
+    :param max_result_bytes: a ``file://`` result larger than this ends its rollout as
+        ``agent_error`` (``ResultTooLarge``) without being parsed: parsing holds the
+        interpreter lock however it is run, so a huge result would stall every other
+        rollout of this client. None: no limit.
     """
 
     def __init__(
@@ -275,6 +279,7 @@ class AsyncRolloutClient:
         poll_max_s: float | None = None,
         close_runtime: bool = False,
         progress: bool | None = None,
+        max_result_bytes: int | None = 64 * 1024 * 1024,
     ) -> None:
         if isinstance(store, str):
             from rollhub.stores import open_store
@@ -286,6 +291,11 @@ class AsyncRolloutClient:
             raise ConfigError(str(exc), field="exp_id") from exc
         if callbacks not in (True, False, "auto"):
             raise ConfigError(f"callbacks={callbacks!r}: use True, False or 'auto'")
+        if max_result_bytes is not None and max_result_bytes < 1:
+            raise ConfigError(
+                f"max_result_bytes={max_result_bytes!r} must be >= 1 (or None for no limit)",
+                field="max_result_bytes",
+            )
         if submit_attempts < 1:
             raise ConfigError(f"submit_attempts={submit_attempts!r} must be >= 1")
         self.runtime = runtime
@@ -311,6 +321,7 @@ class AsyncRolloutClient:
             callbacks=self._use_callbacks,
             poll_initial_s=poll_initial_s,
             poll_max_s=poll_max_s,
+            max_result_bytes=max_result_bytes,
         )
         self._server: CallbackServer | None = None
         self._started = False

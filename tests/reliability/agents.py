@@ -82,3 +82,11 @@ _registry.add_store(FileResultStore)
 _registry.add_store(FullDiskStore)
 full_disk = RolloutApp(registry=_registry)
 full_disk.rollout_entrypoint(_noop)
+
+
+huge = RolloutApp()
+
+
+@huge.rollout_entrypoint
+def _huge(payload: dict[str, Any]) -> dict[str, Any]:
+    return {"rewards": 1.0, "blob": "x" * int(payload.get("bytes", 0))}
