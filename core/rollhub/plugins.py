@@ -6,6 +6,13 @@ that fails to import becomes a :class:`~rollhub.errors.PluginLoadError` record (
 ``rollhub plugins``) and never hides the others. A user's own plugin can also be registered
 in code (:meth:`PluginHost.register`) or from config (``[plugins] modules = ["pkg.mod"]``).
 
+Order: the built-ins are registered first, then installed plugins in entry-point name
+order, then ``[plugins] modules`` in the order listed, then plugins registered in code.
+pluggy calls implementations in reverse registration order (the last registered first),
+after any marked ``tryfirst`` and before any marked ``trylast``. For a firstresult hook
+that means the plugin registered last answers; two plugins competing for one (neither
+marked) get a warning, and ``rollhub plugins`` shows which answers.
+
 Switches:
 
 - ``ROLLHUB_DISABLE_PLUGINS``: comma-separated entry-point names not to load.
@@ -113,7 +120,7 @@ class PluginHost:
             self.registry.load_failures[ep.name] = err
 
         # Disabled plugins must not even be imported, so they are left out by name.
-        names = [ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)]
+        names = sorted({ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)})
         for name in sorted(skip & set(names)):
             log.info("plugin %s disabled by ROLLHUB_DISABLE_PLUGINS", name)
         mgr = NamedExtensionManager(
@@ -121,6 +128,7 @@ class PluginHost:
             names=[n for n in names if n not in skip],
             invoke_on_load=False,
             on_load_failure_callback=on_failure,
+            name_order=True,
         )
         for ext in mgr.extensions:
             dist, version = _dist_of(ext.entry_point)
@@ -184,7 +192,7 @@ class PluginHost:
         self.plugins[name] = record
         snapshot = self.registry.snapshot()
         try:
-            with self.registry.attributed_to(name, distribution, version):
+            with self.registry.attributed_to(name, distribution, version, source=source):
                 self._register_hooks(plugin, name)
         except Exception:
             # leave no half-registered plugin behind: its hooks and components go
@@ -202,12 +210,69 @@ class PluginHost:
             self.pm.register(plugin, name=name)
         except pluggy.PluginValidationError as exc:
             raise PluginError(f"plugin {name!r} is invalid: {exc}", plugin=name) from exc
+        self._check_no_async_firstresult(name)
         if not self._historic_done:
             self.pm.hook.rollhub_addhooks.call_historic(kwargs={"pluginmanager": self.pm})
             self.pm.hook.rollhub_register_components.call_historic(
                 kwargs={"registry": self.registry}
             )
             self._historic_done = True
+
+    def _check_no_async_firstresult(self, name: str) -> None:
+        """An ``async def`` firstresult implementation always wins with a coroutine (never
+        None), so it could never decline: refuse it at registration."""
+        plugin = self.pm.get_plugin(name)
+        for caller in self.pm.get_hookcallers(plugin) or []:
+            if not (caller.spec and caller.spec.opts.get("firstresult")):
+                continue
+            for impl in caller.get_hookimpls():
+                if impl.plugin_name == name and inspect.iscoroutinefunction(impl.function):
+                    raise PluginError(
+                        f"plugin {name!r}: {caller.name} is a firstresult hook and cannot be "
+                        f"'async def' (a coroutine is never None, so it could never decline); "
+                        f"write a plain 'def' that returns an awaitable, or None to decline",
+                        plugin=name,
+                    )
+
+    def competing(self) -> list[tuple[str, list[str]]]:
+        """Firstresult hooks that several plugins implement: ``(hook, plugins)``, the plugin
+        that answers first. Built-in defaults (``trylast``) are left out."""
+        out = []
+        for hook_name in sorted(h for h in dir(self.pm.hook) if h.startswith("rollhub_")):
+            caller = getattr(self.pm.hook, hook_name)
+            if not (caller.spec and caller.spec.opts.get("firstresult")):
+                continue
+            # get_hookimpls() is in reverse call order
+            impls = [i for i in reversed(caller.get_hookimpls()) if not i.hookwrapper
+                     and not i.wrapper and self._source(i.plugin_name) != "builtin"]
+            if len(impls) > 1:
+                out.append((hook_name, [i.plugin_name for i in impls]))
+        return out
+
+    def warn_competition(self) -> None:
+        """Warn when two plugins compete for a firstresult hook without saying which goes
+        first (``tryfirst``/``trylast``): only one of them will ever answer."""
+        for hook_name, plugins in self.competing():
+            caller = getattr(self.pm.hook, hook_name)
+            ordered = {i.plugin_name for i in caller.get_hookimpls() if i.tryfirst or i.trylast}
+            if len(set(plugins) - ordered) > 1:
+                log.warning(
+                    "plugins %s all implement %s, which only one can answer: %r answers first "
+                    "(registered last); mark the intended one @hookimpl(tryfirst=True) or "
+                    "disable the others", ", ".join(map(repr, plugins)), hook_name, plugins[0],
+                )
+
+    def _source(self, plugin_name: str) -> str:
+        rec = self.plugins.get(plugin_name)
+        return rec.source if rec else "code"
+
+    def hooks_of(self, plugin_name: str) -> list[str]:
+        """The ``rollhub_`` hooks a plugin implements (registration hooks left out)."""
+        plugin = self.pm.get_plugin(plugin_name)
+        if plugin is None:
+            return []
+        skip = {"rollhub_register_components", "rollhub_addhooks"}
+        return sorted(c.name for c in self.pm.get_hookcallers(plugin) or [] if c.name not in skip)
 
     def check_pending(self) -> None:
         """Raise when a plugin implements a ``rollhub_`` hook that no spec declares."""
@@ -240,6 +305,7 @@ def build_host(
     for plugin in plugins:
         host.register(plugin)
     host.check_pending()
+    host.warn_competition()
     return host
 
 
@@ -262,20 +328,59 @@ def default_host() -> PluginHost:
 def check_config(host: PluginHost, config: Any) -> None:
     """Validate plugin settings: unknown ``[plugins.<name>]`` tables and each plugin's own.
 
+    A pydantic ``ValidationError`` raised by a plugin's ``rollhub_check_config`` becomes a
+    :class:`ConfigError` naming ``plugins.<plugin>.<field>``.
+
     :raises ConfigError: naming the table or field and the fix.
     """
+    from pydantic import ValidationError
+
     from rollhub.errors import ConfigError
 
-    loaded = {n for n, r in host.plugins.items() if r.error is None}
     for table in sorted(config.plugins.model_extra or {}):
-        if table not in loaded:
-            installed = ", ".join(sorted(n for n, r in host.plugins.items() if r.source == "entry point"))
+        record = host.plugins.get(table)
+        if record is not None and record.error is not None:
             raise ConfigError(
-                f"[plugins.{table}] configures a plugin that is not loaded; loaded plugins: "
-                f"{installed or 'none'} (install the plugin or remove the table)",
+                f"[plugins.{table}] configures plugin {table!r}, which failed to load: "
+                f"{record.error.error}; fix or reinstall it (see 'rollhub plugins')",
                 field=f"plugins.{table}",
             )
-    host.hook.rollhub_check_config(config=config, registry=host.registry)
+        if record is None or record.source == "builtin":
+            loaded = sorted(n for n, r in host.plugins.items()
+                            if r.error is None and r.source in ("entry point", "config"))
+            raise ConfigError(
+                f"[plugins.{table}] configures a plugin that is not loaded; loaded plugins: "
+                f"{', '.join(loaded) or 'none'} (install the plugin, add its module to "
+                f"[plugins] modules, or remove the table)",
+                field=f"plugins.{table}",
+            )
+    caller = host.hook.rollhub_check_config
+    given = {"config": config, "registry": host.registry}
+    for impl in reversed(caller.get_hookimpls()):
+        try:
+            impl.function(**{a: given[a] for a in impl.argnames})
+        except ValidationError as exc:
+            raise ConfigError(_settings_error(impl.plugin_name, exc),
+                              field=_settings_field(impl.plugin_name, exc)) from None
+
+
+def _settings_field(plugin: str, exc: Any) -> str:
+    loc = ".".join(str(p) for p in exc.errors()[0]["loc"])
+    return f"plugins.{plugin}.{loc}" if loc else f"plugins.{plugin}"
+
+
+def _settings_error(plugin: str, exc: Any) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        field = f"plugins.{plugin}.{loc}" if loc else f"plugins.{plugin}"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"unknown key {field!r}; remove it or check its spelling")
+        elif err["type"] == "missing":
+            parts.append(f"{field}: required; add it to [plugins.{plugin}]")
+        else:
+            parts.append(f"{field}: {err['msg']} (got {err.get('input')!r})")
+    return "; ".join(parts)
 
 
 async def resolve(value: T | Awaitable[T]) -> T:
@@ -291,8 +396,29 @@ async def call_all(hook: Any, **kwargs: Any) -> list[Any]:
 
 
 async def call_first(hook: Any, **kwargs: Any) -> Any:
-    """Call a firstresult hook and await its result when it is awaitable."""
-    return await resolve(hook(**kwargs))
+    """Call a firstresult hook and await its result when it is awaitable.
+
+    :raises PluginError: the answer is not what the hook's spec promises (a
+        ``rollhub_submit_rollout`` that gave no :class:`~rollhub.rollout.SubmitReceipt`),
+        naming the hook and the plugins implementing it.
+    """
+    result = await resolve(hook(**kwargs))
+    expected = _answer_types().get(getattr(hook, "name", ""))
+    if expected is not None and not isinstance(result, expected):
+        plugins = [i.plugin_name for i in reversed(hook.get_hookimpls())]
+        raise PluginError(
+            f"{hook.name} answered {type(result).__name__} ({result!r:.80}), expected "
+            f"{' or '.join(t.__name__ for t in expected)}; implemented by "
+            f"{', '.join(plugins)}: a plugin must return None to decline, or (an awaitable "
+            f"of) the answer"
+        )
+    return result
+
+
+def _answer_types() -> dict[str, tuple[type, ...]]:
+    from rollhub.rollout import SubmitReceipt
+
+    return {"rollhub_submit_rollout": (SubmitReceipt,)}
 
 
 def _env_list(var: str) -> list[str]:

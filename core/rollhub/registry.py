@@ -3,6 +3,12 @@
 Plugins fill it from their ``rollhub_register_components(registry)`` hook. Each component
 class names itself with a ``name`` class attribute (the word users write in config) and may
 carry a pydantic ``Options`` model that validates its config section.
+
+The core's kinds are :data:`KINDS`; a plugin may declare more with
+:meth:`ComponentRegistry.add_kind` (then register components of it with ``add(kind, cls)``).
+An unknown name gets an install hint when some distribution is known to provide it:
+:data:`KNOWN_DISTRIBUTIONS`, plus what plugins add with
+:meth:`ComponentRegistry.add_install_hint`.
 """
 
 from __future__ import annotations
@@ -11,22 +17,14 @@ import contextlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from rollhub.errors import PluginError, UnknownComponentError
 
 log = logging.getLogger(__name__)
 
-ComponentKind = Literal[
-    "runtime",
-    "store",
-    "token_source",
-    "sampling_backend",
-    "trainer",
-    "framework",
-    "sandbox_provider",
-    "metric_sink",
-]
+#: a component kind: one of :data:`KINDS` or one a plugin declared with ``add_kind``
+ComponentKind = str
 
 KINDS: tuple[ComponentKind, ...] = (
     "runtime",
@@ -40,7 +38,8 @@ KINDS: tuple[ComponentKind, ...] = (
 )
 
 #: Components that ship in rollhub distributions other than the core, so that an error can
-#: say which distribution to install.
+#: say which distribution to install even when that distribution is absent (data only: the
+#: core imports none of them).
 KNOWN_DISTRIBUTIONS: dict[tuple[str, str], str] = {
     ("token_source", "gateway"): "rollhub-gateway",
     ("token_source", "rllm"): "rollhub-rllm",
@@ -72,6 +71,7 @@ class ComponentInfo:
     plugin: str
     distribution: str | None
     version: str | None
+    source: str = "code"
 
 
 class ComponentRegistry:
@@ -79,9 +79,32 @@ class ComponentRegistry:
 
     def __init__(self) -> None:
         self._components: dict[ComponentKind, dict[str, ComponentInfo]] = {k: {} for k in KINDS}
-        self._current_plugin: tuple[str, str | None, str | None] = ("<code>", None, None)
+        #: kind -> (description, plugin that declared it)
+        self.kinds: dict[ComponentKind, tuple[str, str]] = {k: ("", "rollhub") for k in KINDS}
+        self._current_plugin: tuple[str, str | None, str | None, str] = (
+            "<code>", None, None, "code"
+        )
         #: plugins that failed to load, by plugin name; consulted when a lookup misses.
         self.load_failures: dict[str, Any] = {}
+        #: install hints added by plugins, over :data:`KNOWN_DISTRIBUTIONS`
+        self.install_hints: dict[tuple[str, str], str] = {}
+
+    def add_kind(self, kind: str, description: str = "") -> None:
+        """Declare a new component kind (``add(kind, cls)`` then registers components of it).
+
+        Declaring a kind that exists is allowed when nothing differs (plugins may share one).
+        """
+        if not kind.isidentifier() or not kind.islower():
+            raise PluginError(f"component kind {kind!r} must be a lowercase identifier")
+        if kind not in self._components:
+            self._components[kind] = {}
+            self.kinds[kind] = (description, self._current_plugin[0])
+            log.debug("component kind %r declared by %s", kind, self._current_plugin[0])
+
+    def add_install_hint(self, kind: str, name: str, distribution: str) -> None:
+        """Say that ``distribution`` (``pkg`` or ``pkg[extra]``) provides ``kind`` ``name``,
+        so a config naming it without that installed gets the ``pip install`` to run."""
+        self.install_hints[(kind, name)] = distribution
 
     # Registration -------------------------------------------------------------------------
 
@@ -92,22 +115,27 @@ class ComponentRegistry:
         a name already taken is a :class:`PluginError` naming both plugins.
         """
         if kind not in self._components:
-            raise PluginError(f"unknown component kind {kind!r}; kinds: {', '.join(KINDS)}")
+            raise PluginError(
+                f"unknown component kind {kind!r}; kinds: {', '.join(self._components)} "
+                f"(a plugin declares a new kind with registry.add_kind({kind!r}) first)"
+            )
         name = getattr(cls, "name", None)
         if not isinstance(name, str) or not name:
             raise PluginError(
                 f"{cls.__module__}.{cls.__qualname__} has no 'name' class attribute; "
                 f"set name = '<config word>' on the class"
             )
-        plugin, dist, version = self._current_plugin
+        plugin, dist, version, source = self._current_plugin
         existing = self._components[kind].get(name)
         if existing is not None and existing.cls is not cls:
             raise PluginError(
                 f"two {kind} components are named {name!r}: {_qualname(existing.cls)} "
                 f"(plugin {existing.plugin}) and {_qualname(cls)} (plugin {plugin}); "
-                f"rename one or disable a plugin with ROLLHUB_DISABLE_PLUGINS"
+                + _duplicate_fix(existing, plugin, source)
             )
-        self._components[kind][name] = ComponentInfo(kind, name, cls, plugin, dist, version)
+        self._components[kind][name] = ComponentInfo(
+            kind, name, cls, plugin, dist, version, source
+        )
         log.debug("registered %s %r from %s", kind, name, plugin)
         return cls
 
@@ -145,11 +173,15 @@ class ComponentRegistry:
 
     @contextlib.contextmanager
     def attributed_to(
-        self, plugin: str, distribution: str | None, version: str | None
+        self, plugin: str, distribution: str | None, version: str | None, *, source: str = "code"
     ) -> Iterator[None]:
-        """Components added inside this block are recorded as coming from ``plugin``."""
+        """Components added inside this block are recorded as coming from ``plugin``.
+
+        :param source: how the plugin was loaded (``builtin``, ``entry point``, ``config``,
+            ``code``), for the fix an error suggests.
+        """
         previous = self._current_plugin
-        self._current_plugin = (plugin, distribution, version)
+        self._current_plugin = (plugin, distribution, version, source)
         try:
             yield
         finally:
@@ -164,8 +196,9 @@ class ComponentRegistry:
         return {kind: dict(entries) for kind, entries in self._components.items()}
 
     def restore(self, snapshot: dict[ComponentKind, dict[str, ComponentInfo]]) -> None:
-        """Return to a :meth:`snapshot`."""
+        """Return to a :meth:`snapshot` (kinds declared since are dropped too)."""
         self._components = {kind: dict(entries) for kind, entries in snapshot.items()}
+        self.kinds = {k: v for k, v in self.kinds.items() if k in self._components}
 
     # Lookup -------------------------------------------------------------------------------
 
@@ -193,34 +226,59 @@ class ComponentRegistry:
 
     def names(self, kind: ComponentKind) -> list[str]:
         """Sorted config words registered for ``kind``."""
-        return sorted(self._components[kind])
+        return sorted(self._components.get(kind, {}))
 
     def all(self) -> list[ComponentInfo]:
-        """Every registered component, ordered by kind then name."""
-        return [self._components[k][n] for k in KINDS for n in sorted(self._components[k])]
+        """Every registered component, ordered by kind (the core's first) then name."""
+        return [self._components[k][n] for k in self._components
+                for n in sorted(self._components[k])]
 
     def _missing_message(self, kind: str, name: str, field: str | None) -> str:
         where = f" ({field})" if field else ""
+        if kind not in self._components:
+            return (f"no component kind {kind!r}{where}; kinds: {', '.join(self._components)} "
+                    f"(is the plugin that declares it installed? see 'rollhub plugins')")
         installed = ", ".join(sorted(self._components.get(kind, {}))) or "none"
         msg = f"no {kind.replace('_', ' ')} named {name!r}{where}; installed: {installed}"
-        dist = KNOWN_DISTRIBUTIONS.get((kind, name))
+        dist = {**KNOWN_DISTRIBUTIONS, **self.install_hints}.get((kind, name))
         if dist is not None:
-            failed = [p for p, f in self.load_failures.items() if _dist_of(f) == dist.split("[")[0]]
+            base = dist.split("[")[0]
+            failed = [p for p, f in self.load_failures.items() if _dist_of(f) == base]
             if failed:
                 msg += f"; plugin {failed[0]!r} from {dist} is installed but failed to load: "
                 msg += str(self.load_failures[failed[0]])
-            elif _installed(dist.split("[")[0]):
+            elif _installed(base):
                 msg += (
-                    f"; {dist.split('[')[0]} is installed but this version provides no "
+                    f"; {base} is installed but this version provides no "
                     f"{kind.replace('_', ' ')} {name!r} (upgrade it, or check its extras: {dist})"
                 )
             else:
                 msg += f"; it ships in {dist}: pip install '{dist}'"
-        else:
-            close = [n for n in self._components.get(kind, {}) if _similar(n, name)]
-            if close:
-                msg += f"; did you mean {close[0]!r}?"
+            return msg
+        close = [n for n in self._components.get(kind, {}) if _similar(n, name)]
+        if close:
+            msg += f"; did you mean {close[0]!r}?"
+        if self.load_failures:
+            # the component may live in a plugin that could not load: say so, and how to see why
+            failed = ", ".join(
+                f"{p!r} ({getattr(f, 'error', f)})" for p, f in sorted(self.load_failures.items())
+            )
+            msg += (f"; plugins that failed to load, which may provide it: {failed} "
+                    f"(fix them; 'rollhub plugins' shows why)")
         return msg
+
+
+def _duplicate_fix(existing: ComponentInfo, plugin: str, source: str) -> str:
+    """What to do about two components with one name; disabling applies to entry points."""
+    disable = [p for p, s in ((existing.plugin, existing.source), (plugin, source))
+               if s == "entry point"]
+    fixes = ["rename one"]
+    if existing.source == "builtin" or source == "builtin":
+        fixes = [f"rename the plugin's component: {existing.name!r} is a built-in name"]
+    if disable:
+        fixes.append(f"disable {' or '.join(map(repr, disable))} with "
+                     f"ROLLHUB_DISABLE_PLUGINS={disable[-1]}")
+    return " or ".join(fixes)
 
 
 def _qualname(cls: type) -> str:
