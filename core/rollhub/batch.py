@@ -167,12 +167,22 @@ def _resumed_item(index: int, input_id: str, key: str, doc: dict[str, Any]) -> B
         index=index,
         input_id=input_id,
         session_id=key.rsplit("/", 1)[-1][: -len(".json")],
-        status="ok" if view.status == "ok" else "agent_error",
+        status="ok" if view.status == "ok" else _stored_error_status(error),
         result=view.result,
         error=error,
         elapsed=view.meta.get("elapsed_s"),
         resumed=True,
     )
+
+
+def _stored_error_status(error: ErrorInfo | None) -> Status:
+    """The status a stored error document stands for (as the run that wrote it reported)."""
+    kind = error.type if error is not None else ""
+    if kind == "RolloutTimeout":
+        return "timeout"
+    if kind == "CancelledError":
+        return "cancelled"
+    return "agent_error"
 
 
 def _item(index: int, fut: RolloutFuture) -> BatchItem:

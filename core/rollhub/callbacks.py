@@ -325,6 +325,9 @@ class SessionWatch:
             from rollhub.errors import UsageError
 
             raise UsageError(f"session_id {sid!r} is already running in this client; use a new id")
+        if timeout is not None and request.rollout.deadline_at is None:
+            # The app stores anything that ends later as a timeout, as this client reports it.
+            request.rollout.deadline_at = time.time() + timeout
         fut = self._make_future(request, self._loop, self)
         self._live[sid] = fut
         # Registered before submission: a fast agent may call back before submit returns.
@@ -361,7 +364,14 @@ class SessionWatch:
                 doc = await self._await_document(fut)
             self._resolve_document(fut, doc)
         except TimeoutError:
-            self.end_early(fut, "timeout", f"no result within {timeout} s")
+            # One last look: a result stored just before the deadline wins over the timer.
+            doc = None
+            with contextlib.suppress(Exception):
+                doc = await asyncio.wait_for(self._read(fut.result_key), 1.0)
+            if doc is not None and _finished_in_time(doc, fut.request.rollout.deadline_at):
+                self._resolve_document(fut, doc)
+            else:
+                self.end_early(fut, "timeout", f"no result within {timeout} s")
         except _Lost as exc:
             self._resolve(fut, "agent_error", error=_error("SessionLost", str(exc)))
         except _TooLarge as exc:
@@ -482,7 +492,7 @@ class SessionWatch:
         else:
             err = view.error or {}
             etype = str(err.get("type") or "UnknownError")
-            status = "cancelled" if etype == "CancelledError" else "agent_error"
+            status = _ERROR_STATUS.get(etype, "agent_error")
             info = _error(etype, str(err.get("message") or ""), err.get("traceback"))
             self._resolve(fut, status, result=view.result, error=info, document=doc)
         self._in_background(self._runtime.finish(fut.session_id))
@@ -536,6 +546,18 @@ class SessionWatch:
         if self._background:
             await asyncio.wait(list(self._background), timeout=timeout)
         self._runtime.remove_session_lost(self.lost)
+
+
+#: stored error types that are not the agent's failure
+_ERROR_STATUS = {"CancelledError": "cancelled", "RolloutTimeout": "timeout"}
+
+
+def _finished_in_time(doc: dict[str, Any], deadline_at: float | None) -> bool:
+    meta = doc.get("_rollhub") if isinstance(doc, dict) else None
+    finished = meta.get("finished_at") if isinstance(meta, dict) else None
+    if not isinstance(finished, int | float):
+        return False
+    return deadline_at is None or finished <= deadline_at
 
 
 async def _best_effort(coro: Any) -> None:

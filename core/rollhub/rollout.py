@@ -74,6 +74,11 @@ class RolloutConfig(BaseModel):
     callback_url: str | None = Field(None, description="where to POST completion notices")
     weight_version: int | None = Field(None, description="policy version that serves the rollout")
     sample_index: int | None = Field(None, description="index of this sample in its group")
+    deadline_at: float | None = Field(
+        None,
+        description="epoch seconds by which the client needs the result; the app stores a "
+        "result that finishes later as a RolloutTimeout error, matching what the client reported",
+    )
 
     @model_validator(mode="before")
     @classmethod

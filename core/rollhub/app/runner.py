@@ -153,6 +153,21 @@ class RolloutRunner:
         except BaseException as exc:
             error = exc
         finished = time.time()
+        if rollout.deadline_at is not None and finished > rollout.deadline_at:
+            # The client has already reported this rollout as timed out (and its cancel
+            # may be what ended it): store that, so a later resume agrees with the run.
+            if error is None:
+                was = "ok"
+            elif isinstance(error, dict):
+                was = str(error.get("type"))
+            else:
+                was = type(error).__name__
+            error = {
+                "type": "RolloutTimeout",
+                "message": f"the rollout ended ({was}) {finished - rollout.deadline_at:.3f}s "
+                f"after its deadline; the client reported it as timed out",
+                "traceback": None,
+            }
         # Building (validation, redaction) and writing run in threads: a large result must
         # not stall /ping. A cancel arriving now waits for the write to land.
         finish = asyncio.ensure_future(
