@@ -13,6 +13,7 @@ The tree::
     │   ├── RewardError                      a reward hook failed or returned bad values
     │   └── RolloutTimeout (+TimeoutError)   no result within the deadline
     ├── StoreError                           a result store could not read or write
+    ├── ExportError                          episodes could not be written to an export file
     ├── GatewayError                         the token-capture gateway failed
     └── UsageError (+RuntimeError)           the API was used the wrong way
 
@@ -27,6 +28,7 @@ from typing import Any
 
 __all__ = [
     "ConfigError",
+    "ExportError",
     "GatewayError",
     "PluginError",
     "PluginLoadError",
@@ -104,6 +106,10 @@ class RolloutTimeout(RolloutFailed, TimeoutError):
 
 class StoreError(RollhubError):
     """A result store failed to read or write (I/O, permissions, the S3 service)."""
+
+
+class ExportError(RollhubError):
+    """Episodes could not be written to an export file (full disk…). Context: ``path``."""
 
 
 class GatewayError(RollhubError):

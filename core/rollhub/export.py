@@ -32,23 +32,31 @@ traces               list<struct> — :class:`rollhub.trace.TraceRecord` fields;
 Free-form dicts are JSON text so the schema never changes with agent output. Load with
 ``pandas.read_parquet``, ``datasets.load_dataset("parquet", data_files=...)`` or
 :func:`read_episodes`.
+
+Readers never see a torn line: :func:`write_rows` writes a temporary file and renames it,
+and :class:`JsonlAppender` (rows appended while a run goes on) cuts a line that could not
+be written completely (a full disk) back off before it raises :class:`ExportError`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from rollhub.episode import Episode, ErrorInfo
-from rollhub.errors import UsageError
+from rollhub.errors import ExportError, UsageError
 from rollhub.trace import TraceRecord
 
 EXPORT_SCHEMA_VERSION = 1
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "EXPORT_SCHEMA_VERSION",
+    "JsonlAppender",
     "arrow_schema",
     "episode_from_row",
     "episode_to_row",
@@ -106,7 +114,9 @@ def episode_from_row(row: dict[str, Any]) -> Episode:
         t = dict(t)
         t["metadata"] = json.loads(t["metadata"]) if isinstance(t.get("metadata"), str) else {}
         traces.append(TraceRecord.model_validate(t))
-    error = ErrorInfo(row["error_type"], row["error_message"] or "") if row.get("error_type") else None
+    error = (
+        ErrorInfo(row["error_type"], row["error_message"] or "") if row.get("error_type") else None
+    )
     return Episode(
         episode_id=row["episode_id"],
         group_id=row["group_id"],
@@ -128,12 +138,28 @@ def episode_from_row(row: dict[str, Any]) -> Episode:
 
 
 _TURN_FIELDS = (
-    "turn_index", "start", "end", "finish_reason", "weight_version", "drift", "ill_formed",
+    "turn_index",
+    "start",
+    "end",
+    "finish_reason",
+    "weight_version",
+    "drift",
+    "ill_formed",
     "masked_tokens",
 )
 _TRACE_FIELDS = (
-    "schema_version", "session_id", "branch_id", "parent_branch_id", "fork_turn", "prompt_ids",
-    "response_ids", "response_mask", "response_logprobs", "turns", "finish_reason", "model_id",
+    "schema_version",
+    "session_id",
+    "branch_id",
+    "parent_branch_id",
+    "fork_turn",
+    "prompt_ids",
+    "response_ids",
+    "response_mask",
+    "response_logprobs",
+    "turns",
+    "finish_reason",
+    "model_id",
     "metadata",
 )
 
@@ -144,41 +170,136 @@ def arrow_schema() -> Any:
 
     turn = pa.struct(
         [
-            ("turn_index", pa.int32()), ("start", pa.int64()), ("end", pa.int64()),
-            ("finish_reason", pa.string()), ("weight_version", pa.int64()),
-            ("drift", pa.string()), ("ill_formed", pa.bool_()), ("masked_tokens", pa.int64()),
+            ("turn_index", pa.int32()),
+            ("start", pa.int64()),
+            ("end", pa.int64()),
+            ("finish_reason", pa.string()),
+            ("weight_version", pa.int64()),
+            ("drift", pa.string()),
+            ("ill_formed", pa.bool_()),
+            ("masked_tokens", pa.int64()),
         ]
     )
     trace = pa.struct(
         [
-            ("schema_version", pa.int32()), ("session_id", pa.string()),
-            ("branch_id", pa.int32()), ("parent_branch_id", pa.int32()),
-            ("fork_turn", pa.int32()), ("prompt_ids", pa.list_(pa.int64())),
-            ("response_ids", pa.list_(pa.int64())), ("response_mask", pa.list_(pa.int8())),
-            ("response_logprobs", pa.list_(pa.float64())), ("turns", pa.list_(turn)),
-            ("finish_reason", pa.string()), ("model_id", pa.string()),
+            ("schema_version", pa.int32()),
+            ("session_id", pa.string()),
+            ("branch_id", pa.int32()),
+            ("parent_branch_id", pa.int32()),
+            ("fork_turn", pa.int32()),
+            ("prompt_ids", pa.list_(pa.int64())),
+            ("response_ids", pa.list_(pa.int64())),
+            ("response_mask", pa.list_(pa.int8())),
+            ("response_logprobs", pa.list_(pa.float64())),
+            ("turns", pa.list_(turn)),
+            ("finish_reason", pa.string()),
+            ("model_id", pa.string()),
             ("metadata", pa.string()),
         ]
     )
     return pa.schema(
         [
-            ("schema_version", pa.int32()), ("exp_id", pa.string()), ("episode_id", pa.string()),
-            ("group_id", pa.string()), ("session_id", pa.string()), ("sample_index", pa.int32()),
-            ("status", pa.string()), ("trainable", pa.bool_()), ("reward", pa.float64()),
-            ("reward_components", pa.string()), ("error_type", pa.string()),
-            ("error_message", pa.string()), ("weight_version", pa.int64()),
-            ("submitted_at", pa.float64()), ("finished_at", pa.float64()),
-            ("elapsed_s", pa.float64()), ("num_turns", pa.int32()),
-            ("num_sampled_tokens", pa.int64()), ("payload", pa.string()), ("result", pa.string()),
-            ("metrics", pa.string()), ("traces", pa.list_(trace)),
+            ("schema_version", pa.int32()),
+            ("exp_id", pa.string()),
+            ("episode_id", pa.string()),
+            ("group_id", pa.string()),
+            ("session_id", pa.string()),
+            ("sample_index", pa.int32()),
+            ("status", pa.string()),
+            ("trainable", pa.bool_()),
+            ("reward", pa.float64()),
+            ("reward_components", pa.string()),
+            ("error_type", pa.string()),
+            ("error_message", pa.string()),
+            ("weight_version", pa.int64()),
+            ("submitted_at", pa.float64()),
+            ("finished_at", pa.float64()),
+            ("elapsed_s", pa.float64()),
+            ("num_turns", pa.int32()),
+            ("num_sampled_tokens", pa.int64()),
+            ("payload", pa.string()),
+            ("result", pa.string()),
+            ("metrics", pa.string()),
+            ("traces", pa.list_(trace)),
         ]
     )
 
 
+class JsonlAppender:
+    """Append rows to a JSONL file, one complete line at a time.
+
+    Each row goes out in one write and is flushed; when a write fails part-way the file is
+    truncated back to the end of the last complete line, so the file stays readable.
+
+    :param path: the ``.jsonl`` file (created, or truncated when ``append`` is False).
+    :raises ExportError: from :meth:`write`, naming the file and the cause.
+    """
+
+    def __init__(self, path: str | Path, *, append: bool = False) -> None:
+        self.path = Path(path)
+        try:
+            self._file = self.path.open("ab" if append else "wb")
+        except OSError as exc:
+            raise ExportError(
+                f"cannot open {str(self.path)!r}: {exc}", path=str(self.path)
+            ) from exc
+        self._good = self._file.tell()
+
+    def write(self, row: dict[str, Any]) -> None:
+        """Append one row as one line."""
+        line = (json.dumps(row, sort_keys=True) + "\n").encode("utf-8")
+        try:
+            self._file.write(line)
+            self._file.flush()
+        except OSError as exc:
+            self._cut_back()
+            raise ExportError(
+                f"could not append to {str(self.path)!r}: {exc}; the file keeps its complete lines",
+                path=str(self.path),
+            ) from exc
+        self._good += len(line)
+
+    def _cut_back(self) -> None:
+        try:
+            # Drop what the buffer still holds, then cut the partial line off on disk.
+            self._file.close()
+        except OSError:
+            pass
+        try:
+            with self.path.open("r+b") as fh:
+                fh.truncate(self._good)
+        except OSError as exc:  # pragma: no cover - the disk refuses even truncation
+            log.error("could not cut the torn line off %s: %s", self.path, exc)
+        self._file = self.path.open("ab")
+
+    def close(self) -> None:
+        """Flush and close the file."""
+        try:
+            self._file.close()
+        except OSError as exc:
+            self._cut_back()
+            self._file.close()
+            raise ExportError(
+                f"could not finish {str(self.path)!r}: {exc}", path=str(self.path)
+            ) from exc
+
+
 def write_rows(rows: Iterable[dict[str, Any]], path: str | Path) -> Path:
-    """Write rows to ``.parquet`` or ``.jsonl`` (chosen by suffix)."""
+    """Write rows to ``.parquet`` or ``.jsonl`` (chosen by suffix), atomically.
+
+    :raises ExportError: the file could not be written (the old one, if any, is kept).
+    """
     p = Path(path)
     rows = list(rows)
+    try:
+        return _write_rows(rows, p)
+    except OSError as exc:
+        for tmp in (p.with_suffix(".parquet.tmp"), p.with_suffix(".jsonl.tmp")):
+            tmp.unlink(missing_ok=True)
+        raise ExportError(f"could not write {str(p)!r}: {exc}", path=str(p)) from exc
+
+
+def _write_rows(rows: list[dict[str, Any]], p: Path) -> Path:
     if p.suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
