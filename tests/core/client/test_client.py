@@ -46,9 +46,11 @@ async def test_timeout_ends_rollout_and_stops_the_session(
     assert outcome.status == "timeout"
     assert outcome.error is not None and outcome.error.type == "RolloutTimeout"
     assert 0.4 < time.monotonic() - t0 < 3
-    # The session's work stops: the app stores a CancelledError result within a second.
+    # The session's work stops: the app stores the cancel, past the deadline, as the
+    # timeout the client reported, within a second.
     doc = await _wait_for_doc(client, outcome.result_key, 3.0)
-    assert doc["_rollhub"]["error"]["type"] == "CancelledError"
+    assert doc["_rollhub"]["error"]["type"] == "RolloutTimeout"
+    assert "(CancelledError)" in doc["_rollhub"]["error"]["message"]
     await client._watch.settle()
     assert sum(runtime.load().values()) == 0
 
