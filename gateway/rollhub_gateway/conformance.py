@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+import jinja2
 from rollhub.sampling import SamplingParams
 
 from rollhub_gateway.chat_model import HFChatModel, build_chat_model
@@ -161,6 +162,10 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
         messages[1]["content"] = "Hi!"
     sampled: dict[int, tuple[list[int], list[float]]] = {}
     seen: list[tuple[Any, list[int]]] = []
+    #: the same history in the form a Hugging Face user hands the template, without the
+    #: renderer: what tells the template's own rewrites from the renderer's
+    direct = [dict(m) for m in messages]
+    prev_len = 0
     for step, (reasoning, content, calls, follow_up) in enumerate(_script(parallel, bool(tools))):
         prep = conv.prepare(ChatTurn(list(messages), tools=tools))
         report.turns += 1
@@ -194,12 +199,25 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
                 report.failures.append(
                     f"turn {step}: append prompt does not extend turn {step - 1}"
                 )
-        if prep.drift != "append" and not _template_rewrites(model, conv, prep, messages, tools):
-            report.failures.append(f"turn {step}: {prep.drift} where the template appends")
+        if prep.drift != "append" and not _template_rewrites(r, direct, prev_len, tools):
+            # the template's own rendering of the history as the agent sent it appends:
+            # the renderer, not the template, changed the earlier turns
+            report.failures.append(
+                f"turn {step}: {prep.drift} where the template's own rendering appends"
+            )
+        if prep.state.base is None and prep.prompt_ids != r.encode(
+            _direct_render(r, direct, tools, True)
+        ):
+            report.failures.append(
+                f"turn {step}: the {prep.drift} prompt is not the template's own rendering of "
+                "the history: the renderer changed it"
+            )
+        prev_len = len(messages)
         conv.commit(prep, gen, parsed, weight_version=step)
         sampled[prep.turn_index] = (list(gen.token_ids), list(gen.logprobs))
         seen.append((prep, list(gen.token_ids)))
         messages.append(_agent_message(parsed))
+        direct.append(_direct_message(fam, parsed))
         for c in parsed.tool_calls:
             messages.append(
                 {
@@ -208,8 +226,10 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
                     "content": json.dumps({"tool": c.name, "ok": True}),
                 }
             )
+            direct.append(messages[-1])
         if follow_up:
             messages.append({"role": "user", "content": follow_up})
+            direct.append(messages[-1])
     if model.renderer.windowed is False and windowed_before:
         report.failures.append("a window render disagreed with the whole render")
     _check_records(report, conv.traces(), sampled)
@@ -349,23 +369,67 @@ def _check_parse(
         report.failures.append(f"turn {step}: streamed {streamed!r} is not a prefix of the content")
 
 
-def _template_rewrites(
-    model: HFChatModel, conv: Any, prep: Any, messages: list[Any], tools: Any
-) -> bool:
-    """Whether the template renders the previous history differently inside the new one."""
-    parent = prep.state.parent
-    if parent is None:
+def _direct_message(fam: Any, parsed: ParsedOutput) -> dict[str, Any]:
+    """Our answer as a Hugging Face user writes it for ``apply_chat_template``: ``content``
+    None next to tool calls, the reasoning under both names transformers uses, arguments in
+    the form the template reads."""
+    msg: dict[str, Any] = {"role": "assistant", "content": parsed.content or None}
+    if msg["content"] is None and not parsed.tool_calls:
+        msg["content"] = ""
+    if parsed.reasoning:
+        msg["reasoning_content"] = msg["thinking"] = parsed.reasoning
+    if parsed.tool_calls:
+        msg["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {
+                "name": c.name,
+                "arguments": c.arguments if fam.arguments_as_text else json.loads(c.arguments),
+            }}
+            for c in parsed.tool_calls
+        ]  # fmt: skip
+    return msg
+
+
+def _direct_render(r: Any, messages: list[dict[str, Any]], tools: Any, generation: bool) -> str:
+    """``messages`` rendered by the chat template alone (none of the renderer's message
+    conversion), tool-call messages with ``content: None`` as OpenAI clients send them, or
+    with ``""`` for templates that cannot take None (they fail, or print ``None``)."""
+    empty = [
+        {**m, "content": ""} if m.get("role") == "assistant" and m.get("content") is None else m
+        for m in messages
+    ]
+    as_empty = _template_only(r, empty, tools, generation)
+    try:
+        as_none = _template_only(r, messages, tools, generation)
+    except (TypeError, jinja2.exceptions.UndefinedError):
+        return as_empty
+    return as_empty if as_none.count("None") > as_empty.count("None") else as_none
+
+
+def _template_only(r: Any, messages: list[dict[str, Any]], tools: Any, generation: bool) -> str:
+    # the compiled template itself: transformers' message normalisation drops
+    # ``content: None``, which DeepSeek-R1's template needs to render tool calls
+    if r._compiled is None:
+        return r.tokenizer.apply_chat_template(
+            messages, tools=tools or None, chat_template=r.chat_template, tokenize=False,
+            add_generation_prompt=generation, **r.template_kwargs,
+        )  # fmt: skip
+    return r._compiled.render(
+        messages=messages, tools=tools or None, documents=None,
+        add_generation_prompt=generation, **{**r._template_vars, **r.template_kwargs},
+    )  # fmt: skip
+
+
+def _template_rewrites(r: Any, direct: list[dict[str, Any]], prev_len: int, tools: Any) -> bool:
+    """Whether the template itself renders the previous history differently inside the new
+    one (``direct``: the history as a user hands it to the template; its first ``prev_len``
+    messages were the previous prompt, the next one our answer)."""
+    if prev_len == 0:
         return True
-    r = model.renderer
-    prompt = r.render_text(parent.messages[:-1], tools, generation=True)
-    through = r.render_text(parent.messages, tools, generation=False)
+    prompt = _direct_render(r, direct[:prev_len], tools, True)
+    through = _direct_render(r, direct[: prev_len + 1], tools, False)
     if not through.startswith(prompt):  # the generation prompt is not how history renders
         return True
-    known = len(parent.messages)
-    full = r.render_text(
-        parent.messages + r.template_messages(messages[known:]), tools, generation=True
-    )
-    return not full.startswith(through)
+    return not _direct_render(r, direct, tools, True).startswith(through)
 
 
 def _check_records(

@@ -64,6 +64,9 @@ class Family:
     arguments_as_text: ClassVar[bool] = False
     #: an assistant message may hold text next to its tool calls
     content_with_calls: ClassVar[bool] = True
+    #: an assistant message with tool calls and no text keeps ``content: None`` (the OpenAI
+    #: form): DeepSeek-R1's template renders the calls only when the content is none
+    none_content_with_calls: ClassVar[bool] = False
     #: tokens that end an assistant turn (the tokenizer's EOS is added to these)
     stop_tokens: ClassVar[tuple[str, ...]] = ("<|im_end|>", "<|endoftext|>")
     #: extra keyword arguments for ``apply_chat_template``
@@ -79,8 +82,10 @@ class Family:
             out["content"] = "".join(
                 p.get("text", "") if isinstance(p, dict) else str(p) for p in content
             )
-        if out.get("content") is None:
-            out["content"] = ""
+        if not out.get("content") and not (self.none_content_with_calls and out.get("tool_calls")):
+            out["content"] = out.get("content") or ""
+        elif not out.get("content"):
+            out["content"] = None
         reasoning = out.pop("reasoning_content", None)
         if reasoning is not None and message.get("role") == "assistant":
             # both names, as transformers aliases them: Qwen/GLM read reasoning_content,

@@ -106,6 +106,7 @@ class DeepSeekV3Family(Family):
     tool_markers = (CALLS_BEGIN,)
     reasoning_markup = ("<think>", "</think>")
     arguments_as_text = True
+    none_content_with_calls = True
 
     def format_output(
         self,

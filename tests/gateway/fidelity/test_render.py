@@ -26,6 +26,11 @@ def test_direct_render_matches_apply_chat_template(name, family_model):
     for messages, tools in probe_conversations(r):
         for end in range(2, len(messages) + 1):
             part = messages[:end]
+            if any(v is None for m in part for v in m.values()):
+                # transformers drops None-valued keys before rendering; DeepSeek-R1's
+                # template needs ``content: None`` to render tool calls, so the gateway
+                # passes it through (test_conformance checks that case)
+                continue
             for gen in (True, False):
                 want = r.tokenizer.apply_chat_template(
                     part,
