@@ -14,9 +14,11 @@ An unknown name gets an install hint when some distribution is known to provide 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rollhub.errors import PluginError, UnknownComponentError
@@ -58,6 +60,44 @@ KNOWN_DISTRIBUTIONS: dict[tuple[str, str], str] = {
     ("sandbox_provider", "agentcore"): "rollhub-sandbox",
     ("sandbox_provider", "docker"): "rollhub-sandbox",
     ("runtime", "ray"): "rollhub[ray]",
+}
+
+
+@dataclass(frozen=True)
+class ComponentContext:
+    """What the core tells every component it builds, in one object.
+
+    Constructor contract of every component kind: ``cls(options, *, context=context)``,
+    where ``options`` is the validated ``Options`` model of the component's config section
+    (omitted when the class has no ``Options``). Read what you need from the context; new
+    fields may be added, none removed.
+
+    :param base_dir: the config file's directory; relative paths in options are relative
+        to it.
+    :param run_dir: the run directory (trainers write their outputs here); None outside a
+        run.
+    :param exp_id: the experiment id, the result-store prefix.
+    :param config: the whole validated config (``RollhubConfig``), or None.
+    """
+
+    base_dir: Path = field(default_factory=Path.cwd)
+    run_dir: Path | None = None
+    exp_id: str = "rollhub"
+    config: Any = None
+
+    def path(self, value: str | Path) -> Path:
+        """``value`` resolved against :attr:`base_dir` (absolute paths unchanged)."""
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else self.base_dir / p
+
+
+#: keywords components received before :class:`ComponentContext`, by kind; a class that
+#: does not take ``context`` still gets these (when its constructor names them or takes
+#: ``**kwargs``), so plugins written for them keep working.
+LEGACY_KEYWORDS: dict[str, tuple[str, ...]] = {
+    "runtime": ("base_dir",),
+    "token_source": ("base_dir",),
+    "trainer": ("run_dir", "exp_id"),
 }
 
 
@@ -219,6 +259,29 @@ class ComponentRegistry:
             installed=sorted(self._components.get(kind, {})),
         )
 
+    def build(
+        self,
+        kind: ComponentKind,
+        name: str,
+        options: Mapping[str, Any],
+        *,
+        section: str,
+        context: ComponentContext,
+    ) -> Any:
+        """Find, validate and construct a component: ``cls(options, context=context)``.
+
+        A class whose constructor has no ``context`` parameter gets the keywords of
+        :data:`LEGACY_KEYWORDS` instead, read from the context.
+
+        :raises UnknownComponentError: no such component (with the install hint).
+        :raises ConfigError: its options do not validate (naming ``section.key``).
+        """
+        from rollhub.config import build_options
+
+        cls, opts = build_options(self, kind, name, options, section=section)
+        kwargs = _context_kwargs(cls, kind, context)
+        return cls(opts, **kwargs) if opts is not None else cls(**kwargs)
+
     def info(self, kind: ComponentKind, name: str) -> ComponentInfo:
         """The registration record of a component (raises like :meth:`get`)."""
         self.get(kind, name)
@@ -279,6 +342,15 @@ def _duplicate_fix(existing: ComponentInfo, plugin: str, source: str) -> str:
         fixes.append(f"disable {' or '.join(map(repr, disable))} with "
                      f"ROLLHUB_DISABLE_PLUGINS={disable[-1]}")
     return " or ".join(fixes)
+
+
+def _context_kwargs(cls: type, kind: str, context: ComponentContext) -> dict[str, Any]:
+    params = inspect.signature(cls.__init__).parameters
+    if "context" in params:
+        return {"context": context}
+    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return {k: getattr(context, k) for k in LEGACY_KEYWORDS.get(kind, ())
+            if k in params or open_ended}
 
 
 def _qualname(cls: type) -> str:

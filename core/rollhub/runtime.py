@@ -8,17 +8,20 @@ at once: rollouts are fire-and-forget, and their results arrive through the resu
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
 from rollhub.errors import ConfigError
+from rollhub.registry import ComponentContext
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 
-__all__ = ["Runtime", "RuntimeOptions", "SessionLostCallback"]
+__all__ = ["ComponentContext", "Runtime", "RuntimeOptions", "SessionLostCallback"]
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +44,40 @@ class Runtime(ABC):
     Liveness: a runtime that learns a session can never write its result (its worker died)
     calls the :meth:`on_session_lost` callbacks; the client then ends that rollout as
     ``agent_error`` (after one last look in the store).
+
+    Construction: the core calls ``cls(options, context=context)`` with the validated
+    ``Options`` and a :class:`~rollhub.registry.ComponentContext` (``context.base_dir`` is
+    what relative paths in the options are relative to). In code, pass the option fields
+    as keywords instead of ``options``.
     """
 
     name: ClassVar[str]
     Options: ClassVar[type[RuntimeOptions]] = RuntimeOptions
 
-    def __init__(self, options: RuntimeOptions | None = None, **fields: Any) -> None:
-        """:param options: validated options, or pass their fields as keywords instead."""
+    def __init__(
+        self,
+        options: RuntimeOptions | None = None,
+        *,
+        context: ComponentContext | None = None,
+        base_dir: str | Path | None = None,
+        **fields: Any,
+    ) -> None:
+        """:param options: validated options, or pass their fields as keywords instead.
+        :param context: what the core tells components (default: the working directory).
+        :param base_dir: shorthand for ``context=ComponentContext(base_dir=...)``.
+        :raises ConfigError: option fields given as keywords next to ``options``.
+        """
+        if options is not None and fields:
+            raise ConfigError(
+                f"{self.name} runtime: got options and keyword fields "
+                f"({', '.join(sorted(fields))}); pass one or the other"
+            )
         self.options = options if options is not None else self.options_from(fields)
+        if context is None:
+            context = ComponentContext(base_dir=Path(base_dir) if base_dir else Path.cwd())
+        elif base_dir is not None:
+            context = dataclasses.replace(context, base_dir=Path(base_dir))
+        self.context = context
         self._on_lost: list[SessionLostCallback] = []
 
     @classmethod

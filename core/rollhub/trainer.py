@@ -10,8 +10,10 @@ Two kinds of trainer meet the hub:
   step's metrics, and the new policy for the sampling side (e.g. a Tinker sampling client),
   which the hub passes to the token source's sampling backend between turns.
 
-Constructor contract: ``cls(options, *, run_dir=..., exp_id=...)``; extra keywords are
-accepted and ignored so the core can add context without breaking plugins.
+Constructor contract: ``cls(options, *, context=...)`` with the validated ``Options`` and
+a :class:`~rollhub.registry.ComponentContext` (``context.run_dir`` is where outputs go,
+``context.exp_id`` the experiment). The older keywords ``run_dir=`` and ``exp_id=`` still
+work; extra keywords are accepted and ignored.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from rollhub.episode import Episode, EpisodeGroup
+from rollhub.registry import ComponentContext
 
 __all__ = ["StepResult", "Trainer", "TrainerOptions", "TrainingBatch"]
 
@@ -87,10 +90,22 @@ class Trainer(ABC):
     #: True for trainers driven by the training loop (:meth:`step`), False for consumers.
     trains: ClassVar[bool] = False
 
-    def __init__(self, options: TrainerOptions | None = None, *, run_dir: Path | None = None,
-                 **_: Any) -> None:
+    def __init__(
+        self,
+        options: TrainerOptions | None = None,
+        *,
+        context: ComponentContext | None = None,
+        run_dir: Path | None = None,
+        exp_id: str | None = None,
+        **_: Any,
+    ) -> None:
         self.options = options or self.Options()
-        self.run_dir = run_dir
+        if context is None:
+            context = ComponentContext(run_dir=run_dir, exp_id=exp_id or "rollhub")
+        #: what the core told this trainer (run directory, experiment id, config)
+        self.context = context
+        self.run_dir = run_dir if run_dir is not None else context.run_dir
+        self.exp_id = exp_id or context.exp_id
 
     async def start(self) -> None:  # noqa: B027 - optional lifecycle step
         """Prepare outputs or connect to the training service."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
@@ -40,10 +39,8 @@ class ExportTrainer(Trainer):
     Options = ExportOptions
     options: ExportOptions
 
-    def __init__(self, options: ExportOptions | None = None, *, run_dir: Path | None = None,
-                 exp_id: str = "rollhub", **kw: Any) -> None:
-        super().__init__(options, run_dir=run_dir, **kw)
-        self.exp_id = exp_id
+    def __init__(self, options: ExportOptions | None = None, **kw: Any) -> None:
+        super().__init__(options, **kw)
         self.rows: list[dict[str, Any]] = []
         self._jsonl: Any = None
         #: formats left out because their package is missing (default formats only)
