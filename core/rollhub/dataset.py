@@ -8,7 +8,10 @@ from typing import Any
 
 from rollhub.errors import ConfigError
 
-__all__ = ["load_jsonl_dataset"]
+__all__ = ["MAX_ID_CHARS", "load_jsonl_dataset"]
+
+#: longest prompt id: a session id adds ``-<sample>-<12 hex>`` and must stay a key part
+MAX_ID_CHARS = 180
 
 
 def load_jsonl_dataset(
@@ -53,16 +56,16 @@ def load_jsonl_dataset(
 
 
 def _check_id(pid: str, path: Path, lineno: int, id_field: str) -> None:
-    """Ids become one part of store keys (``exp/ID/session.json``): refuse what cannot be."""
-    from rollhub.stores import InvalidKeyError, check_key
+    """Ids become one part of store keys (``exp/ID/session.json``) and of session ids
+    (``ID-<sample>-<12 hex>``): refuse what cannot be, before any worker starts."""
+    from rollhub.rollout import validate_key_part
 
     try:
-        check_key(pid)
-        if "/" in pid:
-            raise InvalidKeyError("contains '/'", key=pid)
-    except InvalidKeyError:
+        validate_key_part(pid, id_field)
+        if len(pid) > MAX_ID_CHARS:
+            raise ValueError(f"{id_field}={pid[:20]!r}… is longer than {MAX_ID_CHARS} characters")
+    except ValueError as exc:
         raise ConfigError(
-            f"{path}:{lineno}: id {pid!r} ({id_field!r}) cannot name a result: ids must not "
-            f"be '.' or '..' nor contain '/', a backslash or a NUL byte; rename it",
+            f"{path}:{lineno}: id {pid[:60]!r} cannot name a result: {exc}; rename it",
             field="experiment.dataset",
         ) from None

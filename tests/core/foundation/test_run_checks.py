@@ -32,6 +32,10 @@ def _slash_id(cfg: Path) -> None:
     (cfg.parent / "data.jsonl").write_text('{"id": "a/b"}\n')
 
 
+def _spaced_id(cfg: Path) -> None:
+    (cfg.parent / "data.jsonl").write_text('{"id": "a b"}\n')
+
+
 def _missing_app(cfg: Path) -> None:
     _edit(cfg, 'app = "agent.py:app"', 'app = "nowhere.py:app"')
 
@@ -71,6 +75,7 @@ CASES = [
     (_bad_line, "data.jsonl:2", "not valid JSON"),
     (_bad_id, "'../b'", "rename it"),
     (_slash_id, "'a/b'", "rename it"),
+    (_spaced_id, "'a b'", "not a valid key part"),
     (_missing_app, "runtime.app", "does not exist"),
     (_missing_attr, "runtime.app", "no top-level 'application'"),
     (_missing_module, "runtime.app", "no module 'no_such_pkg.agent'"),
