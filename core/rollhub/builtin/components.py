@@ -7,6 +7,8 @@ pyarrow) lazily, when it is built, so registration stays cheap.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rollhub.markers import hookimpl
 from rollhub.registry import ComponentRegistry
 
@@ -21,3 +23,22 @@ def rollhub_register_components(registry: ComponentRegistry) -> None:
     registry.add_trainer(ExportTrainer)
     for sink in (WandbSink, TensorBoardSink, MLflowSink):
         registry.add_metric_sink(sink)
+
+
+@hookimpl
+def rollhub_check_config(config: Any, registry: ComponentRegistry) -> None:
+    """Metric sinks named in ``[training]`` exist and their options validate."""
+    from rollhub.config import build_options
+    from rollhub.errors import ConfigError
+
+    training = config.training
+    for name in training.metric_sinks:
+        build_options(registry, "metric_sink", name, training.sinks.get(name, {}),
+                      section=f"training.sinks.{name}")
+    unused = sorted(set(training.sinks) - set(training.metric_sinks))
+    if unused:
+        raise ConfigError(
+            f"[training.sinks.{unused[0]}] configures a sink that training.metric_sinks does not "
+            f"name; add {unused[0]!r} to training.metric_sinks or remove the table",
+            field=f"training.sinks.{unused[0]}",
+        )

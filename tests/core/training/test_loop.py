@@ -188,3 +188,22 @@ async def test_a_trainer_that_does_not_train_is_refused(tmp_path):
     async with hub:
         with pytest.raises(UsageError, match="does not train"):
             await TrainingLoop(hub, _payloads(2, tmp_path / "l"), run_dir=tmp_path / "run").run()
+
+
+def test_config_check_validates_metric_sinks(tmp_path):
+    from rollhub.config import parse_config
+    from rollhub.errors import ConfigError, UnknownComponentError
+    from rollhub.plugins import check_config
+    from rollhub.testing import make_host
+
+    host = make_host(_Plugin())
+    good = _config(tmp_path, metric_sinks=["tensorboard"], sinks={"tensorboard": {"log_dir": "tb"}})
+    check_config(host, parse_config(good, env={}))
+    with pytest.raises(UnknownComponentError, match="wandbb"):
+        check_config(host, parse_config(_config(tmp_path, metric_sinks=["wandbb"]), env={}))
+    bad = _config(tmp_path, metric_sinks=["wandb"], sinks={"wandb": {"projekt": "x"}})
+    with pytest.raises(ConfigError, match=r"training\.sinks\.wandb\.projekt"):
+        check_config(host, parse_config(bad, env={}))
+    unused = _config(tmp_path, sinks={"mlflow": {}})
+    with pytest.raises(ConfigError, match="does not name"):
+        check_config(host, parse_config(unused, env={}))
