@@ -135,6 +135,7 @@ class HFChatModel:
         """Per-session trajectory state; resumed from the journal when it holds the session."""
         conv = HFConversation(self, session_id)
         if self.journal is not None:
+            # raises JournalCorruptError when the rows cannot rebuild the session exactly
             if self.journal.state(session_id) == "done":
                 # a finished session's records were handed out; its id starts afresh
                 self.journal.discard(session_id)
@@ -392,6 +393,13 @@ class HFConversation:
         """Rebuild the tree from journal entries, in commit order."""
         by_index: dict[int, TurnNode] = {}
         for e in entries:
+            for ref in ("parent", "base"):
+                if e[ref] is not None and e[ref] not in by_index:
+                    # a turn this one continues is gone: its prefix cannot be rebuilt
+                    self.model.journal.damaged(  # type: ignore[union-attr]
+                        self.session_id, e["turn"], "missing_turn",
+                        f"its {ref} turn {e[ref]} is not in the journal",
+                    )  # fmt: skip
             parent = by_index.get(e["parent"]) if e["parent"] is not None else None
             base = by_index.get(e["base"]) if e["base"] is not None else None
             node = TurnNode(

@@ -95,6 +95,8 @@ class GatewayMetrics:
         self.drift_counts: Callable[[], dict[str, int]] = dict
         #: set by the server: () -> the token path's process-wide counters (all gateways)
         self.process_drift_counts: Callable[[], dict[str, int]] = dict
+        #: set by the server: () -> damaged journal rows found, by kind
+        self.journal_corruptions: Callable[[], dict[str, int]] = dict
 
     def request(self, route: str, status: int) -> None:
         """Count one HTTP request by route pattern and status."""
@@ -195,6 +197,14 @@ class GatewayMetrics:
         )
         for kind, n in sorted(self.process_drift_counts().items()):
             lines.append(f'rollhub_gateway_process_drift_total{{kind="{_esc(kind)}"}} {n}')
+        _head(
+            lines,
+            "rollhub_gateway_journal_corruptions_total",
+            "counter",
+            "sessions refused because their journal rows were damaged, by kind",
+        )
+        for kind, n in sorted(self.journal_corruptions().items()):
+            lines.append(f'rollhub_gateway_journal_corruptions_total{{kind="{_esc(kind)}"}} {n}')
         return "\n".join(lines) + "\n"
 
 

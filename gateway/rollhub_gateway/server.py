@@ -20,7 +20,8 @@ Admin routes (``Authorization: Bearer <admin token>``; see :mod:`.protocols.admi
 Open routes: ``GET /healthz``, ``GET /metrics`` (Prometheus text).
 
 Errors come back in the caller's wire format with the status SDKs expect: 400 (naming
-the field), 401, 404, 413, 429 (per-session concurrency), 502 (engine failure).
+the field), 401, 404, 410 (a journal session that cannot be recovered exactly), 413, 429
+(per-session concurrency), 502 (engine failure).
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ class Gateway:
         )
         self.metrics.active_sessions = lambda: len(self.sessions)
         self.metrics.drift_counts = self.sessions.drift_totals
+        journal = getattr(chat_model, "journal", None)
+        if journal is not None:
+            self.metrics.journal_corruptions = lambda: dict(journal.corruptions)
         self.metrics.process_drift_counts = _process_drift_counts
         self.weight_version: int | None = None
         self.runner = TurnRunner(
@@ -313,7 +317,9 @@ class Gateway:
             )
         try:
             return self.sessions.by_key(key)
-        except SessionError:
+        except SessionError as exc:
+            if exc.context.get("reason") == "unrecoverable":
+                raise WireError("gone", str(exc)) from None
             raise WireError(
                 "authentication",
                 "invalid api key: no open session has this key (unknown, finished, dropped or expired)",

@@ -8,6 +8,11 @@ unknown, finished, dropped or expired key is refused.
 
 Idle sessions (no call for ``session_ttl_s``) are dropped by a background reaper, so a
 rollout that died without closing its session does not hold memory forever.
+
+With a journal, keys survive a restart: each key is journaled (as a digest) with its
+session's policy, and an unfinished journal session is reopened on first use, by its
+agent's old key or by the hub reading its traces, so agents carry on without noticing. A
+session whose journal rows cannot rebuild it exactly is refused (reason ``unrecoverable``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from rollhub.rollout import validate_key_part
 from rollhub.trace import TraceRecord
 
 from rollhub_gateway.config import SessionPolicy
+from rollhub_gateway.journal import JournalCorruptError
 from rollhub_gateway.turns import ChatModel, Conversation
 
 __all__ = ["KEY_PREFIX", "Session", "SessionError", "SessionManager"]
@@ -37,9 +43,10 @@ KEY_PREFIX = "rh-"
 
 
 class SessionError(GatewayError):
-    """A session is unknown, closed, exists already or has a bad id.
+    """A session is unknown, closed, exists already, has a bad id, or its journal rows
+    cannot rebuild it.
 
-    ``reason``: unknown|closed|exists|invalid.
+    ``reason``: unknown|closed|exists|invalid|unrecoverable.
     """
 
     def __init__(self, message: str = "", *, reason: str = "unknown", **context: Any) -> None:
@@ -59,6 +66,8 @@ class Session:
     turns: int = 0
     in_flight: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: older keys of the session still accepted (journaled keys after a restart)
+    aliases: list[str] = field(default_factory=list)
 
     def touch(self) -> None:
         """Mark the session as used now (resets its idle timer)."""
@@ -109,10 +118,12 @@ class SessionManager:
         *,
         policy: SessionPolicy | dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
+        key: str | None = None,
     ) -> Session:
         """Open a session and return it (its ``key`` goes to the agent).
 
         :param policy: a full policy, or a dict of fields that override the default policy.
+        :param key: the key to serve it under (a journaled key after a restart); new if None.
         :raises SessionError: ``session_id`` is already open (reason ``exists``), or is
             not a valid key part (reason ``invalid``): session ids name journal rows and
             result keys, so they follow the stores' rule.
@@ -134,11 +145,19 @@ class SessionManager:
             raise SessionError(f"session {sid!r} is already open", reason="exists", session_id=sid)
         if isinstance(policy, dict):
             policy = self.merge_policy(policy)
-        key = KEY_PREFIX + secrets.token_urlsafe(24)
-        conversation = self.chat_model.new_conversation(sid)
+        key = key or KEY_PREFIX + secrets.token_urlsafe(24)
+        try:
+            conversation = self.chat_model.new_conversation(sid)
+        except JournalCorruptError as exc:
+            raise SessionError(
+                str(exc), reason="unrecoverable", session_id=sid, kind=exc.context.get("kind")
+            ) from exc
         session = Session(
             sid, key, policy or self.default_policy, conversation, metadata=metadata or {}
         )
+        journal = self._journal()
+        if journal is not None:
+            journal.bind(sid, key, session.policy.model_dump(mode="json"))
         self._by_id[sid] = session
         self._by_key[key] = session
         log.debug("opened session %s", sid)
@@ -157,25 +176,52 @@ class SessionManager:
             raise ConfigError(f"policy.{loc}: {err['msg']}", field=f"policy.{loc}") from None
 
     def by_key(self, key: str | None) -> Session:
-        """The open session of an api key.
+        """The open session of an api key; an unfinished journal session is reopened.
 
-        :raises SessionError: no open session has this key.
+        :raises SessionError: no open session has this key (``unknown``), or its journal
+            rows cannot rebuild it (``unrecoverable``).
         """
         session = self._by_key.get(key or "")
+        if session is None and key and key.startswith(KEY_PREFIX):
+            session = self._reopen_by_key(key)
         if session is None:
             raise SessionError("invalid api key: no open session has this key", reason="unknown")
         return session
 
     def get(self, session_id: str) -> Session:
-        """The open session with this id.
+        """The open session with this id; an unfinished journal session is reopened.
 
-        :raises SessionError: no such open session.
+        :raises SessionError: no such session (``unknown``), or its journal rows cannot
+            rebuild it (``unrecoverable``).
         """
         session = self._by_id.get(session_id)
         if session is None:
+            journal = self._journal()
+            if journal is not None and journal.state(session_id) in ("open", "damaged"):
+                log.info("session %s: reopened from the journal", session_id)
+                return self.open(session_id, policy=journal.policy(session_id))
             raise SessionError(
                 f"no open session {session_id!r}", reason="unknown", session_id=session_id
             )
+        return session
+
+    def _journal(self) -> Any:
+        return getattr(self.chat_model, "journal", None)
+
+    def _reopen_by_key(self, key: str) -> Session | None:
+        """The session a journaled key belongs to, reopened if it is not open yet."""
+        journal = self._journal()
+        found = journal.session_for_key(key) if journal is not None else None
+        if found is None:
+            return None
+        sid, policy = found
+        session = self._by_id.get(sid)
+        if session is None:
+            log.info("session %s: reopened from the journal by its agent's key", sid)
+            return self.open(sid, policy=policy, key=key)
+        # the hub reopened it under a new key: the agent's old one works too
+        self._by_key[key] = session
+        session.aliases.append(key)
         return session
 
     def sessions(self) -> list[Session]:
@@ -199,7 +245,17 @@ class SessionManager:
         return records
 
     def drop(self, session_id: str, *, how: str = "dropped") -> None:
-        """Close a session and discard its records."""
+        """Close a session and discard its records (also a journal session that cannot be
+        recovered: its id can then start afresh)."""
+        journal = self._journal()
+        if session_id not in self._by_id and journal is not None:
+            try:
+                self.get(session_id)  # a journal session is reopened to be closed
+            except SessionError as exc:
+                if exc.context.get("reason") != "unrecoverable":
+                    raise
+                journal.discard(session_id)
+                return
         session = self._remove(session_id)
         discard = getattr(session.conversation, "discard", None)
         if callable(discard):
@@ -217,9 +273,15 @@ class SessionManager:
     def _remove(self, session_id: str) -> Session:
         session = self._by_id.pop(session_id, None)
         if session is None:
+            journal = self._journal()
+            if journal is not None and journal.state(session_id) in ("open", "damaged"):
+                self.get(session_id)  # reopen it from the journal to close it like any other
+                return self._remove(session_id)
             raise SessionError(
                 f"no open session {session_id!r}", reason="unknown", session_id=session_id
             )
+        for alias in session.aliases:
+            self._by_key.pop(alias, None)
         self._by_key.pop(session.key, None)
         return session
 

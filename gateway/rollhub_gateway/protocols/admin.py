@@ -73,7 +73,7 @@ class AdminRoutes:
                     "invalid_request", str(exc), param=exc.context.get("field")
                 ) from None
             except SessionError as exc:
-                raise WireError("invalid_request", str(exc), param="session_id") from None
+                raise _session_error(exc, "invalid_request", param="session_id") from None
         except WireError as err:
             return error_response(_OPENAI, err)
         root = f"{request.scheme}://{request.host}{request.path.removesuffix('/sessions')}"
@@ -120,8 +120,8 @@ class AdminRoutes:
             self._check(request)
             try:
                 records = get(sid)
-            except SessionError:
-                raise WireError("not_found", f"no open session {sid!r}") from None
+            except SessionError as exc:
+                raise _session_error(exc, "not_found") from None
         except WireError as err:
             return error_response(_OPENAI, err)
         return web.json_response(
@@ -134,8 +134,8 @@ class AdminRoutes:
             self._check(request)
             try:
                 self.gateway.drop_session(sid)
-            except SessionError:
-                raise WireError("not_found", f"no open session {sid!r}") from None
+            except SessionError as exc:
+                raise _session_error(exc, "not_found") from None
         except WireError as err:
             return error_response(_OPENAI, err)
         return web.Response(status=204)
@@ -153,3 +153,10 @@ class AdminRoutes:
             return error_response(_OPENAI, err)
         self.gateway.set_weight_version(version)
         return web.json_response({"version": version})
+
+
+def _session_error(exc: SessionError, kind: str, *, param: str | None = None) -> WireError:
+    """410 for a journal session that cannot be recovered exactly, else ``kind``."""
+    if exc.context.get("reason") == "unrecoverable":
+        return WireError("gone", str(exc), param="session_id")
+    return WireError(kind, str(exc), param=param)

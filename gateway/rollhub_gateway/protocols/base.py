@@ -45,6 +45,7 @@ STATUS: dict[ErrorKind, int] = {
     "authentication": 401,
     "permission": 403,
     "not_found": 404,
+    "gone": 410,
     "too_large": 413,
     "rate_limit": 429,
     "engine": 502,

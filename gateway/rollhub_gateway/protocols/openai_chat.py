@@ -45,6 +45,7 @@ _ERROR_TYPES = {
     "authentication": ("authentication_error", "invalid_api_key"),
     "permission": ("permission_error", None),
     "not_found": ("not_found_error", None),
+    "gone": ("invalid_request_error", "session_unrecoverable"),
     "too_large": ("invalid_request_error", "request_too_large"),
     "rate_limit": ("rate_limit_error", "rate_limit_exceeded"),
     "engine": ("server_error", "engine_error"),

@@ -15,7 +15,7 @@ from rollhub.sampling import Generation
 from rollhub_gateway.chat_model import build_chat_model
 from rollhub_gateway.conformance import TOOLS
 from rollhub_gateway.engines.scripted import scripted_logprob
-from rollhub_gateway.journal import SessionJournal
+from rollhub_gateway.journal import ENTRY_FIELDS, SessionJournal
 from rollhub_gateway.testing_tokenizers import family_template, vocab_tokenizer
 from rollhub_gateway.turns import ChatTurn
 
@@ -106,17 +106,22 @@ def test_killed_process_session_resumes_from_the_journal(tmp_path):
     assert SessionJournal(journal).state("sess-1") == "done"
 
 
+def _entry(turn: int, **fields) -> dict:
+    """A journal entry with every field (values do not matter to the journal itself)."""
+    return {**dict.fromkeys(ENTRY_FIELDS), "turn": turn, **fields}
+
+
 def test_journal_discard_and_wal_mode(tmp_path):
     j = SessionJournal(tmp_path / "j.sqlite")
     j.open_session("a", "m")
-    j.append("a", 0, {"x": 1})
-    assert j.turns("a") == [{"x": 1}] and j.open_sessions() == ["a"]
+    j.append("a", 0, _entry(0, x=1))
+    assert j.turns("a") == [_entry(0, x=1)] and j.open_sessions() == ["a"]
     assert j._run("PRAGMA journal_mode")[0][0] == "wal"
     j.discard("a")
     assert j.turns("a") == [] and j.state("a") is None
     t0 = time.perf_counter()
     for k in range(200):
-        j.append("b", k, {"ids": list(range(300))})
+        j.append("b", k, _entry(k, output_ids=list(range(300))))
     assert len(j.turns("b")) == 200
     assert time.perf_counter() - t0 < 30  # sanity only; the benchmark measures cost
 

@@ -172,8 +172,12 @@ async def test_malformed_tool_call_comes_back_as_text_and_is_flagged(
     scripted.add(out)
     client = openai.AsyncOpenAI(base_url=gateway.base_url, api_key=s.key)
     if stream:
-        chunks = [c async for c in await client.chat.completions.create(
-            model="m", messages=USER, tools=[helpers.weather_tool], stream=True)]
+        chunks = [
+            c
+            async for c in await client.chat.completions.create(
+                model="m", messages=USER, tools=[helpers.weather_tool], stream=True
+            )
+        ]
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
     else:

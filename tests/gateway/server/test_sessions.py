@@ -220,3 +220,55 @@ async def test_admin_refuses_session_ids_the_stores_refuse(gateway, sid):
     if sid:
         with pytest.raises(SessionError, match="valid key part"):
             gateway.open_session(sid)
+
+
+async def test_agents_keep_their_key_across_a_restart(tmp_path, tokenizer, tools_template, ids):
+    """Keys survive a restart: the agent's next call with its old key reopens the session
+    from the journal (with its policy) and continues it; the hub reads and finishes it
+    without reopening it; once finished, the key is refused."""
+    from rollhub_gateway.chat_model import build_chat_model
+
+    def model():
+        return build_chat_model(
+            "smollm2-135m-instruct", chat_template=tools_template, family="hermes",
+            tokenizer=tokenizer, journal=tmp_path / "journal.sqlite",
+        )  # fmt: skip
+
+    cfg = GatewayConfig(admin_token="a", log_turns=False)
+    first = ScriptedBackend([ids("before restart")])
+    gw = Gateway(first, model(), cfg)
+    await gw.start()
+    s = gw.open_session("keep", policy={"max_tokens_cap": 40})
+    r = await openai.AsyncOpenAI(base_url=gw.base_url, api_key=s.key).chat.completions.create(
+        model="m", messages=USER
+    )
+    port = int(gw.url.rsplit(":", 1)[1])
+    await gw.close()
+
+    second = ScriptedBackend([ids("after restart")])
+    gw2 = Gateway(second, model(), cfg)
+    await gw2.start(port=port)  # the agent's base URL stays valid
+    try:
+        client = openai.AsyncOpenAI(base_url=gw2.base_url, api_key=s.key, max_retries=0)
+        history = [*USER, r.choices[0].message.model_dump(exclude_none=True), *USER]
+        r2 = await client.chat.completions.create(model="m", messages=history, max_tokens=500)
+        assert r2.choices[0].message.content == "after restart"
+        assert gw2.sessions.get("keep").policy.max_tokens_cap == 40
+        assert second.turns[0].session_id == "keep" and second.turns[0].turn_index == 1
+        async with aiohttp.ClientSession(headers={"Authorization": "Bearer a"}) as http:
+            async with http.post(gw2.url + "/sessions/keep/finish") as resp:
+                (rec,) = (await resp.json())["traces"]
+        assert [t["drift"] for t in rec["turns"]] == ["append", "append"]
+        assert second.prompts[0][: len(first.prompts[0])] == first.prompts[0]
+        with pytest.raises(openai.AuthenticationError):
+            await client.chat.completions.create(model="m", messages=USER)
+    finally:
+        await gw2.close()
+
+    # a restarted gateway whose hub reads traces first: reopened from the journal too
+    gw3 = Gateway(ScriptedBackend([ids("x")]), model(), cfg)
+    s3 = gw3.open_session("other")
+    gw3.sessions.get("other").conversation.model.journal.close()
+    gw4 = Gateway(ScriptedBackend([ids("y")]), model(), cfg)
+    assert gw4.traces("other") == [] and "other" in gw4.sessions
+    assert gw4.sessions.by_key(s3.key).session_id == "other"
