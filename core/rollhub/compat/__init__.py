@@ -1,0 +1,11 @@
+"""Compatibility with agentcore-rl-toolkit: its agents, its client and a local data plane.
+
+- :mod:`rollhub.compat.agentcore_rl`: ``AgentCoreRLApp``, upstream agents under rollhub and
+  rollhub agents under upstream's client.
+- :mod:`rollhub.compat.agentcore_local`: ``LocalAgentCore``, the ``bedrock-agentcore``
+  data plane on loopback, forwarding to local agent apps.
+- :mod:`rollhub.compat.upstream_client`: upstream's ``RolloutClient`` signature on rollhub's
+  client.
+
+See ``docs/migrating-from-agentcore-rl-toolkit.md``.
+"""
