@@ -149,8 +149,9 @@ GATEWAY_CHILD = textwrap.dedent(
             text = "All four cities are warm."
         return r.encode(text) + [end]
 
+    port = int(sys.argv[2]) if len(sys.argv) > 2 else None
     gw = ThreadedGateway(Gateway(ScriptedBackend([answer] * 10), model,
-                                 GatewayConfig(admin_token="adm", log_turns=False)))
+                                 GatewayConfig(admin_token="adm", log_turns=False)), port=port)
     gw.start()
     print(json.dumps({"url": gw.url}), flush=True)
     time.sleep(600)
@@ -171,9 +172,9 @@ def _admin(url: str, path: str, body: dict | None = None) -> dict:
         return json.loads(resp.read())
 
 
-def _start_gateway(journal) -> tuple[subprocess.Popen, str]:
+def _start_gateway(journal, port: int | None = None) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", GATEWAY_CHILD, str(journal)],
+        [sys.executable, "-c", GATEWAY_CHILD, str(journal), *([str(port)] if port else [])],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
@@ -249,3 +250,31 @@ def test_a_finished_session_id_starts_afresh(tmp_path):
     conv.finish()
     again = model.new_conversation("s")
     assert again.traces() == [] and model.open_sessions() == ["s"]
+
+
+def test_agents_carry_on_with_their_keys_after_a_gateway_kill(tmp_path):
+    """What the agent sees: its calls before the kill and after the restart on the same
+    journal and port all succeed with the same key; nobody reopens the session."""
+    journal = tmp_path / "gateway.sqlite"
+    messages = [{"role": "user", "content": "weather in four cities"}]
+    proc, url = _start_gateway(journal)
+    try:
+        key = _admin(url, "/sessions", {"session_id": "keep"})["api_key"]
+        for _ in range(2):
+            _agent_turn(url, key, messages)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    proc, url2 = _start_gateway(journal, port=int(url.rsplit(":", 1)[1]))
+    try:
+        assert url2 == url
+        for _ in range(3):
+            _agent_turn(url, key, messages)  # the same key: no 401, no reopen step
+        traces = _admin(url, "/sessions/keep/finish")["traces"]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert messages[-1]["content"] == "All four cities are warm."
+    (rec,) = traces
+    assert [t["turn_index"] for t in rec["turns"]] == [0, 1, 2, 3, 4]
+    assert [t["drift"] for t in rec["turns"]] == ["append"] * 5
