@@ -7,7 +7,10 @@ invocation to a local agent app (any server speaking the AgentCore Runtime contr
 
 - ``POST /runtimes/{agentRuntimeArn}/invocations`` (InvokeAgentRuntime): the body is the
   payload blob, the session id is the ``X-Amzn-Bedrock-AgentCore-Runtime-Session-Id``
-  header; the answer is the app's status and body, with the session header echoed.
+  header; the answer is the app's body with the session header echoed. An app's non-2xx
+  answer becomes a service error (429 ``ThrottlingException``, 5xx
+  ``InternalServerException``, other ``RuntimeClientError`` 424) whose message carries the
+  app's status and body.
 - ``POST /runtimes/{agentRuntimeArn}/stopruntimesession`` (StopRuntimeSession): ends a
   session this plane has seen (404 ``ResourceNotFoundException`` otherwise). Apps that
   list ``DELETE /rollouts/{session_id}`` (rollhub's app) have the session's rollout
@@ -122,6 +125,8 @@ class LocalAgentCore(Starlette):
             log.warning("runtime %s did not answer: %s", arn, exc)
             # The service reports an unreachable container as a runtime client error.
             return _error("RuntimeClientError", f"the agent app did not answer: {exc}", 424)
+        if answer.status_code >= 300:
+            return _app_error(answer)
         out = {SESSION_HEADER: sid}
         if "content-type" in answer.headers:
             out["Content-Type"] = answer.headers["content-type"]
@@ -149,6 +154,17 @@ class LocalAgentCore(Starlette):
                 await http.delete(f"{base}/rollouts/{sid}")
         except httpx.HTTPError as exc:
             log.debug("cancel of %s on %s failed: %s", sid, base, exc)
+
+
+def _app_error(answer: httpx.Response) -> JSONResponse:
+    """An app's non-2xx answer as the service error a client can act on: 429 throttles,
+    5xx is the server's (retryable), any other status a runtime client error."""
+    message = f"the agent app answered HTTP {answer.status_code}: {answer.text[:1000]}"
+    if answer.status_code == 429:
+        return _error("ThrottlingException", message, 429)
+    if answer.status_code >= 500:
+        return _error("InternalServerException", message, 500)
+    return _error("RuntimeClientError", message, 424)
 
 
 def _error(code: str, message: str, status: int) -> JSONResponse:
