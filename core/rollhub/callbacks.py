@@ -364,14 +364,11 @@ class SessionWatch:
                 doc = await self._await_document(fut)
             self._resolve_document(fut, doc)
         except TimeoutError:
-            # One last look: a result stored just before the deadline wins over the timer.
-            doc = None
-            with contextlib.suppress(Exception):
-                doc = await asyncio.wait_for(self._read(fut.result_key), 1.0)
-            if doc is not None and _finished_in_time(doc, fut.request.rollout.deadline_at):
+            doc = await self._at_deadline(fut)
+            if doc is not None:
                 self._resolve_document(fut, doc)
             else:
-                self.end_early(fut, "timeout", f"no result within {timeout} s")
+                self.end_early(fut, "timeout", f"no result within {timeout} s", stop=False)
         except _Lost as exc:
             self._resolve(fut, "agent_error", error=_error("SessionLost", str(exc)))
         except _TooLarge as exc:
@@ -497,7 +494,22 @@ class SessionWatch:
             self._resolve(fut, status, result=view.result, error=info, document=doc)
         self._in_background(self._runtime.finish(fut.session_id))
 
-    def end_early(self, fut: Any, status: str, message: str) -> None:
+    async def _at_deadline(self, fut: Any) -> dict[str, Any] | None:
+        """Stop the session, then read what the app stored: the store decides the outcome.
+
+        The app stores exactly one document per session and answers the stop only once it
+        is written: a result that finished in time (written just after the deadline) is
+        ok, anything later a ``RolloutTimeout``. So the outcome always matches the store,
+        and a later resume reports what this run reported.
+        """
+        if fut.receipt is not None or fut.attempts:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._runtime.cancel(fut.session_id), _STOP_WAIT_S)
+        with contextlib.suppress(Exception):
+            return await asyncio.wait_for(self._read(fut.result_key), 1.0)
+        return None
+
+    def end_early(self, fut: Any, status: str, message: str, *, stop: bool = True) -> None:
         """End a rollout before its result arrived (timeout, cancel); stop its session."""
         if fut.done():
             return
@@ -506,7 +518,7 @@ class SessionWatch:
         task = fut._task
         if task is not None and task is not asyncio.current_task() and not task.done():
             task.cancel()
-        if fut.receipt is not None or fut.attempts:
+        if stop and (fut.receipt is not None or fut.attempts):
             self._in_background(self._runtime.cancel(fut.session_id))
 
     def _resolve(self, fut: Any, status: str, **fields: Any) -> None:
@@ -548,16 +560,10 @@ class SessionWatch:
         self._runtime.remove_session_lost(self.lost)
 
 
+#: how long a rollout past its deadline waits for its session to stop
+_STOP_WAIT_S = 3.0
 #: stored error types that are not the agent's failure
 _ERROR_STATUS = {"CancelledError": "cancelled", "RolloutTimeout": "timeout"}
-
-
-def _finished_in_time(doc: dict[str, Any], deadline_at: float | None) -> bool:
-    meta = doc.get("_rollhub") if isinstance(doc, dict) else None
-    finished = meta.get("finished_at") if isinstance(meta, dict) else None
-    if not isinstance(finished, int | float):
-        return False
-    return deadline_at is None or finished <= deadline_at
 
 
 async def _best_effort(coro: Any) -> None:

@@ -19,7 +19,8 @@ async def test_chatty_agent_never_wedges_a_worker(store, caplog) -> None:
     """4 KB per rollout to stdout and stderr for well past the 64 KiB pipe buffers."""
     n = 400 if LONG else 150
     caplog.set_level(logging.INFO, logger="rollhub.runtimes.local_output")
-    rt = make_runtime("chatty")
+    # The default liveness period: a tight one kills busy workers on a loaded machine.
+    rt = make_runtime("chatty", ping_interval_s=1.0)
     async with rt, AsyncRolloutClient(rt, store, exp_id="chat") as client:
         futures = [
             client.invoke({"x": i, "stdout_bytes": 4096, "stderr_bytes": 4096}, timeout=30)
