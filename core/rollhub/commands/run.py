@@ -259,10 +259,16 @@ async def consume_once(hub: Any, payloads: list[dict[str, Any]], run_dir: Path, 
     t0 = time.monotonic()
     tokens, rewards = 0, []
 
+    started: set[str] = set()
+
     class _Observer:
         @hookimpl
-        def rollhub_prepare_rollout(self) -> None:
-            progress.started()
+        def rollhub_prepare_rollout(self, request: Any) -> None:
+            # counted by session: a rollout whose submit is retried is still one rollout
+            sid = request.rollout.session_id
+            if sid not in started:
+                started.add(sid)
+                progress.started()
 
         @hookimpl
         def rollhub_episode_done(self, episode: Episode) -> None:
