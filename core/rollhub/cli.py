@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         type=str.upper,
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="logging level (default WARNING)",
+        help="level of rollhub's logs; wins over [logging] level of the config (both default "
+        "to WARNING)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (modname, help_text) in _commands().items():

@@ -362,4 +362,5 @@ def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
         if field is None:
             return []
         current = field.annotation
-    return list(getattr(current, "model_fields", {}))
+    # base_dir is set by the loader, never written in the file
+    return [f for f in getattr(current, "model_fields", {}) if f != "base_dir"]
