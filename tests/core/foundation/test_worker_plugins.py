@@ -41,8 +41,7 @@ def handle(payload):
 """
 
 
-def test_workers_see_a_store_an_installed_plugin_registers(install_plugin, tmp_path: Path):
-    env = install_plugin("rollhub-disk", "rollhub_disk", DISK_STORE, "disk")
+def _project(tmp_path: Path, plugins: str = "") -> None:
     (tmp_path / "agent.py").write_text(AGENT)
     (tmp_path / "data.jsonl").write_text('{"id": "a"}\n{"id": "b"}\n')
     (tmp_path / "rollhub.toml").write_text(
@@ -65,8 +64,12 @@ url = "disk://{tmp_path / "store"}"
 [trainer]
 name = "export"
 formats = ["jsonl"]
+{plugins}
 """
     )
+
+
+def _run_and_check(tmp_path: Path, env: dict[str, str]) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "rollhub.cli", "run", "rollhub.toml", "--run-dir", "run"],
         cwd=tmp_path,
@@ -79,3 +82,17 @@ formats = ["jsonl"]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["by_status"] == {"ok": 4}, summary
     assert len(list((tmp_path / "store").rglob("*.json"))) == 4
+
+
+def test_workers_see_a_store_an_installed_plugin_registers(install_plugin, tmp_path: Path):
+    env = install_plugin("rollhub-disk", "rollhub_disk", DISK_STORE, "disk")
+    _project(tmp_path)
+    _run_and_check(tmp_path, env)
+
+
+def test_workers_see_a_store_from_config_plugin_modules(tmp_path: Path):
+    import os
+
+    (tmp_path / "disk_plugin.py").write_text(DISK_STORE)
+    _project(tmp_path, plugins='[plugins]\nmodules = ["disk_plugin"]')
+    _run_and_check(tmp_path, dict(os.environ))
