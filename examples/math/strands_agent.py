@@ -1,0 +1,68 @@
+"""The math agent written with Strands Agents.
+
+The model comes from ``rollhub_frameworks.strands_model`` (the rollout's endpoint, model and
+sampling); the calculator is a Strands ``@tool``. Strands' OpenAI provider streams every
+request; the gateway records streamed turns like any other.
+
+    rollhub run examples/math/strands.toml
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent import SYSTEM_PROMPT, CalculatorError, MathTask, extract_answer, reward
+from agent import calculate as _calculate
+from conversation import from_strands
+from rollhub.app import RolloutApp, RolloutContext
+from rollhub_frameworks import strands_model
+from strands import Agent, tool
+
+app = RolloutApp()
+
+
+@tool
+def calculator(expression: str) -> str:
+    """Evaluate an arithmetic expression: + - * / // % ** and parentheses, plus sqrt(x),
+    abs(x), round(x, n), min(...), max(...).
+
+    Args:
+        expression: e.g. (12 + 7) * 3
+    """
+    try:
+        value = _calculate(expression)
+    except CalculatorError as exc:
+        return f"error: {exc}"
+    return str(int(value) if isinstance(value, float) and value.is_integer() else value)
+
+
+@app.rollout_entrypoint
+def math_agent(payload: dict[str, Any], context: RolloutContext) -> dict[str, Any]:
+    """Validate the payload, build the Strands agent from ``_rollout``, solve."""
+    task = MathTask.model_validate(payload)
+    assert context.rollout is not None
+    agent = Agent(
+        model=strands_model(context.rollout),
+        tools=[calculator],
+        system_prompt=SYSTEM_PROMPT,
+        callback_handler=None,
+    )
+    answer = agent(task.question)
+    text = str(answer)
+    predicted = extract_answer(text)
+    tool_calls = sum(
+        1 for m in agent.messages for block in m.get("content", []) if "toolUse" in block
+    )
+    result: dict[str, Any] = {
+        "rewards": reward(predicted, task.answer),
+        "answer": predicted,
+        "final_message": text,
+        "metrics": {"tool_calls": tool_calls, "stop_reason": answer.stop_reason},
+    }
+    if payload.get("capture_messages"):
+        result["messages"] = from_strands(agent.messages, SYSTEM_PROMPT)
+    return result
+
+
+if __name__ == "__main__":
+    app.run()
