@@ -78,8 +78,17 @@ def build_chat_model(
         fam.name,
         "on" if renderer.windowed else "off",
     )
+    from rollhub_gateway.models import context_window
+
+    window = context_window(model)
+    if window is None:  # a tokenizer's own limit, unless it is transformers' "unset" sentinel
+        limit = getattr(tokenizer, "model_max_length", None)
+        window = limit if isinstance(limit, int) and 0 < limit < 10**7 else None
     return HFChatModel(
-        renderer, model_id=model, journal=SessionJournal(journal) if journal else None
+        renderer,
+        model_id=model,
+        journal=SessionJournal(journal) if journal else None,
+        context_window=window,
     )
 
 
@@ -87,10 +96,17 @@ class HFChatModel:
     """Tokenizer + template + family, and the factory of per-session conversations."""
 
     def __init__(
-        self, renderer: TemplateRenderer, *, model_id: str, journal: SessionJournal | None = None
+        self,
+        renderer: TemplateRenderer,
+        *,
+        model_id: str,
+        journal: SessionJournal | None = None,
+        context_window: int | None = None,
     ) -> None:
         self.renderer = renderer
         self.model_id = model_id
+        #: the model's context in tokens (the default ``max_context_tokens``); None: unknown
+        self.context_window = context_window
         self.family = renderer.family.name
         self.journal = journal
         #: continued turns between checks of a window render against a whole render

@@ -5,9 +5,11 @@ model hub."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import shutil
+import struct
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -126,3 +128,83 @@ def _save_converted(lm: Any, tokenizer: Any, cache: Path) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
     except (OSError, ValueError, RuntimeError) as exc:
         log.warning("could not cache the converted model at %s: %s", cache, exc)
+
+
+#: config.json keys that hold a model's context window, in order of preference
+_WINDOW_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
+
+
+@lru_cache(maxsize=8)
+def context_window(model: str) -> int | None:
+    """The model's context window in tokens, read from its config (``config.json``, or the
+    GGUF header's ``<arch>.context_length``); None when the model does not say."""
+    try:
+        path, kwargs = resolve_model(model)
+    except ConfigError:
+        return None
+    gguf = kwargs.get("gguf_file")
+    try:
+        if gguf:
+            return _gguf_context_length(Path(path) / gguf)
+        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        log.warning("cannot read the context window of %s: %s", model, exc)
+        return None
+    for section in (config, config.get("text_config") or {}):
+        for key in _WINDOW_KEYS:
+            if isinstance(section.get(key), int) and section[key] > 0:
+                return int(section[key])
+    return None
+
+
+# GGUF value types: fixed sizes (struct format), 8 = string, 9 = array
+_GGUF_FIXED = {
+    0: "B",
+    1: "b",
+    2: "H",
+    3: "h",
+    4: "I",
+    5: "i",
+    6: "f",
+    7: "?",
+    10: "Q",
+    11: "q",
+    12: "d",
+}
+
+
+def _gguf_context_length(path: Path) -> int | None:
+    """``<arch>.context_length`` from a GGUF header, reading only the key-value section up
+    to that key (the whole file's tensor index is never parsed)."""
+    with path.open("rb") as f:
+
+        def read(fmt: str) -> Any:
+            size = struct.calcsize("<" + fmt)
+            return struct.unpack("<" + fmt, f.read(size))[0]
+
+        def skip(vtype: int) -> None:
+            if vtype in _GGUF_FIXED:
+                f.seek(struct.calcsize(_GGUF_FIXED[vtype]), 1)
+            elif vtype == 8:
+                f.seek(read("Q"), 1)
+            elif vtype == 9:
+                item, count = read("I"), read("Q")
+                if item in _GGUF_FIXED:
+                    f.seek(struct.calcsize(_GGUF_FIXED[item]) * count, 1)
+                else:
+                    for _ in range(count):
+                        skip(item)
+            else:
+                raise ValueError(f"unknown GGUF value type {vtype}")
+
+        if f.read(4) != b"GGUF":
+            raise ValueError("not a GGUF file")
+        read("I")  # version
+        read("Q")  # tensor count
+        for _ in range(read("Q")):
+            key = f.read(read("Q")).decode("utf-8", "replace")
+            vtype = read("I")
+            if key.endswith(".context_length") and vtype in (4, 5, 10, 11):
+                return int(read(_GGUF_FIXED[vtype]))
+            skip(vtype)
+    return None

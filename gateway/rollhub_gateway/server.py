@@ -35,6 +35,7 @@ from aiohttp import web
 from rollhub.sampling import SamplingBackend
 from rollhub.trace import TraceRecord
 
+from rollhub_gateway.admission import Admission
 from rollhub_gateway.config import GatewayConfig, SessionPolicy
 from rollhub_gateway.metrics import GatewayMetrics
 from rollhub_gateway.protocols import AnthropicMessages, OpenAIChat, OpenAIResponses, WireError
@@ -93,6 +94,7 @@ class Gateway:
             backend, chat_model, self.metrics,
             weight_version=lambda: self.weight_version, log_turns=self.config.log_turns,
         )  # fmt: skip
+        self.admission = Admission(self.runner)
         self.url: str | None = None
         self._server: Any = None
         self.admin = AdminRoutes(self)
@@ -153,6 +155,7 @@ class Gateway:
     async def close(self) -> None:
         """Stop serving and close the sampling backend."""
         await self.stop()
+        self.admission.close()
         await self.backend.close()
 
     # The aiohttp application ---------------------------------------------------------------
@@ -210,9 +213,7 @@ class Gateway:
     ) -> web.StreamResponse:
         try:
             session = self._session(request)
-            req = adapter.parse(await body_json(request))
-            session.touch()
-            plan = self.runner.plan(session, req, route=route)
+            req, plan = await self.admission.plan(request, session, adapter, route)
             if not req.stream:
                 result = await self.runner.complete(plan)
                 return web.json_response(adapter.response(req, result))

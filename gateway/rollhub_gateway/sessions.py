@@ -68,6 +68,8 @@ class Session:
     metadata: dict[str, Any] = field(default_factory=dict)
     #: older keys of the session still accepted (journaled keys after a restart)
     aliases: list[str] = field(default_factory=list)
+    #: held while one of its calls is prepared: calls are rendered in arrival order
+    prepare_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def touch(self) -> None:
         """Mark the session as used now (resets its idle timer)."""

@@ -35,6 +35,8 @@ __all__ = [
     "opt_int",
     "opt_stop",
     "owed_deltas",
+    "parse_body",
+    "read_body",
     "require",
 ]
 
@@ -320,13 +322,22 @@ def parse_arguments(arguments: str) -> Any:
 
 async def body_json(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
     """The JSON object body; 413 past ``client_max_size``, 400 when it is not an object."""
+    return parse_body(await read_body(request), allow_empty=allow_empty)
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The raw body; 413 past ``client_max_size``."""
     try:
-        raw = await request.read()
+        return await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
         raise WireError(
             "too_large",
             f"request body is larger than the gateway's limit of {request.app._client_max_size} bytes (max_body_bytes)",
         ) from exc
+
+
+def parse_body(raw: bytes, *, allow_empty: bool = False) -> dict[str, Any]:
+    """A raw body as a JSON object; 400 when it is not one."""
     if not raw and allow_empty:
         return {}
     try:

@@ -77,12 +77,18 @@ class TurnPlan:
 
 
 def resolve_sampling(
-    req: RequestedSampling, policy: SessionPolicy, *, stop_token_ids: list[int], prompt_len: int
+    req: RequestedSampling,
+    policy: SessionPolicy,
+    *,
+    stop_token_ids: list[int],
+    prompt_len: int,
+    context_window: int | None = None,
 ) -> SamplingParams:
     """Engine parameters from the agent's fields and the session policy.
 
     The agent's value applies unless the policy pins the field; ``max_tokens`` is clipped
-    to ``max_tokens_cap`` and to the context left under ``max_context_tokens``.
+    to ``max_tokens_cap`` and to the context left under ``max_context_tokens`` (the
+    policy's, else the model's ``context_window``).
 
     :raises WireError: the prompt alone fills ``max_context_tokens`` (400, ``messages``).
     """
@@ -94,13 +100,15 @@ def resolve_sampling(
     max_tokens = pick("max_tokens", req.max_tokens, policy.max_tokens)
     if policy.max_tokens_cap is not None:
         max_tokens = min(max_tokens, policy.max_tokens_cap)
-    if policy.max_context_tokens is not None:
-        room = policy.max_context_tokens - prompt_len
+    limit = policy.max_context_tokens or context_window
+    if limit is not None:
+        room = limit - prompt_len
         if room <= 0:
+            whose = "session's" if policy.max_context_tokens else "model's context window,"
             raise WireError(
                 "invalid_request",
-                f"prompt has {prompt_len} tokens, which fills the session's "
-                f"max_context_tokens={policy.max_context_tokens}; shorten the messages",
+                f"prompt has {prompt_len} tokens, which fills the {whose} "
+                f"max_context_tokens={limit}; shorten the messages",
                 param="messages",
             )
         max_tokens = min(max_tokens, room)
@@ -174,6 +182,7 @@ class TurnRunner:
             policy,
             stop_token_ids=self._stop_ids,
             prompt_len=len(prepared.prompt_ids),
+            context_window=getattr(self.chat_model, "context_window", None),
         )
         top = request.options.get("top_logprobs") or 0
         if top:

@@ -1,0 +1,131 @@
+"""Admitting a model call without ever blocking the event loop.
+
+A request's cost before sampling (JSON decoding, rendering the chat template, tokenising)
+grows with its size; one 10 MB request done on the event loop stalls every other session
+and ``/healthz`` for seconds. So:
+
+- every call has a context limit: the session policy's ``max_context_tokens``, else the
+  model's own context window (from its config). A request that cannot fit is a 400 in the
+  caller's format before any work: its body is larger than any prompt of that many tokens
+  could be (no token carries more text than the longest one in the vocabulary), or, once
+  decoded, its messages hold more text than that;
+- a request larger than :data:`OFFLOAD_BYTES` is decoded, validated, rendered and tokenised
+  in a worker thread (a pool sized to the cores), while the loop serves everyone else;
+- the calls of one session are prepared in arrival order (a per-session lock), so a small
+  call never overtakes a big one of the same session; a big one waits for the session's
+  calls in flight to commit, so the worker never reads a trajectory being changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from aiohttp import web
+
+from rollhub_gateway.protocols.base import WireError, WireRequest, parse_body, read_body
+from rollhub_gateway.protocols.execution import TurnPlan, TurnRunner
+from rollhub_gateway.sessions import Session
+
+__all__ = ["OFFLOAD_BYTES", "Admission"]
+
+log = logging.getLogger(__name__)
+
+#: bodies above this many bytes are prepared off the event loop
+OFFLOAD_BYTES = 256 * 1024
+#: JSON escapes make a body at most this many times longer than its text (``\u0001``)
+_ESCAPE_FACTOR = 6
+#: room for the request's non-text fields (model, tools, sampling fields)
+_BODY_SLACK = 64 * 1024
+
+
+class Admission:
+    """Context limits and off-loop preparation of one gateway's model calls.
+
+    :param runner: plans (renders) calls once admitted.
+    :param workers: threads preparing big calls (default: the number of cores).
+    """
+
+    def __init__(self, runner: TurnRunner, *, workers: int | None = None) -> None:
+        self.runner = runner
+        self.chat_model = runner.chat_model
+        self._pool = ThreadPoolExecutor(
+            max_workers=workers or os.cpu_count() or 2, thread_name_prefix="rollhub-prepare"
+        )
+        self._token_chars: int | None = None
+
+    def context_limit(self, session: Session) -> int | None:
+        """Prompt + output tokens one call of ``session`` may use (None: no limit known)."""
+        return session.policy.max_context_tokens or getattr(self.chat_model, "context_window", None)
+
+    async def plan(
+        self, request: web.Request, session: Session, adapter: Any, route: str
+    ) -> tuple[WireRequest, TurnPlan]:
+        """Read, validate and render one call, off the loop when it is big.
+
+        :raises WireError: 400 for a call that cannot fit the context limit (before any
+            work when its size shows it) or a bad request; 413 past ``max_body_bytes``.
+        """
+        limit = self.context_limit(session)
+        size = request.content_length or 0
+        if limit is not None and size > OFFLOAD_BYTES:
+            bound = limit * self.token_chars() * _ESCAPE_FACTOR + _BODY_SLACK
+            if size > bound:
+                raise _too_long(f"the request body has {size} bytes", limit)
+        raw = await read_body(request)
+        async with session.prepare_lock:  # one session's calls are prepared in order
+            if len(raw) <= OFFLOAD_BYTES:
+                return self._prepare(raw, session, adapter, route, limit)
+            # the worker reads the session's trajectory: let this session's calls in
+            # flight commit first (later ones wait on the lock), so nothing changes it
+            while session.in_flight:
+                await asyncio.sleep(0.005)
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(
+                self._pool, self._prepare, raw, session, adapter, route, limit
+            )
+
+    def _prepare(
+        self, raw: bytes, session: Session, adapter: Any, route: str, limit: int | None
+    ) -> tuple[WireRequest, TurnPlan]:
+        req = adapter.parse(parse_body(raw))
+        if limit is not None and len(raw) > OFFLOAD_BYTES:
+            chars = _text_chars(req)
+            if chars > limit * self.token_chars():
+                raise _too_long(f"the messages hold {chars} characters", limit)
+        session.touch()
+        return req, self.runner.plan(session, req, route=route)
+
+    def token_chars(self) -> int:
+        """Characters of the longest token in the vocabulary (computed once)."""
+        if self._token_chars is None:
+            tok = getattr(getattr(self.chat_model, "renderer", None), "tokenizer", None)
+            vocab = tok.get_vocab() if tok is not None else {}
+            self._token_chars = max((len(t) for t in vocab), default=0) or 64
+        return self._token_chars
+
+    def close(self) -> None:
+        """Stop the worker threads (calls being prepared finish first)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _text_chars(req: WireRequest) -> int:
+    n = 0
+    for m in req.turn.messages:
+        n += len(m.get("content") or "") + len(m.get("reasoning_content") or "")
+        for c in m.get("tool_calls") or ():
+            n += len(str(c.get("function", {}).get("arguments", "")))
+    return n
+
+
+def _too_long(what: str, limit: int) -> WireError:
+    return WireError(
+        "invalid_request",
+        f"{what}, more than a prompt of max_context_tokens={limit} tokens can hold (the "
+        "model's context window unless the session policy sets max_context_tokens); shorten "
+        "the messages",
+        param="messages",
+    )
