@@ -90,6 +90,9 @@ class ExperimentConfig(_Strict):
         None, ge=0, description="stop submitting when the oldest rollout lags this many versions"
     )
     progress: bool = True
+    store_stall_warn_s: float = Field(
+        30.0, gt=0, description="warn when the result store does not answer for this long"
+    )
 
     @property
     def resolved_exp_id(self) -> str:

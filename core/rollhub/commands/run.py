@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rollhub.commands.checks import check_run_config, load_payloads
+from rollhub.commands.store_watch import StoreWatch
 from rollhub.config import RollhubConfig, build_options, load_config
 from rollhub.episode import Episode
 from rollhub.errors import UsageError
@@ -258,6 +259,15 @@ async def consume_once(hub: Any, payloads: list[dict[str, Any]], run_dir: Path, 
     progress = RolloutProgress(total, enabled=cfg.experiment.progress, description="episodes")
     t0 = time.monotonic()
     tokens, rewards = 0, []
+    stall_note = ""
+
+    def show_stall(text: str) -> None:
+        nonlocal stall_note
+        stall_note = text
+        progress.note(_note(tokens, rewards, t0, stall_note))
+
+    watch = StoreWatch(None, lambda: progress.running, show_stall,
+                       stall_s=cfg.experiment.store_stall_warn_s)
 
     started: set[str] = set()
 
@@ -277,16 +287,17 @@ async def consume_once(hub: Any, payloads: list[dict[str, Any]], run_dir: Path, 
             if episode.ok and episode.reward is not None:
                 rewards.append(episode.reward)
             progress.finished(episode.status)
-            mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "-"
-            progress.note(f"{tokens / max(time.monotonic() - t0, 1e-9):.1f} tok/s  reward {mean}")
+            progress.note(_note(tokens, rewards, t0, stall_note))
 
     hub.host.register(_Observer(), name="rollhub.run.progress", source="builtin")
     with progress:
         await hub.start()
+        watch.store = hub.store
         try:
-            async for group in hub.iter_groups(payloads):
-                episodes.extend(group.episodes)
-                await hub.trainer.consume(group)
+            async with watch.watching():
+                async for group in hub.iter_groups(payloads):
+                    episodes.extend(group.episodes)
+                    await hub.trainer.consume(group)
         finally:
             (outputs if outputs is not None else {}).update(await hub.close())
     wall = time.monotonic() - t0
@@ -296,6 +307,13 @@ async def consume_once(hub: Any, payloads: list[dict[str, Any]], run_dir: Path, 
         plot_run(episodes, run_dir / "plots.png")
     Console().print(render_summary(summary))
     return summary
+
+
+def _note(tokens: int, rewards: list[float], t0: float, stall: str) -> str:
+    """The progress line's figures: throughput, mean reward, a stalled store."""
+    mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "-"
+    text = f"{tokens / max(time.monotonic() - t0, 1e-9):.1f} tok/s  reward {mean}"
+    return f"{text}  {stall}" if stall else text
 
 
 def _new_run_dir(cfg: RollhubConfig) -> Path:
