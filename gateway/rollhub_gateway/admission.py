@@ -19,6 +19,7 @@ and ``/healthz`` for seconds. So:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -84,9 +85,17 @@ class Admission:
             while session.in_flight:
                 await asyncio.sleep(0.005)
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(
+            fut = loop.run_in_executor(
                 self._pool, self._prepare, raw, session, adapter, route, limit
             )
+            try:
+                return await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                # the caller left; the worker still runs: keep the session's lock until it
+                # is done, so the next call never prepares against a half-updated session
+                with contextlib.suppress(Exception):
+                    await fut
+                raise
 
     def _prepare(
         self, raw: bytes, session: Session, adapter: Any, route: str, limit: int | None
@@ -98,6 +107,18 @@ class Admission:
                 raise _too_long(f"the messages hold {chars} characters", limit)
         session.touch()
         return req, self.runner.plan(session, req, route=route)
+
+    async def count_tokens(self, request: web.Request, adapter: Any) -> int:
+        """Anthropic ``count_tokens``: the prompt's real token count, off the loop when big."""
+        raw = await read_body(request)
+
+        def count() -> int:
+            req = adapter.parse(parse_body(raw), count_only=True)
+            return int(self.chat_model.count_tokens(req.turn))
+
+        if len(raw) <= OFFLOAD_BYTES:
+            return count()
+        return await asyncio.get_running_loop().run_in_executor(self._pool, count)
 
     def token_chars(self) -> int:
         """Characters of the longest token in the vocabulary (computed once)."""

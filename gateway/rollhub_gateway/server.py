@@ -40,7 +40,7 @@ from rollhub_gateway.config import GatewayConfig, SessionPolicy
 from rollhub_gateway.metrics import GatewayMetrics
 from rollhub_gateway.protocols import AnthropicMessages, OpenAIChat, OpenAIResponses, WireError
 from rollhub_gateway.protocols.admin import AdminRoutes
-from rollhub_gateway.protocols.base import body_json, error_response
+from rollhub_gateway.protocols.base import error_response
 from rollhub_gateway.protocols.execution import ClientGone, TurnRunner
 from rollhub_gateway.sessions import Session, SessionError, SessionManager
 from rollhub_gateway.turns import ChatModel
@@ -267,8 +267,8 @@ class Gateway:
     async def _count_tokens(self, request: web.Request) -> web.Response:
         try:
             self._session(request)
-            req = _ANTHROPIC.parse(await body_json(request), count_only=True)
-            return web.json_response({"input_tokens": self.chat_model.count_tokens(req.turn)})
+            count = await self.admission.count_tokens(request, _ANTHROPIC)
+            return web.json_response({"input_tokens": count})
         except WireError as err:
             return error_response(_ANTHROPIC, err)
 

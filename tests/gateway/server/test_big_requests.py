@@ -120,3 +120,19 @@ async def test_a_big_request_leaves_healthz_and_other_sessions_alone(chat_model,
     assert took > 1 and len(during) >= 10, (took, len(during))
     assert max(pings) < 0.5, max(pings)
     assert p99 < base99 + 0.25, (p99, base99, took)
+
+
+async def test_count_tokens_of_a_big_prompt_is_counted_off_the_loop(gateway, chat_model):
+    from rollhub_gateway.turns import ChatTurn
+
+    s = gateway.open_session("c")
+    text = _big_text(2 * OFFLOAD_BYTES)
+    body = {"model": "m", "messages": [{"role": "user", "content": text}]}
+    async with aiohttp.ClientSession() as http:
+        status, data, _ = await _post(
+            http, gateway.url + "/v1/messages/count_tokens", s.key, body,
+            headers={"anthropic-version": "2023-06-01"},
+        )  # fmt: skip
+    assert status == 200
+    want = chat_model.count_tokens(ChatTurn([{"role": "user", "content": text}]))
+    assert data["input_tokens"] == want > 100_000
