@@ -55,8 +55,10 @@ async def test_hung_sync_handlers_get_the_worker_replaced(store) -> None:
     rt = make_runtime("hanging", workers=1, ping_interval_s=0.2)
     async with rt, AsyncRolloutClient(rt, store, exp_id="hang") as client:
         old_pid = rt.worker_pids()[0]
+        assert (await client.invoke({"x": "warm-up"}, timeout=30)).ok
         hung = [client.invoke({"mode": "hang", "seconds": 30, "x": i}) for i in range(8)]
-        timed_out = await asyncio.gather(*(f.result_async(timeout=1.0) for f in hung))
+        # Long enough for four handlers to be running in their threads on a busy machine.
+        timed_out = await asyncio.gather(*(f.result_async(timeout=2.0) for f in hung))
         assert {o.status for o in timed_out} == {"timeout"}
         # Submitted while the pool is stuck: refused (503, retried) or lost with a cause,
         # never left to time out.

@@ -16,9 +16,6 @@ it returns. When stuck threads fill the pool the app can start no more sync work
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
-import contextvars
 import copy
 import functools
 import inspect
@@ -33,6 +30,7 @@ import httpx
 
 from rollhub.app.callback import DEFAULT_BACKOFF_S, completion_notice, send_notice
 from rollhub.app.result import build_result_document, error_info, public_payload
+from rollhub.app.threads import HandlerThreads
 from rollhub.rollout import RESULT_META_KEY, RolloutConfig
 from rollhub.stores.base import ResultStore
 
@@ -75,17 +73,12 @@ class RolloutRunner:
         self.running: dict[str, RunningRollout] = {}
         self._side_tasks: set[asyncio.Task[Any]] = set()
         self._on_change = on_change
-        self._max_sync_workers = max_sync_workers
         self._callback_backoff_s = callback_backoff_s
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._threads = HandlerThreads(max_sync_workers, on_change)
         self._worker_loop: asyncio.AbstractEventLoop | None = None
         self._worker_thread: threading.Thread | None = None
         self._worker_lock = threading.Lock()
         self._http: httpx.AsyncClient | None = None
-        self._threads_lock = threading.Lock()
-        self._threads_busy = 0
-        self._abandoned: set[int] = set()
-        self._next_call = 0
         #: rollouts finished (stored or not) since start; for logs and tests.
         self.finished_count = 0
         #: session id -> why its result could not be stored (the latest 1000)
@@ -267,45 +260,7 @@ class RolloutRunner:
         """Run a handler off the server loop and return its result."""
         if _is_async_callable(handler):
             return await self._on_worker_loop(handler(*args))
-        loop = asyncio.get_running_loop()
-        ctx = contextvars.copy_context()
-        with self._threads_lock:
-            self._next_call += 1
-            call_id = self._next_call
-        started = threading.Event()
-        finished = threading.Event()
-
-        def in_thread() -> Any:
-            with self._threads_lock:
-                self._threads_busy += 1
-            started.set()
-            try:
-                return ctx.run(handler, *args)
-            finally:
-                finished.set()
-                with self._threads_lock:
-                    self._threads_busy -= 1
-                    self._abandoned.discard(call_id)
-                self._changed_threadsafe(loop)
-
-        try:
-            value = await loop.run_in_executor(self._threads(), in_thread)
-        except asyncio.CancelledError:
-            # A queued call never runs; a started one keeps its thread until it returns.
-            with self._threads_lock:
-                if started.is_set() and not finished.is_set():
-                    self._abandoned.add(call_id)
-                    stuck = len(self._abandoned)
-                else:
-                    stuck = 0
-            if stuck:
-                log.warning(
-                    "a cancelled sync handler is still running; %d of %d handler threads are "
-                    "stuck", stuck, self._max_sync_workers,
-                )  # fmt: skip
-                if self._on_change is not None:
-                    self._on_change()
-            raise
+        value = await self._threads.run(handler, *args)
         if inspect.isawaitable(value):
             value = await self._on_worker_loop(value)
         return value
@@ -318,31 +273,12 @@ class RolloutRunner:
     @property
     def stuck_threads(self) -> int:
         """Handler threads still running for rollouts that were cancelled or timed out."""
-        with self._threads_lock:
-            return len(self._abandoned)
+        return self._threads.stuck
 
     @property
     def exhausted(self) -> str | None:
         """Why no new sync handler can start (stuck threads fill the pool), else None."""
-        stuck = self.stuck_threads
-        if stuck >= self._max_sync_workers:
-            return (
-                f"all {self._max_sync_workers} handler threads are stuck in handlers of "
-                f"cancelled rollouts; no new rollout can start"
-            )
-        return None
-
-    def _changed_threadsafe(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._on_change is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._on_change)
-
-    def _threads(self) -> concurrent.futures.ThreadPoolExecutor:
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=self._max_sync_workers, thread_name_prefix="rollhub-handler"
-            )
-        return self._executor
+        return self._threads.exhausted
 
     def _worker(self) -> asyncio.AbstractEventLoop:
         with self._worker_lock:
@@ -403,9 +339,7 @@ class RolloutRunner:
                 await asyncio.to_thread(self._worker_thread.join, 5)
             if not loop.is_running():
                 loop.close()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        self._threads.shutdown()
 
 
 def _uncancel() -> None:
