@@ -89,7 +89,10 @@ def test_cancelled_error_gets_a_default_message() -> None:
         ({1: "x"}, "key 1 is a int"),
         ({"rewards": float("nan")}, "result['rewards']: nan is not valid JSON"),
         ({"rewards": [1.0, math.inf]}, "result['rewards'][1]: inf"),
-        ({"rewards": 10**400}, "result['rewards']: an integer of 401 digits is not a finite number"),
+        (
+            {"rewards": 10**400},
+            "result['rewards']: an integer of 401 digits is not a finite number",
+        ),
         ({"rewards": "1.0"}, "result['rewards']: '1.0' (str) is not a number"),
         ({"rewards": True}, "(bool) is not a number"),
         ({"rewards": [0.5, None]}, "result['rewards'][1]: None"),
