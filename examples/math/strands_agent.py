@@ -17,6 +17,7 @@ from conversation import from_strands
 from rollhub.app import RolloutApp, RolloutContext
 from rollhub_frameworks import strands_model
 from strands import Agent, tool
+from strands.types.exceptions import MaxTokensReachedException
 
 app = RolloutApp()
 
@@ -47,8 +48,12 @@ def math_agent(payload: dict[str, Any], context: RolloutContext) -> dict[str, An
         system_prompt=SYSTEM_PROMPT,
         callback_handler=None,
     )
-    answer = agent(task.question)
-    text = str(answer)
+    try:
+        answer = agent(task.question)
+        text, stop_reason = str(answer), answer.stop_reason
+    except MaxTokensReachedException:
+        # A reply cut at max_tokens is a wrong answer for training, not a crashed rollout.
+        text, stop_reason = None, "max_tokens"
     predicted = extract_answer(text)
     tool_calls = sum(
         1 for m in agent.messages for block in m.get("content", []) if "toolUse" in block
@@ -57,7 +62,7 @@ def math_agent(payload: dict[str, Any], context: RolloutContext) -> dict[str, An
         "rewards": reward(predicted, task.answer),
         "answer": predicted,
         "final_message": text,
-        "metrics": {"tool_calls": tool_calls, "stop_reason": answer.stop_reason},
+        "metrics": {"tool_calls": tool_calls, "stop_reason": stop_reason},
     }
     if payload.get("capture_messages"):
         result["messages"] = from_strands(agent.messages, SYSTEM_PROMPT)
