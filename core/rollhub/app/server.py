@@ -22,9 +22,7 @@ must point back at the peer that submitted the rollout (or a ``callback_hosts`` 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import inspect
 import json
 import logging
 import os
@@ -35,9 +33,8 @@ from typing import Any
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rollhub.app.auth import SECRET_ENV
@@ -50,6 +47,7 @@ from rollhub.app.context import (
 )
 from rollhub.app.guard import RequestGuard
 from rollhub.app.health import HealthState
+from rollhub.app.plain import invoke_plain
 from rollhub.app.runner import RolloutRunner, RunningRollout
 from rollhub.errors import ConfigError, RollhubError
 from rollhub.rollout import ROLLOUT_KEY, RolloutConfig
@@ -218,7 +216,7 @@ class RolloutApp(HealthState, Starlette):
         if plain is None:
             log.error("no entrypoint defined")
             return JSONResponse({"error": "No entrypoint defined"}, status_code=500)
-        return await self._invoke_plain(plain, request, session_id, payload)
+        return await invoke_plain(self.runner, plain, request, session_id, payload)
 
     @property
     def rollout_handler(self) -> Callable[..., Any] | None:
@@ -304,30 +302,6 @@ class RolloutApp(HealthState, Starlette):
                 run.session_id,
             )
         return JSONResponse({"status": "processing", "result": run.location})
-
-    async def _invoke_plain(
-        self, handler: Callable[..., Any], request: Request, session_id: str, payload: Any
-    ) -> Response:
-        args: tuple[Any, ...] = (payload,)
-        if takes_context(handler):
-            context = RolloutContext(
-                session_id=session_id,
-                request_headers=forwardable_headers(request.headers),
-                request=request,
-            )
-            args = (payload, context)
-        try:
-            result = await self.runner.call(handler, args)
-        except HTTPException as exc:
-            return JSONResponse({"error": exc.detail}, status_code=exc.status_code)
-        except Exception as exc:
-            log.exception("invocation failed")
-            return JSONResponse({"error": str(exc)}, status_code=500)
-        if isinstance(result, Response):
-            return result
-        if inspect.isgenerator(result) or inspect.isasyncgen(result):
-            return StreamingResponse(_sse(result), media_type="text/event-stream")
-        return Response(_to_json(result), media_type="application/json")
 
     async def _handle_list_rollouts(self, request: Request) -> JSONResponse:
         refused = self._guard.check_control(request)
@@ -440,29 +414,3 @@ def _invalid_rollout(exc: ValidationError) -> InvalidRolloutError:
         field=fields[0] if fields else ROLLOUT_KEY,
         details=details,
     )
-
-
-def _to_json(value: Any) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return json.dumps(value, ensure_ascii=False, default=str)
-
-
-async def _sse(stream: Any) -> AsyncIterator[bytes]:
-    """Server-sent events from a sync or async generator, as AgentCore streams them."""
-    try:
-        if inspect.isasyncgen(stream):
-            async for item in stream:
-                yield f"data: {_to_json(item)}\n\n".encode()
-        else:
-            done = object()
-            while True:
-                item = await asyncio.to_thread(next, stream, done)
-                if item is done:
-                    break
-                yield f"data: {_to_json(item)}\n\n".encode()
-    except Exception as exc:
-        log.exception("error while streaming")
-        event = {"error": str(exc), "error_type": type(exc).__name__}
-        yield f"data: {_to_json(event)}\n\n".encode()
