@@ -11,6 +11,11 @@ invocation to a local agent app (any server speaking the AgentCore Runtime contr
   answer becomes a service error (429 ``ThrottlingException``, 5xx
   ``InternalServerException``, other ``RuntimeClientError`` 424) whose message carries the
   app's status and body.
+- ``POST /runtimes/{agentRuntimeArn}/commands`` (InvokeAgentRuntimeCommand), only when
+  built with ``commands_dir``: runs the command on this machine for a session this plane
+  has seen and answers the event stream the model defines
+  (:mod:`rollhub.compat.agentcore_commands`). This is what the sandbox's ``agentcore``
+  provider uses, next to the rollhub shim served as the runtime's app.
 - ``POST /runtimes/{agentRuntimeArn}/stopruntimesession`` (StopRuntimeSession): ends a
   session this plane has seen (404 ``ResourceNotFoundException`` otherwise). Apps that
   list ``DELETE /rollouts/{session_id}`` (rollhub's app) have the session's rollout
@@ -30,9 +35,12 @@ The real boto3 client reaches it through ``endpoint_url`` or the
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 from urllib.parse import unquote
 
 import httpx
@@ -42,6 +50,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rollhub.app.context import SESSION_HEADER
+from rollhub.compat.agentcore_commands import EVENTSTREAM, run_command
 from rollhub.errors import ConfigError
 
 __all__ = ["ENDPOINT_ENV", "LocalAgentCore", "runtime_arn"]
@@ -66,13 +75,22 @@ class LocalAgentCore(Starlette):
     :param runtimes: runtime ARN → base URL of the agent app serving it
         (``http://127.0.0.1:PORT``). More can be added with :meth:`add_runtime`.
     :param timeout_s: how long one forwarded invocation may take.
+    :param commands_dir: run ``InvokeAgentRuntimeCommand`` commands in this directory, as
+        the serving user (default: refused with ``AccessDeniedException``).
     """
 
-    def __init__(self, runtimes: Mapping[str, str] | None = None, *, timeout_s: float = 60.0):
+    def __init__(
+        self,
+        runtimes: Mapping[str, str] | None = None,
+        *,
+        timeout_s: float = 60.0,
+        commands_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
         self._runtimes: dict[str, str] = {}
         for arn, url in (runtimes or {}).items():
             self.add_runtime(arn, url)
         self._timeout_s = timeout_s
+        self._commands_dir = Path(commands_dir) if commands_dir is not None else None
         self._lock = threading.Lock()
         #: (runtime ARN, session id) pairs invoked and not stopped yet.
         self.sessions: set[tuple[str, str]] = set()
@@ -82,6 +100,7 @@ class LocalAgentCore(Starlette):
             routes=[
                 Route("/runtimes/{arn:path}/invocations", self._invoke, methods=["POST"]),
                 Route("/runtimes/{arn:path}/stopruntimesession", self._stop, methods=["POST"]),
+                Route("/runtimes/{arn:path}/commands", self._command, methods=["POST"]),
             ]
         )
 
@@ -146,6 +165,27 @@ class LocalAgentCore(Starlette):
             return _error("ResourceNotFoundException", f"no session {sid} on {arn}", 404)
         await self._cancel_rollout(base, sid)
         return Response(b"{}", headers={SESSION_HEADER: sid, "Content-Type": "application/json"})
+
+    async def _command(self, request: Request) -> Response:
+        arn = unquote(request.path_params["arn"])
+        sid = request.headers.get(SESSION_HEADER, "")
+        self.calls.append(("InvokeAgentRuntimeCommand", arn, sid))
+        if arn not in self._runtimes:
+            return _error("ResourceNotFoundException", f"no runtime {arn}", 404)
+        if self._commands_dir is None:
+            return _error(
+                "AccessDeniedException",
+                "this local data plane runs no commands; build it with commands_dir=",
+                403,
+            )
+        if (arn, sid) not in self.sessions:
+            return _error("ResourceNotFoundException", f"no session {sid} on {arn}", 404)
+        try:
+            body = json.loads(await request.body())  # the model's payload member: body
+        except ValueError:
+            return _error("ValidationException", "the request body is not JSON", 400)
+        stream = await run_command(body, self._commands_dir)
+        return Response(stream, headers={SESSION_HEADER: sid, "Content-Type": EVENTSTREAM})
 
     async def _cancel_rollout(self, base: str, sid: str) -> None:
         """Best effort: a stopped session's running rollout is cancelled (rollhub apps)."""
