@@ -74,7 +74,9 @@ class ExperimentConfig(_Strict):
     """What to run: the dataset, samples per prompt, concurrency, outputs."""
 
     name: str = Field("rollhub", description="experiment name; default exp_id")
-    exp_id: str | None = Field(None, description="result-store prefix; reruns with the same id resume")
+    exp_id: str | None = Field(
+        None, description="result-store prefix; reruns with the same id resume"
+    )
     dataset: str | None = Field(None, description="JSONL file of payloads, one prompt per line")
     id_field: str = Field("id", description="payload field that holds the prompt id (input_id)")
     max_prompts: int | None = Field(None, ge=1, description="use only the first N prompts")
@@ -84,7 +86,8 @@ class ExperimentConfig(_Strict):
     output_dir: str = Field("runs", description="where run directories are created")
     seed: int = 0
     sampling: dict[str, Any] = Field(
-        default_factory=dict, description="sampling defaults sent to agents (temperature, max_tokens…)"
+        default_factory=dict,
+        description="sampling defaults sent to agents (temperature, max_tokens…)",
     )
     max_staleness: int | None = Field(
         None, ge=0, description="stop submitting when the oldest rollout lags this many versions"
@@ -243,7 +246,9 @@ class RollhubConfig(_Strict):
 # ------------------------------------------------------------------------------------------
 
 
-def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> RollhubConfig:
+def load_config(
+    path: str | os.PathLike[str], env: Mapping[str, str] | None = None
+) -> RollhubConfig:
     """Read, override from the environment, and validate a ``rollhub.toml``."""
     p = Path(path)
     try:
@@ -335,7 +340,9 @@ def _first_loc(exc: ValidationError, prefix: str | None = None) -> str:
     return f"{prefix}.{loc}" if prefix else loc
 
 
-def _explain(exc: ValidationError, model: type[BaseModel], source: str, prefix: str | None = None) -> str:
+def _explain(
+    exc: ValidationError, model: type[BaseModel], source: str, prefix: str | None = None
+) -> str:
     lines = []
     for err in exc.errors():
         loc = [str(p) for p in err["loc"]]

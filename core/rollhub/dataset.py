@@ -24,7 +24,9 @@ def load_jsonl_dataset(
     """
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"dataset {str(p)!r} (experiment.dataset) does not exist", field="experiment.dataset")
+        raise ConfigError(
+            f"dataset {str(p)!r} (experiment.dataset) does not exist", field="experiment.dataset"
+        )
     payloads: list[dict[str, Any]] = []
     seen: set[str] = set()
     with p.open(encoding="utf-8") as f:
@@ -34,9 +36,13 @@ def load_jsonl_dataset(
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ConfigError(f"{p}:{lineno}: not valid JSON: {exc.msg}", field="experiment.dataset") from None
+                raise ConfigError(
+                    f"{p}:{lineno}: not valid JSON: {exc.msg}", field="experiment.dataset"
+                ) from None
             if not isinstance(obj, dict):
-                raise ConfigError(f"{p}:{lineno}: each line must be a JSON object", field="experiment.dataset")
+                raise ConfigError(
+                    f"{p}:{lineno}: each line must be a JSON object", field="experiment.dataset"
+                )
             pid = obj.get(id_field)
             if pid is None or str(pid) == "":
                 raise ConfigError(

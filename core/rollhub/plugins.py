@@ -243,8 +243,11 @@ class PluginHost:
             if not (caller.spec and caller.spec.opts.get("firstresult")):
                 continue
             # get_hookimpls() is in reverse call order
-            impls = [i for i in reversed(caller.get_hookimpls()) if not i.hookwrapper
-                     and not i.wrapper and self._source(i.plugin_name) != "builtin"]
+            impls = [
+                i
+                for i in reversed(caller.get_hookimpls())
+                if not i.hookwrapper and not i.wrapper and self._source(i.plugin_name) != "builtin"
+            ]
             if len(impls) > 1:
                 out.append((hook_name, [i.plugin_name for i in impls]))
         return out
@@ -259,7 +262,10 @@ class PluginHost:
                 log.warning(
                     "plugins %s all implement %s, which only one can answer: %r answers first "
                     "(registered last); mark the intended one @hookimpl(tryfirst=True) or "
-                    "disable the others", ", ".join(map(repr, plugins)), hook_name, plugins[0],
+                    "disable the others",
+                    ", ".join(map(repr, plugins)),
+                    hook_name,
+                    plugins[0],
                 )
 
     def _source(self, plugin_name: str) -> str:
@@ -346,8 +352,11 @@ def check_config(host: PluginHost, config: Any) -> None:
                 field=f"plugins.{table}",
             )
         if record is None or record.source == "builtin":
-            loaded = sorted(n for n, r in host.plugins.items()
-                            if r.error is None and r.source in ("entry point", "config"))
+            loaded = sorted(
+                n
+                for n, r in host.plugins.items()
+                if r.error is None and r.source in ("entry point", "config")
+            )
             raise ConfigError(
                 f"[plugins.{table}] configures a plugin that is not loaded; loaded plugins: "
                 f"{', '.join(loaded) or 'none'} (install the plugin, add its module to "
@@ -360,8 +369,9 @@ def check_config(host: PluginHost, config: Any) -> None:
         try:
             impl.function(**{a: given[a] for a in impl.argnames})
         except ValidationError as exc:
-            raise ConfigError(_settings_error(impl.plugin_name, exc),
-                              field=_settings_field(impl.plugin_name, exc)) from None
+            raise ConfigError(
+                _settings_error(impl.plugin_name, exc), field=_settings_field(impl.plugin_name, exc)
+            ) from None
 
 
 def _settings_field(plugin: str, exc: Any) -> str:

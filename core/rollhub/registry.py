@@ -122,7 +122,10 @@ class ComponentRegistry:
         #: kind -> (description, plugin that declared it)
         self.kinds: dict[ComponentKind, tuple[str, str]] = {k: ("", "rollhub") for k in KINDS}
         self._current_plugin: tuple[str, str | None, str | None, str] = (
-            "<code>", None, None, "code"
+            "<code>",
+            None,
+            None,
+            "code",
         )
         #: plugins that failed to load, by plugin name; consulted when a lookup misses.
         self.load_failures: dict[str, Any] = {}
@@ -173,9 +176,7 @@ class ComponentRegistry:
                 f"(plugin {existing.plugin}) and {_qualname(cls)} (plugin {plugin}); "
                 + _duplicate_fix(existing, plugin, source)
             )
-        self._components[kind][name] = ComponentInfo(
-            kind, name, cls, plugin, dist, version, source
-        )
+        self._components[kind][name] = ComponentInfo(kind, name, cls, plugin, dist, version, source)
         log.debug("registered %s %r from %s", kind, name, plugin)
         return cls
 
@@ -227,7 +228,9 @@ class ComponentRegistry:
         finally:
             self._current_plugin = previous
 
-    def added_since(self, snapshot: dict[ComponentKind, dict[str, ComponentInfo]]) -> list[ComponentInfo]:
+    def added_since(
+        self, snapshot: dict[ComponentKind, dict[str, ComponentInfo]]
+    ) -> list[ComponentInfo]:
         """Components registered after :meth:`snapshot` was taken."""
         return [c for c in self.all() if c.name not in snapshot.get(c.kind, {})]
 
@@ -293,14 +296,17 @@ class ComponentRegistry:
 
     def all(self) -> list[ComponentInfo]:
         """Every registered component, ordered by kind (the core's first) then name."""
-        return [self._components[k][n] for k in self._components
-                for n in sorted(self._components[k])]
+        return [
+            self._components[k][n] for k in self._components for n in sorted(self._components[k])
+        ]
 
     def _missing_message(self, kind: str, name: str, field: str | None) -> str:
         where = f" ({field})" if field else ""
         if kind not in self._components:
-            return (f"no component kind {kind!r}{where}; kinds: {', '.join(self._components)} "
-                    f"(is the plugin that declares it installed? see 'rollhub plugins')")
+            return (
+                f"no component kind {kind!r}{where}; kinds: {', '.join(self._components)} "
+                f"(is the plugin that declares it installed? see 'rollhub plugins')"
+            )
         installed = ", ".join(sorted(self._components.get(kind, {}))) or "none"
         msg = f"no {kind.replace('_', ' ')} named {name!r}{where}; installed: {installed}"
         dist = {**KNOWN_DISTRIBUTIONS, **self.install_hints}.get((kind, name))
@@ -326,21 +332,25 @@ class ComponentRegistry:
             failed = ", ".join(
                 f"{p!r} ({getattr(f, 'error', f)})" for p, f in sorted(self.load_failures.items())
             )
-            msg += (f"; plugins that failed to load, which may provide it: {failed} "
-                    f"(fix them; 'rollhub plugins' shows why)")
+            msg += (
+                f"; plugins that failed to load, which may provide it: {failed} "
+                f"(fix them; 'rollhub plugins' shows why)"
+            )
         return msg
 
 
 def _duplicate_fix(existing: ComponentInfo, plugin: str, source: str) -> str:
     """What to do about two components with one name; disabling applies to entry points."""
-    disable = [p for p, s in ((existing.plugin, existing.source), (plugin, source))
-               if s == "entry point"]
+    disable = [
+        p for p, s in ((existing.plugin, existing.source), (plugin, source)) if s == "entry point"
+    ]
     fixes = ["rename one"]
     if existing.source == "builtin" or source == "builtin":
         fixes = [f"rename the plugin's component: {existing.name!r} is a built-in name"]
     if disable:
-        fixes.append(f"disable {' or '.join(map(repr, disable))} with "
-                     f"ROLLHUB_DISABLE_PLUGINS={disable[-1]}")
+        fixes.append(
+            f"disable {' or '.join(map(repr, disable))} with ROLLHUB_DISABLE_PLUGINS={disable[-1]}"
+        )
     return " or ".join(fixes)
 
 
@@ -349,8 +359,9 @@ def _context_kwargs(cls: type, kind: str, context: ComponentContext) -> dict[str
     if "context" in params:
         return {"context": context}
     open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    return {k: getattr(context, k) for k in LEGACY_KEYWORDS.get(kind, ())
-            if k in params or open_ended}
+    return {
+        k: getattr(context, k) for k in LEGACY_KEYWORDS.get(kind, ()) if k in params or open_ended
+    }
 
 
 def _qualname(cls: type) -> str:

@@ -72,9 +72,13 @@ def summarize(
         f"pass@{k_max}": sum(passk) / len(passk) if passk else None,
         "mean_turns": sum(e.num_turns for e in ok_eps) / len(ok_eps) if ok_eps else None,
         "sampled_tokens": tokens,
-        "drift": {"append": drift.get("append", 0), "rerender": drift.get("rerender", 0),
-                  "fork": drift.get("fork", 0), "forked_branches": drift.get("forked_branches", 0),
-                  "masked_tokens": masked},
+        "drift": {
+            "append": drift.get("append", 0),
+            "rerender": drift.get("rerender", 0),
+            "fork": drift.get("fork", 0),
+            "forked_branches": drift.get("forked_branches", 0),
+            "masked_tokens": masked,
+        },
     }
     out["failure_causes"] = failure_causes(eps)
     if wall_time_s is not None:
@@ -114,8 +118,9 @@ def render_summary(summary: dict[str, Any]) -> Any:
         if key == "failure_causes":
             for i, cause in enumerate(value, 1):
                 what = f"{cause['error_type']}: {cause['message']}" if cause["error_type"] else "-"
-                table.add_row(f"failure cause {i}",
-                              f"{cause['count']}× {cause['status']} {what}", style="red")
+                table.add_row(
+                    f"failure cause {i}", f"{cause['count']}× {cause['status']} {what}", style="red"
+                )
             continue
         if isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items())
@@ -160,8 +165,9 @@ def plot_run(episodes: Iterable[Episode], path: str | Path) -> Path:
     means = [sum(v) / len(v) for _, v in ordered]
     ax.vlines(xs, [min(v) for _, v in ordered], [max(v) for _, v in ordered], color="#999999")
     ax.plot(xs, means, "o", color="#dd8452", markersize=4)
-    ax.set(title="per-group reward (min–max, mean)", xlabel="group (sorted by mean)",
-           ylabel="reward")
+    ax.set(
+        title="per-group reward (min–max, mean)", xlabel="group (sorted by mean)", ylabel="reward"
+    )
     ax = axes[2]
     ax.hist(latencies, bins=30, color="#55a868")
     ax.set(title="rollout latency", xlabel="seconds", ylabel="episodes")

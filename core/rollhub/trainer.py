@@ -61,8 +61,11 @@ class TrainingBatch:
 
     def trainable(self) -> list[tuple[Episode, float]]:
         """``(episode, advantage)`` for each episode that contributes a gradient."""
-        return [(e, self.advantages[e.episode_id]) for e in self.episodes
-                if e.trainable and e.episode_id in self.advantages]
+        return [
+            (e, self.advantages[e.episode_id])
+            for e in self.episodes
+            if e.trainable and e.episode_id in self.advantages
+        ]
 
 
 @dataclass

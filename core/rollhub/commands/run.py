@@ -38,15 +38,21 @@ log = logging.getLogger(__name__)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare this subcommand's arguments."""
     parser.add_argument(
-        "config", nargs="?", default=None,
+        "config",
+        nargs="?",
+        default=None,
         help="path to rollhub.toml (with --resume: default, the config the run was started with)",
     )
-    parser.add_argument("--max-prompts", type=int, default=None, help="use only the first N prompts")
+    parser.add_argument(
+        "--max-prompts", type=int, default=None, help="use only the first N prompts"
+    )
     parser.add_argument("--n-samples", type=int, default=None, help="samples per prompt")
     parser.add_argument("--run-dir", default=None, help="output directory (default: a new one)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
-        "--resume", metavar="RUN_DIR", default=None,
+        "--resume",
+        metavar="RUN_DIR",
+        default=None,
         help="continue a training run from its last checkpoint",
     )
 
@@ -78,13 +84,19 @@ def run(args: argparse.Namespace) -> int:
     _share_plugin_modules(cfg)
     outputs: dict[str, Any] = {}
     summary = asyncio.run(
-        run_experiment(cfg, payloads, run_dir, resume=bool(args.resume), host=host,
-                       outputs=outputs)
+        run_experiment(cfg, payloads, run_dir, resume=bool(args.resume), host=host, outputs=outputs)
     )
     print(f"\nrun directory: {run_dir}")
     listed = set()
-    for name in ("episodes.parquet", "episodes.jsonl", "summary.json", "plots.png",
-                 "metrics.jsonl", "training.png", "checkpoints"):
+    for name in (
+        "episodes.parquet",
+        "episodes.jsonl",
+        "summary.json",
+        "plots.png",
+        "metrics.jsonl",
+        "training.png",
+        "checkpoints",
+    ):
         if (run_dir / name).exists():
             listed.add(str((run_dir / name).resolve()))
             print(f"  {name:<17} {run_dir / name}")
@@ -97,8 +109,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {key:<17} {value}")
     missing = missing_extras(cfg, outputs)
     if missing:
-        print(f"\nnote: {' and '.join(missing.values())} need extras: "
-              f"pip install 'rollhub[{','.join(missing)}]'")
+        print(
+            f"\nnote: {' and '.join(missing.values())} need extras: "
+            f"pip install 'rollhub[{','.join(missing)}]'"
+        )
     if "episodes" not in summary:  # a training run: it failed loudly if it failed
         return 0
     failed = summary["failed"]
@@ -131,8 +145,10 @@ def _make_run_dir(run_dir: Path, field: str) -> None:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"{field}: cannot create the run directory {str(run_dir)!r}: "
-                         f"{exc.strerror or exc}; choose a writable path") from None
+        raise UsageError(
+            f"{field}: cannot create the run directory {str(run_dir)!r}: "
+            f"{exc.strerror or exc}; choose a writable path"
+        ) from None
 
 
 def _share_plugin_modules(cfg: RollhubConfig) -> None:
@@ -177,8 +193,13 @@ def _config_path(args: argparse.Namespace) -> str:
 
 
 async def run_experiment(
-    cfg: RollhubConfig, payloads: list[dict[str, Any]], run_dir: Path, *, resume: bool = False,
-    host: Any = None, outputs: dict[str, Any] | None = None,
+    cfg: RollhubConfig,
+    payloads: list[dict[str, Any]],
+    run_dir: Path,
+    *,
+    resume: bool = False,
+    host: Any = None,
+    outputs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the experiment on a hub; return the summary (also written to ``run_dir``).
 
@@ -203,8 +224,14 @@ async def run_experiment(
     return await consume_once(hub, payloads, run_dir, outputs=outputs)
 
 
-async def train(hub: Any, payloads: list[dict[str, Any]], run_dir: Path, *,
-                resume: bool, outputs: dict[str, Any] | None = None) -> dict[str, Any]:
+async def train(
+    hub: Any,
+    payloads: list[dict[str, Any]],
+    run_dir: Path,
+    *,
+    resume: bool,
+    outputs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The training loop over ``payloads``; leaves metrics, checkpoints and training.png."""
     from rollhub.report import can_plot
     from rollhub.training.loop import TrainingLoop
@@ -214,8 +241,14 @@ async def train(hub: Any, payloads: list[dict[str, Any]], run_dir: Path, *,
     await hub.start()
     try:
         sinks = build_sinks(hub, run_dir)
-        loop = TrainingLoop(hub, payloads, run_dir=run_dir, sinks=sinks, resume=resume,
-                            progress=None if cfg.experiment.progress else False)
+        loop = TrainingLoop(
+            hub,
+            payloads,
+            run_dir=run_dir,
+            sinks=sinks,
+            resume=resume,
+            progress=None if cfg.experiment.progress else False,
+        )
         try:
             summary = await loop.run()
         finally:
@@ -224,8 +257,10 @@ async def train(hub: Any, payloads: list[dict[str, Any]], run_dir: Path, *,
     finally:
         (outputs if outputs is not None else {}).update(await hub.close())
     last = summary["last"] or {}
-    print(f"trained {summary['steps']}/{summary['total_steps']} steps; weight version "
-          f"{summary['weight_version']}; last reward {last.get('reward_mean')}")
+    print(
+        f"trained {summary['steps']}/{summary['total_steps']} steps; weight version "
+        f"{summary['weight_version']}; last reward {last.get('reward_mean')}"
+    )
     return summary
 
 
@@ -235,15 +270,23 @@ def build_sinks(hub: Any, run_dir: Path) -> list[Any]:
     sinks = []
     for name in cfg.training.metric_sinks:
         cls, opts = build_options(
-            hub.host.registry, "metric_sink", name, cfg.training.sinks.get(name, {}),
+            hub.host.registry,
+            "metric_sink",
+            name,
+            cfg.training.sinks.get(name, {}),
             section=f"training.sinks.{name}",
         )
         sinks.append(cls(opts, run_dir=run_dir, run_name=run_dir.name, config=cfg.to_toml_dict()))
     return sinks
 
 
-async def consume_once(hub: Any, payloads: list[dict[str, Any]], run_dir: Path, *,
-                       outputs: dict[str, Any] | None = None) -> dict[str, Any]:
+async def consume_once(
+    hub: Any,
+    payloads: list[dict[str, Any]],
+    run_dir: Path,
+    *,
+    outputs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """One pass: every prompt × n samples, each finished group to the trainer.
 
     The plot is drawn only when matplotlib is installed (the ``plot`` extra).
@@ -266,8 +309,9 @@ async def consume_once(hub: Any, payloads: list[dict[str, Any]], run_dir: Path, 
         stall_note = text
         progress.note(_note(tokens, rewards, t0, stall_note))
 
-    watch = StoreWatch(None, lambda: progress.running, show_stall,
-                       stall_s=cfg.experiment.store_stall_warn_s)
+    watch = StoreWatch(
+        None, lambda: progress.running, show_stall, stall_s=cfg.experiment.store_stall_warn_s
+    )
 
     started: set[str] = set()
 

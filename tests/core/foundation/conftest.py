@@ -50,8 +50,18 @@ def install_plugin(tmp_path: Path) -> Callable[..., dict[str, str]]:
     def install(dist: str, module: str, body: str, ep_name: str) -> dict[str, str]:
         src = _write_dist(tmp_path / "src", dist, module, body, ep_name)
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-             "--no-build-isolation", "--target", str(target), str(src)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--no-build-isolation",
+                "--target",
+                str(target),
+                str(src),
+            ],
             check=True,
             capture_output=True,
         )

@@ -36,7 +36,9 @@ def test_runtime_failure_exits_1_with_one_line(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(plugins_cmd, "run", explode)
     assert main(["plugins"]) == 1
     err = capsys.readouterr().err
-    assert err.strip() == "rollhub: error: OSError: disk on fire (run with --debug for the traceback)"
+    assert (
+        err.strip() == "rollhub: error: OSError: disk on fire (run with --debug for the traceback)"
+    )
     assert main(["--debug", "plugins"]) == 1
     assert "Traceback" in capsys.readouterr().err
 

@@ -37,7 +37,9 @@ def test_unknown_key_names_it_and_suggests(tmp_path):
 
 
 def test_unknown_top_level_section(tmp_path):
-    with pytest.raises(ConfigError, match=r"unknown key 'runtme' \(did you mean 'runtime'\?\); valid keys"):
+    with pytest.raises(
+        ConfigError, match=r"unknown key 'runtme' \(did you mean 'runtime'\?\); valid keys"
+    ):
         load_config(write(tmp_path, '[runtme]\nname = "local"\n'))
 
 
@@ -66,8 +68,12 @@ def test_invalid_toml_and_missing_file(tmp_path):
 def test_env_overrides_file(tmp_path):
     cfg = load_config(
         write(tmp_path, "[experiment]\nn_samples = 2\n"),
-        env={"ROLLHUB_EXPERIMENT__N_SAMPLES": "8", "ROLLHUB_RUNTIME__WORKERS": "3",
-             "ROLLHUB_STORE__URL": "s3://bucket/prefix", "UNRELATED": "x"},
+        env={
+            "ROLLHUB_EXPERIMENT__N_SAMPLES": "8",
+            "ROLLHUB_RUNTIME__WORKERS": "3",
+            "ROLLHUB_STORE__URL": "s3://bucket/prefix",
+            "UNRELATED": "x",
+        },
     )
     assert cfg.experiment.n_samples == 8
     assert cfg.runtime.options == {"workers": 3}
@@ -97,7 +103,9 @@ def test_component_options_validated_with_section_prefix():
     with pytest.raises(ConfigError) as ei:
         build_options(reg, "runtime", "fake", {"worker": 2}, section="runtime")
     assert "unknown key 'runtime.worker' (did you mean 'workers'?)" in str(ei.value)
-    with pytest.raises(ConfigError, match=r"runtime.workers: .*greater than or equal to 1 \(got 0\)"):
+    with pytest.raises(
+        ConfigError, match=r"runtime.workers: .*greater than or equal to 1 \(got 0\)"
+    ):
         build_options(reg, "runtime", "fake", {"workers": 0}, section="runtime")
 
 
@@ -127,7 +135,9 @@ def test_component_missing_from_an_installed_distribution_says_so(monkeypatch):
     monkeypatch.setitem(registry_mod.KNOWN_DISTRIBUTIONS, ("trainer", "sbx"), "rollhub-sandbox")
     with pytest.raises(UnknownComponentError) as ei:
         ComponentRegistry().get("trainer", "sbx", field="trainer.name")
-    assert "rollhub-sandbox is installed but this version provides no trainer 'sbx'" in str(ei.value)
+    assert "rollhub-sandbox is installed but this version provides no trainer 'sbx'" in str(
+        ei.value
+    )
 
 
 def test_unknown_plugin_settings_table_is_rejected(tmp_path):
@@ -135,7 +145,9 @@ def test_unknown_plugin_settings_table_is_rejected(tmp_path):
 
     cfg = parse_config({"plugins": {"sandbxo": {"x": 1}}}, env={})
     host = build_host(entry_points=False)
-    with pytest.raises(ConfigError, match=r"\[plugins.sandbxo\] configures a plugin that is not loaded"):
+    with pytest.raises(
+        ConfigError, match=r"\[plugins.sandbxo\] configures a plugin that is not loaded"
+    ):
         check_config(host, cfg)
 
 
@@ -147,7 +159,9 @@ def test_plugin_check_config_hook_runs(tmp_path):
         @hookimpl
         def rollhub_check_config(self, config):
             if config.plugins.settings("strict").get("level") not in (None, "high"):
-                raise ConfigError("plugins.strict.level must be 'high'", field="plugins.strict.level")
+                raise ConfigError(
+                    "plugins.strict.level must be 'high'", field="plugins.strict.level"
+                )
 
     host = build_host(entry_points=False)
     host.register(Strict(), name="strict")
@@ -187,7 +201,9 @@ def test_plugin_modules_from_config_are_loaded(tmp_path, monkeypatch):
 def test_missing_plugin_module_is_a_clear_error():
     with pytest.raises(Exception) as ei:
         build_host(entry_points=False, modules=["no_such_plugin_module"])
-    assert "plugin module 'no_such_plugin_module' (plugins.modules) could not be imported" in str(ei.value)
+    assert "plugin module 'no_such_plugin_module' (plugins.modules) could not be imported" in str(
+        ei.value
+    )
 
 
 def test_config_error_pickles():

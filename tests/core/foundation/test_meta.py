@@ -23,7 +23,9 @@ def test_every_hook_is_documented_under_its_exact_signature():
     headings = set(re.findall(r"^### `(rollhub_\w+\([^)]*\))`", text, re.M))
     for name, fn in _specs().items():
         params = ", ".join(inspect.signature(fn).parameters)
-        assert f"{name}({params})" in headings, f"docs/plugin_hooks.md lacks '### `{name}({params})`'"
+        assert f"{name}({params})" in headings, (
+            f"docs/plugin_hooks.md lacks '### `{name}({params})`'"
+        )
     documented = {h.split("(")[0] for h in headings}
     assert documented == set(_specs()), "docs/plugin_hooks.md documents a hook that does not exist"
 

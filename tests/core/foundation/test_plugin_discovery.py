@@ -54,7 +54,9 @@ def test_installed_plugin_is_listed_and_selectable(install_plugin, tmp_path):
     assert "trainer=counting" in ok.stdout
 
     # Without the plugin on the path the same config names the problem.
-    missing = run_cli(["config", "check", str(cfg)], {k: v for k, v in env.items() if k != "PYTHONPATH"})
+    missing = run_cli(
+        ["config", "check", str(cfg)], {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    )
     assert missing.returncode == 2
     assert "no trainer named 'counting' (trainer.name)" in missing.stderr
 
@@ -126,6 +128,8 @@ def test_plugins_failing_while_registering_are_contained(install_plugin):
     assert "two trainer components are named 'export'" in rows["dup"]["error"]
     assert "is invalid" in rows["badsig"]["error"]
     # the others, and the built-in export trainer, are intact
-    assert rows["counting"]["error"] is None and rows["counting"]["components"] == ["trainer:counting"]
+    assert rows["counting"]["error"] is None and rows["counting"]["components"] == [
+        "trainer:counting"
+    ]
     listing = run_cli(["plugins"], env).stdout
     assert "trainer           export         rollhub.builtin.components" in listing

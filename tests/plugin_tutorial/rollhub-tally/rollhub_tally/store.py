@@ -21,7 +21,7 @@ class MemoryStore(ResultStore):
 
     @classmethod
     def from_url(cls, url, **options):
-        return cls(url[len("memory://"):] or "default", **options)
+        return cls(url[len("memory://") :] or "default", **options)
 
     @property
     def url(self):
