@@ -61,6 +61,8 @@ class OpenAIResponses(ProtocolAdapter):
                     "invalid_request", "'instructions' must be a string", param="instructions"
                 )
             messages.insert(0, {"role": "system", "content": instructions})
+        # OpenAI's range, checked like Chat's (Responses output carries no alternatives)
+        opt_int(body, "top_logprobs", minimum=0, maximum=20)
         return WireRequest(
             turn=ChatTurn(
                 messages, parse_tools(body.get("tools")), parse_tool_choice(body.get("tool_choice"))

@@ -23,6 +23,14 @@ async def test_top_logprobs_above_20_is_400(gateway):
     assert exc.value.body["param"] == "top_logprobs" and "<= 20" in exc.value.body["message"]
 
 
+async def test_responses_top_logprobs_above_20_is_400(gateway):
+    s = gateway.open_session("s1")
+    client = openai.AsyncOpenAI(base_url=gateway.base_url, api_key=s.key, max_retries=0)
+    with pytest.raises(openai.BadRequestError) as exc:
+        await client.responses.create(model="m", input="hi", top_logprobs=21)
+    assert exc.value.body["param"] == "top_logprobs"
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_top_logprobs_lists_come_from_the_engine(gateway, scripted, ids, tokenizer, stream):
     s = gateway.open_session("s1")
