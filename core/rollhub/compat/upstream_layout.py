@@ -72,6 +72,23 @@ def _exception_type(trace: Any) -> str | None:
     return None
 
 
+def _runtime_session_key(key: str) -> str | None:
+    """``key`` with its session id as the ``agentcore`` runtime sends it, if that differs."""
+    from rollhub.runtimes.agentcore import agentcore_session_id
+
+    head, _, name = key.rpartition("/")
+    if not name.endswith(".json"):
+        return None
+    session_id = name.removesuffix(".json")
+    try:
+        runtime_id = agentcore_session_id(session_id)
+    except Exception:  # an id the runtime refuses never reached an upstream app
+        return None
+    if runtime_id == session_id:
+        return None
+    return f"{head}/{runtime_id}.json" if head else f"{runtime_id}.json"
+
+
 class UpstreamLayoutStore(ResultStore):
     """A store whose reads turn upstream documents into rollhub ones; writes pass through.
 
@@ -104,13 +121,25 @@ class UpstreamLayoutStore(ResultStore):
         self.inner.put(key, document)
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """Read a document; an upstream one gains its ``_rollhub`` status."""
+        """Read a document; an upstream one gains its ``_rollhub`` status.
+
+        Upstream's app names the file after the AgentCore session id, which rollhub's
+        ``agentcore`` runtime lengthens for ids under the service's minimum; that key is
+        tried when the rollout's own is absent.
+        """
         document = self.inner.get(key)
+        if document is None:
+            runtime_key = _runtime_session_key(key)
+            if runtime_key is not None:
+                document = self.inner.get(runtime_key)
         return None if document is None else from_upstream_document(document)
 
     def exists(self, key: str) -> bool:
-        """Whether ``key`` exists in the wrapped store."""
-        return self.inner.exists(key)
+        """Whether ``key`` (or its runtime-session twin) exists in the wrapped store."""
+        if self.inner.exists(key):
+            return True
+        runtime_key = _runtime_session_key(key)
+        return runtime_key is not None and self.inner.exists(runtime_key)
 
     def list(self, prefix: str = "") -> list[str]:
         """Keys of the wrapped store starting with ``prefix``."""
