@@ -331,6 +331,30 @@ def default_host() -> PluginHost:
     return _DEFAULT_HOST
 
 
+class DiscoveryRegistry:
+    """A registry view for processes that were given none (agent workers).
+
+    The core's own stores resolve at once; any other name loads :func:`default_host` (every
+    installed plugin, ~1 s) on first use. A plugin cannot take a built-in store's scheme
+    (two components with one name are refused), so the shortcut answers as the host would.
+    """
+
+    def get(self, kind: str, name: str, *, field: str | None = None) -> type:
+        """The class registered as ``kind`` ``name`` (see :meth:`ComponentRegistry.get`)."""
+        from rollhub.stores import BUILTIN_SCHEMES
+
+        if kind == "store" and name in BUILTIN_SCHEMES:
+            modname, clsname = BUILTIN_SCHEMES[name].split(":")
+            return getattr(importlib.import_module(modname), clsname)
+        return default_host().registry.get(kind, name, field=field)
+
+
+def default_registry() -> DiscoveryRegistry:
+    """What a component given no registry resolves names through (see
+    :class:`DiscoveryRegistry`)."""
+    return DiscoveryRegistry()
+
+
 def check_config(host: PluginHost, config: Any) -> None:
     """Validate plugin settings: unknown ``[plugins.<name>]`` tables and each plugin's own.
 

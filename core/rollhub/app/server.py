@@ -66,7 +66,7 @@ class RolloutApp(HealthState, Starlette):
     :param lifespan: your own lifespan context manager (runs inside the app's).
     :param middleware: Starlette middleware, as for ``BedrockAgentCoreApp``.
     :param registry: a ``PluginHost`` or ``ComponentRegistry`` whose stores to use
-        (default: :func:`rollhub.plugins.default_host`, the installed plugins' stores).
+        (default: :func:`rollhub.plugins.default_registry`, the installed plugins' stores).
     :param store_options: keyword options for every store the app opens (e.g.
         ``endpoint_url`` for S3).
     :param max_sync_workers: threads for sync handlers.
@@ -174,9 +174,9 @@ class RolloutApp(HealthState, Starlette):
         store = self._stores.get(url)
         if store is None:
             if self._registry is None:  # the same plugin discovery as the hub
-                from rollhub.plugins import default_host
+                from rollhub.plugins import default_registry
 
-                self._registry = default_host()
+                self._registry = default_registry()
             store = open_store(url, self._registry, **self._store_options)
             self._stores[url] = store
             clean = getattr(store, "clean_temp", None)
