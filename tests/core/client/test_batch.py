@@ -236,9 +236,16 @@ async def test_a_loss_reported_for_a_failed_attempt_does_not_end_the_retry(tmp_p
 
             async def finish_later() -> None:
                 await asyncio.sleep(0.2)
-                store.put(request.rollout.result_key, build_result_document(
-                    rollout=request.rollout, payload=request.payload, started_at=1.0,
-                    finished_at=2.0, result={"rewards": 1.0}))
+                store.put(
+                    request.rollout.result_key,
+                    build_result_document(
+                        rollout=request.rollout,
+                        payload=request.payload,
+                        started_at=1.0,
+                        finished_at=2.0,
+                        result={"rewards": 1.0},
+                    ),
+                )
 
             task = asyncio.get_running_loop().create_task(finish_later())
             self.tasks.add(task)
@@ -248,8 +255,9 @@ async def test_a_loss_reported_for_a_failed_attempt_does_not_end_the_retry(tmp_p
             return None
 
     runtime = DiesOnce()
-    async with AsyncRolloutClient(runtime, store, exp_id="race", callbacks=False,
-                                  poll_initial_s=0.05) as c:
+    async with AsyncRolloutClient(
+        runtime, store, exp_id="race", callbacks=False, poll_initial_s=0.05
+    ) as c:
         c._watch._submit_backoff = type(c._watch._submit_backoff)(initial=0.01, maximum=0.02)
         out = await c.invoke({"x": 1}).result_async(timeout=5)
     assert out.status == "ok" and out.attempts == 2 and out.result == {"rewards": 1.0}
