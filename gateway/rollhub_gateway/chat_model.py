@@ -22,6 +22,7 @@ from rollhub.trace import DriftKind, TraceRecord
 from rollhub_gateway.families import Family, IncrementalDecoder, detect_family, get_family
 from rollhub_gateway.families.locality import probe_locality
 from rollhub_gateway.journal import SessionJournal
+from rollhub_gateway.journal_entries import journal_entry, rebuild
 from rollhub_gateway.render import Continuation, TemplateRenderer, canonical_tools, text_digest
 from rollhub_gateway.trajectory import (
     TrajectoryTree,
@@ -378,7 +379,7 @@ class HFConversation:
         )
         self.tree.add(node)
         if self.model.journal is not None:
-            self.model.journal.append(self.session_id, node.index, _journal_entry(node))
+            self.model.journal.append(self.session_id, node.index, journal_entry(node))
         return node.drift
 
     # results ---------------------------------------------------------------------------------
@@ -407,58 +408,5 @@ class HFConversation:
 
     def _recover(self, entries: list[dict[str, Any]]) -> None:
         """Rebuild the tree from journal entries, in commit order."""
-        by_index: dict[int, TurnNode] = {}
-        for e in entries:
-            for ref in ("parent", "base"):
-                if e[ref] is not None and e[ref] not in by_index:
-                    # a turn this one continues is gone: its prefix cannot be rebuilt
-                    self.model.journal.damaged(  # type: ignore[union-attr]
-                        self.session_id, e["turn"], "missing_turn",
-                        f"its {ref} turn {e[ref]} is not in the journal",
-                    )  # fmt: skip
-            parent = by_index.get(e["parent"]) if e["parent"] is not None else None
-            base = by_index.get(e["base"]) if e["base"] is not None else None
-            node = TurnNode(
-                index=e["turn"],
-                parent=parent,
-                base=base,
-                extra_ids=e["extra_ids"],
-                output_ids=e["output_ids"],
-                logprobs=e["logprobs"],
-                finish_reason=e["finish_reason"],
-                weight_version=e["weight_version"],
-                drift=e["drift"],
-                ill_formed=e["ill_formed"],
-                masked_tokens=e["masked"],
-                messages=(parent.messages if parent else []) + e["new_messages"],
-                history_digest=e["history_digest"],
-                prompt_text_len=e["prompt_text_len"],
-                prompt_text_digest=e["prompt_text_digest"],
-                tools_key=e["tools_key"],
-            )
-            self.tree.add(node, recovered=True)
-            by_index[node.index] = node
-            self._next_turn = max(self._next_turn, node.index + 1)
+        self._next_turn = rebuild(self.tree, entries, self.model.journal, self.session_id)
         log.info("session %s: recovered %d turns from the journal", self.session_id, len(entries))
-
-
-def _journal_entry(node: TurnNode) -> dict[str, Any]:
-    known = len(node.parent.messages) if node.parent else 0
-    return {
-        "turn": node.index,
-        "parent": node.parent.index if node.parent else None,
-        "base": node.base.index if node.base else None,
-        "extra_ids": node.extra_ids,
-        "output_ids": node.output_ids,
-        "logprobs": node.logprobs,
-        "finish_reason": node.finish_reason,
-        "weight_version": node.weight_version,
-        "drift": node.drift,
-        "ill_formed": node.ill_formed,
-        "masked": node.masked_tokens,
-        "new_messages": node.messages[known:],
-        "history_digest": node.history_digest,
-        "prompt_text_len": node.prompt_text_len,
-        "prompt_text_digest": node.prompt_text_digest,
-        "tools_key": node.tools_key,
-    }

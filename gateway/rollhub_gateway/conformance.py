@@ -25,11 +25,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-import jinja2
 from rollhub.sampling import SamplingParams
 
 from rollhub_gateway.chat_model import HFChatModel, build_chat_model
 from rollhub_gateway.engines.scripted import ScriptedBackend, scripted_logprob
+from rollhub_gateway.template_oracle import direct_message, direct_render, template_rewrites
 from rollhub_gateway.turns import ChatTurn, ParsedOutput
 
 log = logging.getLogger(__name__)
@@ -199,14 +199,14 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
                 report.failures.append(
                     f"turn {step}: append prompt does not extend turn {step - 1}"
                 )
-        if prep.drift != "append" and not _template_rewrites(r, direct, prev_len, tools):
+        if prep.drift != "append" and not template_rewrites(r, direct, prev_len, tools):
             # the template's own rendering of the history as the agent sent it appends:
             # the renderer, not the template, changed the earlier turns
             report.failures.append(
                 f"turn {step}: {prep.drift} where the template's own rendering appends"
             )
         if prep.state.base is None and prep.prompt_ids != r.encode(
-            _direct_render(r, direct, tools, True)
+            direct_render(r, direct, tools, True)
         ):
             report.failures.append(
                 f"turn {step}: the {prep.drift} prompt is not the template's own rendering of "
@@ -217,7 +217,7 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
         sampled[prep.turn_index] = (list(gen.token_ids), list(gen.logprobs))
         seen.append((prep, list(gen.token_ids)))
         messages.append(_agent_message(parsed))
-        direct.append(_direct_message(fam, parsed))
+        direct.append(direct_message(fam, parsed))
         for c in parsed.tool_calls:
             messages.append(
                 {
@@ -367,69 +367,6 @@ def _check_parse(
         report.failures.append(f"turn {step}: content {parsed.content!r} != {content!r}")
     if not parsed.content.startswith(streamed):
         report.failures.append(f"turn {step}: streamed {streamed!r} is not a prefix of the content")
-
-
-def _direct_message(fam: Any, parsed: ParsedOutput) -> dict[str, Any]:
-    """Our answer as a Hugging Face user writes it for ``apply_chat_template``: ``content``
-    None next to tool calls, the reasoning under both names transformers uses, arguments in
-    the form the template reads."""
-    msg: dict[str, Any] = {"role": "assistant", "content": parsed.content or None}
-    if msg["content"] is None and not parsed.tool_calls:
-        msg["content"] = ""
-    if parsed.reasoning:
-        msg["reasoning_content"] = msg["thinking"] = parsed.reasoning
-    if parsed.tool_calls:
-        msg["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {
-                "name": c.name,
-                "arguments": c.arguments if fam.arguments_as_text else json.loads(c.arguments),
-            }}
-            for c in parsed.tool_calls
-        ]  # fmt: skip
-    return msg
-
-
-def _direct_render(r: Any, messages: list[dict[str, Any]], tools: Any, generation: bool) -> str:
-    """``messages`` rendered by the chat template alone (none of the renderer's message
-    conversion), tool-call messages with ``content: None`` as OpenAI clients send them, or
-    with ``""`` for templates that cannot take None (they fail, or print ``None``)."""
-    empty = [
-        {**m, "content": ""} if m.get("role") == "assistant" and m.get("content") is None else m
-        for m in messages
-    ]
-    as_empty = _template_only(r, empty, tools, generation)
-    try:
-        as_none = _template_only(r, messages, tools, generation)
-    except (TypeError, jinja2.exceptions.UndefinedError):
-        return as_empty
-    return as_empty if as_none.count("None") > as_empty.count("None") else as_none
-
-
-def _template_only(r: Any, messages: list[dict[str, Any]], tools: Any, generation: bool) -> str:
-    # the compiled template itself: transformers' message normalisation drops
-    # ``content: None``, which DeepSeek-R1's template needs to render tool calls
-    if r._compiled is None:
-        return r.tokenizer.apply_chat_template(
-            messages, tools=tools or None, chat_template=r.chat_template, tokenize=False,
-            add_generation_prompt=generation, **r.template_kwargs,
-        )  # fmt: skip
-    return r._compiled.render(
-        messages=messages, tools=tools or None, documents=None,
-        add_generation_prompt=generation, **{**r._template_vars, **r.template_kwargs},
-    )  # fmt: skip
-
-
-def _template_rewrites(r: Any, direct: list[dict[str, Any]], prev_len: int, tools: Any) -> bool:
-    """Whether the template itself renders the previous history differently inside the new
-    one (``direct``: the history as a user hands it to the template; its first ``prev_len``
-    messages were the previous prompt, the next one our answer)."""
-    if prev_len == 0:
-        return True
-    prompt = _direct_render(r, direct[:prev_len], tools, True)
-    through = _direct_render(r, direct[: prev_len + 1], tools, False)
-    if not through.startswith(prompt):  # the generation prompt is not how history renders
-        return True
-    return not _direct_render(r, direct, tools, True).startswith(through)
 
 
 def _check_records(

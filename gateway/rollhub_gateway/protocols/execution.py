@@ -24,6 +24,7 @@ from rollhub.sampling import Generation, SamplingBackend, SamplingParams, TokenC
 from rollhub_gateway.config import SessionPolicy
 from rollhub_gateway.metrics import GatewayMetrics, TurnLog
 from rollhub_gateway.protocols.base import RequestedSampling, TurnResult, WireError, WireRequest
+from rollhub_gateway.protocols.logprob_texts import token_texts, top_logprobs
 from rollhub_gateway.sessions import Session
 from rollhub_gateway.stop_sequences import StopHoldback, cut_at_stop
 from rollhub_gateway.turns import ChatModel, OutputDelta, PreparedTurn, StreamingParser
@@ -240,14 +241,15 @@ class TurnRunner:
         except GatewayError as exc:  # e.g. ids and logprobs of different lengths
             raise self._engine_error(exc) from exc
         plan.session.turns += 1
+        opts = plan.request.options
         result = TurnResult(
             parsed=parsed,
             generation=gen,
             prompt_tokens=len(plan.prepared.prompt_ids),
             model_id=self.chat_model.model_id,
             turn_index=plan.prepared.turn_index,
-            token_texts=self._token_texts(plan, gen),
-            top_logprobs=self._top_logprobs(plan, gen),
+            token_texts=token_texts(self.chat_model, gen) if opts.get("logprobs") else None,
+            top_logprobs=top_logprobs(self.chat_model, gen, opts.get("top_logprobs") or 0),
             prompt_ids=plan.prepared.prompt_ids,
             stop_sequence=stop_sequence,
         )
@@ -268,42 +270,6 @@ class TurnRunner:
             log_line=self.log_turns,
         )
         return result
-
-    def _tokenizer(self) -> Any:
-        return getattr(self.chat_model, "tokenizer", None) or getattr(
-            getattr(self.chat_model, "renderer", None), "tokenizer", None
-        )
-
-    def _token_texts(self, plan: TurnPlan, gen: Generation) -> list[str] | None:
-        if not plan.request.options.get("logprobs"):
-            return None
-        tokenizer = self._tokenizer()
-        if tokenizer is None:
-            return [f"<{t}>" for t in gen.token_ids]
-        return [tokenizer.decode([t]) for t in gen.token_ids]
-
-    def _top_logprobs(
-        self, plan: TurnPlan, gen: Generation
-    ) -> list[list[tuple[str, float]]] | None:
-        """The engine's alternatives per sampled token (``Generation.metrics["top_logprobs"]``:
-        per position a list of ``{"token_id"?, "token"?, "logprob"}``), cut to the request's
-        ``top_logprobs``; None when not asked or when the engine reported none."""
-        k = plan.request.options.get("top_logprobs") or 0
-        tops = gen.metrics.get("top_logprobs") if k else None
-        if not tops:
-            return None
-        tokenizer = self._tokenizer()
-        out = []
-        for alts in tops:
-            row = []
-            for alt in sorted(alts, key=lambda a: -a["logprob"])[:k]:
-                text = alt.get("token")
-                if text is None:
-                    tid = alt.get("token_id")
-                    text = tokenizer.decode([tid]) if tokenizer is not None else f"<{tid}>"
-                row.append((text, float(alt["logprob"])))
-            out.append(row)
-        return out
 
 
 class ClientGone(ConnectionResetError):
