@@ -17,7 +17,8 @@ Admin routes (``Authorization: Bearer <admin token>``; see :mod:`.protocols.admi
     DELETE /sessions/{sid}             close it and discard its turns
     PUT    /weight_version             {"version": int | null}
 
-Open routes: ``GET /healthz``, ``GET /metrics`` (Prometheus text).
+Open routes: ``GET /healthz`` (also ``/health``, as engine servers spell it, for proxies
+that health-check their upstream), ``GET /metrics`` (Prometheus text).
 
 Errors come back in the caller's wire format with the status SDKs expect: 400 (naming
 the field), 401, 404, 410 (a journal session that cannot be recovered exactly), 413, 429
@@ -169,6 +170,7 @@ class Gateway:
         app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/health", self._healthz)  # vLLM's and SGLang's spelling
         app.router.add_get("/metrics", self._metrics)
         self.admin.add_routes(app)
         app.on_startup.append(self._on_startup)
