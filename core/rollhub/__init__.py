@@ -25,6 +25,7 @@ _LAZY: dict[str, str] = {
     "Episode": "rollhub.episode",
     "EpisodeGroup": "rollhub.episode",
     "ErrorInfo": "rollhub.episode",
+    "ExportError": "rollhub.errors",
     "GatewayError": "rollhub.errors",
     "Generation": "rollhub.sampling",
     "Hub": "rollhub.hub",

@@ -28,15 +28,19 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from rollhub.config import RollhubConfig, build_options
+from rollhub.config import RollhubConfig
 from rollhub.episode import Episode, EpisodeGroup, ErrorInfo
 from rollhub.errors import RewardError, RollhubError, TokenRetrievalError, UsageError
 from rollhub.loop_thread import LoopThread, ensure_no_running_loop
 from rollhub.plugins import PluginHost, build_host, call_all, call_first, check_config
+from rollhub.registry import ComponentContext
 from rollhub.rollout import RolloutConfig, RolloutRequest, SubmitReceipt
 from rollhub.staleness import StalenessGate
 
 log = logging.getLogger(__name__)
+
+#: ``request.extras`` key set once the prepare hooks ran (a retried submit skips them)
+_PREPARED = "rollhub.prepared"
 
 __all__ = ["AsyncHub", "Hub"]
 
@@ -101,9 +105,12 @@ class AsyncHub:
             await self.token_source.publish_policy(policy, version)
         self.set_weight_version(version)
 
-    def _build(self, kind: str, section: str, name: str, options: Mapping[str, Any], **kw: Any) -> Any:
-        cls, opts = build_options(self.host.registry, kind, name, options, section=section)  # type: ignore[arg-type]
-        return cls(opts, **kw) if opts is not None else cls(**kw)
+    def _build(self, kind: str, section: str, name: str, options: Mapping[str, Any]) -> Any:
+        context = ComponentContext(
+            base_dir=self.config.base_dir, run_dir=self.run_dir, exp_id=self.exp_id,
+            config=self.config,
+        )
+        return self.host.registry.build(kind, name, options, section=section, context=context)
 
     async def start(self) -> AsyncHub:
         """Build and start the runtime, store, token source, trainer and client."""
@@ -117,17 +124,11 @@ class AsyncHub:
         self.store = open_store(
             _absolute_store_url(cfg), registry=self.host.registry, **cfg.store.options
         )
-        self.runtime = self._build(
-            "runtime", "runtime", cfg.runtime.name, cfg.runtime.options, base_dir=cfg.base_dir
-        )
+        self.runtime = self._build("runtime", "runtime", cfg.runtime.name, cfg.runtime.options)
         self.token_source = self._build(
-            "token_source", "token_source", cfg.token_source.name, cfg.token_source.options,
-            base_dir=cfg.base_dir,
+            "token_source", "token_source", cfg.token_source.name, cfg.token_source.options
         )
-        self.trainer = self._build(
-            "trainer", "trainer", cfg.trainer.name, cfg.trainer.options,
-            run_dir=self.run_dir, exp_id=self.exp_id,
-        )
+        self.trainer = self._build("trainer", "trainer", cfg.trainer.name, cfg.trainer.options)
         await self.token_source.start()
         if self._gate.current is not None:
             self.token_source.set_weight_version(self._gate.current)
@@ -169,8 +170,11 @@ class AsyncHub:
     # One episode --------------------------------------------------------------------------
 
     async def _submit(self, request: RolloutRequest) -> SubmitReceipt:
-        """The client's submit path: prepare hooks, then the firstresult submit hook."""
-        await call_all(self.hook.rollhub_prepare_rollout, request=request, hub=self)
+        """The client's submit path: prepare hooks (once per rollout, not per retry), then
+        the firstresult submit hook."""
+        if not request.extras.get(_PREPARED):
+            await call_all(self.hook.rollhub_prepare_rollout, request=request, hub=self)
+            request.extras[_PREPARED] = True
         return await call_first(
             self.hook.rollhub_submit_rollout, request=request, runtime=self.runtime, hub=self
         )

@@ -50,6 +50,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "rollhub.builtin.stores",
     "rollhub.builtin.runtimes",
     "rollhub.builtin.pipeline",
+    "rollhub.compat.plugin",
 )
 
 T = TypeVar("T")

@@ -50,6 +50,7 @@ KNOWN_DISTRIBUTIONS: dict[tuple[str, str], str] = {
     ("sampling_backend", "sglang"): "rollhub-gateway",
     ("sampling_backend", "tinker"): "rollhub-gateway",
     ("sampling_backend", "slime-router"): "rollhub-slime",
+    ("sampling_backend", "verl"): "rollhub-verl",
     ("trainer", "verl"): "rollhub-verl",
     ("trainer", "slime"): "rollhub-slime",
     ("trainer", "tinker"): "rollhub-tinker",

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,11 @@ def run(args: argparse.Namespace) -> int:
     if "episodes" not in summary:  # a training run: it failed loudly if it failed
         return 0
     failed = summary["failed"]
+    lost = summary.get("by_status", {}).get("store_error", 0)
+    if lost:  # results the agents produced but could not store: the run is not whole
+        print(f"\nerror: {lost} results could not be stored (store_error); the causes are "
+              f"in the summary above", file=sys.stderr)
+        return 1
     return 1 if summary["episodes"] and failed == summary["episodes"] else 0
 
 

@@ -8,7 +8,6 @@ that dies keeps every finished group; Parquet is written once, at the end.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any, Literal
 
@@ -16,7 +15,7 @@ from pydantic import Field
 
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
-from rollhub.export import episode_to_row, write_rows
+from rollhub.export import JsonlAppender, episode_to_row, write_rows
 from rollhub.trainer import Trainer, TrainerOptions
 
 log = logging.getLogger(__name__)
@@ -65,7 +64,8 @@ class ExportTrainer(Trainer):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if "jsonl" in self.options.formats:
             path = self.run_dir / f"{self.options.basename}.jsonl"
-            self._jsonl = path.open("w", encoding="utf-8")
+            # whole lines only: a full disk never leaves a torn line (ExportError instead)
+            self._jsonl = JsonlAppender(path)
 
     async def consume(self, group: EpisodeGroup) -> dict[str, Any]:
         """Turn a finished group into export rows (failed episodes too, marked)."""
@@ -74,9 +74,7 @@ class ExportTrainer(Trainer):
                 row = episode_to_row(ep, self.exp_id)
                 self.rows.append(row)
                 if self._jsonl is not None:
-                    self._jsonl.write(json.dumps(row, sort_keys=True) + "\n")
-        if self._jsonl is not None:
-            self._jsonl.flush()
+                    self._jsonl.write(row)
         return {"rows": len(self.rows)}
 
     async def close(self) -> dict[str, Any]:

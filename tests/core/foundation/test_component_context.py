@@ -96,11 +96,6 @@ def test_registry_builds_with_a_context_or_the_older_keywords(tmp_path):
         reg.build("runtime", "echo", {"greeting": 3}, section="runtime", context=ctx)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs AsyncHub._build to call registry.build with a ComponentContext "
-    "(core/rollhub/hub.py)",
-)
 def test_the_hub_hands_components_one_context(tmp_path):
     import asyncio
 
