@@ -9,9 +9,15 @@ from rollhub_tinker.datums import episode_datums, record_arrays, to_tinker
 
 
 def _record(prompt, response, mask, lps, branch=0) -> TraceRecord:
-    return TraceRecord(session_id="s", branch_id=branch, prompt_ids=prompt, response_ids=response,
-                       response_mask=mask, response_logprobs=lps,
-                       turns=[TurnSpan(turn_index=0, start=0, end=len(response))])
+    return TraceRecord(
+        session_id="s",
+        branch_id=branch,
+        prompt_ids=prompt,
+        response_ids=response,
+        response_mask=mask,
+        response_logprobs=lps,
+        turns=[TurnSpan(turn_index=0, start=0, end=len(response))],
+    )
 
 
 def _episode(*records: TraceRecord, eid: str = "e0") -> Episode:
