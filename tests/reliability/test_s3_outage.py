@@ -83,8 +83,13 @@ async def test_s3_killed_and_restarted_mid_run(tmp_path, monkeypatch) -> None:
                 assert reported < 30, f"store errors took {reported:.1f}s"
                 assert sum(rt.load().values()) == 0
 
+                # the same environment as the first start: no AWS_* keys, so any key is
+                # accepted (with them in its environment the server would enforce them)
+                env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
                 with open(Path(cwd) / "weed-restart.out", "wb") as out:
-                    restarted = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+                    restarted = subprocess.Popen(
+                        cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT
+                    )
                 _wait_up(endpoint)
                 started = time.monotonic()
                 after = [await f for f in [client.invoke({"x": i}, timeout=60) for i in range(n)]]

@@ -118,8 +118,10 @@ async def test_a_big_request_leaves_healthz_and_other_sessions_alone(chat_model,
     base99 = baseline[int(0.99 * (len(baseline) - 1))]
     # the big call took seconds; others kept being served all along, at their usual pace
     assert took > 1 and len(during) >= 10, (took, len(during))
-    assert max(pings) < 0.5, max(pings)
-    assert p99 < base99 + 0.25, (p99, base99, took)
+    # a loop blocked by the big call would stall them for about all of `took`; the bounds
+    # are relative so a loaded machine does not fail a loop that never blocked
+    assert max(pings) < max(0.5, took / 5), (max(pings), took)
+    assert p99 < base99 + max(0.25, took / 10), (p99, base99, took)
 
 
 async def test_count_tokens_of_a_big_prompt_is_counted_off_the_loop(gateway, chat_model):

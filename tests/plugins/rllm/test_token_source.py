@@ -153,14 +153,35 @@ async def test_error_replies_are_not_turns(source, upstream, scripted, ids):
     assert record.response_ids == ids.text("fine")
 
 
-async def test_an_engine_without_token_ids_is_a_clear_error(upstream, scripted, ids):
-    # the rollhub gateway itself as the engine: OpenAI replies without vLLM's id fields
-    gateway = upstream.gateway
-    key = gateway.open_session("direct").key
-    src = RllmTokenSource(RllmSourceOptions(engine_url=gateway.base_url, model=MODEL, api_key=key))
+async def test_an_engine_without_token_ids_is_a_clear_error():
+    # an OpenAI-compatible engine that answers without vLLM's id fields
+    from aiohttp import web
+
+    async def chat(_request: web.Request) -> web.Response:
+        return web.json_response({
+            "id": "c1", "object": "chat.completion", "created": 0, "model": MODEL,
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "hello"}}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+        })
+
+    async def health(_request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/health", health)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    src = RllmTokenSource(
+        RllmSourceOptions(engine_url=f"http://127.0.0.1:{port}/v1", model=MODEL, api_key="x")
+    )
     await src.start()
     try:
-        scripted.add(ids.text("hello"))
         capture = await src.open_session("plain")
         async with AsyncOpenAI(base_url=capture.base_url, api_key=capture.api_key) as client:
             await client.chat.completions.create(
@@ -170,6 +191,7 @@ async def test_an_engine_without_token_ids_is_a_clear_error(upstream, scripted, 
             await src.fetch_traces("plain")
     finally:
         await src.close()
+        await runner.cleanup()
 
 
 async def test_closing_deletes_the_session_and_attach_mode(source, scripted, ids):
