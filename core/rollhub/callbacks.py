@@ -413,6 +413,10 @@ class SessionWatch:
                     continue
                 if transient:  # it may have started despite the error: stop it
                     self._in_background(self._runtime.cancel(fut.session_id))
+                log.warning(
+                    "submit %s failed after %d attempt(s): %s: %s",
+                    fut.session_id, attempt + 1, type(exc).__name__, exc,
+                )
                 self._resolve(fut, "submit_error", error=_error_from(exc))
                 return False
         return False  # pragma: no cover

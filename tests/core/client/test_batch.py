@@ -108,7 +108,7 @@ async def test_transient_submit_errors_are_retried(runtime, store) -> None:
     assert all(i.outcome.attempts == 3 for i in items)
 
 
-async def test_permanent_submit_errors_are_not_retried(runtime, store) -> None:
+async def test_permanent_submit_errors_are_not_retried(runtime, store, caplog) -> None:
     calls = Counter()
 
     async def refuse(request):
@@ -120,6 +120,10 @@ async def test_permanent_submit_errors_are_not_retried(runtime, store) -> None:
     assert [i.status for i in items] == ["submit_error"] * 3
     assert items[0].error.type == "SubmissionError" and "validation" in items[0].error.message
     assert set(calls.values()) == {1}
+    # each final submit failure is logged with its cause, not only counted
+    failed = [r for r in caplog.records if "failed after 1 attempt" in r.getMessage()]
+    assert len(failed) == 3 and all(r.levelname == "WARNING" for r in failed)
+    assert "bad payload" in failed[0].getMessage()
 
 
 async def test_exhausted_retries_end_as_submit_error(runtime, store) -> None:
