@@ -3,7 +3,6 @@ engine, the math example's tools template and the SmolLM2 tokenizer."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,23 +15,10 @@ from rollhub_gateway.models import load_tokenizer
 from rollhub_gateway.server import Gateway
 from rollhub_gateway.serving import ThreadedGateway
 
+from tests.scripted_ids import Ids
+
 MODEL = "smollm2-135m-instruct"
 MATH = Path(__file__).parents[2] / "examples" / "math"
-
-
-class Ids:
-    """Token ids of scripted outputs, written as text (Hermes-style tool calls)."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tok = tokenizer
-        self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-
-    def text(self, text: str) -> list[int]:
-        return [*self.tok.encode(text, add_special_tokens=False), self.end]
-
-    def tool_call(self, name: str, args: dict[str, Any]) -> list[int]:
-        body = json.dumps({"name": name, "arguments": args})
-        return self.text(f"<tool_call>\n{body}\n</tool_call>")
 
 
 @pytest.fixture(scope="session")
