@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 async def test_sigkills_during_a_batch(store) -> None:
     n = 800 if LONG else 160
     rng = random.Random(14)
-    payloads = [{"id": f"p{i}", "seconds": rng.uniform(0.02, 0.2)} for i in range(n)]
+    payloads = [{"id": f"p{i}", "seconds": rng.uniform(0.2, 0.6)} for i in range(n)]
     rt = make_runtime(workers=2)
     killed: list[int] = []
     seen: set[int] = set()

@@ -119,6 +119,6 @@ def test_unknown_scheme_and_bad_callback_are_400(serve: Callable, make_rollout: 
     client = serve(_app(fail_times=0))
     r = client.post("/invocations", json={"_rollout": make_rollout("x", result_store="gs://b")})
     assert r.status_code == 400 and r.json()["field"] == "_rollout.result_store"
-    assert "installed: file, mem, s3" in r.json()["error"]
+    assert "installed: agentcore-rl+s3, file, mem, s3" in r.json()["error"]
     r = client.post("/invocations", json={"_rollout": make_rollout("x", callback_url="ftp://h")})
     assert r.status_code == 400 and r.json()["field"] == "_rollout.callback_url"

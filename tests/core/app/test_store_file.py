@@ -120,9 +120,10 @@ def test_open_store_names_valid_schemes_and_uses_registry(tmp_path: Path) -> Non
     with pytest.raises(UnknownComponentError, match="no scheme"):
         open_store("just/a/path")
     host = build_host(entry_points=False)
-    assert host.registry.names("store") == ["file", "s3"]
+    # agentcore-rl+s3: S3 results in agentcore-rl-toolkit's layout (the built-in compat plugin)
+    assert host.registry.names("store") == ["agentcore-rl+s3", "file", "s3"]
     assert isinstance(open_store(f"file://{tmp_path}", host), FileResultStore)
-    with pytest.raises(UnknownComponentError, match="installed: file, s3"):
+    with pytest.raises(UnknownComponentError, match=r"installed: agentcore-rl\+s3, file, s3"):
         open_store("gs://bucket", host)
 
 
