@@ -159,7 +159,6 @@ def test_sandbox_deploy_end_to_end(
     capsys: pytest.CaptureFixture[str],
     own_context: bool,
 ) -> None:
-    pytest.importorskip("rollhub_sandbox", reason="the shim source ships with rollhub-sandbox")
     aws, rid = stubbed_clients, "sbx-AbCdEf1234"
     aws.ecr_stub.add_response(
         "describe_repositories", {"repositories": [{"repositoryName": "sbx"}]}
@@ -200,7 +199,6 @@ def test_sandbox_dry_run_writes_nothing(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    pytest.importorskip("rollhub_sandbox", reason="the shim source ships with rollhub-sandbox")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     before = sorted(tmp_path.iterdir())
     argv = ["deploy", "sandbox", "--base-image", "busybox:1.36", "--image-tag", "sbx:v1",

@@ -39,7 +39,6 @@ def test_bad_base_images_are_refused(bad: str) -> None:
 
 
 def test_shim_source_found_beside_the_installed_sandbox_package() -> None:
-    pytest.importorskip("rollhub_sandbox", reason="rollhub-sandbox is part of the monorepo venv")
     assert find_shim_source().resolve() == REPO_SHIM.resolve()
 
 
