@@ -1,13 +1,14 @@
 """A vLLM-style upstream made of a real rollhub gateway, for rllm-model-gateway to record.
 
-rllm-model-gateway reads token ids only from vLLM's response fields: the root
-``prompt_token_ids`` and each choice's ``token_ids`` (vLLM >= 0.11 with
-``return_token_ids``), next to the standard ``logprobs.content``. The rollhub gateway's
-OpenAI route returns the logprobs (with a ``token_id`` per entry) but not those two fields,
-so this relay adds them: each call runs in a fresh one-turn gateway session, whose record
-holds exactly the prompt ids the engine was given and the ids and logprobs it sampled.
-Streams are buffered and replayed with ``prompt_token_ids`` on the first chunk and the
-sampled ids on the chunk that carries the logprobs, as vLLM sends them.
+rllm-model-gateway forwards every one of its sessions' calls to one engine URL with one
+key, and reads token ids from vLLM's response fields (the root ``prompt_token_ids`` and
+each choice's ``token_ids``). The rollhub gateway returns those when asked
+(``return_token_ids``, which this relay sets), but it keys its own sessions by the
+caller's key, so calls of different rllm sessions would land in one gateway conversation.
+This relay runs each call
+in a fresh one-turn gateway session instead, and keeps the engine's side of every call
+(``calls``: prompt ids, sampled ids, logprobs) for the tests to compare with, plus a switch
+to answer garbage (``garble_next``) for the fault tests.
 
 It runs on the gateway's own event loop (``ThreadedGateway.call``), so it may use the
 gateway's in-process API directly. It also answers ``/health`` as vLLM does, for the
@@ -16,7 +17,6 @@ gateway's worker health checks.
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
@@ -69,46 +69,18 @@ class VllmStyleUpstream:
         session = self.gateway.open_session(sid)
         try:
             assert self._http is not None
+            # the gateway's own vLLM-style fields: prompt_token_ids and per-choice token_ids
             async with self._http.post(
                 f"{self.gateway.base_url}/chat/completions",
-                json=body,
+                json={**body, "return_token_ids": True},
                 headers={"Authorization": f"Bearer {session.key}"},
             ) as resp:
                 raw = await resp.read()
-                status = resp.status
-            if status != 200:
-                return web.Response(body=raw, status=status, content_type="application/json")
-            (record,) = self.gateway.traces(sid)
-            (call,) = record.calls()
+                status, ctype = resp.status, resp.content_type
+            if status == 200:
+                (record,) = self.gateway.traces(sid)
+                (call,) = record.calls()
+                self.calls.append((call.prompt_ids, call.completion_ids, call.logprobs))
         finally:
             self.gateway.drop_session(sid)
-        self.calls.append((call.prompt_ids, call.completion_ids, call.logprobs))
-        if not body.get("stream"):
-            data = json.loads(raw)
-            data["prompt_token_ids"] = call.prompt_ids
-            data["choices"][0]["token_ids"] = call.completion_ids
-            return web.json_response(data)
-        return await self._replay(request, raw, call.prompt_ids, call.completion_ids)
-
-    async def _replay(
-        self, request: web.Request, raw: bytes, prompt: list[int], sampled: list[int]
-    ) -> web.StreamResponse:
-        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await out.prepare(request)
-        first = True
-        for line in raw.decode().splitlines():
-            if not line.startswith("data: "):
-                continue
-            data = line[len("data: ") :]
-            if data.strip() != "[DONE]":
-                chunk = json.loads(data)
-                if first:
-                    chunk["prompt_token_ids"] = prompt
-                    first = False
-                for choice in chunk.get("choices") or []:
-                    # vLLM sends the ids of exactly the tokens a chunk's logprobs cover
-                    choice["token_ids"] = sampled if choice.get("logprobs") else []
-                data = json.dumps(chunk)
-            await out.write(f"data: {data}\n\n".encode())
-        await out.write_eof()
-        return out
+        return web.Response(body=raw, status=status, content_type=ctype)
