@@ -90,8 +90,7 @@ class TrainingLoop:
         self.run_dir = run_dir
         self.resume = resume
         self.progress_enabled = progress
-        self.jsonl = JsonlSink(run_dir=run_dir)
-        self.sinks: list[MetricSink] = [self.jsonl, *sinks]
+        self.sinks: list[MetricSink] = [JsonlSink(run_dir=run_dir), *sinks]
         tr = self.config.training
         self.order = schedule(
             self.payloads, epochs=tr.epochs, shuffle=tr.shuffle, seed=self.config.experiment.seed
@@ -168,14 +167,14 @@ class TrainingLoop:
 
     def _truncate_metrics(self, step: int) -> None:
         """Drop rows of steps that will run again (logged after the checkpoint)."""
-        path = self.run_dir / "metrics.jsonl"
-        rows = [r for r in read_metrics(path) if r.get("step", -1) < step]
-        self.history = rows
-        import json
+        from rollhub.export import JsonlAppender
 
-        tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-        tmp.replace(path)
+        path = self.run_dir / "metrics.jsonl"
+        self.history = [r for r in read_metrics(path) if r.get("step", -1) < step]
+        rewritten = JsonlAppender(path)  # truncates, then writes back the rows kept
+        for row in self.history:
+            rewritten.write(row)
+        rewritten.close()
 
     async def _steps(self, trainer: Any, bar: RolloutProgress, t0: float) -> None:
         window = self.config.experiment.max_staleness or 0

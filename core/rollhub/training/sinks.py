@@ -17,7 +17,6 @@ missing library is a :class:`~rollhub.errors.ConfigError` naming the package to 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Mapping
@@ -102,16 +101,17 @@ def _require(module: str, sink: str) -> Any:
 
 
 class JsonlSink(MetricSink):
-    """``metrics.jsonl`` in the run directory: one line per step, appended and flushed."""
+    """``metrics.jsonl`` in the run directory: one whole line per step, appended as it ends."""
 
     name = "jsonl"
 
     def start(self) -> None:
-        self._file = (self.run_dir / "metrics.jsonl").open("a", encoding="utf-8")
+        from rollhub.export import JsonlAppender
+
+        self._file = JsonlAppender(self.run_dir / "metrics.jsonl", append=True)
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
-        self._file.write(json.dumps({"step": step, **metrics}, sort_keys=True) + "\n")
-        self._file.flush()
+        self._file.write({"step": step, **metrics})
 
     def close(self) -> None:
         file = getattr(self, "_file", None)
