@@ -155,18 +155,24 @@ def _eval(node: ast.AST) -> float | int:
     raise CalculatorError(f"unsupported syntax: {ast.dump(node)[:60]}")
 
 
+def calculator_text(expression: str) -> str:
+    """The calculator's answer as the model sees it: ``42``, ``2.5`` or ``error: …``."""
+    try:
+        value = calculate(expression)
+    except ValueError as exc:  # CalculatorError, and math's own (sqrt of a negative)
+        return f"error: {exc}"
+    return str(int(value) if isinstance(value, float) and value.is_integer() else value)
+
+
 def run_tool(name: str, arguments: str) -> str:
     """Execute one tool call and return the text the model sees (errors included)."""
     if name != "calculator":
         return f"error: unknown tool {name!r}"
     try:
         expression = json.loads(arguments or "{}").get("expression", "")
-        value = calculate(str(expression))
-    except (CalculatorError, ValueError, AttributeError) as exc:
+    except (ValueError, AttributeError) as exc:
         return f"error: {exc}"
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return str(value)
+    return calculator_text(str(expression))
 
 
 # Answer and reward --------------------------------------------------------------------------

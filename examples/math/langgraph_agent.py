@@ -11,8 +11,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from agent import SYSTEM_PROMPT, CalculatorError, MathTask, extract_answer, reward
-from agent import calculate as _calculate
+from agent import SYSTEM_PROMPT, MathTask, calculator_text, extract_answer, reward
 from conversation import from_langchain
 from langchain_core.tools import tool
 from rollhub.app import RolloutApp, RolloutContext
@@ -30,11 +29,7 @@ app = RolloutApp()
 def calculator(expression: str) -> str:
     """Evaluate an arithmetic expression: + - * / // % ** and parentheses, plus sqrt(x),
     abs(x), round(x, n), min(...), max(...). Example: (12 + 7) * 3"""
-    try:
-        value = _calculate(expression)
-    except CalculatorError as exc:
-        return f"error: {exc}"
-    return str(int(value) if isinstance(value, float) and value.is_integer() else value)
+    return calculator_text(expression)
 
 
 @app.rollout_entrypoint

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent import SYSTEM_PROMPT, CalculatorError, MathTask, extract_answer, reward
-from agent import calculate as _calculate
+from agent import SYSTEM_PROMPT, MathTask, calculator_text, extract_answer, reward
 from conversation import from_strands
 from rollhub.app import RolloutApp, RolloutContext
 from rollhub_frameworks import strands_model
@@ -30,11 +29,7 @@ def calculator(expression: str) -> str:
     Args:
         expression: e.g. (12 + 7) * 3
     """
-    try:
-        value = _calculate(expression)
-    except CalculatorError as exc:
-        return f"error: {exc}"
-    return str(int(value) if isinstance(value, float) and value.is_integer() else value)
+    return calculator_text(expression)
 
 
 @app.rollout_entrypoint
