@@ -17,6 +17,7 @@ their session's policy, so an agent's key keeps working after a restart.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -25,6 +26,7 @@ import threading
 import time
 import zlib
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -153,9 +155,24 @@ class SessionJournal:
             with self._lock:
                 return self._db.execute(sql, args).fetchall()
         except sqlite3.Error as exc:
-            raise GatewayError(
-                f"session journal {str(self.path)!r}: {exc}", field="journal"
-            ) from exc
+            raise self._error(exc) from exc
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """Statements that land together or not at all (rolled back on any SQLite error)."""
+        try:
+            with self._lock:
+                self._db.execute("BEGIN")
+                yield self._db
+                self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with self._lock:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+            raise self._error(exc) from exc
+
+    def _error(self, exc: sqlite3.Error) -> GatewayError:
+        return GatewayError(f"session journal {str(self.path)!r}: {exc}", field="journal")
 
     def open_session(self, session_id: str, model_id: str | None = None) -> None:
         """Register a session (idempotent)."""
@@ -170,28 +187,16 @@ class SessionJournal:
         text = json.dumps(entry, separators=(",", ":"), ensure_ascii=False)
         crc = zlib.crc32(text.encode())
         now = time.time()
-        try:
-            with self._lock:
-                self._db.execute("BEGIN")
-                self._db.execute(
-                    "INSERT OR IGNORE INTO sessions (session_id, created, updated) VALUES (?,?,?)",
-                    (session_id, now, now),
-                )
-                self._db.execute(
-                    "INSERT OR REPLACE INTO turns (session_id, turn, entry, crc) VALUES (?,?,?,?)",
-                    (session_id, turn, text, crc),
-                )
-                self._db.execute(
-                    "UPDATE sessions SET updated=? WHERE session_id=?", (now, session_id)
-                )
-                self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            with self._lock:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-            raise GatewayError(
-                f"session journal {str(self.path)!r}: {exc}", field="journal"
-            ) from exc
+        with self._transaction() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO sessions (session_id, created, updated) VALUES (?,?,?)",
+                (session_id, now, now),
+            )
+            db.execute(
+                "INSERT OR REPLACE INTO turns (session_id, turn, entry, crc) VALUES (?,?,?,?)",
+                (session_id, turn, text, crc),
+            )
+            db.execute("UPDATE sessions SET updated=? WHERE session_id=?", (now, session_id))
 
     def turns(self, session_id: str) -> list[dict[str, Any]]:
         """The session's entries in turn order (empty for unknown or discarded sessions).
@@ -242,26 +247,16 @@ class SessionJournal:
 
     def bind(self, session_id: str, key: str, policy: dict[str, Any] | None = None) -> None:
         """Remember a session's key (as a digest) and policy, so they survive a restart."""
-        try:
-            with self._lock:
-                self._db.execute("BEGIN")
-                self._db.execute(
-                    "INSERT OR REPLACE INTO session_keys (digest, session_id) VALUES (?,?)",
-                    (key_digest(key), session_id),
+        with self._transaction() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO session_keys (digest, session_id) VALUES (?,?)",
+                (key_digest(key), session_id),
+            )
+            if policy is not None:
+                db.execute(
+                    "UPDATE sessions SET policy=? WHERE session_id=?",
+                    (json.dumps(policy), session_id),
                 )
-                if policy is not None:
-                    self._db.execute(
-                        "UPDATE sessions SET policy=? WHERE session_id=?",
-                        (json.dumps(policy), session_id),
-                    )
-                self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            with self._lock:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-            raise GatewayError(
-                f"session journal {str(self.path)!r}: {exc}", field="journal"
-            ) from exc
 
     def policy(self, session_id: str) -> dict[str, Any] | None:
         """The policy a session was opened with (None: unknown or not recorded)."""
