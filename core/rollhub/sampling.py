@@ -7,12 +7,15 @@ the ids the engine sampled.
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "FINISH_REASONS",
@@ -108,6 +111,17 @@ class SamplingBackend(ABC):
     def __init__(self, options: SamplingBackendOptions | None = None, **_: Any) -> None:
         self.options = options or self.Options()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Backends written before ``turn=`` existed keep working: their own generate/stream
+        # get a thin wrapper that takes the keyword and drops it.
+        super().__init_subclass__(**kwargs)
+        for name in ("generate", "stream"):
+            method = cls.__dict__.get(name)
+            if method is not None and not _takes_turn(method):
+                log.warning("sampling backend %s.%s does not accept turn=; it gets no session "
+                            "routing context", cls.__qualname__, name)
+                setattr(cls, name, _dropping_turn(method))
+
     async def start(self) -> None:  # noqa: B027 - optional lifecycle step
         """Load the model or open connections. Idempotent."""
 
@@ -146,3 +160,21 @@ class SamplingBackend(ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional lifecycle step
         """Release the model or connections. Idempotent."""
+
+
+def _takes_turn(method: Any) -> bool:
+    import inspect
+
+    params = inspect.signature(method).parameters
+    return "turn" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _dropping_turn(method: Any) -> Any:
+    import functools
+
+    @functools.wraps(method)
+    def call(self: Any, prompt_ids: list[int], params: SamplingParams, *,
+             turn: TurnContext | None = None) -> Any:
+        return method(self, prompt_ids, params)
+
+    return call

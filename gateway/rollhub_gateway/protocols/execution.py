@@ -10,8 +10,6 @@ reply never misses a turn.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -144,9 +142,6 @@ class TurnRunner:
         self.log_turns = log_turns
         self._stop_ids = list(chat_model.stop_token_ids())
 
-    def _turn_kw(self, method: Callable[..., Any], plan: TurnPlan) -> dict[str, Any]:
-        return {"turn": plan.turn} if _accepts_turn(getattr(method, "__func__", method)) else {}
-
     def plan(self, session: Session, request: WireRequest, *, route: str) -> TurnPlan:
         """Check policy and render the prompt.
 
@@ -201,9 +196,8 @@ class TurnRunner:
         try:
             t_engine = time.perf_counter()
             try:
-                generate = self.backend.generate
-                gen = await generate(
-                    plan.prepared.prompt_ids, plan.params, **self._turn_kw(generate, plan)
+                gen = await self.backend.generate(
+                    plan.prepared.prompt_ids, plan.params, turn=plan.turn
                 )
             except Exception as exc:
                 raise self._engine_error(exc) from exc
@@ -287,9 +281,8 @@ class TurnStream:
     def __init__(self, runner: TurnRunner, plan: TurnPlan) -> None:
         self.runner = runner
         self.plan = plan
-        stream = runner.backend.stream
-        self._agen: Any = stream(
-            plan.prepared.prompt_ids, plan.params, **runner._turn_kw(stream, plan)
+        self._agen: Any = runner.backend.stream(
+            plan.prepared.prompt_ids, plan.params, turn=plan.turn
         )
         self._first: TokenChunk | Generation | None = None
         self._t_engine = 0.0
@@ -368,15 +361,3 @@ class TurnStream:
                 self.runner.metrics.stream_aborted()
         await self._agen.aclose()
 
-
-@functools.lru_cache(maxsize=256)
-def _accepts_turn(func: Callable[..., Any]) -> bool:
-    """Whether a backend method takes ``turn=`` (backends written before it existed don't)."""
-    params = inspect.signature(func).parameters
-    if "turn" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return True
-    log.warning(
-        "sampling backend method %s does not accept turn=; it gets no session routing context",
-        getattr(func, "__qualname__", func),
-    )
-    return False

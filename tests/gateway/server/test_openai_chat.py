@@ -109,9 +109,9 @@ async def test_sampling_fields_reach_the_engine(gateway, scripted, ids, helpers)
     scripted.add(lambda prompt: seen.append(prompt) or ids("ok"))
     original = scripted.generate
 
-    async def spy(prompt_ids, params):
+    async def spy(prompt_ids, params, **kw):
         seen.append(params)
-        return await original(prompt_ids, params)
+        return await original(prompt_ids, params, **kw)
 
     scripted.generate = spy
     s = gateway.open_session("s1")

@@ -64,9 +64,9 @@ async def test_pinned_temperature_and_caps(gateway, scripted, ids):
     params = []
     orig = scripted.generate
 
-    async def spy(prompt_ids, p):
+    async def spy(prompt_ids, p, **kw):
         params.append(p)
-        return await orig(prompt_ids, p)
+        return await orig(prompt_ids, p, **kw)
 
     scripted.generate = spy
     s = gateway.open_session(
@@ -101,9 +101,9 @@ async def test_max_turns_and_max_context(gateway, scripted, ids):
     seen = []
     orig = scripted.generate
 
-    async def spy(prompt_ids, p):
+    async def spy(prompt_ids, p, **kw):
         seen.append((len(prompt_ids), p.max_tokens))
-        return await orig(prompt_ids, p)
+        return await orig(prompt_ids, p, **kw)
 
     scripted.generate = spy
     scripted.add(ids("x"))

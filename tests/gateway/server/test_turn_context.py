@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import openai
-from rollhub.sampling import Generation, SamplingParams, TurnContext
+from rollhub.sampling import Generation, SamplingBackend, SamplingParams, TurnContext
 from rollhub_gateway.engines.scripted import ScriptedBackend
 from rollhub_gateway.server import Gateway
 
@@ -77,26 +77,38 @@ async def test_backend_reported_version_wins(chat_model, config, ids):
     assert await _one_turn_during_update(chat_model, config, ids, reported=7) == 7
 
 
-class LegacyBackend(ScriptedBackend):
-    """A backend written before ``turn=`` existed still serves."""
+async def test_backends_without_turn_keyword_still_serve(chat_model, config, ids, caplog):
+    """Backends written before ``turn=`` existed: both methods, or only generate (then the
+    base class's stream calls it with ``turn=``)."""
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:  # type: ignore[override]
-        return await super().generate(prompt_ids, params)
+    class Legacy(ScriptedBackend):
+        async def generate(self, prompt_ids, params):  # type: ignore[override]
+            return await super().generate(prompt_ids, params)
 
-    def stream(self, prompt_ids: list[int], params: SamplingParams) -> Any:  # type: ignore[override]
-        return super().stream(prompt_ids, params)
+        def stream(self, prompt_ids, params):  # type: ignore[override]
+            return super().stream(prompt_ids, params)
 
+    class OnlyGenerate(SamplingBackend):
+        name = "only-generate"
 
-async def test_backend_without_turn_keyword_still_serves(chat_model, config, ids, caplog):
-    backend = LegacyBackend()
-    backend.add(ids("ok"))
-    gw = Gateway(backend, chat_model, config)
-    await gw.start()
-    try:
-        s = gw.open_session("legacy")
-        client = openai.AsyncOpenAI(base_url=gw.base_url, api_key=s.key)
-        out = await client.chat.completions.create(model="m", messages=USER)
-        assert out.choices[0].message.content == "ok"
-    finally:
-        await gw.close()
-    assert "does not accept turn=" in caplog.text
+        async def generate(self, prompt_ids, params):  # type: ignore[override]
+            out = ids("ok")
+            return Generation(out, [-0.5] * len(out), "stop")
+
+    assert "Legacy.generate does not accept turn=" in caplog.text
+    assert "OnlyGenerate.generate does not accept turn=" in caplog.text
+    legacy = Legacy()
+    legacy.add(ids("ok"), ids("ok"))
+    for backend in (legacy, OnlyGenerate()):
+        gw = Gateway(backend, chat_model, config)
+        await gw.start()
+        try:
+            s = gw.open_session("legacy")
+            client = openai.AsyncOpenAI(base_url=gw.base_url, api_key=s.key)
+            out = await client.chat.completions.create(model="m", messages=USER)
+            assert out.choices[0].message.content == "ok"
+            stream = await client.chat.completions.create(model="m", messages=USER, stream=True)
+            text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+            assert text == "ok"
+        finally:
+            await gw.close()
