@@ -99,12 +99,20 @@ def failure_causes(episodes: Iterable[Episode], top: int = TOP_CAUSES) -> list[d
         if e.ok:
             continue
         etype = e.error.type if e.error else None
-        msg = e.error.message[:CAUSE_MESSAGE_CHARS] if e.error and e.error.message else None
+        msg = _shorten(e.error.message) if e.error and e.error.message else None
         counts[(e.status, etype, msg)] += 1
     return [
         {"status": status, "error_type": etype, "message": msg, "count": n}
         for (status, etype, msg), n in counts.most_common(top)
     ]
+
+
+def _shorten(message: str, limit: int = CAUSE_MESSAGE_CHARS) -> str:
+    """Head and tail of a long message: wrapped errors put the root cause last."""
+    if len(message) <= limit:
+        return message
+    half = (limit - 3) // 2
+    return f"{message[:half]} … {message[-half:]}"
 
 
 def render_summary(summary: dict[str, Any]) -> Any:

@@ -102,3 +102,51 @@ async def test_store_error_does_not_slow_later_rollouts(tmp_path) -> None:
             elapsed = time.monotonic() - started
     assert {o.status for o in outs} == {"ok"}
     assert elapsed < 20
+
+
+def test_rollhub_run_with_unstored_results_exits_1_naming_the_cause(tmp_path) -> None:
+    """The full disk through the CLI: the run ends, the summary names the cause, exit 1."""
+    import json
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "full_store.py").write_text(
+        "from rollhub import hookimpl\n"
+        "from tests.reliability.agents import FullDiskStore\n\n"
+        "@hookimpl\n"
+        "def rollhub_register_components(registry):\n"
+        "    registry.add_store(FullDiskStore)\n"
+    )
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps({"id": f"p{i}"}) + "\n" for i in range(3)))
+    (tmp_path / "rollhub.toml").write_text(f"""
+[experiment]
+name = "full"
+dataset = "data.jsonl"
+n_samples = 2
+timeout_s = 60
+progress = false
+
+[runtime]
+name = "local"
+app = "{root / 'tests' / 'reliability' / 'agents.py'}:full_disk"
+workers = 1
+
+[store]
+url = "full://store"
+
+[trainer]
+name = "export"
+formats = ["jsonl"]
+
+[plugins]
+modules = ["full_store"]
+""")
+    exe = Path(sys.executable).with_name("rollhub")
+    env = {**__import__("os").environ, "PYTHONPATH": str(root)}
+    out = subprocess.run([str(exe), "run", "rollhub.toml", "--run-dir", "run"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=180, env=env)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "6 results could not be stored (store_error)" in out.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["by_status"] == {"store_error": 6}
+    assert "No space left on device" in json.dumps(summary)
