@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from rollhub.callbacks import CallbackServer, SessionWatch
+from rollhub.callbacks import CallbackServer
 from rollhub.episode import ErrorInfo, Status
 from rollhub.errors import ConfigError, UsageError
 from rollhub.loop_thread import LoopThread, ensure_no_running_loop
@@ -39,6 +39,7 @@ from rollhub.rollout import (
     SubmitReceipt,
     validate_key_part,
 )
+from rollhub.session_watch import SessionWatch
 
 if TYPE_CHECKING:
     from rollhub.batch import BatchItem

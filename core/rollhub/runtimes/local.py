@@ -8,7 +8,7 @@ answering ``/ping`` (or answers it with an error, as an app whose handler thread
 stuck does) is killed, its sessions are reported lost (the client ends them as
 ``agent_error`` unless their result is already stored) and a fresh worker replaces it.
 A session whose result the app could not store is reported as a
-:class:`~rollhub.callbacks.StoreFailure`, which the client ends as ``store_error``.
+:class:`~rollhub.session_watch.StoreFailure`, which the client ends as ``store_error``.
 
 Each runtime makes a random secret, hands it to its workers in ``ROLLHUB_APP_SECRET`` and
 signs every request, so the workers' ports serve nobody else. Worker output (stdout and
@@ -33,12 +33,12 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from rollhub.app.auth import SECRET_ENV, new_secret
-from rollhub.callbacks import StoreFailure
 from rollhub.errors import ConfigError, RollhubError, SubmissionError
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 from rollhub.runtime import Runtime, RuntimeOptions
 from rollhub.runtimes.local_http import LoopbackHTTP, LoopbackHTTPError, LoopbackResponse
 from rollhub.runtimes.local_output import WorkerOutput
+from rollhub.session_watch import StoreFailure
 
 __all__ = ["LocalRuntime", "LocalRuntimeOptions"]
 

@@ -7,10 +7,11 @@ import random
 
 import httpx
 import pytest
-from rollhub.callbacks import CallbackServer, poll_schedule
+from rollhub.callbacks import CallbackServer
 from rollhub.errors import SubmissionError
 from rollhub.progress import RolloutProgress
 from rollhub.retry import Backoff, is_transient
+from rollhub.session_watch import poll_schedule
 
 
 async def test_notice_reaches_the_handler_over_keep_alive() -> None:

@@ -1,0 +1,388 @@
+"""The client's engine: one task per rollout, from submission to exactly one terminal outcome.
+
+A rollout waits for whichever signal comes first: a completion notice from the agent app
+(see :mod:`rollhub.callbacks`), the runtime reporting its session lost, or a store poll on
+the :func:`poll_schedule`. Then the store is read once and the future resolved once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rollhub.errors import StoreError
+from rollhub.retry import Backoff, is_transient
+
+__all__ = ["SessionWatch", "StoreFailure", "poll_schedule"]
+
+log = logging.getLogger(__name__)
+
+#: Stored results up to this size are read on the event loop; larger ones in a thread.
+_INLINE_READ_BYTES = 256 * 1024
+
+
+def poll_schedule(
+    *, callbacks: bool, initial_s: float | None = None, max_s: float | None = None
+) -> Backoff:
+    """The store-poll schedule for one rollout.
+
+    With callbacks the poll is only a safety net for a lost notice, so it starts late and
+    stays sparse (a no-op rollout then costs a single store read); without them it starts
+    fast and backs off.
+    """
+    if callbacks:
+        return Backoff(initial=initial_s or 2.0, factor=2.0, maximum=max_s or 15.0, jitter=0.2)
+    return Backoff(initial=initial_s or 0.05, factor=1.5, maximum=max_s or 5.0, jitter=0.3)
+
+
+class StoreFailure(str):
+    """A lost-session reason meaning: the app finished but could not store the result.
+
+    Runtimes pass it to ``_report_lost`` so the client ends the rollout as ``store_error``
+    with this text as the cause, instead of ``agent_error``.
+    """
+
+    __slots__ = ()
+
+
+class _Lost(Exception):
+    """The runtime reported the session gone and no result is in the store."""
+
+
+class _TooLarge(Exception):
+    """The stored result is over the client's ``max_result_bytes``."""
+
+
+class _StoreFailed(Exception):
+    """The app reported that it could not store the result; no result is in the store."""
+
+
+class SessionWatch:
+    """Drives rollouts from submission to their terminal outcome (the client's engine).
+
+    One task per rollout: submit (retrying transient errors), then wait for a signal (a
+    callback notice, the runtime reporting the session lost, or a store poll), read the
+    store, and resolve the future exactly once. Early ends (timeout, cancel) resolve the
+    future at once and stop the runtime session in the background.
+    """
+
+    #: consecutive store read failures after which a rollout is given up as agent_error
+    MAX_STORE_FAILURES = 8
+
+    def __init__(
+        self,
+        *,
+        make_future: Callable[..., Any],
+        make_outcome: Callable[..., Any],
+        runtime: Any,
+        store: Any,
+        submit: Callable[[Any], Any],
+        submit_attempts: int,
+        submit_backoff: Backoff,
+        callbacks: bool,
+        poll_initial_s: float | None,
+        poll_max_s: float | None,
+        max_result_bytes: int | None = None,
+    ) -> None:
+        self._make_future = make_future
+        self._make_outcome = make_outcome
+        self._runtime = runtime
+        self._store = store
+        self._submit = submit
+        self._attempts = submit_attempts
+        self._submit_backoff = submit_backoff
+        self._poll = poll_schedule(callbacks=callbacks, initial_s=poll_initial_s, max_s=poll_max_s)
+        self._max_result_bytes = max_result_bytes
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._live: dict[str, Any] = {}
+        self._signals: dict[str, asyncio.Future[tuple[str, Any]]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self.stats = {"submitted": 0, "store_reads": 0, "lost": 0, "retries": 0}
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Bind to the client's loop and listen for lost sessions."""
+        self._loop = loop
+        self._runtime.on_session_lost(self.lost)
+
+    @property
+    def live(self) -> int:
+        """Rollouts not yet resolved."""
+        return len(self._live)
+
+    def launch(self, request: Any, timeout: float | None) -> Any:
+        """Create the future of ``request`` and start driving it."""
+        assert self._loop is not None
+        sid = request.rollout.session_id
+        if sid in self._live:
+            from rollhub.errors import UsageError
+
+            raise UsageError(f"session_id {sid!r} is already running in this client; use a new id")
+        if timeout is not None and request.rollout.deadline_at is None:
+            # The app stores anything that ends later as a timeout, as this client reports it.
+            request.rollout.deadline_at = time.time() + timeout
+        fut = self._make_future(request, self._loop, self)
+        self._live[sid] = fut
+        # Registered before submission: a fast agent may call back before submit returns.
+        self._signals[sid] = self._loop.create_future()
+        fut._task = self._loop.create_task(self._drive(fut, timeout), name=f"rollout-{sid}")
+        return fut
+
+    # Signals ----------------------------------------------------------------------------
+
+    def notice(self, notice: dict[str, Any]) -> None:
+        """A completion notice from the app (unknown sessions are ignored)."""
+        self._signal(str(notice.get("session_id")), ("notice", notice))
+
+    def lost(self, session_id: str, reason: str) -> None:
+        """The runtime says ``session_id`` can no longer finish."""
+        if self._signal(session_id, ("lost", reason)):
+            self.stats["lost"] += 1
+
+    def _signal(self, session_id: str, value: tuple[str, Any]) -> bool:
+        sig = self._signals.get(session_id)
+        if sig is None or sig.done():
+            return False
+        sig.set_result(value)
+        return True
+
+    # Driving one rollout ------------------------------------------------------------------
+
+    async def _drive(self, fut: Any, timeout: float | None) -> None:
+        sid = fut.session_id
+        try:
+            async with asyncio.timeout(timeout):
+                if not await self._submit_with_retries(fut):
+                    return
+                doc = await self._await_document(fut)
+            self._resolve_document(fut, doc)
+        except TimeoutError:
+            doc = await self._at_deadline(fut)
+            if doc is not None:
+                self._resolve_document(fut, doc)
+            else:
+                self.end_early(fut, "timeout", f"no result within {timeout} s", stop=False)
+        except _Lost as exc:
+            self._resolve(fut, "agent_error", error=_error("SessionLost", str(exc)))
+        except _TooLarge as exc:
+            self._resolve(fut, "agent_error", error=_error("ResultTooLarge", str(exc)))
+            self._in_background(self._runtime.finish(sid))
+        except _StoreFailed as exc:
+            self._resolve(fut, "store_error", error=_error("StoreError", str(exc)))
+            self._in_background(self._runtime.finish(sid))
+        except asyncio.CancelledError:
+            if not fut.done():  # the client is shutting down, not an early end of ours
+                self.end_early(fut, "cancelled", "the rollout client closed")
+                raise
+        except Exception as exc:  # a bug must still resolve the future
+            log.exception("rollout %s failed inside the client", sid)
+            self._resolve(fut, "agent_error", error=_error_from(exc))
+        finally:
+            if not fut._submitted.done():
+                fut._submitted.set_result(None)
+            self._live.pop(sid, None)
+            self._signals.pop(sid, None)
+
+    async def _submit_with_retries(self, fut: Any) -> bool:
+        fut.submitted_at = time.time()
+        self.stats["submitted"] += 1
+        for attempt in range(self._attempts):
+            fut.attempts = attempt + 1
+            try:
+                fut.receipt = await self._submit(fut.request)
+                fut._submitted.set_result(None)
+                return True
+            except Exception as exc:
+                transient = is_transient(exc)
+                if transient and attempt + 1 < self._attempts:
+                    self.stats["retries"] += 1
+                    # A loss reported for the failed attempt must not end the retried one.
+                    sig = self._signals.get(fut.session_id)
+                    if sig is not None and sig.done() and sig.result()[0] == "lost":
+                        self._signals[fut.session_id] = asyncio.get_running_loop().create_future()
+                    wait = self._submit_backoff.delay(attempt)
+                    log.info("submit %s failed (%s); retry in %.2fs", fut.session_id, exc, wait)
+                    await asyncio.sleep(wait)
+                    continue
+                if transient:  # it may have started despite the error: stop it
+                    self._in_background(self._runtime.cancel(fut.session_id))
+                log.warning(
+                    "submit %s failed after %d attempt(s): %s: %s",
+                    fut.session_id,
+                    attempt + 1,
+                    type(exc).__name__,
+                    exc,
+                )
+                self._resolve(fut, "submit_error", error=_error_from(exc))
+                return False
+        return False  # pragma: no cover
+
+    async def _await_document(self, fut: Any) -> dict[str, Any]:
+        sid, key = fut.session_id, fut.result_key
+        failures = attempt = 0
+        while True:
+            sig = self._signals[sid]
+            try:
+                kind, info = await asyncio.wait_for(asyncio.shield(sig), self._poll.delay(attempt))
+            except TimeoutError:
+                kind, info = "poll", None
+                attempt += 1
+            try:
+                doc = await self._read(key)
+                failures = 0
+            except StoreError as exc:
+                failures += 1
+                if failures >= self.MAX_STORE_FAILURES:
+                    raise
+                log.warning("reading %s failed (%s); trying again", key, exc)
+                doc = None
+            if doc is not None:
+                return doc
+            if kind == "lost" and isinstance(info, StoreFailure):
+                raise _StoreFailed(f"session {sid}: {info}")
+            if kind == "lost":
+                raise _Lost(f"session {sid} was lost: {info}")
+            if kind == "notice" and info.get("status") == "store_error":
+                err = info.get("error") if isinstance(info.get("error"), dict) else {}
+                raise _StoreFailed(
+                    f"session {sid}: {err.get('message') or 'the app could not store the result'}"
+                )
+            if kind == "notice":
+                # A notice without a readable document: keep polling, from the fast end.
+                self._signals[sid] = asyncio.get_running_loop().create_future()
+                attempt = 0
+
+    async def _read(self, key: str) -> dict[str, Any] | None:
+        self.stats["store_reads"] += 1
+        path = getattr(self._store, "path", None)
+        if getattr(self._store, "name", None) == "file" and callable(path):
+            try:
+                size = path(key).stat().st_size
+            except OSError:
+                return None  # not written yet (or unreadable: get() below would say why)
+            limit = self._max_result_bytes
+            if limit is not None and size > limit:
+                raise _TooLarge(
+                    f"the stored result {key} is {size} bytes, over max_result_bytes={limit}; "
+                    f"return less from the agent or raise the client's max_result_bytes"
+                )
+            if size <= _INLINE_READ_BYTES:
+                # A small local file reads in microseconds; a thread hop costs more than the
+                # read and contends for the GIL at hundreds of rollouts a second.
+                return self._store.get(key)
+        return await asyncio.to_thread(self._store.get, key)
+
+    # Resolution ---------------------------------------------------------------------------
+
+    def _resolve_document(self, fut: Any, doc: dict[str, Any]) -> None:
+        from rollhub.app.result import InvalidResultError, read_result
+
+        try:
+            view = read_result(doc)
+        except InvalidResultError as exc:
+            self._resolve(
+                fut, "agent_error", error=_error("InvalidResultError", str(exc)), document=doc
+            )
+            return
+        if view.status == "ok":
+            self._resolve(fut, "ok", result=view.result, document=doc)
+        else:
+            err = view.error or {}
+            etype = str(err.get("type") or "UnknownError")
+            status = _ERROR_STATUS.get(etype, "agent_error")
+            info = _error(etype, str(err.get("message") or ""), err.get("traceback"))
+            self._resolve(fut, status, result=view.result, error=info, document=doc)
+        self._in_background(self._runtime.finish(fut.session_id))
+
+    async def _at_deadline(self, fut: Any) -> dict[str, Any] | None:
+        """Stop the session, then read what the app stored: the store decides the outcome.
+
+        The app stores exactly one document per session and answers the stop only once it
+        is written: a result that finished in time (written just after the deadline) is
+        ok, anything later a ``RolloutTimeout``. So the outcome always matches the store,
+        and a later resume reports what this run reported.
+        """
+        if fut.receipt is not None or fut.attempts:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._runtime.cancel(fut.session_id), _STOP_WAIT_S)
+        with contextlib.suppress(Exception):
+            return await asyncio.wait_for(self._read(fut.result_key), 1.0)
+        return None
+
+    def end_early(self, fut: Any, status: str, message: str, *, stop: bool = True) -> None:
+        """End a rollout before its result arrived (timeout, cancel); stop its session."""
+        if fut.done():
+            return
+        etype = "RolloutTimeout" if status == "timeout" else "CancelledError"
+        self._resolve(fut, status, error=_error(etype, message))
+        task = fut._task
+        if task is not None and task is not asyncio.current_task() and not task.done():
+            task.cancel()
+        if stop and (fut.receipt is not None or fut.attempts):
+            self._in_background(self._runtime.cancel(fut.session_id))
+
+    def _resolve(self, fut: Any, status: str, **fields: Any) -> None:
+        if fut.done():
+            return
+        outcome = self._make_outcome(
+            session_id=fut.session_id,
+            exp_id=fut.request.rollout.exp_id,
+            input_id=fut.input_id,
+            result_key=fut.result_key,
+            status=status,
+            submitted_at=fut.submitted_at,
+            accepted_at=fut.receipt.submitted_at if fut.receipt else None,
+            finished_at=time.time(),
+            attempts=fut.attempts,
+            **fields,
+        )
+        fut._outcome.set_result(outcome)
+
+    def _in_background(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(_best_effort(coro))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def settle(self, timeout: float = 10.0) -> None:
+        """Wait for the session stops and releases started in the background."""
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=timeout)
+
+    async def shutdown(self, timeout: float = 10.0) -> None:
+        """Cancel every live rollout and wait for session stops already under way."""
+        for fut in list(self._live.values()):
+            self.end_early(fut, "cancelled", "the rollout client closed")
+        tasks = [f._task for f in self._live.values() if f._task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=timeout)
+        self._runtime.remove_session_lost(self.lost)
+
+
+#: how long a rollout past its deadline waits for its session to stop
+_STOP_WAIT_S = 3.0
+#: stored error types that are not the agent's failure
+_ERROR_STATUS = {"CancelledError": "cancelled", "RolloutTimeout": "timeout"}
+
+
+async def _best_effort(coro: Any) -> None:
+    try:
+        await coro
+    except Exception as exc:
+        log.debug("best-effort runtime call failed: %s", exc)
+
+
+def _error(etype: str, message: str, traceback: str | None = None) -> Any:
+    from rollhub.episode import ErrorInfo
+
+    return ErrorInfo(etype, message, traceback)
+
+
+def _error_from(exc: BaseException) -> Any:
+    from rollhub.episode import ErrorInfo
+
+    return ErrorInfo.from_exception(exc)
