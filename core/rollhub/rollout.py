@@ -9,10 +9,22 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from rollhub.errors import ConfigError
 
 __all__ = [
     "RESULT_META_KEY",
@@ -20,6 +32,8 @@ __all__ = [
     "RolloutConfig",
     "RolloutRequest",
     "SubmitReceipt",
+    "build_request",
+    "new_session_id",
     "result_key",
     "validate_key_part",
 ]
@@ -155,3 +169,59 @@ class SubmitReceipt:
     runtime: str
     submitted_at: float = field(default_factory=time.time)
     details: dict[str, Any] = field(default_factory=dict)
+
+
+def new_session_id() -> str:
+    """A fresh session id: 35 characters, valid as a key part and as an AgentCore id."""
+    return f"rh-{uuid.uuid4().hex}"
+
+
+def build_request(
+    payload: Mapping[str, Any],
+    *,
+    exp_id: str,
+    store_url: str,
+    defaults: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+    callback_url: str | None,
+) -> RolloutRequest:
+    """Merge required fields → client defaults → per-call overrides and validate them.
+
+    :raises ConfigError: naming the bad ``_rollout`` field and what it accepts.
+    """
+    if not isinstance(payload, Mapping):
+        raise ConfigError(f"payload must be a JSON object (dict), got {type(payload).__name__}")
+    body = {k: v for k, v in payload.items() if k != ROLLOUT_KEY}
+    fields: dict[str, Any] = {
+        "exp_id": exp_id,
+        "input_id": _default_input_id(body),
+        "session_id": new_session_id(),
+        "result_store": store_url,
+    }
+    if callback_url is not None:
+        fields["callback_url"] = callback_url
+    embedded = payload.get(ROLLOUT_KEY)
+    if isinstance(embedded, Mapping):
+        fields.update(embedded)
+    fields.update(defaults)
+    fields.update(overrides)
+    try:
+        rollout = RolloutConfig.model_validate(fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "_rollout"
+        raise ConfigError(
+            f"_rollout.{loc}: {err['msg']} (got {err.get('input')!r}); fix the client default "
+            f"or the per-call override",
+            field=f"_rollout.{loc}",
+        ) from exc
+    return RolloutRequest(payload=body, rollout=rollout)
+
+
+def _default_input_id(body: Mapping[str, Any]) -> str:
+    from rollhub.batch import content_input_id
+
+    value = body.get("id")
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        return str(value)
+    return content_input_id(body)

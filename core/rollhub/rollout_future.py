@@ -1,0 +1,144 @@
+"""What a submission returns: a :class:`RolloutFuture`, ending in one :class:`RolloutOutcome`."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rollhub.episode import ErrorInfo, Status
+from rollhub.loop_thread import ensure_no_running_loop
+from rollhub.rollout import RolloutRequest, SubmitReceipt
+
+if TYPE_CHECKING:
+    from rollhub.session_watch import SessionWatch
+
+__all__ = ["RolloutFuture", "RolloutOutcome"]
+
+
+@dataclass(frozen=True)
+class RolloutOutcome:
+    """How one rollout ended: exactly one per submitted rollout.
+
+    ``result`` is the agent's dict (without rollhub's metadata) when a document was
+    stored; ``document`` is the stored document as read. ``error`` says why a rollout that
+    is not ``ok`` failed.
+    """
+
+    session_id: str
+    exp_id: str
+    input_id: str
+    result_key: str
+    status: Status
+    result: dict[str, Any] | None = None
+    error: ErrorInfo | None = None
+    document: dict[str, Any] | None = None
+    submitted_at: float | None = None
+    accepted_at: float | None = None
+    finished_at: float | None = None
+    attempts: int = 0
+    resumed: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when the agent's result was stored with status ok."""
+        return self.status == "ok"
+
+    @property
+    def elapsed(self) -> float | None:
+        """Seconds from the first submission attempt to the terminal outcome."""
+        if self.submitted_at is None or self.finished_at is None:
+            return None
+        return self.finished_at - self.submitted_at
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The ``_rollhub`` metadata of the stored document (empty when there is none)."""
+        return dict((self.document or {}).get("_rollhub") or {})
+
+
+class RolloutFuture:
+    """The pending outcome of one rollout.
+
+    Usable from the loop that owns it (``await future``, :meth:`result_async`) and from any
+    other thread (:meth:`result`). Waiting with a ``timeout`` that expires ends the rollout
+    as ``timeout`` and cancels its runtime session; use :meth:`done` to check without
+    side effects.
+    """
+
+    def __init__(
+        self, request: RolloutRequest, loop: asyncio.AbstractEventLoop, watch: SessionWatch
+    ) -> None:
+        self.request = request
+        self.session_id = request.rollout.session_id
+        self.input_id = request.rollout.input_id
+        self.result_key = request.rollout.result_key
+        self.receipt: SubmitReceipt | None = None
+        self.attempts = 0
+        self.submitted_at: float | None = None
+        self._loop = loop
+        self._watch = watch
+        self._outcome: asyncio.Future[RolloutOutcome] = loop.create_future()
+        self._submitted: asyncio.Future[None] = loop.create_future()
+        self._task: asyncio.Task[None] | None = None
+
+    def done(self) -> bool:
+        """Whether the outcome is known."""
+        return self._outcome.done()
+
+    def result(self, timeout: float | None = None) -> RolloutOutcome:
+        """Block until the outcome is known (from a thread without a running loop).
+
+        :param timeout: seconds to wait; when they pass, the rollout ends as ``timeout``.
+        :raises UsageError: called inside a running event loop (use ``await``).
+        """
+        if self.done():  # also after the client's loop has stopped
+            return self._outcome.result()
+        ensure_no_running_loop("RolloutFuture.result()")
+        return asyncio.run_coroutine_threadsafe(self.result_async(timeout), self._loop).result()
+
+    async def result_async(self, timeout: float | None = None) -> RolloutOutcome:
+        """Await the outcome; with ``timeout``, end the rollout as ``timeout`` when it passes."""
+        if self.done():
+            return self._outcome.result()
+        if asyncio.get_running_loop() is not self._loop:
+            inner = asyncio.run_coroutine_threadsafe(self.result_async(timeout), self._loop)
+            return await asyncio.wrap_future(inner)
+        if timeout is None:
+            return await asyncio.shield(self._outcome)
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._outcome), timeout)
+        except TimeoutError:
+            self._watch.end_early(self, "timeout", f"no result within {timeout} s")
+            return self._outcome.result()
+
+    def __await__(self) -> Any:
+        return self.result_async().__await__()
+
+    def cancel(self) -> bool:
+        """End the rollout as ``cancelled`` and stop its session; False if already done."""
+        if self.done():
+            return False
+        if _on_loop(self._loop):
+            self._watch.end_early(self, "cancelled", "cancelled by the client")
+        else:
+            self._loop.call_soon_threadsafe(
+                self._watch.end_early, self, "cancelled", "cancelled by the client"
+            )
+        return True
+
+    async def wait_submitted(self) -> None:
+        """Wait until the submission step ended (accepted, refused or abandoned)."""
+        await asyncio.shield(self._submitted)
+
+    def __repr__(self) -> str:
+        state = self._outcome.result().status if self.done() else "pending"
+        return f"<RolloutFuture {self.session_id} {state}>"
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
