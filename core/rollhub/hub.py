@@ -31,8 +31,10 @@ from typing import Any
 from rollhub.config import RollhubConfig
 from rollhub.episode import Episode, EpisodeGroup, ErrorInfo
 from rollhub.errors import RewardError, RollhubError, TokenRetrievalError, UsageError
+from rollhub.hook_calls import call_all, call_first
 from rollhub.loop_thread import LoopThread, ensure_no_running_loop
-from rollhub.plugins import PluginHost, build_host, call_all, call_first, check_config
+from rollhub.plugin_settings import check_config
+from rollhub.plugins import PluginHost, build_host
 from rollhub.registry import ComponentContext
 from rollhub.rollout import RolloutConfig, RolloutRequest, SubmitReceipt
 from rollhub.staleness import StalenessGate

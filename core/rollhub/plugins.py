@@ -28,10 +28,10 @@ import importlib
 import inspect
 import logging
 import os
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any
 
 import pluggy
 
@@ -52,8 +52,6 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "rollhub.builtin.pipeline",
     "rollhub.compat.plugin",
 )
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -354,106 +352,6 @@ def default_registry() -> DiscoveryRegistry:
     """What a component given no registry resolves names through (see
     :class:`DiscoveryRegistry`)."""
     return DiscoveryRegistry()
-
-
-def check_config(host: PluginHost, config: Any) -> None:
-    """Validate plugin settings: unknown ``[plugins.<name>]`` tables and each plugin's own.
-
-    A pydantic ``ValidationError`` raised by a plugin's ``rollhub_check_config`` becomes a
-    :class:`ConfigError` naming ``plugins.<plugin>.<field>``.
-
-    :raises ConfigError: naming the table or field and the fix.
-    """
-    from pydantic import ValidationError
-
-    from rollhub.errors import ConfigError
-
-    for table in sorted(config.plugins.model_extra or {}):
-        record = host.plugins.get(table)
-        if record is not None and record.error is not None:
-            raise ConfigError(
-                f"[plugins.{table}] configures plugin {table!r}, which failed to load: "
-                f"{record.error.error}; fix or reinstall it (see 'rollhub plugins')",
-                field=f"plugins.{table}",
-            )
-        if record is None or record.source == "builtin":
-            loaded = sorted(
-                n
-                for n, r in host.plugins.items()
-                if r.error is None and r.source in ("entry point", "config")
-            )
-            raise ConfigError(
-                f"[plugins.{table}] configures a plugin that is not loaded; loaded plugins: "
-                f"{', '.join(loaded) or 'none'} (install the plugin, add its module to "
-                f"[plugins] modules, or remove the table)",
-                field=f"plugins.{table}",
-            )
-    caller = host.hook.rollhub_check_config
-    given = {"config": config, "registry": host.registry}
-    for impl in reversed(caller.get_hookimpls()):
-        try:
-            impl.function(**{a: given[a] for a in impl.argnames})
-        except ValidationError as exc:
-            raise ConfigError(
-                _settings_error(impl.plugin_name, exc), field=_settings_field(impl.plugin_name, exc)
-            ) from None
-
-
-def _settings_field(plugin: str, exc: Any) -> str:
-    loc = ".".join(str(p) for p in exc.errors()[0]["loc"])
-    return f"plugins.{plugin}.{loc}" if loc else f"plugins.{plugin}"
-
-
-def _settings_error(plugin: str, exc: Any) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        field = f"plugins.{plugin}.{loc}" if loc else f"plugins.{plugin}"
-        if err["type"] == "extra_forbidden":
-            parts.append(f"unknown key {field!r}; remove it or check its spelling")
-        elif err["type"] == "missing":
-            parts.append(f"{field}: required; add it to [plugins.{plugin}]")
-        else:
-            parts.append(f"{field}: {err['msg']} (got {err.get('input')!r})")
-    return "; ".join(parts)
-
-
-async def resolve(value: T | Awaitable[T]) -> T:
-    """Await ``value`` if it is awaitable, else return it (hooks may be sync or async)."""
-    if inspect.isawaitable(value):
-        return await value
-    return value
-
-
-async def call_all(hook: Any, **kwargs: Any) -> list[Any]:
-    """Call an all-results hook and await each awaitable result, in call order."""
-    return [await resolve(r) for r in hook(**kwargs)]
-
-
-async def call_first(hook: Any, **kwargs: Any) -> Any:
-    """Call a firstresult hook and await its result when it is awaitable.
-
-    :raises PluginError: the answer is not what the hook's spec promises (a
-        ``rollhub_submit_rollout`` that gave no :class:`~rollhub.rollout.SubmitReceipt`),
-        naming the hook and the plugins implementing it.
-    """
-    result = await resolve(hook(**kwargs))
-    expected = _answer_types().get(getattr(hook, "name", ""))
-    if expected is not None and not isinstance(result, expected):
-        plugins = [i.plugin_name for i in reversed(hook.get_hookimpls())]
-        raise PluginError(
-            f"{hook.name} answered {type(result).__name__} ({result!r:.80}), expected "
-            f"{' or '.join(t.__name__ for t in expected)}; implemented by "
-            f"{', '.join(plugins)}: a plugin must return None to decline, or (an awaitable "
-            f"of) the answer"
-        )
-    return result
-
-
-def _answer_types() -> dict[str, tuple[type, ...]]:
-    from rollhub.rollout import SubmitReceipt
-
-    return {"rollhub_submit_rollout": (SubmitReceipt,)}
 
 
 def _env_list(var: str) -> list[str]:

@@ -18,7 +18,8 @@ from typing import Any
 from rollhub.config import RollhubConfig, build_options
 from rollhub.dataset import load_jsonl_dataset
 from rollhub.errors import ConfigError, RollhubError
-from rollhub.plugins import PluginHost, build_host, check_config
+from rollhub.plugin_settings import check_config
+from rollhub.plugins import PluginHost, build_host
 
 log = logging.getLogger(__name__)
 

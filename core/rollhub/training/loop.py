@@ -31,8 +31,8 @@ from typing import Any
 
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
+from rollhub.hook_calls import call_all
 from rollhub.hub import AsyncHub, group_id_of
-from rollhub.plugins import call_all
 from rollhub.progress import RolloutProgress
 from rollhub.trainer import StepResult, TrainingBatch
 from rollhub.training.advantages import group_advantages

@@ -13,7 +13,8 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 from rollhub import hookimpl
 from rollhub.errors import ConfigError, PluginError, UnknownComponentError
-from rollhub.plugins import build_host, call_first
+from rollhub.hook_calls import call_first
+from rollhub.plugins import build_host
 from rollhub.trainer import Trainer
 
 ROLLHUB = [sys.executable, "-m", "rollhub.cli"]

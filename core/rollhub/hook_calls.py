@@ -1,0 +1,51 @@
+"""Calling hooks from async code: implementations may be sync or async, and answers are checked."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+from rollhub.errors import PluginError
+
+__all__ = ["call_all", "call_first", "resolve"]
+
+T = TypeVar("T")
+
+
+async def resolve(value: T | Awaitable[T]) -> T:
+    """Await ``value`` if it is awaitable, else return it (hooks may be sync or async)."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+async def call_all(hook: Any, **kwargs: Any) -> list[Any]:
+    """Call an all-results hook and await each awaitable result, in call order."""
+    return [await resolve(r) for r in hook(**kwargs)]
+
+
+async def call_first(hook: Any, **kwargs: Any) -> Any:
+    """Call a firstresult hook and await its result when it is awaitable.
+
+    :raises PluginError: the answer is not what the hook's spec promises (a
+        ``rollhub_submit_rollout`` that gave no :class:`~rollhub.rollout.SubmitReceipt`),
+        naming the hook and the plugins implementing it.
+    """
+    result = await resolve(hook(**kwargs))
+    expected = _answer_types().get(getattr(hook, "name", ""))
+    if expected is not None and not isinstance(result, expected):
+        plugins = [i.plugin_name for i in reversed(hook.get_hookimpls())]
+        raise PluginError(
+            f"{hook.name} answered {type(result).__name__} ({result!r:.80}), expected "
+            f"{' or '.join(t.__name__ for t in expected)}; implemented by "
+            f"{', '.join(plugins)}: a plugin must return None to decline, or (an awaitable "
+            f"of) the answer"
+        )
+    return result
+
+
+def _answer_types() -> dict[str, tuple[type, ...]]:
+    from rollhub.rollout import SubmitReceipt
+
+    return {"rollhub_submit_rollout": (SubmitReceipt,)}
