@@ -30,7 +30,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rollhub.errors import ConfigError
 
-__all__ = ["EngineSection", "GatewayConfig", "SessionPolicy", "load_gateway_config"]
+__all__ = [
+    "EngineSection",
+    "GatewayConfig",
+    "PoolSection",
+    "SessionPolicy",
+    "load_gateway_config",
+]
 
 #: sampling fields a policy can pin (the agent's value is then ignored)
 PinnableField = Literal["temperature", "top_p", "top_k", "seed", "max_tokens", "stop"]
@@ -108,6 +114,38 @@ class GatewayConfig(_Strict):
     def served_model_id(self) -> str:
         """The model name clients see."""
         return self.model_id or self.model
+
+
+class PoolSection(_Strict):
+    """A pool of gateway replicas serving one token source (``[token_source.pool]``).
+
+    Each replica is a whole gateway (own event loop, engine client, sessions, journal);
+    sessions go to the replica with the fewest live sessions.
+    """
+
+    replicas: int = Field(2, ge=1, description="gateway replicas to run")
+    placement: Literal["processes", "ray"] = Field(
+        "processes",
+        description="'processes': child processes on this machine; 'ray': Ray actors "
+        "spread over the cluster's nodes",
+    )
+    journal_dir: str | None = Field(
+        None, description="directory of the replicas' SQLite journals (replica-<i>.sqlite)"
+    )
+    engine_factory: str | None = Field(
+        None,
+        description="'module:callable' or 'file.py:callable' building each replica's "
+        "sampling backend from its GatewayConfig (custom engines); None: the engine section",
+    )
+    start_timeout_s: float = Field(
+        120.0, gt=0, description="how long a replica may take to load its model and listen"
+    )
+    ray_address: str | None = Field(
+        None, description="Ray cluster to join (None: the current one, else a local one)"
+    )
+    num_cpus_per_replica: float = Field(
+        0.0, ge=0, description="CPUs Ray reserves for each replica actor"
+    )
 
 
 def load_gateway_config(path: str | Path, **overrides: Any) -> GatewayConfig:

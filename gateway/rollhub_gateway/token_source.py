@@ -3,7 +3,9 @@
 In process (the default), :meth:`GatewayTokenSource.start` builds the engine and the chat
 model from the options and serves the gateway on the running event loop; agents reach it
 at ``http://127.0.0.1:<port>/v1``. With ``url`` set, it talks to a gateway that runs
-elsewhere (``rollhub gateway serve``) through its admin routes and ``admin_token``.
+elsewhere (``rollhub gateway serve``) through its admin routes and ``admin_token``. With a
+``pool`` table, it runs N gateway replicas (child processes, or Ray actors across a
+cluster) and places each session on the least-loaded one (:mod:`rollhub_gateway.pool`).
 
 Traces are complete as soon as the agent has its last reply: the gateway commits each turn
 before it answers, so :meth:`fetch_traces` never races the final turn.
@@ -15,6 +17,7 @@ Example ``rollhub.toml``::
     model = "smollm2-135m-instruct"
     engine = { name = "transformers" }
     policy = { max_turns = 32 }
+    # pool = { replicas = 4, placement = "processes", journal_dir = "journals" }
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ from rollhub.errors import ConfigError, GatewayError, TokenRetrievalError, Usage
 from rollhub.tokens import CaptureSession, TokenSource
 from rollhub.trace import TraceRecord
 
-from rollhub_gateway.config import GatewayConfig, SessionPolicy
+from rollhub_gateway.config import GatewayConfig, PoolSection, SessionPolicy
 
 if TYPE_CHECKING:
+    from rollhub_gateway.pool import GatewayPool
     from rollhub_gateway.server import Gateway
 
 __all__ = ["GatewaySourceOptions", "GatewayTokenSource"]
@@ -46,7 +50,12 @@ class GatewaySourceOptions(GatewayConfig):
     url: str | None = Field(
         None, description="root URL of a running gateway (http://host:port); None: in process"
     )
-    request_timeout_s: float = Field(60.0, gt=0, description="timeout of admin calls (remote)")
+    request_timeout_s: float = Field(
+        60.0, gt=0, description="timeout of admin calls (remote gateway, pool replicas)"
+    )
+    pool: PoolSection | None = Field(
+        None, description="run a pool of gateway replicas instead of one in-process gateway"
+    )
 
 
 class GatewayTokenSource(TokenSource):
@@ -71,7 +80,10 @@ class GatewayTokenSource(TokenSource):
         super().__init__(options, **kwargs)
         if base_dir is not None:
             # relative paths in rollhub.toml are relative to the config file
-            update = {}
+            update: dict[str, Any] = {}
+            pool = self.options.pool
+            if pool is not None:
+                update["pool"] = _pool_under(base_dir, pool)
             for key in ("journal_path", "chat_template"):
                 value = getattr(self.options, key)
                 is_text = key == "chat_template" and value is not None and "{" in value
@@ -80,6 +92,9 @@ class GatewayTokenSource(TokenSource):
             self.options = self.options.model_copy(update=update)
         self.gateway = gateway
         self._owns_gateway = gateway is None
+        self.pool: GatewayPool | None = None
+        if self.options.pool is not None:
+            _check_pool_options(self.options, gateway)
         self._http: Any = None
         self._root: str | None = None
         self._model_id: str | None = None
@@ -92,6 +107,9 @@ class GatewayTokenSource(TokenSource):
     async def start(self) -> None:
         """Serve the gateway in process, or connect to the remote one. Idempotent."""
         if self._root is not None:
+            return
+        if self.options.pool is not None:
+            await self._start_pool()
             return
         if self.options.url:
             import aiohttp
@@ -120,6 +138,22 @@ class GatewayTokenSource(TokenSource):
         self._model_id = self.gateway.chat_model.model_id
         log.info("gateway token source serving at %s", self._root)
 
+    async def _start_pool(self) -> None:
+        from rollhub_gateway.pool import GatewayPool
+
+        assert self.options.pool is not None
+        config = GatewayConfig.model_validate(
+            self.options.model_dump(exclude={"url", "request_timeout_s", "pool"})
+        )
+        pool = GatewayPool(
+            config, self.options.pool, request_timeout_s=self.options.request_timeout_s
+        )
+        if self.weight_version is not None:
+            pool.set_weight_version(self.weight_version)
+        await pool.start()
+        self.pool = pool
+        self._root = "pool"
+
     def _require(self) -> str:
         if self._root is None:
             raise UsageError("the gateway token source is not started; await source.start() first")
@@ -136,6 +170,8 @@ class GatewayTokenSource(TokenSource):
         :raises ConfigError: ``sampling`` names an unknown policy field or a bad value.
         """
         root = self._require()
+        if self.pool is not None:
+            return await self._open_pooled(session_id, sampling)
         policy = {k: v for k, v in (sampling or {}).items() if k in SessionPolicy.model_fields}
         ignored = sorted(set(sampling or {}) - set(policy))
         if ignored:
@@ -160,9 +196,29 @@ class GatewayTokenSource(TokenSource):
             extra={"anthropic_base_url": root},
         )
 
+    async def _open_pooled(
+        self, session_id: str, sampling: dict[str, Any] | None
+    ) -> CaptureSession:
+        assert self.pool is not None
+        policy = {k: v for k, v in (sampling or {}).items() if k in SessionPolicy.model_fields}
+        data = await self.pool.open_session(session_id, policy or None)
+        return CaptureSession(
+            session_id=session_id,
+            base_url=data["base_url"],
+            api_key=data["api_key"],
+            model_id=data["model"],
+            extra={"anthropic_base_url": data["anthropic_base_url"]},
+        )
+
     async def fetch_traces(self, session_id: str) -> list[TraceRecord]:
-        """The session's records, complete for every call the agent got an answer to."""
+        """The session's records, complete for every call the agent got an answer to.
+
+        :raises TokenRetrievalError: unknown session; with a pool, also its replica died
+            (:class:`~rollhub_gateway.pool.ReplicaDied`, naming the replica and the cause).
+        """
         self._require()
+        if self.pool is not None:
+            return [TraceRecord.model_validate(r) for r in await self.pool.traces(session_id)]
         if self.gateway is not None:
             try:
                 return self.gateway.traces(session_id)
@@ -172,8 +228,14 @@ class GatewayTokenSource(TokenSource):
         return [TraceRecord.model_validate(r) for r in data["traces"]]
 
     async def close_session(self, session_id: str, *, drop: bool = False) -> None:
-        """Finish (or discard) a session; its key stops working. Unknown ids are ignored."""
+        """Finish (or discard) a session; its key stops working. Unknown ids are ignored.
+
+        :raises ReplicaDied: (pool) the session's replica died; the session is forgotten.
+        """
         self._require()
+        if self.pool is not None:
+            await self.pool.close_session(session_id, drop=drop)
+            return
         if self.gateway is not None:
             if session_id not in self.gateway.sessions:
                 return
@@ -192,7 +254,9 @@ class GatewayTokenSource(TokenSource):
     def set_weight_version(self, version: int | None) -> None:
         """Stamp turns sampled from now on with ``version`` (in process: immediately)."""
         super().set_weight_version(version)
-        if self.gateway is not None:
+        if self.pool is not None:
+            self.pool.set_weight_version(version)
+        elif self.gateway is not None:
             self.gateway.set_weight_version(version)
         elif self.options.url:
             # sent before the next admin call (the next session opened for a rollout)
@@ -201,9 +265,16 @@ class GatewayTokenSource(TokenSource):
     async def publish_policy(self, policy: Any, version: int) -> None:
         """Swap the in-process gateway's sampling backend to ``policy`` as ``version``.
 
+        With a pool, every live replica gets it (pickled to processes, through Ray's object
+        store to actors).
+
         :raises UsageError: the gateway runs elsewhere (a policy object cannot travel), or
             its backend cannot take a policy.
         """
+        if self.pool is not None:
+            await self.pool.publish_policy(policy, version)
+            TokenSource.set_weight_version(self, version)
+            return
         if self.gateway is None:
             raise UsageError(
                 "token_source.url points at a remote gateway: a trainer's policy object can "
@@ -213,7 +284,11 @@ class GatewayTokenSource(TokenSource):
         self.set_weight_version(version)
 
     async def close(self) -> None:
-        """Stop the in-process gateway (and its engine) or the admin client. Idempotent."""
+        """Stop the in-process gateway (and its engine), the pool's replicas, or the admin
+        client. Idempotent."""
+        if self.pool is not None:
+            pool, self.pool = self.pool, None
+            await pool.close()
         if self.gateway is not None and self._root is not None:
             if self._owns_gateway:
                 await self.gateway.close()
@@ -254,3 +329,49 @@ class GatewayTokenSource(TokenSource):
 
 
 _UNSET = object()
+
+
+def _pool_under(base_dir: str | Path, pool: PoolSection) -> PoolSection:
+    """The pool section with its relative paths made relative to ``base_dir``."""
+    update: dict[str, Any] = {}
+    if pool.journal_dir and not Path(pool.journal_dir).expanduser().is_absolute():
+        update["journal_dir"] = str(Path(base_dir) / pool.journal_dir)
+    target, sep, attr = (pool.engine_factory or "").partition(":")
+    if target.endswith(".py") and not Path(target).expanduser().is_absolute():
+        update["engine_factory"] = f"{Path(base_dir) / target}{sep}{attr}"
+    return pool.model_copy(update=update)
+
+
+def _check_pool_options(options: GatewaySourceOptions, gateway: Gateway | None) -> None:
+    """Refuse settings a pool cannot honour, naming the field and the fix."""
+    if gateway is not None:
+        raise ConfigError(
+            "a prebuilt gateway cannot be pooled: drop token_source.pool, or give the pool an "
+            "engine_factory that builds each replica's backend",
+            field="token_source.pool",
+        )
+    if options.url:
+        raise ConfigError(
+            "token_source.url (a remote gateway) and token_source.pool (replicas run here) "
+            "exclude each other; drop one of them",
+            field="token_source.url",
+        )
+    if options.journal_path:
+        raise ConfigError(
+            "token_source.journal_path names one journal file, but each pool replica journals "
+            "its own sessions: set token_source.pool.journal_dir instead",
+            field="token_source.journal_path",
+        )
+    if options.port:
+        raise ConfigError(
+            f"token_source.port = {options.port}: pool replicas each pick a free port; drop "
+            f"token_source.port",
+            field="token_source.port",
+        )
+    ref = options.pool.engine_factory if options.pool is not None else None
+    if ref is not None and not ref.partition(":")[2]:
+        raise ConfigError(
+            f"token_source.pool.engine_factory = {ref!r} must be 'module:callable' or "
+            f"'path/to/file.py:callable'",
+            field="token_source.pool.engine_factory",
+        )

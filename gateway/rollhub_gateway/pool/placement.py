@@ -1,0 +1,49 @@
+"""Where a new capture session goes: the live replica with the fewest live sessions.
+
+Ties go to the replica that has been given the fewest sessions so far, then to the lowest
+index, so a burst of opens on an idle pool deals sessions out round-robin instead of
+piling them on replica 0.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
+
+from rollhub.errors import GatewayError
+
+__all__ = ["Placeable", "least_loaded"]
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R", bound="Placeable")
+
+
+class Placeable(Protocol):
+    """What placement reads from a replica."""
+
+    index: int
+    #: ids of the sessions open on it (opened and not yet finished or dropped)
+    live: set[str]
+    #: sessions it has been given since it started
+    opened: int
+    #: why it died, or None while it serves
+    dead: str | None
+
+
+def least_loaded(replicas: Sequence[R], *, exclude: frozenset[int] = frozenset()) -> R:
+    """The live replica (not in ``exclude``) with the fewest live sessions.
+
+    :raises GatewayError: no replica is left to take a session (each one's cause listed).
+    """
+    candidates = [r for r in replicas if r.dead is None and r.index not in exclude]
+    if not candidates:
+        causes = "; ".join(
+            f"replica {r.index}: {r.dead or 'refused the session'}" for r in replicas
+        )
+        raise GatewayError(
+            f"no gateway replica can take a session ({causes}); restart the token source",
+            replicas=len(replicas),
+        )
+    return min(candidates, key=lambda r: (len(r.live), r.opened, r.index))

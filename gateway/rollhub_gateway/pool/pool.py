@@ -1,0 +1,253 @@
+"""A pool of gateway replicas behind one token source.
+
+The pool starts N replicas (child processes or Ray actors), each a whole gateway built from
+the same config with its own journal file, one shared admin token and a free port. A new
+session goes to the least-loaded live replica and stays there: its agent gets that
+replica's URL, and its traces, finish and drop go to the same replica. Weight versions and
+policies are sent to every live replica. When a replica dies, its sessions fail with a
+:class:`~rollhub_gateway.pool.replica.ReplicaDied` naming it and the cause; the others'
+sessions carry on, and new sessions go to the survivors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from pathlib import Path
+from typing import Any
+
+from rollhub.errors import ConfigError, GatewayError, TokenRetrievalError
+
+from rollhub_gateway.config import GatewayConfig, PoolSection
+from rollhub_gateway.pool.placement import least_loaded
+from rollhub_gateway.pool.replica import Replica
+
+__all__ = ["GatewayPool"]
+
+log = logging.getLogger(__name__)
+
+
+class GatewayPool:
+    """Replicas of one gateway config, and which replica owns which session.
+
+    :param config: each replica's gateway config (its ``journal_path`` and ``port`` are
+        replaced per replica; ``admin_token`` is the pool's, random when unset).
+    :param pool: the pool section (size, placement, journals, engine factory).
+    :param request_timeout_s: timeout of one admin call.
+    """
+
+    def __init__(
+        self, config: GatewayConfig, pool: PoolSection, *, request_timeout_s: float = 60.0
+    ) -> None:
+        self.config = config
+        self.pool = pool
+        self.request_timeout_s = request_timeout_s
+        self.admin_token = config.admin_token or secrets.token_urlsafe(24)
+        self.replicas: list[Replica] = []
+        self.owner: dict[str, Replica] = {}
+        self.weight_version: int | None = None
+        self._version_set = False
+        self._http: Any = None
+        self._inited_ray = False
+        self._broadcasts: set[asyncio.Task[Any]] = set()
+
+    def spec(self, index: int) -> dict[str, Any]:
+        """What replica ``index`` is built from (its own journal file, a free port)."""
+        update: dict[str, Any] = {"port": 0, "admin_token": self.admin_token}
+        if self.pool.journal_dir:
+            update["journal_path"] = str(Path(self.pool.journal_dir) / f"replica-{index}.sqlite")
+        config = self.config.model_copy(update=update)
+        return {
+            "index": index,
+            "config": config.model_dump(mode="json"),
+            "engine_factory": self.pool.engine_factory,
+        }
+
+    async def start(self) -> None:
+        """Start every replica (in parallel); on any failure stop them all and raise.
+
+        :raises GatewayError: a replica did not start (its cause in the message).
+        """
+        import aiohttp
+
+        if self.pool.journal_dir:
+            Path(self.pool.journal_dir).mkdir(parents=True, exist_ok=True)
+        self._http = aiohttp.ClientSession(
+            headers={"Authorization": f"Bearer {self.admin_token}"},
+            timeout=aiohttp.ClientTimeout(total=self.request_timeout_s),
+        )
+        self.replicas = await self._build_replicas()
+        results = await asyncio.gather(
+            *(r.start(self._http) for r in self.replicas), return_exceptions=True
+        )
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            await self.close()
+            raise failed[0]
+        log.info(
+            "gateway pool: %d %s replica(s) at %s",
+            len(self.replicas),
+            self.pool.placement,
+            ", ".join(r.url or "?" for r in self.replicas),
+        )
+
+    async def _build_replicas(self) -> list[Replica]:
+        timeout = self.pool.start_timeout_s
+        if self.pool.placement == "processes":
+            from rollhub_gateway.pool.processes import ProcessReplica
+
+            return [
+                ProcessReplica(i, self.spec(i), start_timeout_s=timeout)
+                for i in range(self.pool.replicas)
+            ]
+        try:
+            import ray
+        except ImportError as exc:
+            raise ConfigError(
+                "token_source.pool.placement = 'ray' needs Ray: pip install 'rollhub[ray]'",
+                field="token_source.pool.placement",
+            ) from exc
+        from rollhub_gateway.pool.ray_replicas import GatewayActor, RayReplica
+
+        if not ray.is_initialized():
+            await asyncio.to_thread(ray.init, address=self.pool.ray_address, log_to_driver=False)
+            self._inited_ray = True
+        remote_cls = ray.remote(GatewayActor)
+        return [
+            RayReplica(
+                i,
+                self.spec(i),
+                remote_cls=remote_cls,
+                num_cpus=self.pool.num_cpus_per_replica,
+                start_timeout_s=timeout,
+            )
+            for i in range(self.pool.replicas)
+        ]
+
+    # Sessions -----------------------------------------------------------------------------
+
+    async def open_session(self, session_id: str, policy: dict[str, Any] | None) -> dict[str, Any]:
+        """Open ``session_id`` on the least-loaded live replica; returns the admin answer
+        (``api_key``, ``base_url``, ``anthropic_base_url``, ``model``).
+
+        A replica that fails to open it (dead, unreachable) is skipped and the next one
+        tried; a replica that refuses it (bad policy, duplicate id) fails the call.
+
+        :raises GatewayError: no replica is left.
+        :raises TokenRetrievalError: the replica refused the session.
+        """
+        tried: set[int] = set()
+        while True:
+            replica = least_loaded(self.replicas, exclude=frozenset(tried))
+            replica.live.add(session_id)  # counted at once: concurrent opens spread out
+            replica.opened += 1
+            try:
+                await self._sync_version(replica)
+                data = await replica.call(
+                    "POST", "/sessions", json={"session_id": session_id, "policy": policy}
+                )
+            except TokenRetrievalError as exc:
+                replica.live.discard(session_id)
+                if exc.context.get("status") is not None:
+                    raise
+                log.warning("session %s: %s; trying another replica", session_id, exc)
+                tried.add(replica.index)
+                continue
+            self.owner[session_id] = replica
+            return data
+
+    def replica_of(self, session_id: str) -> Replica | None:
+        """The replica that owns ``session_id`` (None: not opened through this pool)."""
+        return self.owner.get(session_id)
+
+    async def traces(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's records (JSON) from the replica that owns it.
+
+        :raises ReplicaDied: its replica died.
+        :raises TokenRetrievalError: unknown session, or the replica answered an error.
+        """
+        replica = self.owner.get(session_id)
+        if replica is None:
+            raise TokenRetrievalError(
+                f"session {session_id!r} was not opened through this gateway pool",
+                session_id=session_id,
+            )
+        data = await replica.call("GET", f"/sessions/{session_id}/traces", session_id=session_id)
+        return list(data["traces"])
+
+    async def close_session(self, session_id: str, *, drop: bool) -> None:
+        """Finish or drop the session on its replica; unknown ids are ignored.
+
+        :raises ReplicaDied: its replica died (the session is forgotten all the same).
+        """
+        replica = self.owner.pop(session_id, None)
+        if replica is None:
+            return
+        replica.live.discard(session_id)
+        if drop:
+            await replica.call(
+                "DELETE", f"/sessions/{session_id}", session_id=session_id, missing_ok=True
+            )
+        else:
+            await replica.call(
+                "POST", f"/sessions/{session_id}/finish", session_id=session_id, missing_ok=True
+            )
+
+    # Versions and policies -------------------------------------------------------------------
+
+    def set_weight_version(self, version: int | None) -> None:
+        """Tell every live replica (in the background; opens wait for it)."""
+        self.weight_version, self._version_set = version, True
+        if self._http is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._broadcast_version())
+        self._broadcasts.add(task)
+        task.add_done_callback(self._broadcasts.discard)
+
+    async def _broadcast_version(self) -> None:
+        await asyncio.gather(
+            *(self._sync_version(r) for r in self.replicas if r.dead is None),
+            return_exceptions=True,
+        )
+
+    async def _sync_version(self, replica: Replica) -> None:
+        version = self.weight_version
+        if not self._version_set or (replica.version_known and replica.version == version):
+            return
+        await replica.call("PUT", "/weight_version", json={"version": version})
+        replica.version, replica.version_known = version, True
+
+    async def publish_policy(self, policy: Any, version: int) -> None:
+        """Hand ``policy`` to every live replica's backend, then stamp ``version``.
+
+        :raises UsageError: a replica's backend refuses it (or it cannot be sent).
+        :raises GatewayError: no replica is alive.
+        """
+        live = [r for r in self.replicas if r.dead is None]
+        if not live:
+            raise GatewayError("no gateway replica is alive to take the policy")
+        await asyncio.gather(*(r.publish_policy(policy, version) for r in live))
+        for r in live:
+            r.version, r.version_known = version, True
+        self.weight_version, self._version_set = version, True
+
+    # Lifecycle ---------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Stop every replica and the admin client (idempotent)."""
+        for task in list(self._broadcasts):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await asyncio.gather(*(r.stop() for r in self.replicas), return_exceptions=True)
+        self.owner.clear()
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+        if self._inited_ray:
+            import ray
+
+            await asyncio.to_thread(ray.shutdown)
+            self._inited_ray = False

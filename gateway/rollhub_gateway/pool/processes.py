@@ -1,0 +1,177 @@
+"""Gateway replicas as child processes on this machine (``placement = "processes"``).
+
+Each replica is ``python -m rollhub_gateway.pool.replica_server``: the pool writes its spec
+(gateway config with the pool's admin token, journal path, engine factory) as one JSON line
+on the child's stdin and keeps the pipe open; the child answers with one JSON line holding
+its URL. A watcher task awaits the child's exit: an exit the pool did not ask for marks the
+replica dead, with the signal or exit code and the last lines the child wrote to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import os
+import pickle
+import signal
+import sys
+from typing import Any
+
+from rollhub.errors import GatewayError, UsageError
+
+from rollhub_gateway.pool.replica import Replica
+from rollhub_gateway.pool.replica_server import POLICY_ROUTE
+
+__all__ = ["ProcessReplica"]
+
+log = logging.getLogger(__name__)
+
+#: stderr lines of a child kept for its death message
+STDERR_TAIL = 20
+#: how long a child gets to exit after SIGTERM before SIGKILL
+STOP_GRACE_S = 10.0
+
+
+class ProcessReplica(Replica):
+    """A gateway replica served by a child process of this one.
+
+    :param spec: what :class:`~rollhub_gateway.pool.replica_server.ReplicaServer` takes.
+    :param start_timeout_s: how long the child may take to load and listen.
+    """
+
+    kind = "process"
+
+    def __init__(self, index: int, spec: dict[str, Any], *, start_timeout_s: float) -> None:
+        super().__init__(index)
+        self.spec = spec
+        self.start_timeout_s = start_timeout_s
+        self.proc: asyncio.subprocess.Process | None = None
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._stopping = False
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id once started."""
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def where(self) -> str:
+        return f"pid {self.pid}" if self.pid is not None else "not started"
+
+    async def start(self, http: Any) -> None:
+        """Spawn the child and wait for its URL.
+
+        :raises GatewayError: the child exited or stayed silent past ``start_timeout_s``
+            (with its stderr tail).
+        """
+        self._http = http
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "rollhub_gateway.pool.replica_server",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._tasks.append(asyncio.create_task(self._drain_stderr()))
+        self.proc.stdin.write(json.dumps(self.spec).encode() + b"\n")
+        await self.proc.stdin.drain()
+        try:
+            line = await asyncio.wait_for(self.proc.stdout.readline(), self.start_timeout_s)
+        except TimeoutError:
+            await self.stop()
+            raise GatewayError(
+                f"{self.name} did not listen within {self.start_timeout_s:g}s "
+                f"(token_source.pool.start_timeout_s); stderr: {self._tail()}"
+            ) from None
+        if not line:
+            rc = await self.proc.wait()
+            await asyncio.sleep(0)  # let the stderr drain catch up
+            raise GatewayError(
+                f"{self.name} exited with {_describe_exit(rc)} before serving; "
+                f"stderr: {self._tail()}",
+                replica=self.index,
+            )
+        self.url = json.loads(line)["url"]
+        self._tasks.append(asyncio.create_task(self._watch()))
+        log.info("%s serving at %s", self.name, self.url)
+
+    async def _drain_stderr(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        async for raw in self.proc.stderr:
+            text = raw.decode(errors="replace").rstrip()
+            if text:
+                self.stderr_tail.append(text)
+                log.debug("replica %d: %s", self.index, text)
+
+    async def _watch(self) -> None:
+        assert self.proc is not None
+        rc = await self.proc.wait()
+        if not self._stopping:
+            await asyncio.sleep(0.05)  # the last stderr lines, when there are some
+            self.mark_dead(f"exited with {_describe_exit(rc)}; stderr: {self._tail()}")
+
+    def _tail(self) -> str:
+        return " | ".join(self.stderr_tail)[-2000:] or "(empty)"
+
+    async def publish_policy(self, policy: Any, version: int) -> None:
+        """Send the pickled policy to the child's policy route.
+
+        :raises UsageError: the policy cannot be pickled, or the child's backend refuses it.
+        """
+        try:
+            body = pickle.dumps((policy, version))
+        except Exception as exc:
+            raise UsageError(
+                f"a policy of type {type(policy).__name__} cannot be sent to gateway replica "
+                f"processes ({exc}); use token_source.pool.placement = 'ray' (Ray's "
+                f"serialisation) or an in-process gateway (drop token_source.pool)"
+            ) from exc
+        import aiohttp
+
+        self._raise_if_dead(None)
+        try:
+            async with self._http.post(f"{self.url}{POLICY_ROUTE}", data=body) as resp:
+                if resp.status >= 400:
+                    data = await resp.json(content_type=None)
+                    raise UsageError(f"{self.name} refused the policy: {data['error']['message']}")
+        except aiohttp.ClientError as exc:
+            raise GatewayError(f"{self.name} unreachable for the policy update: {exc}") from exc
+
+    async def stop(self) -> None:
+        """SIGTERM (and EOF on stdin), then SIGKILL after a grace period; reap the child."""
+        self._stopping = True
+        proc = self.proc
+        if proc is not None and proc.returncode is None:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
+            except TimeoutError:
+                log.warning("%s ignored SIGTERM for %gs; killing it", self.name, STOP_GRACE_S)
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self.dead is None:
+            self.dead = "stopped by the pool"
+
+
+def _describe_exit(rc: int | None) -> str:
+    if rc is None:
+        return "an unknown status"
+    if rc < 0:
+        try:
+            return f"signal {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"signal {-rc}"
+    return f"exit code {rc}"

@@ -1,0 +1,141 @@
+"""One gateway replica of a pool, as the pool sees it: a URL, its sessions, and its fate.
+
+A replica is a whole gateway served somewhere else (a child process, a Ray actor). The pool
+talks to it through the gateway's own admin routes with the pool's admin token. Subclasses
+start and stop it and notice its death; once dead, every call naming one of its sessions
+raises a :class:`~rollhub.errors.TokenRetrievalError` that names the replica and the cause,
+while the other replicas carry on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from abc import ABC, abstractmethod
+from typing import Any
+
+from rollhub.errors import GatewayError, TokenRetrievalError
+
+__all__ = ["Replica", "ReplicaDied"]
+
+log = logging.getLogger(__name__)
+
+#: how long a failed call waits for the death watcher to say why the replica went away
+DEATH_GRACE_S = 2.0
+
+
+class ReplicaDied(TokenRetrievalError):
+    """A call reached a dead replica. Context: ``replica``, ``cause``, ``session_id``."""
+
+
+class Replica(ABC):
+    """A gateway served elsewhere; subclasses implement :meth:`start`, :meth:`stop` and
+    :meth:`publish_policy`, and call :meth:`mark_dead` when it goes away."""
+
+    #: "process" or "ray actor", used in messages
+    kind: str = "replica"
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.url: str | None = None
+        self.live: set[str] = set()
+        self.opened = 0
+        self.dead: str | None = None
+        #: the weight version this replica was last told
+        self.version: int | None = None
+        self.version_known = False
+        self._died = asyncio.Event()
+        self._http: Any = None
+
+    @property
+    def name(self) -> str:
+        """How messages name this replica (index plus where it runs)."""
+        return f"gateway replica {self.index} ({self.kind} {self.where})"
+
+    @property
+    def where(self) -> str:
+        """The pid, actor or node the replica runs as (subclasses fill it in)."""
+        return "not started"
+
+    @abstractmethod
+    async def start(self, http: Any) -> None:
+        """Start the replica and set :attr:`url`; ``http`` is the pool's admin client."""
+
+    @abstractmethod
+    async def stop(self) -> None:
+        """Stop the replica (idempotent; leaves nothing running)."""
+
+    @abstractmethod
+    async def publish_policy(self, policy: Any, version: int) -> None:
+        """Hand the replica's sampling backend a new policy as ``version``."""
+
+    def mark_dead(self, cause: str) -> None:
+        """Record that the replica is gone and why; its sessions fail from now on."""
+        if self.dead is None:
+            self.dead = cause
+            log.error("%s died: %s; its %d live session(s) fail", self.name, cause, len(self.live))
+        self._died.set()
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        session_id: str | None = None,
+        missing_ok: bool = False,
+    ) -> Any:
+        """One admin call; returns the JSON body (None for 204, or 404 with ``missing_ok``).
+
+        :raises ReplicaDied: the replica is dead, or dies during the call.
+        :raises TokenRetrievalError: the replica answered with an error status.
+        """
+        import aiohttp
+
+        self._raise_if_dead(session_id)
+        try:
+            async with self._http.request(method, f"{self.url}{path}", json=json) as resp:
+                if resp.status == 204 or (missing_ok and resp.status == 404):
+                    return None
+                body = await resp.json(content_type=None)
+                if resp.status >= 400:
+                    message = (body or {}).get("error", {}).get("message", str(body))
+                    raise TokenRetrievalError(
+                        f"{self.name} answered {resp.status} to {method} {path}: {message}",
+                        status=resp.status,
+                        replica=self.index,
+                        session_id=session_id,
+                    )
+                return body
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            # A refused or cut connection is usually the replica dying: give the watcher a
+            # moment to learn the exit status, so the error says what happened.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._died.wait(), DEATH_GRACE_S)
+            self._raise_if_dead(session_id)
+            raise TokenRetrievalError(
+                f"{self.name} unreachable for {method} {path}: {type(exc).__name__}: {exc}",
+                replica=self.index,
+                session_id=session_id,
+            ) from exc
+
+    def _raise_if_dead(self, session_id: str | None) -> None:
+        if self.dead is None:
+            return
+        what = f"session {session_id!r} was on it and is lost" if session_id else "it is gone"
+        raise ReplicaDied(
+            f"{self.name} died ({self.dead}); {what}",
+            replica=self.index,
+            cause=self.dead,
+            session_id=session_id,
+        )
+
+    def require_url(self) -> str:
+        """The replica's root URL.
+
+        :raises GatewayError: it has not started.
+        """
+        if self.url is None:
+            raise GatewayError(f"{self.name} is not serving")
+        return self.url

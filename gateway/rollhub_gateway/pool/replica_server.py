@@ -1,0 +1,151 @@
+"""The replica's own side: build one gateway from the pool's spec and serve it.
+
+Used in a child process (``python -m rollhub_gateway.pool.replica_server``, the spec as
+one JSON line on stdin) and inside a Ray actor. Besides the gateway's routes, a replica
+serves ``POST /pool/policy`` (admin token; body: a pickled ``(policy, version)``), so a
+trainer's policy object reaches replicas that run in other processes.
+
+A child process exits when its stdin reaches EOF (the pool closed it, or the pool's process
+died), on SIGTERM, and, on Linux, when its parent dies (``PR_SET_PDEATHSIG``): a replica
+never outlives the pool that started it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import pickle
+import signal
+import sys
+from typing import Any
+
+from aiohttp import web
+from rollhub.errors import RollhubError
+
+from rollhub_gateway.config import GatewayConfig
+
+__all__ = ["POLICY_ROUTE", "ReplicaServer", "main"]
+
+log = logging.getLogger(__name__)
+
+#: the route that takes a pickled (policy, version) from the pool
+POLICY_ROUTE = "/pool/policy"
+
+_PR_SET_PDEATHSIG = 1
+
+
+class ReplicaServer:
+    """One replica: a gateway built from ``spec`` and served on ``spec["config"]``'s host.
+
+    :param spec: ``{"index": int, "config": GatewayConfig fields, "engine_factory": str|None}``.
+    """
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.index = int(spec["index"])
+        self.config = GatewayConfig.model_validate(spec["config"])
+        self.engine_factory: str | None = spec.get("engine_factory")
+        self.gateway: Any = None
+        self._server: Any = None
+
+    async def start(self) -> str:
+        """Build the engine and gateway, serve them; returns the root URL."""
+        from rollhub_gateway.serving import AppServer, build_gateway
+
+        backend = None
+        if self.engine_factory:
+            from rollhub.runtimes.local_worker import load_app
+
+            backend = load_app(self.engine_factory)(self.config)
+        self.gateway = build_gateway(self.config, backend=backend)
+        app = self.gateway.app()
+        app.router.add_post(POLICY_ROUTE, self._policy)
+        self._server = AppServer(app, self.config.host, self.config.port)
+        url = await self._server.start()
+        self.gateway.url = url
+        log.info("gateway replica %d serving at %s (pid %d)", self.index, url, os.getpid())
+        return url
+
+    def publish_policy(self, policy: Any, version: int) -> None:
+        """Swap the backend to ``policy`` and stamp ``version`` from the next turn on."""
+        self.gateway.backend.update_policy(policy, version)
+        self.gateway.set_weight_version(version)
+
+    async def close(self) -> None:
+        """Stop serving and close the engine (idempotent)."""
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop()
+        if self.gateway is not None:
+            gateway, self.gateway = self.gateway, None
+            await gateway.close()
+
+    async def _policy(self, request: web.Request) -> web.Response:
+        if not self.gateway.admin.is_admin(request):
+            return _error(401, "authentication", "needs 'Authorization: Bearer <admin token>'")
+        try:
+            # only the admin token's holder (the pool) can get here
+            policy, version = pickle.loads(await request.read())
+            self.publish_policy(policy, int(version))
+        except RollhubError as exc:
+            return _error(400, type(exc).__name__, str(exc))
+        except Exception as exc:
+            log.exception("replica %d: policy update failed", self.index)
+            return _error(500, type(exc).__name__, f"{type(exc).__name__}: {exc}")
+        return web.json_response({"version": version})
+
+
+def _error(status: int, kind: str, message: str) -> web.Response:
+    return web.json_response({"error": {"type": kind, "message": message}}, status=status)
+
+
+def main() -> int:
+    """Child-process entry point: read the spec line, serve until stdin closes or SIGTERM."""
+    logging.basicConfig(
+        level=os.environ.get("ROLLHUB_LOG_LEVEL", "WARNING"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    parent = os.getppid()
+    _die_with(parent)
+    line = sys.stdin.readline()
+    if not line:
+        return 1
+    spec = json.loads(line)
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(_serve(ReplicaServer(spec)))
+    return 0
+
+
+async def _serve(server: ReplicaServer) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    eof = loop.run_in_executor(None, sys.stdin.read)  # returns when the pool closes stdin
+    eof.add_done_callback(lambda _f: loop.call_soon_threadsafe(stop.set))
+    try:
+        url = await server.start()
+        print(json.dumps({"url": url, "pid": os.getpid()}), flush=True)
+        await stop.wait()
+    finally:
+        await server.close()
+    # the stdin reader thread may still block; nothing is left to flush
+    os._exit(0)
+
+
+def _die_with(parent_pid: int) -> None:
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            log.debug("prctl(PR_SET_PDEATHSIG) unavailable; relying on stdin EOF")
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
