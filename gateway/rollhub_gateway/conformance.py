@@ -56,6 +56,25 @@ CONFORMANCE_FAMILIES: dict[str, tuple[str, bool]] = {
     "deepseek_r1": ("deepseek_v3", False),
     "glm4_moe": ("glm4_moe", True),
     "gpt_oss": ("gpt_oss", False),
+    "qwen3_instruct_2507": ("hermes", True),
+    "qwen3_vl": ("hermes", True),
+    "qwen3_5_nothink": ("qwen3_coder", True),
+    "qwen3_8": ("qwen3_coder", True),
+    "nemotron_3_nano": ("qwen3_coder", True),
+    "nemotron_3_super": ("qwen3_coder", True),
+    "nemotron_3_ultra": ("qwen3_coder", True),
+    "nemotron_3_5_lightning": ("qwen3_coder", True),
+    "gemma4": ("gemma4", True),
+    "gemma4_v2": ("gemma4", True),
+    "gemma4_v3": ("gemma4", True),
+    "gemma4_v4": ("gemma4", True),
+    "gemma4_v5": ("gemma4", True),
+    "diffusion_gemma": ("gemma4", True),
+    "lfm2": ("lfm2_inline", True),
+    "lfm2_v2": ("lfm2", True),
+    "lfm2_2_5": ("lfm2", True),
+    "lfm2_2_5_v2": ("lfm2", True),
+    "lfm2_2_5_vl": ("lfm2", True),
 }
 #: templates that never rewrite earlier turns: any rerender or fork there is a bug
 APPEND_ONLY = {"smollm2", "qwen2_5", "llama3_1", "llama3_2"}
@@ -120,11 +139,9 @@ def model_for(name: str) -> HFChatModel:
     """The chat model a conformance family runs on (real template, real vocabulary)."""
     if name == "smollm2":
         return build_chat_model()
-    from rollhub_gateway.testing_tokenizers import family_template, vocab_tokenizer
+    from rollhub_gateway.conformance_templates import template_for, tokenizer_for
 
-    return build_chat_model(
-        name, tokenizer=vocab_tokenizer(name), chat_template=family_template(name)
-    )
+    return build_chat_model(name, tokenizer=tokenizer_for(name), chat_template=template_for(name))
 
 
 def _agent_message(parsed: ParsedOutput) -> dict[str, Any]:
@@ -349,7 +366,21 @@ def _stop_token(
         return "<|call|>" if calls else "<|return|>"
     if family == "glm4_moe":
         return "<|observation|>" if calls else "<|user|>"
+    if family == "gemma4":
+        return _gemma4_call_end(r) if calls else "<turn|>"
     return stop or r.stop_texts[r.tokenizer.eos_token_id]
+
+
+def _gemma4_call_end(r: Any) -> str:
+    """What a Gemma 4 template writes after a turn's last call: ``<|tool_response>`` (the
+    model's trained stop, from the second revision on) or ``<turn|>`` (the release one)."""
+    fam = r.family
+    call = fam.to_template_message(
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+    )  # fmt: skip
+    text = r.render_text([{"role": "user", "content": "x"}, call], None, generation=False)
+    return "<|tool_response>" if text.rstrip().endswith("<|tool_response>") else "<turn|>"
 
 
 def _check_parse(

@@ -12,8 +12,10 @@ import logging
 from rollhub.errors import ConfigError
 
 from rollhub_gateway.families.base import Family
+from rollhub_gateway.families.gemma4 import Gemma4Family
 from rollhub_gateway.families.harmony import HarmonyFamily
 from rollhub_gateway.families.json_tools import DeepSeekV3Family, Llama3Family
+from rollhub_gateway.families.pythonic import LFM2Family, LFM2InlineFamily
 from rollhub_gateway.families.xml_tools import (
     ChatMLFamily,
     GLM4MoeFamily,
@@ -37,12 +39,19 @@ FAMILIES: dict[str, type[Family]] = {
         Llama3Family,
         DeepSeekV3Family,
         HarmonyFamily,
+        Gemma4Family,
+        LFM2Family,
+        LFM2InlineFamily,
     )
 }
 
 #: (family, markers that must all appear in the template)
 _RULES: list[tuple[str, tuple[str, ...]]] = [
     ("gpt_oss", ("<|channel|>", "<|message|>", "<|call|>")),
+    ("gemma4", ("<|turn>", "<|tool_call>call:", "<tool_call|>")),
+    ("lfm2", ("<|tool_call_start|>", "<|tool_call_end|>", "tool_calls")),
+    # the first LFM2 template lists tools and results but never reads tool_calls
+    ("lfm2_inline", ("<|im_start|>", "<|tool_list_start|>", "<|tool_response_start|>")),
     ("deepseek_v3", ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>")),
     ("glm4_moe", ("<tool_call>", "<arg_key>", "<arg_value>")),
     ("qwen3_coder", ("<tool_call>", "<function=", "<parameter=")),

@@ -40,15 +40,19 @@ def probe_conversations(renderer: TemplateRenderer) -> list[tuple[list[dict[str,
     fam = renderer.family
     reasoning = "thinking it over" if fam.reasoning_markup or fam.name == "gpt_oss" else None
 
+    pending: list[str] = []  # ids of the calls the next tool messages answer
+
     def asst(content: str, *calls: str) -> dict[str, Any]:
         tcs = [ToolCall(f"call_{c}_{i}", c, '{"q": "x"}') for i, c in enumerate(calls)]
+        pending[:] = [c.id for c in tcs]
         body = "" if calls and not fam.content_with_calls else content
         return fam.to_template_message(
             fam.assistant_message(ParsedOutput(body, reasoning=reasoning, tool_calls=tcs))
         )
 
     def tool(i: int) -> dict[str, Any]:
-        return {"role": "tool", "tool_call_id": f"call_{i}", "content": f"result {i}"}
+        # answers the call it belongs to, as agents do: Gemma 4 looks the tool's name up by id
+        return {"role": "tool", "tool_call_id": pending.pop(0), "content": f"result {i}"}
 
     def user(text: str) -> dict[str, Any]:
         return {"role": "user", "content": text}

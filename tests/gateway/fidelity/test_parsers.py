@@ -32,6 +32,8 @@ def _stop_for(fam: str, calls: bool) -> str | None:
         return "<|call|>" if calls else "<|return|>"
     if fam == "glm4_moe":
         return "<|observation|>" if calls else "<|user|>"
+    if fam == "gemma4":
+        return "<|tool_response>" if calls else "<turn|>"
     return None
 
 

@@ -1,0 +1,166 @@
+"""LFM2 / LFM2.5: a list of Python-style calls between ``<|tool_call_start|>`` and
+``<|tool_call_end|>``.
+
+The model writes its text, then one block for all of a turn's calls, and ends the turn
+with ``<|im_end|>``::
+
+    Checking.<|tool_call_start|>[get_weather(city='Paris'), get_time(tz='UTC')]<|tool_call_end|>
+
+Values are Python literals: strings single-quoted, ``True``/``False``/``None``, numbers;
+mappings and lists are JSON (``true``/``false``/``null`` accepted there). LFM2.5 wraps
+reasoning in ``<think>…</think>``.
+
+- ``lfm2``: templates that render ``tool_calls`` (LFM2 since its second template
+  revision, LFM2.5, LFM2.5-VL).
+- ``lfm2_inline``: the first LFM2 template, which lists tools and tool results but never
+  reads ``tool_calls``: the model's calls are part of its text, so the calls are written
+  back into the message's content, exactly as the model wrote them.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from rollhub_gateway.families.base import Family, new_call_id
+from rollhub_gateway.turns import ToolCall
+
+__all__ = ["LFM2Family", "LFM2InlineFamily", "format_calls", "parse_calls"]
+
+CALLS_OPEN, CALLS_CLOSE = "<|tool_call_start|>", "<|tool_call_end|>"
+_NAMES = {"true": True, "false": False, "null": None}
+
+
+def _python_value(value: Any) -> str:
+    """A value as LFM2's templates write it (``format_arg_value``)."""
+    if isinstance(value, str):
+        escaped = (
+            value.replace("\\", "\\\\")
+            .replace("'", "\\'")
+            .replace("\n", "\\n")
+            .replace("\r", "\\r")
+        )
+        return f"'{escaped}'"
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)  # True/False/None and numbers, as Jinja's string filter writes them
+
+
+def format_calls(calls: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """One ``<|tool_call_start|>[…]<|tool_call_end|>`` block holding ``calls``."""
+    body = ", ".join(
+        f"{name}(" + ", ".join(f"{k}={_python_value(v)}" for k, v in args.items()) + ")"
+        for name, args in calls
+    )
+    return f"{CALLS_OPEN}[{body}]{CALLS_CLOSE}"
+
+
+def _literal(node: ast.AST) -> Any:
+    """A Python literal, or JSON written as Python (``true``, ``null``), from its AST."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in _NAMES:
+        return _NAMES[node.id]
+    if isinstance(node, ast.List | ast.Tuple):
+        return [_literal(e) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        if any(k is None for k in node.keys):
+            raise ValueError("** in a mapping")
+        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values, strict=True)}  # type: ignore[arg-type]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        inner = _literal(node.operand)
+        if not isinstance(inner, int | float) or isinstance(inner, bool):
+            raise ValueError("sign before a non-number")
+        return -inner if isinstance(node.op, ast.USub) else inner
+    raise ValueError(f"not a literal: {ast.dump(node)[:60]}")
+
+
+def _name(node: ast.AST) -> str:
+    """``get_weather`` or a dotted ``ns.get_weather``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_name(node.value)}.{node.attr}"
+    raise ValueError("a call needs a function name")
+
+
+def parse_calls(section: str) -> list[ToolCall] | None:
+    """The calls of one ``<|tool_call_start|>[…]<|tool_call_end|>`` block; ``None`` when
+    the section is anything else."""
+    body = section.strip()
+    if not body.startswith(CALLS_OPEN):
+        return None
+    body = body[len(CALLS_OPEN) :]
+    end = body.find(CALLS_CLOSE)
+    if end < 0 or body[end + len(CALLS_CLOSE) :].strip():
+        return None
+    tree = ast.parse(body[:end].strip(), mode="eval").body  # SyntaxError is a ValueError
+    nodes = tree.elts if isinstance(tree, ast.List) else [tree]
+    calls = []
+    for node in nodes:
+        if not isinstance(node, ast.Call) or node.args:
+            return None  # positional arguments have no parameter names
+        args = {}
+        for kw in node.keywords:
+            if kw.arg is None:
+                return None
+            args[kw.arg] = _literal(kw.value)
+        calls.append(
+            ToolCall(new_call_id(), _name(node.func), json.dumps(args, ensure_ascii=False))
+        )
+    return calls or None
+
+
+class LFM2Family(Family):
+    """LFM2 / LFM2.5 templates that render ``tool_calls``."""
+
+    name = "lfm2"
+    stop_tokens = ("<|im_end|>",)
+    tool_markers = (CALLS_OPEN,)
+    reasoning_markup = ("<think>", "</think>")
+
+    def format_output(
+        self,
+        content: str,
+        *,
+        reasoning: str | None = None,
+        tool_calls: Sequence[tuple[str, dict[str, Any]]] = (),
+        in_reasoning: bool = False,
+    ) -> str:
+        # as LFM2.5's template renders a turn: "<think>…</think>", text, then the calls
+        head = (
+            ""
+            if reasoning is None
+            else ("" if in_reasoning else "<think>") + reasoning + "</think>"
+        )
+        return head + content + (format_calls(tool_calls) if tool_calls else "")
+
+    def format_call(self, name: str, args: dict[str, Any], index: int) -> str:
+        return format_calls([(name, args)])
+
+    def parse_tool_section(self, section: str) -> list[ToolCall] | None:
+        return parse_calls(section)
+
+
+def _mapping(args: Any) -> dict[str, Any]:
+    # arguments that are not a JSON object cannot be written as keyword arguments
+    return args if isinstance(args, dict) else {}
+
+
+class LFM2InlineFamily(LFM2Family):
+    """The first LFM2 template: tool calls are part of the assistant's text."""
+
+    name = "lfm2_inline"
+    reasoning_markup = None
+
+    def to_template_message(self, message: dict[str, Any]) -> dict[str, Any]:
+        out = super().to_template_message(message)
+        calls = out.pop("tool_calls", None)
+        if calls and out.get("role") == "assistant":
+            markup = format_calls(
+                [(c["function"]["name"], _mapping(c["function"].get("arguments"))) for c in calls]
+            )
+            out["content"] = (out.get("content") or "") + markup
+        return out
