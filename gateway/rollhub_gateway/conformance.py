@@ -75,6 +75,7 @@ CONFORMANCE_FAMILIES: dict[str, tuple[str, bool]] = {
     "lfm2_2_5": ("lfm2", True),
     "lfm2_2_5_v2": ("lfm2", True),
     "lfm2_2_5_vl": ("lfm2", True),
+    "muse_glimmer": ("atem", True),
 }
 #: templates that never rewrite earlier turns: any rerender or fork there is a bug
 APPEND_ONLY = {"smollm2", "qwen2_5", "llama3_1", "llama3_2"}
@@ -191,7 +192,7 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
             content = ""
         text = fam.format_output(
             content,
-            reasoning=reasoning if fam.reasoning_markup or fam.name == "gpt_oss" else None,
+            reasoning=reasoning if fam.has_reasoning else None,
             tool_calls=calls,
             in_reasoning=opens,
         )
@@ -267,7 +268,7 @@ def _output_ids(model: HFChatModel, prompt_ids: list[int], step: Step) -> list[i
     if fam.reasoning_markup:
         tail = r.tokenizer.decode(prompt_ids[-8:], skip_special_tokens=False)
         opens = tail.rstrip().endswith(fam.reasoning_markup[0])
-    keep = fam.reasoning_markup or fam.name == "gpt_oss"
+    keep = fam.has_reasoning
     text = fam.format_output(
         content, reasoning=reasoning if keep else None, tool_calls=calls, in_reasoning=opens
     )

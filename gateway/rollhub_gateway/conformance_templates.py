@@ -47,6 +47,10 @@ NEMOTRON_SPECIALS = (
     "<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
     "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
 )  # fmt: skip
+MUSE_SPECIALS = (
+    "<|begin_of_text|>", "<|end_of_text|>", "<|start|>", "<|message|>", "<|eom|>", "<|eot|>",
+    "<|patch|>", "<|video|>",
+)  # fmt: skip
 
 _GEMMA4 = ("qwen", GEMMA4_SPECIALS, "<eos>", "<bos>")
 _LFM2 = ("qwen", LFM2_SPECIALS, "<|im_end|>", "<|startoftext|>")
@@ -62,6 +66,7 @@ EXTRA_VOCABS: dict[str, tuple[str, tuple[str, ...], str, str | None]] = {
     "lfm2": _LFM2, "lfm2_v2": _LFM2, "lfm2_2_5": _LFM2, "lfm2_2_5_v2": _LFM2, "lfm2_2_5_vl": _LFM2,
     "nemotron_3_nano": _NEMOTRON, "nemotron_3_super": _NEMOTRON, "nemotron_3_ultra": _NEMOTRON,
     "nemotron_3_5_lightning": _NEMOTRON,
+    "muse_glimmer": ("qwen", MUSE_SPECIALS, "<|eot|>", "<|begin_of_text|>"),
     "qwen3_instruct_2507": _QWEN, "qwen3_vl": _QWEN, "qwen3_5_nothink": _QWEN35, "qwen3_8": _QWEN35,
 }  # fmt: skip
 

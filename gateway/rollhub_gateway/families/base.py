@@ -71,6 +71,13 @@ class Family:
     stop_tokens: ClassVar[tuple[str, ...]] = ("<|im_end|>", "<|endoftext|>")
     #: extra keyword arguments for ``apply_chat_template``
     template_kwargs: ClassVar[dict[str, Any]] = {}
+    #: reasoning comes in messages of its own (channels, recipients), not in markup
+    reasoning_messages: ClassVar[bool] = False
+
+    @property
+    def has_reasoning(self) -> bool:
+        """Whether an output may carry reasoning (markup or a message of its own)."""
+        return self.reasoning_markup is not None or self.reasoning_messages
 
     # Rendering -------------------------------------------------------------------------------
 

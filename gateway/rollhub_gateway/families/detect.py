@@ -11,6 +11,7 @@ import logging
 
 from rollhub.errors import ConfigError
 
+from rollhub_gateway.families.atem import AtemFamily
 from rollhub_gateway.families.base import Family
 from rollhub_gateway.families.gemma4 import Gemma4Family
 from rollhub_gateway.families.harmony import HarmonyFamily
@@ -42,12 +43,14 @@ FAMILIES: dict[str, type[Family]] = {
         Gemma4Family,
         LFM2Family,
         LFM2InlineFamily,
+        AtemFamily,
     )
 }
 
 #: (family, markers that must all appear in the template)
 _RULES: list[tuple[str, tuple[str, ...]]] = [
     ("gpt_oss", ("<|channel|>", "<|message|>", "<|call|>")),
+    ("atem", ("<|start|>", "<|message|>", "<atem:function_calls>", "<atem:invoke")),
     ("gemma4", ("<|turn>", "<|tool_call>call:", "<tool_call|>")),
     ("lfm2", ("<|tool_call_start|>", "<|tool_call_end|>", "tool_calls")),
     # the first LFM2 template lists tools and results but never reads tool_calls

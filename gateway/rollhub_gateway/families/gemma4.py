@@ -141,7 +141,10 @@ def parse_arguments(text: str) -> dict[str, Any]:
     :raises ValueError: not one well-formed mapping.
     """
     reader = _Reader(text)
-    out = reader.mapping()
+    try:
+        out = reader.mapping()
+    except RecursionError as exc:  # nesting deeper than Python's stack
+        raise ValueError("arguments nested too deeply") from exc
     reader.skip()
     if reader.pos != len(text):
         raise reader.fail("text after the arguments")

@@ -39,6 +39,7 @@ class HarmonyFamily(Family):
 
     name = "gpt_oss"
     content_with_calls = False
+    reasoning_messages = True
     stop_tokens = ("<|return|>", "<|call|>")
     tool_markers = ()
 

@@ -38,7 +38,7 @@ _TOOLS = [
 def probe_conversations(renderer: TemplateRenderer) -> list[tuple[list[dict[str, Any]], Any]]:
     """``(template-form messages, tools)`` probe conversations in the family's shape."""
     fam = renderer.family
-    reasoning = "thinking it over" if fam.reasoning_markup or fam.name == "gpt_oss" else None
+    reasoning = "thinking it over" if fam.has_reasoning else None
 
     pending: list[str] = []  # ids of the calls the next tool messages answer
 

@@ -96,7 +96,13 @@ def parse_calls(section: str) -> list[ToolCall] | None:
     end = body.find(CALLS_CLOSE)
     if end < 0 or body[end + len(CALLS_CLOSE) :].strip():
         return None
-    tree = ast.parse(body[:end].strip(), mode="eval").body  # SyntaxError is a ValueError
+    try:
+        return _calls(ast.parse(body[:end].strip(), mode="eval").body)
+    except (SyntaxError, RecursionError) as exc:  # neither is a ValueError
+        raise ValueError(f"not a Python call list: {exc}") from exc
+
+
+def _calls(tree: ast.AST) -> list[ToolCall] | None:
     nodes = tree.elts if isinstance(tree, ast.List) else [tree]
     calls = []
     for node in nodes:

@@ -45,7 +45,7 @@ def test_tool_call_round_trip_and_stream(name, family_model):
     args = {"city": "Paris", "days": 3, "units": {"temp": "C"}}
     text = fam.format_output(
         "Let me check." if fam.content_with_calls else "",
-        reasoning="weather needed" if fam.reasoning_markup or fam.name == "gpt_oss" else None,
+        reasoning="weather needed" if fam.has_reasoning else None,
         tool_calls=[("get_weather", args)],
         in_reasoning=opens,
     )
@@ -55,7 +55,7 @@ def test_tool_call_round_trip_and_stream(name, family_model):
     content = "".join(d.text for d in deltas if d.kind == "content")
     assert parsed.content.startswith(content)
     assert "<" not in content  # no markup, not even a partial marker, was streamed
-    if fam.reasoning_markup or fam.name == "gpt_oss":
+    if fam.has_reasoning:
         assert parsed.reasoning == "weather needed"
         assert "".join(d.text for d in deltas if d.kind == "reasoning") == "weather needed"
 
@@ -176,7 +176,7 @@ def test_any_chunking_streams_a_prefix_of_the_parse(
     fam = model.renderer.family
     n_calls = min(calls, 1) if not fam.content_with_calls else calls
     tool_calls = [("get_weather", {"city": f"c{i}", "n": i}) for i in range(n_calls)]
-    has_reasoning = bool(fam.reasoning_markup or fam.name == "gpt_oss")
+    has_reasoning = fam.has_reasoning
     text = fam.format_output(
         "" if tool_calls and not fam.content_with_calls else content,
         reasoning="step one\nstep two" if reasoning and has_reasoning else None,
