@@ -28,6 +28,7 @@ from typing import Any
 from rollhub.sampling import SamplingParams
 
 from rollhub_gateway.chat_model import HFChatModel, build_chat_model
+from rollhub_gateway.conformance_script import TOOLS, Step, agent_message, output_ids, script
 from rollhub_gateway.engines.scripted import ScriptedBackend, scripted_logprob
 from rollhub_gateway.template_oracle import direct_message, direct_render, template_rewrites
 from rollhub_gateway.turns import ChatTurn, ParsedOutput
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "APPEND_ONLY",
     "CONFORMANCE_FAMILIES",
+    "TOOLS",
     "FamilyReport",
     "main",
     "run_family",
@@ -78,42 +80,10 @@ CONFORMANCE_FAMILIES: dict[str, tuple[str, bool]] = {
     "muse_glimmer": ("atem", True),
 }
 #: templates that never rewrite earlier turns: any rerender or fork there is a bug
-APPEND_ONLY = {"smollm2", "qwen2_5", "llama3_1", "llama3_2"}
-
-TOOLS = [
-    {"type": "function", "function": {
-        "name": "get_weather", "description": "Current weather of a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                       "required": ["city"]}}},
-    {"type": "function", "function": {
-        "name": "get_time", "description": "Current time in a time zone.",
-        "parameters": {"type": "object", "properties": {"tz": {"type": "string"}},
-                       "required": ["tz"]}}},
-]  # fmt: skip
-
-#: (reasoning, content, tool calls, follow-up user message after it)
-Step = tuple[str | None, str, list[tuple[str, dict[str, Any]]], str | None]
-
-
-def _script(parallel: bool, tools: bool) -> list[Step]:
-    if not tools:
-        return [
-            (None, "Hello! How can I help?", [], "What is 2+2?"),
-            (None, "2+2 is 4.", [], "And 3+3?"),
-            (None, "3+3 is 6.", [], "Thanks."),
-            (None, "You are welcome.", [], None),
-        ]
-    second = [("get_time", {"tz": "UTC"})]
-    if parallel:
-        second.append(("get_weather", {"city": "Berlin"}))
-    return [
-        ("The user wants the weather first.", "", [("get_weather", {"city": "Paris"})], None),
-        ("Now the time.", "", second, None),
-        ("I have both.", "Sunny in Paris, 12:00 UTC.", [], "And in Rome?"),
-        ("Look up Rome.", "Checking Rome.", [("get_weather", {"city": "Rome"})], None),
-        ("Done.", "Rainy in Rome.", [], "Thanks!"),
-        ("Polite close.", "You are welcome.", [], None),
-    ]
+APPEND_ONLY = {
+    "smollm2", "qwen2_5", "llama3_1", "llama3_2", "qwen3_instruct_2507", "qwen3_vl",
+    "qwen3_8", "gemma4_v2", "lfm2", "lfm2_v2", "muse_glimmer",
+}  # fmt: skip
 
 
 @dataclass
@@ -136,25 +106,18 @@ class FamilyReport:
         return not self.failures
 
 
-def model_for(name: str) -> HFChatModel:
-    """The chat model a conformance family runs on (real template, real vocabulary)."""
+def model_for(name: str, template_file: str | None = None) -> HFChatModel:
+    """The chat model a conformance family runs on (real template, real vocabulary).
+
+    :param template_file: another TRL template for the same vocabulary (a training copy).
+    """
     if name == "smollm2":
         return build_chat_model()
     from rollhub_gateway.conformance_templates import template_for, tokenizer_for
+    from rollhub_gateway.testing_tokenizers import trl_template
 
-    return build_chat_model(name, tokenizer=tokenizer_for(name), chat_template=template_for(name))
-
-
-def _agent_message(parsed: ParsedOutput) -> dict[str, Any]:
-    """The assistant message an OpenAI client sends back: no reasoning, JSON-text args."""
-    msg: dict[str, Any] = {"role": "assistant", "content": parsed.content or None}
-    if parsed.tool_calls:
-        msg["tool_calls"] = [
-            {"id": c.id, "type": "function",
-             "function": {"name": c.name, "arguments": c.arguments}}
-            for c in parsed.tool_calls
-        ]  # fmt: skip
-    return msg
+    template = trl_template(template_file) if template_file else template_for(name)
+    return build_chat_model(name, tokenizer=tokenizer_for(name), chat_template=template)
 
 
 def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
@@ -168,7 +131,6 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
     tools = TOOLS if model.supports_tools() else None
     r = model.renderer
     fam = r.family
-    stop = {"chatml": "<|im_end|>", "gpt_oss": "<|call|>"}.get(fam.name)
     windowed_before = model.renderer.windowed
     backend = ScriptedBackend()
     conv = model.new_conversation(f"conformance-{name}")
@@ -184,20 +146,13 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
     #: renderer: what tells the template's own rewrites from the renderer's
     direct = [dict(m) for m in messages]
     prev_len = 0
-    for step, (reasoning, content, calls, follow_up) in enumerate(_script(parallel, bool(tools))):
+    for step, (reasoning, content, calls, follow_up) in enumerate(script(parallel, bool(tools))):
         prep = conv.prepare(ChatTurn(list(messages), tools=tools))
         report.turns += 1
-        opens = prep.state.opens_reasoning
+        step_ = (reasoning, content, calls, follow_up)
+        ids = output_ids(model, prep.prompt_ids, step_, opens=prep.state.opens_reasoning)
         if calls and not fam.content_with_calls:
             content = ""
-        text = fam.format_output(
-            content,
-            reasoning=reasoning if fam.has_reasoning else None,
-            tool_calls=calls,
-            in_reasoning=opens,
-        )
-        end_tok = _stop_token(fam.name, calls, follow_up, stop, r)
-        ids = [*r.encode(text), r.tokenizer.convert_tokens_to_ids(end_tok)]
         backend.add(ids)
         gen = asyncio.run(backend.generate(prep.prompt_ids, SamplingParams(max_tokens=4096)))
         parser = model.new_parser(prep)
@@ -234,7 +189,7 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
         conv.commit(prep, gen, parsed, weight_version=step)
         sampled[prep.turn_index] = (list(gen.token_ids), list(gen.logprobs))
         seen.append((prep, list(gen.token_ids)))
-        messages.append(_agent_message(parsed))
+        messages.append(agent_message(parsed))
         direct.append(direct_message(fam, parsed))
         for c in parsed.tool_calls:
             messages.append(
@@ -257,26 +212,6 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
     return report
 
 
-def _output_ids(model: HFChatModel, prompt_ids: list[int], step: Step) -> list[int]:
-    """The ids a model of the family samples for a script step after ``prompt_ids``."""
-    r = model.renderer
-    fam = r.family
-    reasoning, content, calls, follow_up = step
-    if calls and not fam.content_with_calls:
-        content = ""
-    opens = False
-    if fam.reasoning_markup:
-        tail = r.tokenizer.decode(prompt_ids[-8:], skip_special_tokens=False)
-        opens = tail.rstrip().endswith(fam.reasoning_markup[0])
-    keep = fam.has_reasoning
-    text = fam.format_output(
-        content, reasoning=reasoning if keep else None, tool_calls=calls, in_reasoning=opens
-    )
-    stop = {"chatml": "<|im_end|>"}.get(fam.name)
-    end_tok = _stop_token(fam.name, calls, follow_up, stop, r)
-    return [*r.encode(text), r.tokenizer.convert_tokens_to_ids(end_tok)]
-
-
 def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport:
     """The same session through the gateway's HTTP API with the ``openai`` SDK.
 
@@ -294,18 +229,18 @@ def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport
     model = model or model_for(name)
     report = FamilyReport(name, model.family, via="http")
     tools = TOOLS if model.supports_tools() else None
-    script = _script(parallel, bool(tools))
+    steps = script(parallel, bool(tools))
     backend = ScriptedBackend()
     outputs: list[list[int]] = []
 
     def entry(step: Step) -> Any:
         def sample(prompt_ids: list[int]) -> list[int]:
-            outputs.append(_output_ids(model, prompt_ids, step))
+            outputs.append(output_ids(model, prompt_ids, step))
             return outputs[-1]
 
         return sample
 
-    backend.add(*(entry(step) for step in script))
+    backend.add(*(entry(step) for step in steps))
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a helpful assistant."},
         {"role": "user", "content": "Weather in Paris and the time in UTC?" if tools else "Hi!"},
@@ -313,7 +248,7 @@ def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport
     with ThreadedGateway(Gateway(backend, model)) as gw:
         session = gw.open_session(f"conformance-http-{name}")
         client = openai.OpenAI(base_url=gw.base_url, api_key=session.key, max_retries=0)
-        for step, (_, _content, calls, follow_up) in enumerate(script):
+        for step, (_, _content, calls, follow_up) in enumerate(steps):
             kwargs: dict[str, Any] = {"tools": tools} if tools else {}
             resp = client.chat.completions.create(
                 model=model.model_id, messages=messages, max_tokens=4096, **kwargs
@@ -358,30 +293,6 @@ def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport
     if name in APPEND_ONLY and (report.counts.get("rerender") or report.counts.get("fork")):
         report.failures.append("append-only template produced a rerender or fork")
     return report
-
-
-def _stop_token(
-    family: str, calls: list[Any], follow_up: str | None, stop: str | None, r: Any
-) -> str:
-    if family == "gpt_oss":
-        return "<|call|>" if calls else "<|return|>"
-    if family == "glm4_moe":
-        return "<|observation|>" if calls else "<|user|>"
-    if family == "gemma4":
-        return _gemma4_call_end(r) if calls else "<turn|>"
-    return stop or r.stop_texts[r.tokenizer.eos_token_id]
-
-
-def _gemma4_call_end(r: Any) -> str:
-    """What a Gemma 4 template writes after a turn's last call: ``<|tool_response>`` (the
-    model's trained stop, from the second revision on) or ``<turn|>`` (the release one)."""
-    fam = r.family
-    call = fam.to_template_message(
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
-    )  # fmt: skip
-    text = r.render_text([{"role": "user", "content": "x"}, call], None, generation=False)
-    return "<|tool_response>" if text.rstrip().endswith("<|tool_response>") else "<turn|>"
 
 
 def _check_parse(
@@ -478,20 +389,44 @@ def main(argv: list[str] | None = None) -> int:
         default="both",
         help="drive sessions through the HTTP API, the Conversation API, or both",
     )
+    ap.add_argument(
+        "--all-templates",
+        action="store_true",
+        help="also run TRL's training copies of each template and check that templates "
+        "without a tool-call syntax refuse tools",
+    )
     args = ap.parse_args(argv)
+    from rollhub_gateway.conformance_templates import refusal_report, training_copies
+
+    runs: list[tuple[str, str, str | None]] = [
+        (n, n, None) for n in args.family or CONFORMANCE_FAMILIES
+    ]
+    if args.all_templates:
+        runs += [
+            (copy.removesuffix(".jinja"), n, copy)
+            for copy, n in training_copies().items()
+            if not args.family or n in args.family
+        ]
     reports = []
-    for n in args.family or CONFORMANCE_FAMILIES:
+    for label, n, template_file in runs:
         try:
-            model = model_for(n)
+            model = model_for(n, template_file)
             direct = run_family(n, model) if args.via != "http" else None
             http = run_family_http(n, model) if args.via != "direct" else None
         except Exception as exc:  # a crash is a failed family, not a failed run
-            log.exception("family %s crashed", n)
-            reports.append(FamilyReport(n, "?", failures=[f"{type(exc).__name__}: {exc}"]))
+            log.exception("family %s crashed", label)
+            reports.append(FamilyReport(label, "?", failures=[f"{type(exc).__name__}: {exc}"]))
             continue
         if direct and http and direct.counts != http.counts:
             http.failures.append(f"HTTP drift {http.counts} != direct {direct.counts}")
-        reports += [r for r in (direct, http) if r is not None]
+        for r in (direct, http):
+            if r is not None:
+                r.name = label
+                reports.append(r)
+    if args.all_templates and not args.family:
+        from rollhub_gateway.conformance_templates import NO_TOOL_TEMPLATES
+
+        reports += [refusal_report(t) for t in NO_TOOL_TEMPLATES]
     print(format_table(reports, markdown=args.markdown))
     bad = [r for r in reports if not r.ok]
     for r in bad:

@@ -28,8 +28,10 @@ __all__ = [
     "EXTRA_VOCABS",
     "NO_TOOL_TEMPLATES",
     "TEMPLATE_FILES",
+    "refusal_report",
     "template_for",
     "tokenizer_for",
+    "training_copies",
     "trl_template_names",
 ]
 
@@ -98,6 +100,50 @@ def trl_template_names() -> list[str]:
     from rollhub_gateway.testing_tokenizers import trl_templates_dir
 
     return sorted(p.name for p in trl_templates_dir().glob("*.jinja"))
+
+
+def training_copies() -> dict[str, str]:
+    """TRL's ``*_training.jinja`` copy → the conformance name of its original, for every
+    template with a tool-call syntax."""
+    by_file = {f: n for n, f in TEMPLATE_FILES.items()}
+    return {
+        t: by_file[t.replace("_training", "")]
+        for t in trl_template_names()
+        if t.endswith("_training.jinja") and t.replace("_training", "") in by_file
+    }
+
+
+def refusal_report(template: str) -> Any:
+    """A conformance row for a TRL template without a tool-call syntax: tools must be
+    refused with a :class:`~rollhub.errors.GatewayError` naming ``family`` before anything
+    is rendered or sampled, and a chat without tools must still render."""
+    from rollhub.errors import GatewayError
+
+    from rollhub_gateway.chat_model import build_chat_model
+    from rollhub_gateway.conformance import FamilyReport
+    from rollhub_gateway.conformance_script import TOOLS
+    from rollhub_gateway.testing_tokenizers import trl_template
+    from rollhub_gateway.turns import ChatTurn
+
+    # a vocabulary with a BOS token: some of these templates require one
+    model = build_chat_model(
+        template, tokenizer=tokenizer_for("llama3_1"), chat_template=trl_template(template)
+    )
+    report = FamilyReport(template.removesuffix(".jinja"), model.family, via="no tools")
+    report.retok_diff = -1  # nothing is sampled
+    conv = model.new_conversation("refusal")
+    user = [{"role": "user", "content": "hi"}]
+    try:
+        conv.prepare(ChatTurn(user, tools=TOOLS))
+        report.failures.append("tools were accepted by a template that cannot render them")
+    except GatewayError as exc:
+        if exc.field != "family":
+            report.failures.append(f"refused for another reason: {exc}")
+    try:
+        conv.prepare(ChatTurn(user))
+    except GatewayError as exc:
+        report.failures.append(f"a chat without tools fails: {exc}")
+    return report
 
 
 def template_for(name: str) -> str:

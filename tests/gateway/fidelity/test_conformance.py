@@ -32,7 +32,9 @@ def test_family_session_through_the_http_api(name, family_model):
     assert http.counts == run_family(name, model).counts
 
 
-@pytest.mark.parametrize("name", ["qwen3", "glm4_moe", "gpt_oss"])
+@pytest.mark.parametrize(
+    "name", ["qwen3", "glm4_moe", "gpt_oss", "gemma4", "lfm2_2_5", "nemotron_3_nano"]
+)
 def test_reasoning_templates_rerender_only_after_a_new_user_message(name, family_model):
     # these templates drop earlier reasoning once a new user query arrives; tool loops
     # in between must stay append-only (the DeepSeek templates also drop the reasoning of
@@ -90,3 +92,18 @@ def test_conformance_tells_a_renderer_rewrite_from_the_templates_own(family_mode
     assert any("the renderer changed it" in f for f in report.failures), report.failures
     monkeypatch.undo()
     assert run_family("deepseek_r1", family_model("deepseek_r1")).ok
+
+
+def test_all_templates_adds_training_copies(capsys):
+    assert main(["--family", "lfm2", "--all-templates", "--via", "direct", "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "| lfm2 | direct | lfm2_inline | 6 | 6 | 0 | 0 | 0 |" in out
+    assert "| lfm2_training | direct | lfm2_inline | 6 | 6 | 0 | 0 | 0 |" in out
+
+
+def test_refusal_rows_fail_a_template_that_takes_tools():
+    from rollhub_gateway.conformance_templates import refusal_report
+
+    assert refusal_report("phi3.jinja").ok
+    taken = refusal_report("qwen2_5.jinja")
+    assert taken.failures == ["tools were accepted by a template that cannot render them"]

@@ -60,7 +60,9 @@ def test_tool_call_round_trip_and_stream(name, family_model):
         assert "".join(d.text for d in deltas if d.kind == "reasoning") == "weather needed"
 
 
-@pytest.mark.parametrize("name", ["qwen2_5", "qwen3", "qwen3_6", "glm4_moe", "deepseek_v3"])
+@pytest.mark.parametrize(
+    "name", ["qwen2_5", "qwen3", "qwen3_6", "glm4_moe", "deepseek_v3", "gemma4", "lfm2", "lfm2_2_5"]
+)
 def test_malformed_tool_call_is_text_and_flagged(name, family_model):
     model = family_model(name)
     fam = model.renderer.family
