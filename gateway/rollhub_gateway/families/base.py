@@ -73,6 +73,8 @@ class Family:
     template_kwargs: ClassVar[dict[str, Any]] = {}
     #: reasoning comes in messages of its own (channels, recipients), not in markup
     reasoning_messages: ClassVar[bool] = False
+    #: the template never reads ``tool_calls``: the model's calls are part of its text
+    calls_in_content: ClassVar[bool] = False
 
     @property
     def has_reasoning(self) -> bool:

@@ -160,6 +160,7 @@ class LFM2InlineFamily(LFM2Family):
 
     name = "lfm2_inline"
     reasoning_markup = None
+    calls_in_content = True
 
     def to_template_message(self, message: dict[str, Any]) -> dict[str, Any]:
         out = super().to_template_message(message)

@@ -163,3 +163,47 @@ def test_gemma3_still_refuses_tools(family_model):
     conv = model.new_conversation("g3")
     with pytest.raises(GatewayError, match="cannot render tools"):
         conv.prepare(ChatTurn([{"role": "user", "content": "hi"}], tools=TOOLS))
+
+
+def test_thinking_after_tool_results_opens_in_the_prompt(family_model):
+    """With ``enable_thinking`` the latest Gemma 4 template opens the thought channel right
+    after the tool results: the parser starts inside it."""
+    from rollhub_gateway.chat_model import build_chat_model
+    from rollhub_gateway.conformance_templates import template_for, tokenizer_for
+
+    model = build_chat_model(
+        "g4t",
+        tokenizer=tokenizer_for("gemma4_v5"),
+        chat_template=template_for("gemma4_v5"),
+        template_kwargs={"enable_thinking": True},
+    )
+    r = model.renderer
+    conv = model.new_conversation("g4t")
+    msgs = [{"role": "user", "content": "Weather in Paris?"}]
+    p1 = conv.prepare(ChatTurn(list(msgs), tools=TOOLS))
+    assert r.tokenizer.decode(p1.prompt_ids).startswith("<bos><|turn>system\n<|think|>")
+    text = r.family.format_output(
+        "", reasoning="Look it up.", tool_calls=[("get_weather", {"city": "Paris"})]
+    )
+    out1 = [*r.encode(text), r.tokenizer.convert_tokens_to_ids("<|tool_response>")]
+    parsed = model.parse(out1, p1)
+    conv.commit(p1, _gen(out1), parsed)
+    c = parsed.tool_calls[0]
+    msgs += [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}]},
+        {"role": "tool", "tool_call_id": c.id, "content": "sunny"},
+    ]  # fmt: skip
+    p2 = conv.prepare(ChatTurn(list(msgs), tools=TOOLS))
+    assert p2.drift == "append" and p2.state.opens_reasoning
+    assert r.tokenizer.decode(p2.prompt_ids).endswith("<tool_response|><|channel>thought\n")
+    out2 = [
+        *r.encode("It is sunny.\n<channel|>Sunny."),
+        r.tokenizer.convert_tokens_to_ids("<turn|>"),
+    ]
+    deltas, parser = [], model.new_parser(p2)
+    for t in out2:
+        deltas += parser.feed([t])
+    parsed2 = parser.finish()
+    assert (parsed2.reasoning, parsed2.content) == ("It is sunny.", "Sunny.")
+    assert "".join(d.text for d in deltas if d.kind == "reasoning") == "It is sunny."

@@ -154,3 +154,24 @@ def test_openai_streamed_tool_calls(family_model):
         "tool_calls",
         None,
     )
+
+
+def test_template_alone_sees_the_calls_as_text(family_model):
+    """The conformance oracle hands the first LFM2 template the calls the way its users
+    write them, inside the text: its own rendering then matches the gateway's prompt."""
+    from rollhub_gateway.template_oracle import direct_message, direct_render, template_rewrites
+    from rollhub_gateway.turns import ParsedOutput, ToolCall
+
+    model = family_model("lfm2")
+    r = model.renderer
+    parsed = ParsedOutput(
+        "Checking.", tool_calls=[ToolCall("c1", "get_weather", '{"city": "Paris"}')]
+    )
+    user = {"role": "user", "content": "Weather in Paris?"}
+    direct = [user, direct_message(r.family, parsed)]
+    assert direct[1]["content"] == "Checking." + OPEN + "[get_weather(city='Paris')]" + CLOSE
+    direct.append({"role": "tool", "tool_call_id": "c1", "content": "sunny"})
+    agent = [user, model.renderer.family.assistant_message(parsed), direct[2]]
+    want = r.render_text(r.template_messages(agent), TOOLS, generation=True)
+    assert direct_render(r, direct, TOOLS, True) == want
+    assert not template_rewrites(r, direct, 1, TOOLS)
