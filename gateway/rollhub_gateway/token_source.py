@@ -130,7 +130,7 @@ class GatewayTokenSource(TokenSource):
             from rollhub_gateway.serving import build_gateway
 
             config = GatewayConfig.model_validate(
-                self.options.model_dump(exclude={"url", "request_timeout_s"})
+                self.options.model_dump(exclude={"url", "request_timeout_s", "pool"})
             )
             self.gateway = build_gateway(config)
         self.gateway.set_weight_version(self.weight_version)

@@ -21,14 +21,15 @@ import os
 import pickle
 import signal
 import sys
+import threading
 from typing import Any
 
 from aiohttp import web
-from rollhub.errors import RollhubError
+from rollhub.errors import ConfigError, RollhubError
 
 from rollhub_gateway.config import GatewayConfig
 
-__all__ = ["POLICY_ROUTE", "ReplicaServer", "main"]
+__all__ = ["POLICY_ROUTE", "ReplicaServer", "load_factory", "main"]
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +58,7 @@ class ReplicaServer:
 
         backend = None
         if self.engine_factory:
-            from rollhub.runtimes.local_worker import load_app
-
-            backend = load_app(self.engine_factory)(self.config)
+            backend = load_factory(self.engine_factory)(self.config)
         self.gateway = build_gateway(self.config, backend=backend)
         app = self.gateway.app()
         app.router.add_post(POLICY_ROUTE, self._policy)
@@ -98,6 +97,30 @@ class ReplicaServer:
         return web.json_response({"version": version})
 
 
+def load_factory(ref: str) -> Any:
+    """The callable named by ``"pkg.module:name"`` or ``"path/to/file.py:name"``.
+
+    :raises ConfigError: it cannot be imported or is not callable (naming the option).
+    """
+    from rollhub.runtimes.local_worker import load_app
+
+    try:
+        factory = load_app(ref) if ref.partition(":")[2] else None
+    except ImportError as exc:
+        reason = str(exc).split(";")[0]  # the loader's hint is about agent apps
+        raise ConfigError(
+            f"token_source.pool.engine_factory = {ref!r} cannot be imported: {reason}",
+            field="token_source.pool.engine_factory",
+        ) from exc
+    if not callable(factory):
+        raise ConfigError(
+            f"token_source.pool.engine_factory = {ref!r} must name a callable taking the "
+            f"replica's GatewayConfig and returning a SamplingBackend",
+            field="token_source.pool.engine_factory",
+        )
+    return factory
+
+
 def _error(status: int, kind: str, message: str) -> web.Response:
     return web.json_response({"error": {"type": kind, "message": message}}, status=status)
 
@@ -124,16 +147,24 @@ async def _serve(server: ReplicaServer) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    eof = loop.run_in_executor(None, sys.stdin.read)  # returns when the pool closes stdin
-    eof.add_done_callback(lambda _f: loop.call_soon_threadsafe(stop.set))
+
+    def wait_for_eof() -> None:  # returns when the pool closes stdin or its process dies
+        sys.stdin.read()
+        with contextlib.suppress(RuntimeError):  # the loop may be gone already
+            loop.call_soon_threadsafe(stop.set)
+
+    # a daemon thread, not the loop's executor: a blocked read must never hold up exit
+    threading.Thread(target=wait_for_eof, name="pool-stdin", daemon=True).start()
     try:
         url = await server.start()
         print(json.dumps({"url": url, "pid": os.getpid()}), flush=True)
         await stop.wait()
+    except Exception:
+        log.exception("gateway replica %d failed", server.index)
+        return 1
     finally:
         await server.close()
-    # the stdin reader thread may still block; nothing is left to flush
-    os._exit(0)
+    return 0
 
 
 def _die_with(parent_pid: int) -> None:

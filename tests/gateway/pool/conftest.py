@@ -43,7 +43,7 @@ def pool_options(model_dir: str, **pool: Any) -> dict[str, Any]:
         "admin_token": "pool-admin",
         "log_turns": False,
         "engine": {"name": "scripted", "options": {"latency_s": latency}},
-        "pool": {"engine_factory": ENGINE_FACTORY, "start_timeout_s": 90, **pool},
+        "pool": {"engine_factory": ENGINE_FACTORY, "start_timeout_s": 60, **pool},
     }
 
 
