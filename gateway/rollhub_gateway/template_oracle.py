@@ -32,7 +32,7 @@ def direct_message(fam: Any, parsed: ParsedOutput) -> dict[str, Any]:
     if parsed.tool_calls and fam.calls_in_content:
         # the template shows calls only as the text the model wrote (the first LFM2 one)
         calls = [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls]
-        msg["content"] = (parsed.content or "") + fam.format_output("", tool_calls=calls)
+        msg["content"] = fam.format_output(parsed.content or "", tool_calls=calls)
     elif parsed.tool_calls:
         msg["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {

@@ -1,10 +1,11 @@
 """LFM2 / LFM2.5: a list of Python-style calls between ``<|tool_call_start|>`` and
 ``<|tool_call_end|>``.
 
-The model writes its text, then one block for all of a turn's calls, and ends the turn
-with ``<|im_end|>``::
+The model writes one block for all of a turn's calls, its text before the block (where
+the templates that render ``tool_calls`` put it) or after it (as LFM2's model cards show),
+and ends the turn with ``<|im_end|>``::
 
-    Checking.<|tool_call_start|>[get_weather(city='Paris'), get_time(tz='UTC')]<|tool_call_end|>
+    <|tool_call_start|>[get_weather(city="Paris"), get_time(tz='UTC')]<|tool_call_end|>Checking.
 
 Values are Python literals: strings single-quoted, ``True``/``False``/``None``, numbers;
 mappings and lists are JSON (``true``/``false``/``null`` accepted there). LFM2.5 wraps
@@ -13,19 +14,22 @@ reasoning in ``<think>…</think>``.
 - ``lfm2``: templates that render ``tool_calls`` (LFM2 since its second template
   revision, LFM2.5, LFM2.5-VL).
 - ``lfm2_inline``: the first LFM2 template, which lists tools and tool results but never
-  reads ``tool_calls``: the model's calls are part of its text, so the calls are written
-  back into the message's content, exactly as the model wrote them.
+  reads ``tool_calls``: the model's calls are part of its text, so the call block is
+  written back into the message's content, ahead of the text, as the model writes it.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 from rollhub_gateway.families.base import Family, new_call_id
-from rollhub_gateway.turns import ToolCall
+from rollhub_gateway.turns import ParsedOutput, ToolCall
+
+log = logging.getLogger(__name__)
 
 __all__ = ["LFM2Family", "LFM2InlineFamily", "format_calls", "parse_calls"]
 
@@ -149,6 +153,27 @@ class LFM2Family(Family):
     def parse_tool_section(self, section: str) -> list[ToolCall] | None:
         return parse_calls(section)
 
+    def parse(self, text: str, *, in_reasoning: bool = False) -> ParsedOutput:
+        """Reasoning, text and calls; LFM2 models often write their text *after* the call
+        block (``<|tool_call_end|>Checking the status.``), so text on both sides is content."""
+        reasoning, rest = self.split_reasoning(text, in_reasoning=in_reasoning)
+        start = rest.find(CALLS_OPEN)
+        if start < 0:
+            return ParsedOutput(content=rest, reasoning=reasoning)
+        end = rest.find(CALLS_CLOSE, start)
+        calls = None
+        if end >= 0:
+            try:
+                calls = parse_calls(rest[start : end + len(CALLS_CLOSE)])
+            except (ValueError, KeyError, TypeError) as exc:
+                log.debug("ill-formed LFM2 call block (%s)", exc)
+        after = rest[end + len(CALLS_CLOSE) :].strip() if end >= 0 else ""
+        if not calls or CALLS_OPEN in after:
+            return ParsedOutput(content=rest, reasoning=reasoning, ill_formed=True)
+        before = rest[:start].rstrip()
+        content = before + (" " if before and after else "") + after
+        return ParsedOutput(content=content, reasoning=reasoning, tool_calls=calls)
+
 
 def _mapping(args: Any) -> dict[str, Any]:
     # arguments that are not a JSON object cannot be written as keyword arguments
@@ -162,6 +187,17 @@ class LFM2InlineFamily(LFM2Family):
     reasoning_markup = None
     calls_in_content = True
 
+    def format_output(
+        self,
+        content: str,
+        *,
+        reasoning: str | None = None,
+        tool_calls: Sequence[tuple[str, dict[str, Any]]] = (),
+        in_reasoning: bool = False,
+    ) -> str:
+        # the model card's order: the call block, then the text
+        return (format_calls(tool_calls) if tool_calls else "") + content
+
     def to_template_message(self, message: dict[str, Any]) -> dict[str, Any]:
         out = super().to_template_message(message)
         calls = out.pop("tool_calls", None)
@@ -169,5 +205,5 @@ class LFM2InlineFamily(LFM2Family):
             markup = format_calls(
                 [(c["function"]["name"], _mapping(c["function"].get("arguments"))) for c in calls]
             )
-            out["content"] = (out.get("content") or "") + markup
+            out["content"] = markup + (out.get("content") or "")
         return out

@@ -169,9 +169,33 @@ def test_template_alone_sees_the_calls_as_text(family_model):
     )
     user = {"role": "user", "content": "Weather in Paris?"}
     direct = [user, direct_message(r.family, parsed)]
-    assert direct[1]["content"] == "Checking." + OPEN + "[get_weather(city='Paris')]" + CLOSE
+    assert direct[1]["content"] == OPEN + "[get_weather(city='Paris')]" + CLOSE + "Checking."
     direct.append({"role": "tool", "tool_call_id": "c1", "content": "sunny"})
     agent = [user, model.renderer.family.assistant_message(parsed), direct[2]]
     want = r.render_text(r.template_messages(agent), TOOLS, generation=True)
     assert direct_render(r, direct, TOOLS, True) == want
     assert not template_rewrites(r, direct, 1, TOOLS)
+
+
+@pytest.mark.parametrize("name", ["lfm2", "lfm2_v2", "lfm2_2_5"])
+def test_text_after_the_call_block_is_content(name, family_model):
+    """LFM2's model card: the call block first, then the text (double-quoted strings)."""
+    model = family_model(name)
+    r = model.renderer
+    text = (
+        OPEN + '[get_candidate_status(candidate_id="12345")]' + CLOSE
+        + "Checking the current status of candidate ID 12345."
+    )  # fmt: skip
+    ids = [*r.encode(text), r.stop_ids[0]]
+    parser = model.new_parser()
+    streamed = "".join(d.text for t in ids for d in parser.feed([t]) if d.kind == "content")
+    parsed = parser.finish()
+    assert parsed.content == "Checking the current status of candidate ID 12345."
+    assert parsed.content.startswith(streamed) and not parsed.ill_formed
+    assert [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls] == [
+        ("get_candidate_status", {"candidate_id": "12345"})
+    ]
+    both = model.parse([*r.encode("A." + text + " B."), r.stop_ids[0]])
+    assert both.content == "A. Checking the current status of candidate ID 12345. B."
+    twice = model.parse([*r.encode(text + OPEN + "[f()]" + CLOSE), r.stop_ids[0]])
+    assert twice.ill_formed and twice.tool_calls == []
