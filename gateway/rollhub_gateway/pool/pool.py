@@ -200,9 +200,13 @@ class GatewayPool:
     def set_weight_version(self, version: int | None) -> None:
         """Tell every live replica (in the background; opens wait for it)."""
         self.weight_version, self._version_set = version, True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called from sync code: each replica gets it before its next open
+            return
         if self._http is None:
             return
-        task = asyncio.get_running_loop().create_task(self._broadcast_version())
+        task = loop.create_task(self._broadcast_version())
         self._broadcasts.add(task)
         task.add_done_callback(self._broadcasts.discard)
 
