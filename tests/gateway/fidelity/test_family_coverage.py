@@ -91,3 +91,12 @@ def test_tools_refused_with_a_400_before_sampling():
                 model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS
             )
     assert backend.prompts == []
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATE_FILES))
+def test_detection_survives_a_reworded_revision(name):
+    # structure, not bytes: whitespace and wording changes resolve to the same family
+    text = trl_template(TEMPLATE_FILES[name])
+    edited = text.replace("{{- ", "{{ ").replace("You are", "Thou art") + "\n"
+    found = detect_family(edited)
+    assert found is not None and found.name == CONFORMANCE_FAMILIES[name][0]
