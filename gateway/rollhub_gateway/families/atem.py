@@ -77,6 +77,23 @@ def _messages(text: str) -> list[tuple[str | None, str]] | None:
     return out
 
 
+def _calls(body: str) -> list[ToolCall] | None:
+    """The calls of one ``<atem:function_calls>`` block; ``None`` when ill-formed."""
+    block = _BLOCK.match(body)
+    if block is None:
+        return None
+    invokes = _INVOKE.findall(block.group(1))
+    if not invokes or _INVOKE.sub("", block.group(1)).strip():
+        return None
+    calls = []
+    for name, params in invokes:
+        if _PARAM.sub("", params).strip():
+            return None
+        args = {k: _value(v) for k, v in _PARAM.findall(params)}
+        calls.append(ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False)))
+    return calls
+
+
 class AtemFamily(Family):
     """Muse Glimmer: messages addressed to ``self``, a tool, or ``user``."""
 
@@ -115,17 +132,10 @@ class AtemFamily(Family):
             elif to in (None, "user"):
                 content.append(body)
             else:
-                block = _BLOCK.match(body)
-                invokes = _INVOKE.findall(block.group(1)) if block else []
-                if not invokes or _INVOKE.sub("", block.group(1)).strip():  # type: ignore[union-attr]
+                found = _calls(body)
+                if found is None:
                     return ParsedOutput(content=text, ill_formed=True)
-                for name, params in invokes:
-                    if _PARAM.sub("", params).strip():
-                        return ParsedOutput(content=text, ill_formed=True)
-                    args = {k: _value(v) for k, v in _PARAM.findall(params)}
-                    calls.append(
-                        ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False))
-                    )
+                calls += found
         return ParsedOutput(
             content="".join(content), reasoning="\n".join(reasoning) or None, tool_calls=calls
         )
