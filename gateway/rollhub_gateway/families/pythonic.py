@@ -8,7 +8,9 @@ and ends the turn with ``<|im_end|>``::
     <|tool_call_start|>[get_weather(city="Paris"), get_time(tz='UTC')]<|tool_call_end|>Checking.
 
 Values are Python literals: strings single-quoted, ``True``/``False``/``None``, numbers;
-mappings and lists are JSON (``true``/``false``/``null`` accepted there). LFM2.5 wraps
+mappings and lists are JSON (``true``/``false``/``null`` accepted there). Told to "output
+function calls as JSON" in the system prompt, the models write a JSON list of
+``{"name": …, "arguments": {…}}`` objects in the same block instead. LFM2.5 wraps
 reasoning in ``<think>…</think>``.
 
 - ``lfm2``: templates that render ``tool_calls`` (LFM2 since its second template
@@ -110,6 +112,14 @@ def _calls(tree: ast.AST) -> list[ToolCall] | None:
     nodes = tree.elts if isinstance(tree, ast.List) else [tree]
     calls = []
     for node in nodes:
+        if isinstance(node, ast.Dict):
+            # asked for JSON in the system prompt, LFM2 writes {"name": …, "arguments": {…}}
+            obj = _literal(node)
+            args = obj.get("arguments", obj.get("parameters", {}))
+            if not isinstance(obj.get("name"), str) or not isinstance(args, dict):
+                return None
+            calls.append(ToolCall(new_call_id(), obj["name"], json.dumps(args, ensure_ascii=False)))
+            continue
         if not isinstance(node, ast.Call) or node.args:
             return None  # positional arguments have no parameter names
         args = {}

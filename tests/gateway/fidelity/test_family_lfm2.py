@@ -39,6 +39,16 @@ def test_python_call_lists_parse():
     ]
 
 
+def test_json_call_lists_parse():
+    # the models' JSON mode ("Output function calls as JSON" in the system prompt)
+    section = (
+        OPEN + '[{"name": "get_weather", "arguments": {"city": "Paris", "metric": true}}, '
+        '{"name": "ping", "arguments": {}}]' + CLOSE
+    )
+    assert _calls(section) == [("get_weather", {"city": "Paris", "metric": True}), ("ping", {})]
+    assert parse_calls(OPEN + '[{"arguments": {}}]' + CLOSE) is None
+
+
 @pytest.mark.parametrize(
     "bad",
     [
