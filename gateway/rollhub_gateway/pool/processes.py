@@ -4,7 +4,9 @@ Each replica is ``python -m rollhub_gateway.pool.replica_server``: the pool writ
 (gateway config with the pool's admin token, journal path, engine factory) as one JSON line
 on the child's stdin and keeps the pipe open; the child answers with one JSON line holding
 its URL. A watcher task awaits the child's exit: an exit the pool did not ask for marks the
-replica dead, with the signal or exit code and the last lines the child wrote to stderr.
+replica dead, with the signal or exit code and the last lines the child wrote to stderr,
+and a :class:`~rollhub_gateway.pool.tombstone.Tombstone` takes over its port so agents
+still calling it are told why.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from rollhub.errors import GatewayError, UsageError
 
 from rollhub_gateway.pool.replica import Replica
 from rollhub_gateway.pool.replica_server import POLICY_ROUTE
+from rollhub_gateway.pool.tombstone import Tombstone
 
 __all__ = ["ProcessReplica"]
 
@@ -52,6 +55,8 @@ class ProcessReplica(Replica):
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
         self._tasks: list[asyncio.Task[Any]] = []
         self._stopping = False
+        #: what answers at this replica's address once it died
+        self.tombstone: Tombstone | None = None
 
     @property
     def pid(self) -> int | None:
@@ -109,9 +114,16 @@ class ProcessReplica(Replica):
     async def _watch(self) -> None:
         assert self.proc is not None
         rc = await self.proc.wait()
-        if not self._stopping:
-            await asyncio.sleep(0.05)  # the last stderr lines, when there are some
-            self.mark_dead(f"exited with {_describe_exit(rc)}; stderr: {self._tail()}")
+        if self._stopping:
+            return
+        await asyncio.sleep(0.05)  # the last stderr lines, when there are some
+        self.mark_dead(f"exited with {_describe_exit(rc)}; stderr: {self._tail()}")
+        # agents still holding this replica's URL learn why, instead of "connection refused"
+        tombstone = Tombstone(
+            self.url or "", f"{self.name} died ({self.dead}); the sessions it served are lost"
+        )
+        if await tombstone.start():
+            self.tombstone = tombstone
 
     def _tail(self) -> str:
         return " | ".join(self.stderr_tail)[-2000:] or "(empty)"
@@ -162,6 +174,9 @@ class ProcessReplica(Replica):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self.tombstone is not None:
+            await self.tombstone.stop()
+            self.tombstone = None
         if self.dead is None:
             self.dead = "stopped by the pool"
 

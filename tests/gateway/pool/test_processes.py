@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 
+import anthropic
 import openai
 import pytest
 from rollhub.errors import TokenRetrievalError
@@ -158,6 +159,22 @@ async def test_a_killed_replica_fails_only_its_sessions(model_dir, tokenizer):
             assert err.value.replica == 1 and err.value.session_id == sid
         with pytest.raises(ReplicaDied, match="signal SIGKILL"):
             await source.close_session("k1", drop=True)
+
+        # An agent still calling the dead replica is told why, in its own wire format.
+        with pytest.raises(openai.APIStatusError) as gone:
+            await converse(caps[3], 1)
+        assert gone.value.status_code == 410
+        assert f"gateway replica 1 (process pid {victim.pid}) died" in gone.value.message
+        assert "signal SIGKILL" in gone.value.message
+        anthropic_client = anthropic.AsyncAnthropic(
+            base_url=caps[3].extra["anthropic_base_url"], api_key=caps[3].api_key, max_retries=0
+        )
+        with pytest.raises(anthropic.APIStatusError, match="signal SIGKILL") as gone:
+            await anthropic_client.messages.create(
+                model="m", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+            )
+        assert gone.value.status_code == 410 and gone.value.body["type"] == "error"
+        await anthropic_client.close()
 
         # New sessions go to the survivor only.
         cap = await source.open_session("after")
