@@ -78,7 +78,32 @@ HARMONY_SPECIALS = (
     "<|constrain|>", "<|return|>", "<|call|>",
 )  # fmt: skip
 
-#: conformance family → (TRL template file, vocabulary, special tokens, EOS, BOS)
+GEMMA4_SPECIALS = (
+    "<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<|turn>", "<turn|>", "<|think|>",
+    "<|channel>", "<channel|>", "<|tool>", "<tool|>", "<|tool_call>", "<tool_call|>",
+    "<|tool_response>", "<tool_response|>", '<|"|>', "<|image|>", "<|audio|>", "<|video|>",
+)  # fmt: skip
+LFM2_SPECIALS = (
+    "<|pad|>", "<|startoftext|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>",
+    "<|tool_list_start|>", "<|tool_list_end|>", "<|tool_call_start|>", "<|tool_call_end|>",
+    "<|tool_response_start|>", "<|tool_response_end|>", "<think>", "</think>", "<image>",
+)  # fmt: skip
+NEMOTRON_SPECIALS = (
+    "<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
+    "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
+)  # fmt: skip
+MUSE_SPECIALS = (
+    "<|begin_of_text|>", "<|end_of_text|>", "<|start|>", "<|message|>", "<|eom|>", "<|eot|>",
+    "<|patch|>", "<|video|>",
+)  # fmt: skip
+
+_GEMMA4 = ("qwen", GEMMA4_SPECIALS, "<eos>", "<bos>")
+_LFM2 = ("qwen", LFM2_SPECIALS, "<|im_end|>", "<|startoftext|>")
+_NEMOTRON = ("qwen3_6", NEMOTRON_SPECIALS, "<|im_end|>", None)
+
+#: conformance name → (TRL template file, vocabulary, special tokens, EOS, BOS), for every
+#: TRL template with a tool-call syntax; the families without a public vocabulary here run
+#: on a Qwen vocabulary with their real special tokens added (one token per marker)
 FAMILY_TEMPLATES: dict[str, tuple[str, str, tuple[str, ...], str, str | None]] = {
     "qwen2_5": ("qwen2_5.jinja", "qwen", QWEN_SPECIALS, "<|im_end|>", None),
     "qwen3": ("qwen3.jinja", "qwen", QWEN_SPECIALS, "<|im_end|>", None),
@@ -92,6 +117,24 @@ FAMILY_TEMPLATES: dict[str, tuple[str, str, tuple[str, ...], str, str | None]] =
                     "<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>"),
     "glm4_moe": ("glm4moe.jinja", "qwen", GLM_SPECIALS, "<|endoftext|>", None),
     "gpt_oss": ("gptoss.jinja", "qwen", HARMONY_SPECIALS, "<|return|>", "<|startoftext|>"),
+    "gemma4": ("gemma4.jinja", *_GEMMA4), "gemma4_v2": ("gemma4_v2.jinja", *_GEMMA4),
+    "gemma4_v3": ("gemma4_v3.jinja", *_GEMMA4), "gemma4_v4": ("gemma4_v4.jinja", *_GEMMA4),
+    "gemma4_v5": ("gemma4_v5.jinja", *_GEMMA4),
+    "diffusion_gemma": ("diffusion_gemma.jinja", *_GEMMA4),
+    "lfm2": ("lfm2.jinja", *_LFM2), "lfm2_v2": ("lfm2_v2.jinja", *_LFM2),
+    "lfm2_2_5": ("lfm2_2_5.jinja", *_LFM2), "lfm2_2_5_v2": ("lfm2_2_5_v2.jinja", *_LFM2),
+    "lfm2_2_5_vl": ("lfm2_2_5_vl.jinja", *_LFM2),
+    "nemotron_3_nano": ("nemotron_3_nano.jinja", *_NEMOTRON),
+    "nemotron_3_super": ("nemotron_3_super.jinja", *_NEMOTRON),
+    "nemotron_3_ultra": ("nemotron_3_ultra.jinja", *_NEMOTRON),
+    "nemotron_3_5_lightning": ("nemotron_3_5_lightning.jinja", *_NEMOTRON),
+    "muse_glimmer": ("muse_glimmer.jinja", "qwen", MUSE_SPECIALS, "<|eot|>",
+                     "<|begin_of_text|>"),
+    "qwen3_instruct_2507": ("qwen3_instruct_2507.jinja", "qwen", QWEN_SPECIALS, "<|im_end|>",
+                            None),
+    "qwen3_vl": ("qwen3_vl.jinja", "qwen", QWEN_SPECIALS, "<|im_end|>", None),
+    "qwen3_5_nothink": ("qwen3_5_nothink.jinja", "qwen3_6", QWEN35_SPECIALS, "<|im_end|>", None),
+    "qwen3_8": ("qwen3_8.jinja", "qwen3_6", QWEN35_SPECIALS, "<|im_end|>", None),
 }  # fmt: skip
 
 
@@ -141,7 +184,7 @@ def qwen_base_file(vocab: str = "qwen") -> Path:
     return cached
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=64)
 def vocab_tokenizer(name: str) -> Any:
     """The tokenizer behind a family of :data:`FAMILY_TEMPLATES`, without a chat template.
 
