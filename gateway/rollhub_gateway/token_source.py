@@ -101,12 +101,23 @@ class GatewayTokenSource(TokenSource):
 
     @property
     def url(self) -> str | None:
-        """Root URL of the gateway once started."""
+        """Root URL of the gateway once started (None with a pool: see :attr:`urls`)."""
         return self._root
 
+    @property
+    def urls(self) -> list[str]:
+        """Root URLs of every gateway serving this source (one, or the pool's replicas)."""
+        if self.pool is not None:
+            return [r.url for r in self.pool.replicas if r.url is not None]
+        return [self._root] if self._root is not None else []
+
     async def start(self) -> None:
-        """Serve the gateway in process, or connect to the remote one. Idempotent."""
-        if self._root is not None:
+        """Serve the gateway in process, connect to the remote one, or start the pool's
+        replicas. Idempotent.
+
+        :raises GatewayError: (pool) a replica did not start; none is left running.
+        """
+        if self._root is not None or self.pool is not None:
             return
         if self.options.pool is not None:
             await self._start_pool()
@@ -152,12 +163,11 @@ class GatewayTokenSource(TokenSource):
             pool.set_weight_version(self.weight_version)
         await pool.start()
         self.pool = pool
-        self._root = "pool"
 
     def _require(self) -> str:
-        if self._root is None:
+        if self._root is None and self.pool is None:
             raise UsageError("the gateway token source is not started; await source.start() first")
-        return self._root
+        return self._root or ""
 
     async def open_session(
         self, session_id: str, *, sampling: dict[str, Any] | None = None

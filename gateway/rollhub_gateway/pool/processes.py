@@ -65,6 +65,7 @@ class ProcessReplica(Replica):
 
     @property
     def where(self) -> str:
+        """``pid <n>``."""
         return f"pid {self.pid}" if self.pid is not None else "not started"
 
     async def start(self, http: Any) -> None:

@@ -100,6 +100,7 @@ class RayReplica(Replica):
 
     @property
     def where(self) -> str:
+        """``pid <n> on node <id>``."""
         if self.pid is None:
             return "not started"
         return f"pid {self.pid} on node {(self.node_id or '?')[:12]}"

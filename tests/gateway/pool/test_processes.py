@@ -57,6 +57,7 @@ async def test_three_replicas_place_serve_journal_version_and_close(model_dir, t
         pids = [r.pid for r in pool.replicas]
         assert len(set(pids)) == 3 and all(alive(p) for p in pids)
         assert len({r.url for r in pool.replicas}) == 3
+        assert source.url is None and source.urls == [r.url for r in pool.replicas]
 
         # Least-loaded placement: six opens deal two sessions to each replica, in turn.
         caps = [await source.open_session(f"s{i}") for i in range(6)]
