@@ -101,6 +101,8 @@ class ProcessReplica(Replica):
                 replica=self.index,
             )
         self.url = json.loads(line)["url"]
+        # whatever a library prints later must not fill the pipe and stall the replica
+        self._tasks.append(asyncio.create_task(self._drain_stdout()))
         self._tasks.append(asyncio.create_task(self._watch()))
         log.info("%s serving at %s", self.name, self.url)
 
@@ -111,6 +113,11 @@ class ProcessReplica(Replica):
             if text:
                 self.stderr_tail.append(text)
                 log.debug("replica %d: %s", self.index, text)
+
+    async def _drain_stdout(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        async for raw in self.proc.stdout:
+            log.debug("replica %d stdout: %s", self.index, raw.decode(errors="replace").rstrip())
 
     async def _watch(self) -> None:
         assert self.proc is not None

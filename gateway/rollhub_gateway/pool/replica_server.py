@@ -6,8 +6,8 @@ serves ``POST /pool/policy`` (admin token; body: a pickled ``(policy, version)``
 trainer's policy object reaches replicas that run in other processes.
 
 A child process exits when its stdin reaches EOF (the pool closed it, or the pool's process
-died), on SIGTERM, and, on Linux, when its parent dies (``PR_SET_PDEATHSIG``): a replica
-never outlives the pool that started it.
+died), on SIGTERM, and, on Linux, when the thread that started it ends
+(``PR_SET_PDEATHSIG``): a replica never outlives the pool that started it.
 """
 
 from __future__ import annotations

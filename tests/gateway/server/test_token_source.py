@@ -68,6 +68,7 @@ async def test_weight_version_and_anthropic_base_url(scripted, chat_model, confi
     source.set_weight_version(3)
     await source.start()
     try:
+        assert source.pool is None and source.urls == [source.url]  # no pool: one gateway
         cap = await source.open_session("s1")
         scripted.add(ids("ok"))
         client = anthropic.AsyncAnthropic(
