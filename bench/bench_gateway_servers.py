@@ -111,6 +111,7 @@ async def _serve_rollhub(tok_dir: str) -> Any:
     from rollhub_gateway.chat_model import build_chat_model
     from rollhub_gateway.config import GatewayConfig
     from rollhub_gateway.server import Gateway
+    from rollhub_gateway.serving import settle_heap
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tok_dir)
@@ -131,6 +132,7 @@ async def _serve_rollhub(tok_dir: str) -> Any:
     )
     gw = Gateway(FixedEngine(), model, cfg)
     url = await gw.start("127.0.0.1", 0)
+    settle_heap()  # as the standalone server (serve_forever) does once it serves
     return url, gw.close
 
 

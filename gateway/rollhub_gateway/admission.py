@@ -100,7 +100,12 @@ class Admission:
     def _prepare(
         self, raw: bytes, session: Session, adapter: Any, route: str, limit: int | None
     ) -> tuple[WireRequest, TurnPlan]:
-        req = adapter.parse(parse_body(raw))
+        body = parse_body(raw)
+        if getattr(adapter, "reuses_known", False):
+            req = adapter.parse(body, known=session.last_turn)
+            session.last_turn = req.turn
+        else:
+            req = adapter.parse(body)
         if limit is not None and len(raw) > OFFLOAD_BYTES:
             chars = _text_chars(req)
             if chars > limit * self.token_chars():

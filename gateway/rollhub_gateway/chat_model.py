@@ -19,11 +19,12 @@ from rollhub.errors import GatewayError
 from rollhub.sampling import Generation
 from rollhub.trace import DriftKind, TraceRecord
 
-from rollhub_gateway.families import Family, IncrementalDecoder, detect_family, get_family
+from rollhub_gateway.families import Family, detect_family, get_family
 from rollhub_gateway.families.locality import probe_locality
 from rollhub_gateway.journal import SessionJournal
 from rollhub_gateway.journal_entries import journal_entry, rebuild
 from rollhub_gateway.render import Continuation, TemplateRenderer, canonical_tools, text_digest
+from rollhub_gateway.token_codec import BatchDecoder
 from rollhub_gateway.trajectory import (
     TrajectoryTree,
     TurnNode,
@@ -139,7 +140,7 @@ class HFChatModel:
         in_reasoning = r.prompt_opens_reasoning
         if prepared is not None and isinstance(prepared.state, _Pending):
             in_reasoning = prepared.state.opens_reasoning
-        decoder = IncrementalDecoder(r.tokenizer, set(r.stop_ids))
+        decoder = BatchDecoder(r.codec, set(r.stop_ids))
         return r.family.new_stream_parser(decoder, in_reasoning=in_reasoning)
 
     def parse(self, token_ids: list[int], prepared: PreparedTurn | None = None) -> ParsedOutput:
@@ -194,6 +195,7 @@ class HFConversation:
         self._next_turn = 0
         self._since_verify = 0
         self._opens_reasoning = False
+        self._tools: tuple[list[dict[str, Any]] | None, str] = (None, canonical_tools(None))
         self.finished = False
 
     # prepare ---------------------------------------------------------------------------------
@@ -215,13 +217,17 @@ class HFConversation:
             )
         if not turn.messages:
             raise GatewayError("a chat turn needs at least one message", field="messages")
-        tools_key = canonical_tools(turn.tools)
+        tools_key = self._tools_key(turn.tools)
         parent, digest = self._match(turn.messages, tools_key)
         known = len(parent.messages) if parent else 0
-        new = r.template_messages(turn.messages[known:])
+        sent_new = turn.messages[known:]
+        # a message whose template form reads the same is kept once (sessions hold both)
+        converted = r.template_messages(sent_new)
+        new = [m if t == m else t for t, m in zip(converted, sent_new, strict=True)]
         history = (parent.messages if parent else []) + new
         base, extra, drift, masked, prompt_text = self._continue(parent, new, turn.tools)
-        prompt = (self.tree.ids_through(base) if base else []) + extra
+        # the engine gets a list of its own (the turn keeps ``extra``)
+        prompt = self.tree.ids_through(base).tolist() + extra if base else list(extra)
         index = self._next_turn
         self._next_turn += 1
         state = _Pending(
@@ -237,6 +243,15 @@ class HFConversation:
             turn.messages,
         )
         return PreparedTurn(prompt_ids=prompt, drift=drift, turn_index=index, state=state)
+
+    def _tools_key(self, tools: list[dict[str, Any]] | None) -> str:
+        """The tools' key; one string per session while its tools stay the same (every
+        turn node holds it)."""
+        if tools == self._tools[0]:
+            return self._tools[1]
+        key = canonical_tools(tools)
+        self._tools = (tools, key)
+        return key
 
     def _match(self, messages: list[dict[str, Any]], tools_key: str) -> tuple[TurnNode | None, str]:
         """The node the conversation extends, and the digest of the whole conversation.
@@ -264,7 +279,8 @@ class HFConversation:
         if parent is None:
             full_text = self._whole(new, tools)
             drift: DriftKind = "fork" if self.tree.nodes else "append"
-            return None, r.encode(full_text), drift, 0, full_text
+            ids = r.encode_prompt(full_text, new, tools, self._tools[1])
+            return None, ids, drift, 0, full_text
         is_tip = parent.branch is not None and parent.branch.tip is parent
         kind: DriftKind = "append" if is_tip else "fork"
         cont = self._continuation(parent, new, tools)
@@ -272,7 +288,7 @@ class HFConversation:
             return parent, r.encode(cont.extra_text), kind, 0, cont.full_text
         full_text = self._whole(parent.messages + new, tools)
         ids = r.encode(full_text)
-        prev = self.tree.ids_through(parent)
+        prev = self.tree.ids_through(parent).tolist()
         if ids[: len(prev)] == prev:  # a whole render that happens to extend the ids
             return parent, ids[len(prev) :], kind, 0, full_text
         masked = self.tree.sampled_dropped(parent, ids)
@@ -362,8 +378,8 @@ class HFConversation:
             parent=st.parent,
             base=st.base,
             extra_ids=st.extra_ids,
-            output_ids=list(generation.token_ids),
-            logprobs=list(generation.logprobs),
+            output_ids=generation.token_ids,
+            logprobs=generation.logprobs,
             finish_reason=finish,
             weight_version=wv,
             drift=prepared.drift,
@@ -374,12 +390,13 @@ class HFConversation:
             prompt_text_len=len(st.prompt_text) if st.prompt_text is not None else None,
             prompt_text_digest=text_digest(st.prompt_text) if st.prompt_text is not None else None,
             tools_key=st.tools_key,
-            sent=list(st.sent),
+            sent=st.sent,
             answer_key=answer_key,
         )
         self.tree.add(node)
         if self.model.journal is not None:
             self.model.journal.append(self.session_id, node.index, journal_entry(node))
+        node.release()
         return node.drift
 
     # results ---------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import sqlite3
 import threading
 import time
 import zlib
+from array import array
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,7 +185,7 @@ class SessionJournal:
 
     def append(self, session_id: str, turn: int, entry: dict[str, Any]) -> None:
         """Write one committed turn; returns once SQLite has it in the WAL."""
-        text = json.dumps(entry, separators=(",", ":"), ensure_ascii=False)
+        text = json.dumps(entry, separators=(",", ":"), ensure_ascii=False, default=_plain)
         crc = zlib.crc32(text.encode())
         now = time.time()
         with self._transaction() as db:
@@ -304,3 +305,10 @@ class SessionJournal:
         """Close the database (idempotent)."""
         with self._lock:
             self._db.close()
+
+
+def _plain(value: Any) -> Any:
+    """Arrays of ids and logprobs as JSON lists (turn nodes keep them compact)."""
+    if isinstance(value, array):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")

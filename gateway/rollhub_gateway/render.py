@@ -22,16 +22,28 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from rollhub.errors import GatewayError
 
 from rollhub_gateway.families.base import Family
+from rollhub_gateway.token_codec import TokenCodec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Continuation", "TemplateRenderer", "TurnTexts", "text_digest", "window"]
+__all__ = [
+    "PREFIX_CACHE",
+    "Continuation",
+    "TemplateRenderer",
+    "TurnTexts",
+    "text_digest",
+    "window",
+]
+
+#: shared prompt prefixes (system messages + tools) a renderer keeps the ids of
+PREFIX_CACHE = 64
 
 
 def text_digest(text: str) -> str:
@@ -101,7 +113,14 @@ class TemplateRenderer:
             for k, v in (getattr(tokenizer, "special_tokens_map", {}) or {}).items()
             if isinstance(v, str)
         }
+        #: the template's own variables (special tokens, then template_kwargs), merged once
+        self._render_vars = {**self._template_vars, **self.template_kwargs}
         probe = self.render_text([{"role": "user", "content": "x"}], None, generation=True)
+        #: text ↔ ids straight through the Rust tokenizer when that agrees with the wrapper
+        self.codec = TokenCodec(tokenizer, extra_probes=(probe,))
+        # shared prompt prefixes (system messages + tools): their text, then their ids
+        self._prefix_texts: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._prefix_ids: OrderedDict[tuple[str, str], tuple[int, ...]] = OrderedDict()
         open_ = family.reasoning_markup[0] if family.reasoning_markup else None
         #: the generation prompt opens the reasoning block (R1 distill, Qwen3.5 thinking)
         self.prompt_opens_reasoning = bool(open_) and probe.rstrip().endswith(open_)
@@ -129,7 +148,7 @@ class TemplateRenderer:
                     tools=tools or None,
                     documents=None,
                     add_generation_prompt=generation,
-                    **{**self._template_vars, **self.template_kwargs},
+                    **self._render_vars,
                 )
             return self.tokenizer.apply_chat_template(
                 messages,
@@ -146,7 +165,59 @@ class TemplateRenderer:
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text`` as the template's text (no BOS added: templates write their own)."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return self.codec.encode(text)
+
+    def encode_prompt(
+        self,
+        text: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        tools_key: str,
+    ) -> list[int]:
+        """Ids of a whole rendered prompt; the part the leading system messages and the tools
+        render to comes from a cache shared by every session.
+
+        Sessions of one agent start with the same system prompt and tool schemas, often
+        most of the first prompt. Their text is tokenised once; each prompt tokenises only
+        what follows it. Splitting there is exact when the rest starts with an added
+        token (nothing merges across one); each cache entry is checked against a whole
+        encoding once, for the added token that follows it.
+
+        :param text: the whole prompt text rendered from ``messages`` (template form) and
+            ``tools``.
+        :param tools_key: :func:`canonical_tools` of ``tools``.
+        """
+        n_sys = 0
+        while n_sys < len(messages) and messages[n_sys].get("role") == "system":
+            n_sys += 1
+        if not 0 < n_sys < len(messages):
+            return self.encode(text)
+        key = (tools_key, json.dumps(messages[:n_sys], sort_keys=True, default=str))
+        prefix = self._prefix_texts.get(key)
+        if prefix is None:
+            try:
+                prefix = self.render_text(messages[:n_sys], tools, generation=False)
+            except GatewayError:  # a template that cannot render system messages alone
+                prefix = ""
+            self._prefix_texts[key] = prefix
+            if len(self._prefix_texts) > PREFIX_CACHE:
+                self._prefix_texts.popitem(last=False)
+        rest = text[len(prefix) :]
+        after = next((t for t in self.added_texts if rest.startswith(t)), None)
+        if not prefix or after is None or not text.startswith(prefix):
+            return self.encode(text)
+        ids = self._prefix_ids.get((prefix, after))
+        if ids is None:
+            whole, ids = self.encode(text), tuple(self.encode(prefix))
+            if whole[: len(ids)] != list(ids):  # the tokenizer joins across this boundary
+                ids = ()
+            self._prefix_ids[(prefix, after)] = ids
+            if len(self._prefix_ids) > PREFIX_CACHE:
+                self._prefix_ids.popitem(last=False)
+            return whole
+        if not ids:
+            return self.encode(text)
+        return [*ids, *self.encode(rest)]
 
     def template_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Neutral messages in this family's template form."""

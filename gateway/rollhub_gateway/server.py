@@ -41,7 +41,7 @@ from rollhub_gateway.config import GatewayConfig, SessionPolicy
 from rollhub_gateway.metrics import GatewayMetrics
 from rollhub_gateway.protocols import AnthropicMessages, OpenAIChat, OpenAIResponses, WireError
 from rollhub_gateway.protocols.admin import AdminRoutes
-from rollhub_gateway.protocols.base import error_response
+from rollhub_gateway.protocols.base import error_response, fast_json_response
 from rollhub_gateway.protocols.execution import ClientGone, TurnRunner
 from rollhub_gateway.sessions import Session, SessionError, SessionManager
 from rollhub_gateway.turns import ChatModel
@@ -218,7 +218,7 @@ class Gateway:
             req, plan = await self.admission.plan(request, session, adapter, route)
             if not req.stream:
                 result = await self.runner.complete(plan)
-                return web.json_response(adapter.response(req, result))
+                return fast_json_response(adapter.response(req, result))
             return await self._stream(request, adapter, req, plan)
         except WireError as err:
             return error_response(adapter, err)

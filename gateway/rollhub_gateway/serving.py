@@ -14,6 +14,7 @@ model from a :class:`~rollhub_gateway.config.GatewayConfig`.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 from collections.abc import Callable, Coroutine
@@ -35,6 +36,7 @@ __all__ = [
     "build_chat_model_for",
     "build_gateway",
     "serve_forever",
+    "settle_heap",
 ]
 
 log = logging.getLogger(__name__)
@@ -255,6 +257,19 @@ class ThreadedGateway:
         self.stop()
 
 
+def settle_heap() -> None:
+    """Exempt everything loaded so far (tokenizer, template, libraries: ~200k objects) from
+    the cyclic garbage collector's full passes.
+
+    Each full pass walks every tracked object; with the start-up heap in it, one pass took
+    ~50 ms and came every ~100 turns, half the gateway's CPU per turn. Call it once the
+    model is loaded, in a process that serves the gateway (``serve_forever`` does);
+    objects created later are collected as usual.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 async def serve_forever(
     config: GatewayConfig, *, on_ready: Callable[[Gateway, str], None] | None = None
 ) -> None:
@@ -266,6 +281,7 @@ async def serve_forever(
         )
     gateway = build_gateway(config)
     await gateway.start()
+    settle_heap()
     try:
         if on_ready is not None:
             on_ready(gateway, gateway.url or "")

@@ -33,7 +33,7 @@ from rollhub.trace import TraceRecord
 
 from rollhub_gateway.config import SessionPolicy
 from rollhub_gateway.journal import JournalCorruptError
-from rollhub_gateway.turns import ChatModel, Conversation
+from rollhub_gateway.turns import ChatModel, ChatTurn, Conversation
 
 __all__ = ["KEY_PREFIX", "Session", "SessionError", "SessionManager"]
 
@@ -70,6 +70,8 @@ class Session:
     aliases: list[str] = field(default_factory=list)
     #: held while one of its calls is prepared: calls are rendered in arrival order
     prepare_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: the last call's neutral turn: the next call's unchanged messages are taken from it
+    last_turn: ChatTurn | None = None
 
     def touch(self) -> None:
         """Mark the session as used now (resets its idle timer)."""
@@ -239,10 +241,9 @@ class SessionManager:
     def finish(self, session_id: str) -> list[TraceRecord]:
         """Close a session and return its records; its key stops working."""
         session = self._remove(session_id)
-        records = session.conversation.traces()
         finish = getattr(session.conversation, "finish", None)
-        if callable(finish):
-            finish()
+        # finish() returns the records: building them a second time is the costliest part
+        records = finish() if callable(finish) else session.conversation.traces()
         self._closed(session, "finished")
         return records
 

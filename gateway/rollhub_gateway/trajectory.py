@@ -19,17 +19,21 @@ import difflib
 import hashlib
 import json
 import threading
+from array import array
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
-from rollhub.trace import DriftKind, TraceRecord, TurnSpan
+from rollhub.trace import TraceRecord, TurnSpan
+
+from rollhub_gateway.turn_nodes import SPAN_FIELDS, Branch, TurnNode, ids_array
 
 __all__ = [
+    "SPAN_FIELDS",
     "Branch",
     "TrajectoryTree",
     "TurnNode",
     "global_drift_counts",
+    "ids_array",
     "message_key",
     "prefix_digests",
 ]
@@ -94,49 +98,6 @@ def message_key(message: dict[str, Any]) -> str:
     return json.dumps(key, sort_keys=True, ensure_ascii=False)
 
 
-@dataclass
-class TurnNode:
-    """One committed model call."""
-
-    index: int
-    parent: TurnNode | None  # node whose history this turn's messages extend
-    base: TurnNode | None  # node whose ids this turn's prompt continues
-    extra_ids: list[int]  # prompt ids after ``base``'s ids (the whole prompt if no base)
-    output_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str
-    weight_version: int | None
-    drift: DriftKind
-    ill_formed: bool
-    masked_tokens: int
-    messages: list[dict[str, Any]]  # template-form history through our assistant message
-    history_digest: str  # prefix_digests(keys)[-1] of that history
-    prompt_text_len: int | None  # None: the prompt was rendered over a window only
-    prompt_text_digest: str | None
-    tools_key: str
-    #: the request's messages as the agent sent them (kept on branch tips only)
-    sent: list[dict[str, Any]] | None = None
-    answer_key: str = ""  # message_key of our assistant message
-    branch: Branch | None = None
-    end: int = 0  # offset in branch.ids one past this turn's output
-    children: int = 0
-
-
-@dataclass
-class Branch:
-    """One linear id sequence: the record of one session branch."""
-
-    id: int
-    parent_id: int | None
-    fork_turn: int | None
-    prompt_len: int
-    ids: list[int]
-    mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    spans: list[TurnSpan] = field(default_factory=list)
-    tip: TurnNode | None = None
-
-
 class TrajectoryTree:
     """The turns of one session and their branches."""
 
@@ -169,7 +130,7 @@ class TrajectoryTree:
                 return (tips or pool)[-1]
         return None
 
-    def ids_through(self, node: TurnNode) -> list[int]:
+    def ids_through(self, node: TurnNode) -> array[int]:
         """The exact ids ``node`` saw and sampled: its prompt followed by its output."""
         assert node.branch is not None
         return node.branch.ids[: node.end]
@@ -183,7 +144,7 @@ class TrajectoryTree:
         """
         assert node.branch is not None
         b = node.branch
-        old = b.ids[: node.end]
+        old = b.ids[: node.end].tolist()
         lcp = 0
         for x, y in zip(old, new_prompt, strict=False):
             if x != y:
@@ -215,13 +176,14 @@ class TrajectoryTree:
                 branch = base.branch
             else:
                 if base is not None:
-                    prompt = self.ids_through(base) + node.extra_ids
+                    prompt = self.ids_through(base)
+                    prompt.extend(node.extra_ids)
                     parent_branch = base.branch.id if base.branch else None
                     fork_turn = base.index
                     if node.drift == "append":
                         node.drift = "fork"  # a concurrent turn took the tip first
                 else:
-                    prompt = list(node.extra_ids)
+                    prompt = array("i", node.extra_ids)
                     if node.drift == "append" and self.branches:
                         # prepared as the session's first turn, but a concurrent first
                         # turn committed before it: this one starts a second record
@@ -233,25 +195,17 @@ class TrajectoryTree:
                 self.branches.append(branch)
             if branch.tip is not None:  # continuing: the tail is environment text
                 branch.tip.sent = None  # only tips are matched by plain equality
+                branch.tip.answer_key = ""
                 branch.ids.extend(node.extra_ids)
-                branch.mask.extend([0] * len(node.extra_ids))
-                branch.logprobs.extend([0.0] * len(node.extra_ids))
+                branch.mask.extend(bytes(len(node.extra_ids)))
             start = len(branch.ids) - branch.prompt_len
             branch.ids.extend(node.output_ids)
-            branch.mask.extend([1] * len(node.output_ids))
+            branch.mask.extend(b"\x01" * len(node.output_ids))
             branch.logprobs.extend(node.logprobs)
             branch.spans.append(
-                TurnSpan(
-                    turn_index=node.index,
-                    start=start,
-                    end=start + len(node.output_ids),
-                    finish_reason=node.finish_reason,
-                    weight_version=node.weight_version,
-                    drift=node.drift,
-                    ill_formed=node.ill_formed,
-                    masked_tokens=node.masked_tokens,
-                )
-            )
+                (node.index, start, start + len(node.output_ids), node.finish_reason,
+                 node.weight_version, node.drift, node.ill_formed, node.masked_tokens)
+            )  # fmt: skip
             branch.tip = node
             node.branch = branch
             node.end = len(branch.ids)
@@ -278,24 +232,35 @@ class TrajectoryTree:
         with self._lock:
             out = []
             for b in self.branches:
-                last = b.spans[-1].finish_reason if b.spans else "stop"
+                last = b.spans[-1][3] if b.spans else "stop"
                 out.append(
                     TraceRecord(
                         session_id=self.session_id,
                         branch_id=b.id,
                         parent_branch_id=b.parent_id,
                         fork_turn=b.fork_turn,
-                        prompt_ids=b.ids[: b.prompt_len],
-                        response_ids=b.ids[b.prompt_len :],
+                        prompt_ids=b.ids[: b.prompt_len].tolist(),
+                        response_ids=b.ids[b.prompt_len :].tolist(),
                         response_mask=list(b.mask),
-                        response_logprobs=list(b.logprobs),
-                        turns=[s.model_copy() for s in b.spans],
+                        response_logprobs=_response_logprobs(b),
+                        turns=[TurnSpan(**dict(zip(SPAN_FIELDS, s))) for s in b.spans],  # noqa: B905
                         finish_reason=last,
                         model_id=self.model_id,
                         metadata={"drift": dict(self.counts), "num_branches": len(self.branches)},
                     )
                 )
             return out
+
+
+def _response_logprobs(b: Branch) -> list[float]:
+    """Logprobs over the whole response: the sampled ones in their spans, 0.0 elsewhere."""
+    out = [0.0] * (len(b.ids) - b.prompt_len)
+    taken = 0
+    for span in b.spans:
+        start, end = span[1], span[2]
+        out[start:end] = b.logprobs[taken : taken + end - start].tolist()
+        taken += end - start
+    return out
 
 
 def prefix_digests(messages: list[dict[str, Any]], start: str = "") -> list[str]:

@@ -19,6 +19,11 @@ from rollhub.sampling import Generation
 
 from rollhub_gateway.turns import ChatTurn, OutputDelta, ParsedOutput
 
+try:  # a C JSON codec: request bodies and responses grow with the conversation
+    import orjson
+except ImportError:  # pragma: no cover - the standard library gives the same results
+    orjson = None  # type: ignore[assignment]
+
 __all__ = [
     "ErrorKind",
     "RequestedSampling",
@@ -27,6 +32,7 @@ __all__ = [
     "WireRequest",
     "body_json",
     "error_response",
+    "fast_json_response",
     "function_call",
     "function_tool",
     "new_id",
@@ -341,12 +347,33 @@ def parse_body(raw: bytes, *, allow_empty: bool = False) -> dict[str, Any]:
     if not raw and allow_empty:
         return {}
     try:
-        body = json.loads(raw)
+        body = _loads(raw)
     except ValueError as exc:
         raise WireError("invalid_request", f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise WireError("invalid_request", "request body must be a JSON object")
     return body
+
+
+def _loads(raw: bytes) -> Any:
+    if orjson is not None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass  # what orjson refuses (NaN, lone surrogates, huge ints) json may accept
+    return json.loads(raw)
+
+
+def fast_json_response(data: Any, *, status: int = 200) -> web.Response:
+    """``web.json_response`` with a C encoder (the same JSON value; UTF-8, not escaped)."""
+    if orjson is not None:
+        try:
+            body = orjson.dumps(data)
+        except (TypeError, orjson.JSONEncodeError):
+            pass  # e.g. a lone surrogate in a decoded text: json escapes it
+        else:
+            return web.Response(body=body, status=status, content_type="application/json")
+    return web.json_response(data, status=status)
 
 
 def error_response(adapter: ProtocolAdapter, err: WireError) -> web.Response:

@@ -24,8 +24,6 @@ from rollhub_gateway.protocols.base import (
     WireError,
     WireRequest,
     function_call,
-    function_tool,
-    json_text,
     new_id,
     opt_bool,
     opt_float,
@@ -36,6 +34,7 @@ from rollhub_gateway.protocols.base import (
     sse,
 )
 from rollhub_gateway.protocols.execution import Finished, Started, StreamEvent
+from rollhub_gateway.protocols.openai_chat_input import content_text, parse_messages, parse_tools
 from rollhub_gateway.turns import ChatTurn, OutputDelta
 
 __all__ = ["OpenAIChat", "content_text", "parse_messages", "parse_tools"]
@@ -55,157 +54,20 @@ _ERROR_TYPES = {
 _FINISH = {"abort": "stop", "error": "stop"}
 
 
-def content_text(
-    content: Any, where: str, *, media: tuple[str, ...], hint: str, refusal: bool = False
-) -> str:
-    """Text of an OpenAI content (Chat or Responses): a string or a list of text parts.
-
-    :param media: part types refused with a 400, since the served model reads text only.
-    :param hint: what to send instead, ending that 400's message.
-    :param refusal: read ``refusal`` parts (an assistant refusal sent back as history) as text.
-    """
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise WireError(
-            "invalid_request",
-            f"{where}.content must be a string or a list of parts",
-            param=f"{where}.content",
-        )
-    texts = []
-    for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in ("text", "input_text", "output_text"):
-            texts.append(str(part.get("text", "")))
-        elif refusal and kind == "refusal":
-            texts.append(str(part.get("refusal", "")))
-        elif kind in media:
-            raise WireError(
-                "invalid_request",
-                f"{where}.content[{j}] is {kind!r}: this gateway serves a text-only model; {hint}",
-                param=f"{where}.content",
-            )
-        else:
-            raise WireError(
-                "invalid_request",
-                f"{where}.content[{j}] has unknown type {kind!r}",
-                param=f"{where}.content",
-            )
-    return "".join(texts)
-
-
-def _text_of(content: Any, where: str) -> str | None:
-    """Text of a Chat message content; ``None`` stays ``None``."""
-    if content is None:
-        return None
-    return content_text(
-        content,
-        where,
-        media=("image_url", "input_image", "input_audio", "file"),
-        hint="send text parts",
-        refusal=True,
-    )
-
-
-def parse_messages(messages: Any, field: str = "messages") -> list[dict[str, Any]]:
-    """Validate OpenAI chat messages and return them in neutral form."""
-    if not isinstance(messages, list) or not messages:
-        raise WireError(
-            "invalid_request", f"{field!r} must be a non-empty array of messages", param=field
-        )
-    out: list[dict[str, Any]] = []
-    for i, m in enumerate(messages):
-        where = f"{field}[{i}]"
-        if not isinstance(m, dict):
-            raise WireError("invalid_request", f"{where} must be an object", param=where)
-        role = m.get("role")
-        if role == "developer":
-            role = "system"
-        if role not in ("system", "user", "assistant", "tool"):
-            raise WireError(
-                "invalid_request",
-                f"{where}.role={role!r} must be system, developer, user, assistant or tool",
-                param=f"{where}.role",
-            )
-        msg: dict[str, Any] = {"role": role, "content": _text_of(m.get("content"), where)}
-        if role == "assistant":
-            calls = m.get("tool_calls") or []
-            if not isinstance(calls, list):
-                raise WireError(
-                    "invalid_request",
-                    f"{where}.tool_calls must be an array",
-                    param=f"{where}.tool_calls",
-                )
-            if calls:
-                msg["tool_calls"] = [
-                    _tool_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)
-                ]
-            reasoning = m.get("reasoning_content", m.get("reasoning"))
-            if isinstance(reasoning, str) and reasoning:
-                msg["reasoning_content"] = reasoning
-        elif role == "tool":
-            call_id = m.get("tool_call_id")
-            if not isinstance(call_id, str):
-                raise WireError(
-                    "invalid_request",
-                    f"{where}.tool_call_id is required for role 'tool'",
-                    param=f"{where}.tool_call_id",
-                )
-            msg["tool_call_id"] = call_id
-            msg["content"] = msg["content"] or ""
-        elif msg["content"] is None:
-            raise WireError(
-                "invalid_request",
-                f"{where}.content is required for role {role!r}",
-                param=f"{where}.content",
-            )
-        out.append(msg)
-    return out
-
-
-def _tool_call(call: Any, where: str) -> dict[str, Any]:
-    fn = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-        raise WireError("invalid_request", f"{where}.function.name is required", param=where)
-    return function_call(
-        str(call.get("id") or new_id("call_")),
-        fn["name"],
-        json_text(fn.get("arguments", "{}"), f"{where}.function.arguments"),
-    )
-
-
-def parse_tools(tools: Any, field: str = "tools") -> list[dict[str, Any]] | None:
-    """Validate OpenAI function tools (neutral form is the same)."""
-    if tools is None:
-        return None
-    if not isinstance(tools, list):
-        raise WireError("invalid_request", f"{field!r} must be an array", param=field)
-    out = []
-    for i, t in enumerate(tools):
-        fn = t.get("function") if isinstance(t, dict) else None
-        if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(fn, dict):
-            raise WireError(
-                "invalid_request",
-                f"{field}[{i}] must be {{'type': 'function', 'function': {{...}}}}",
-                param=f"{field}[{i}]",
-            )
-        if not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise WireError(
-                "invalid_request",
-                f"{field}[{i}].function.name is required",
-                param=f"{field}[{i}].function.name",
-            )
-        out.append(function_tool(fn["name"], fn.get("parameters"), fn.get("description")))
-    return out or None
-
-
 class OpenAIChat(ProtocolAdapter):
     """The Chat Completions wire format."""
 
     name = "openai_chat"
 
-    def parse(self, body: Mapping[str, Any]) -> WireRequest:
-        """Validate a request body; every 400 names its field."""
+    #: :meth:`parse` takes the session's previous turn (``known=``)
+    reuses_known = True
+
+    def parse(self, body: Mapping[str, Any], *, known: ChatTurn | None = None) -> WireRequest:
+        """Validate a request body; every 400 names its field.
+
+        :param known: the session's previous call; messages and tools it already holds
+            are reused instead of parsed again.
+        """
         n = opt_int(body, "n")
         if n not in (None, 1):
             raise WireError(
@@ -213,7 +75,9 @@ class OpenAIChat(ProtocolAdapter):
                 f"n={n} is not supported: this gateway returns one choice (n=1); send n separate requests",
                 param="n",
             )
-        messages = parse_messages(require(body, "messages", list))
+        messages = parse_messages(
+            require(body, "messages", list), known=known.messages if known else None
+        )
         max_tokens = opt_int(body, "max_completion_tokens", minimum=1)
         if max_tokens is None:
             max_tokens = opt_int(body, "max_tokens", minimum=1)
@@ -238,7 +102,11 @@ class OpenAIChat(ProtocolAdapter):
                 param="tool_choice",
             )
         return WireRequest(
-            turn=ChatTurn(messages, parse_tools(body.get("tools")), tool_choice),
+            turn=ChatTurn(
+                messages,
+                parse_tools(body.get("tools"), known=known.tools if known else None),
+                tool_choice,
+            ),
             sampling=RequestedSampling(
                 max_tokens=max_tokens,
                 temperature=opt_float(body, "temperature", minimum=0, maximum=2),

@@ -1,0 +1,201 @@
+"""OpenAI Chat Completions messages and tools ⇄ their neutral form.
+
+An agent re-sends its whole conversation on every call. :func:`parse_messages` takes the
+session's previous neutral messages (``known``) and reuses the leading ones the agent sent
+unchanged instead of validating and converting them again, so a turn's parsing cost
+follows what is new in it, not the conversation's length.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rollhub_gateway.protocols.base import (
+    WireError,
+    function_call,
+    function_tool,
+    json_text,
+    new_id,
+)
+
+__all__ = ["content_text", "parse_messages", "parse_tools"]
+
+
+def content_text(
+    content: Any, where: str, *, media: tuple[str, ...], hint: str, refusal: bool = False
+) -> str:
+    """Text of an OpenAI content (Chat or Responses): a string or a list of text parts.
+
+    :param media: part types refused with a 400, since the served model reads text only.
+    :param hint: what to send instead, ending that 400's message.
+    :param refusal: read ``refusal`` parts (an assistant refusal sent back as history) as text.
+    """
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise WireError(
+            "invalid_request",
+            f"{where}.content must be a string or a list of parts",
+            param=f"{where}.content",
+        )
+    texts = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("text", "input_text", "output_text"):
+            texts.append(str(part.get("text", "")))
+        elif refusal and kind == "refusal":
+            texts.append(str(part.get("refusal", "")))
+        elif kind in media:
+            raise WireError(
+                "invalid_request",
+                f"{where}.content[{j}] is {kind!r}: this gateway serves a text-only model; {hint}",
+                param=f"{where}.content",
+            )
+        else:
+            raise WireError(
+                "invalid_request",
+                f"{where}.content[{j}] has unknown type {kind!r}",
+                param=f"{where}.content",
+            )
+    return "".join(texts)
+
+
+def _text_of(content: Any, where: str) -> str | None:
+    """Text of a Chat message content; ``None`` stays ``None``."""
+    if content is None:
+        return None
+    return content_text(
+        content,
+        where,
+        media=("image_url", "input_image", "input_audio", "file"),
+        hint="send text parts",
+        refusal=True,
+    )
+
+
+def parse_messages(
+    messages: Any, field: str = "messages", known: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Validate OpenAI chat messages and return them in neutral form.
+
+    :param known: the neutral messages of the session's previous call. The leading
+        messages sent exactly as they read there (an agent re-sends its conversation every
+        turn) are taken from it as they are, not parsed again: a message already in
+        neutral form parses to itself.
+    """
+    if not isinstance(messages, list) or not messages:
+        raise WireError(
+            "invalid_request", f"{field!r} must be a non-empty array of messages", param=field
+        )
+    start = 0
+    if known:
+        n = min(len(known), len(messages))
+        while start < n and _unchanged(messages[start], known[start]):
+            start += 1
+    out: list[dict[str, Any]] = known[:start] if known else []
+    for i in range(start, len(messages)):
+        m = messages[i]
+        where = f"{field}[{i}]"
+        if not isinstance(m, dict):
+            raise WireError("invalid_request", f"{where} must be an object", param=where)
+        sent_role = m.get("role")
+        role = _ROLES.get(sent_role) if isinstance(sent_role, str) else None  # one string each
+        if role is None:
+            raise WireError(
+                "invalid_request",
+                f"{where}.role={sent_role!r} must be system, developer, user, assistant or tool",
+                param=f"{where}.role",
+            )
+        msg: dict[str, Any] = {"role": role, "content": _text_of(m.get("content"), where)}
+        if role == "assistant":
+            calls = m.get("tool_calls") or []
+            if not isinstance(calls, list):
+                raise WireError(
+                    "invalid_request",
+                    f"{where}.tool_calls must be an array",
+                    param=f"{where}.tool_calls",
+                )
+            if calls:
+                msg["tool_calls"] = [
+                    _tool_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)
+                ]
+            reasoning = m.get("reasoning_content", m.get("reasoning"))
+            if isinstance(reasoning, str) and reasoning:
+                msg["reasoning_content"] = reasoning
+        elif role == "tool":
+            call_id = m.get("tool_call_id")
+            if not isinstance(call_id, str):
+                raise WireError(
+                    "invalid_request",
+                    f"{where}.tool_call_id is required for role 'tool'",
+                    param=f"{where}.tool_call_id",
+                )
+            msg["tool_call_id"] = call_id
+            msg["content"] = msg["content"] or ""
+        elif msg["content"] is None:
+            raise WireError(
+                "invalid_request",
+                f"{where}.content is required for role {role!r}",
+                param=f"{where}.content",
+            )
+        out.append(msg)
+    return out
+
+
+def _unchanged(raw: Any, known: dict[str, Any]) -> bool:
+    """Whether ``raw`` is ``known`` as sent (an assistant message may drop its null content)."""
+    if raw == known:
+        return True
+    return (
+        type(raw) is dict
+        and "content" not in raw
+        and known.get("content", "") is None
+        and {**raw, "content": None} == known
+    )
+
+
+#: the roles as constants: a session keeps its messages, and each kept its own role string
+_ROLES = {r: r for r in ("system", "user", "assistant", "tool")} | {"developer": "system"}
+
+
+def _tool_call(call: Any, where: str) -> dict[str, Any]:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise WireError("invalid_request", f"{where}.function.name is required", param=where)
+    return function_call(
+        str(call.get("id") or new_id("call_")),
+        fn["name"],
+        json_text(fn.get("arguments", "{}"), f"{where}.function.arguments"),
+    )
+
+
+def parse_tools(
+    tools: Any, field: str = "tools", known: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]] | None:
+    """Validate OpenAI function tools (neutral form is the same).
+
+    :param known: the session's previous neutral tools, reused when sent unchanged.
+    """
+    if tools is None:
+        return None
+    if known is not None and tools == known:
+        return known
+    if not isinstance(tools, list):
+        raise WireError("invalid_request", f"{field!r} must be an array", param=field)
+    out = []
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(fn, dict):
+            raise WireError(
+                "invalid_request",
+                f"{field}[{i}] must be {{'type': 'function', 'function': {{...}}}}",
+                param=f"{field}[{i}]",
+            )
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise WireError(
+                "invalid_request",
+                f"{field}[{i}].function.name is required",
+                param=f"{field}[{i}].function.name",
+            )
+        out.append(function_tool(fn["name"], fn.get("parameters"), fn.get("description")))
+    return out or None
