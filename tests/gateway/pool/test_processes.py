@@ -106,6 +106,10 @@ async def test_three_replicas_place_serve_journal_version_and_close(model_dir, t
         assert rows[0] == {"s0": ("done", 2), "s6": ("done", 1), "s7": ("done", 1)}  # s3 dropped
         assert rows[1] == {"s1": ("done", 4), "s4": ("done", 4)}
         assert rows[2] == {"s2": ("done", 5), "s5": ("done", 5)}
+
+        # Opens racing each other are counted as they are placed: still an even spread.
+        await asyncio.gather(*(source.open_session(f"c{i}") for i in range(9)))
+        assert [len(r.live) for r in pool.replicas] == [3, 3, 3]
     finally:
         await source.close()
     assert await wait_gone(pids, timeout=5) == []
