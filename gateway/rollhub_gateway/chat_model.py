@@ -36,10 +36,12 @@ from rollhub_gateway.turns import ChatTurn, ParsedOutput, PreparedTurn, Streamin
 
 log = logging.getLogger(__name__)
 
-__all__ = ["VERIFY_EVERY", "HFChatModel", "HFConversation", "build_chat_model"]
+__all__ = ["VERIFY_EVERY", "VERIFY_MAX", "HFChatModel", "HFConversation", "build_chat_model"]
 
-#: every this many continued turns a session checks a window render against a whole one
+#: after this many continued turns a session checks a window render against a whole one
 VERIFY_EVERY = 16
+#: the longest interval between two such checks (intervals double from VERIFY_EVERY)
+VERIFY_MAX = 512
 
 
 def build_chat_model(
@@ -111,7 +113,8 @@ class HFChatModel:
         self.context_window = context_window
         self.family = renderer.family.name
         self.journal = journal
-        #: continued turns between checks of a window render against a whole render
+        #: continued turns before a session's first check of a window render against a
+        #: whole render (then twice as many each time; 1: check every turn)
         self.verify_every = VERIFY_EVERY
 
     def supports_tools(self) -> bool:
@@ -194,6 +197,7 @@ class HFConversation:
         self.tree = TrajectoryTree(session_id, model.model_id)
         self._next_turn = 0
         self._since_verify = 0
+        self._verify_interval: int | None = None
         self._opens_reasoning = False
         self._tools: tuple[list[dict[str, Any]] | None, str] = (None, canonical_tools(None))
         self.finished = False
@@ -308,10 +312,15 @@ class HFConversation:
         self, parent: TurnNode, new: list[dict[str, Any]], tools: list[dict[str, Any]] | None
     ) -> Continuation | None:
         """Continuity from ``parent``: over a window when the template renders locally,
-        checked against a whole render every ``verify_every`` turns."""
+        checked against a whole render after ``verify_every`` continued turns, then after
+        twice as many each time (up to :data:`VERIFY_MAX`; ``verify_every=1`` checks every
+        turn). A check renders the whole conversation, so checks spaced as the session
+        grows keep their cost per turn flat instead of growing with the session."""
         r = self.model.renderer
         self._since_verify += 1
-        windowed = r.windowed and self._since_verify < self.model.verify_every
+        if self._verify_interval is None or self.model.verify_every <= 1:
+            self._verify_interval = self.model.verify_every
+        windowed = r.windowed and self._since_verify < self._verify_interval
         texts = r.texts(parent.messages, new, tools, windowed=windowed)
         self._opens_reasoning = self._ends_in_reasoning(texts.full)
         prev_len, prev_digest = parent.prompt_text_len, parent.prompt_text_digest
@@ -326,6 +335,7 @@ class HFConversation:
         )
         if r.windowed and not windowed:
             self._since_verify = 0
+            self._verify_interval = min(2 * self._verify_interval, VERIFY_MAX)
             win = r.continuation(
                 r.texts(parent.messages, new, tools, windowed=True), output_ids=parent.output_ids
             )

@@ -186,3 +186,35 @@ def test_prefix_cache_is_bounded(tokenizer: Any, tools_template: str, helpers: A
         text = r.render_text(msgs, None, generation=True)
         assert r.encode_prompt(text, msgs, None, "[]") == r.encode(text)
     assert len(r._prefix_ids) <= PREFIX_CACHE and len(r._prefix_texts) <= PREFIX_CACHE
+
+
+@pytest.mark.parametrize(("every", "checked"), [(2, [2, 6, 14]), (1, list(range(1, 21)))])
+def test_whole_render_checks_are_spaced_as_the_session_grows(
+    chat_model: Any, ids: Any, every: int, checked: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rollhub.sampling import Generation
+    from rollhub_gateway.engines.scripted import scripted_logprob
+    from rollhub_gateway.turns import ChatTurn
+
+    r = chat_model.renderer
+    assert r.windowed
+    chat_model.verify_every = every
+    whole: list[int] = []
+    real = type(r).texts
+
+    def spy(self: Any, *args: Any, windowed: bool) -> Any:
+        if not windowed:
+            whole.append(turn)
+        return real(self, *args, windowed=windowed)
+
+    monkeypatch.setattr(type(r), "texts", spy)
+    conv = chat_model.new_conversation("spaced")
+    msgs: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "q0"}]
+    for turn in range(21):
+        prep = conv.prepare(ChatTurn(list(msgs)))
+        out = ids(f"a{turn}")
+        gen = Generation(out, [scripted_logprob(i, t) for i, t in enumerate(out)], "stop")
+        assert conv.commit(prep, gen, chat_model.parse(out)) == "append"
+        msgs += [{"role": "assistant", "content": f"a{turn}"}, {"role": "user", "content": "q"}]
+    assert whole == checked
+    assert len(conv.traces()) == 1
