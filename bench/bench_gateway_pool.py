@@ -3,16 +3,17 @@
 Reproduce::
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_gateway_pool.py --replicas 1 2 4 \\
-        --sessions 64 --turns 16 --drivers 1
+        --sessions 128 --turns 32 --drivers 2 --rounds 3
 
 For each pool size, this process starts a ``gateway`` token source with ``pool = {replicas
 = N, placement = "processes"}`` (the real SmolLM2 tokenizer, the Qwen2.5 tools template and
 a 0 ms engine that answers every prompt with the same 24 ids, built in each replica by this
 file's :func:`engine`), opens ``--sessions`` sessions through it (least-loaded placement)
-and hands them to ``--drivers`` driver processes. Each driver runs its share of the agents
-at once over raw HTTP (aiohttp, the JSON an SDK sends, a growing conversation). Reported:
-turns/s over the wall time of all drivers, turn latency, and the CPU seconds the replicas
-and the drivers used (``/proc/<pid>/stat``), per turn.
+and hands them to ``--drivers`` driver processes, ``--rounds`` times per pool. Each driver
+runs its share of the agents at once over raw HTTP (aiohttp, the JSON an SDK sends, a
+growing conversation). Reported: turns/s over the wall time of all drivers, turn latency,
+and the CPU seconds the replicas and the drivers used (``/proc/<pid>/stat``), per turn,
+next to how busy the whole machine was (``/proc/stat``).
 """
 
 from __future__ import annotations
@@ -115,7 +116,8 @@ def drive(sessions: list[tuple[str, str]], turns: int, go: Any, out: Any) -> Non
     out.put((os.getpid(), *asyncio.run(main())))
 
 
-async def run_pool(args: argparse.Namespace, replicas: int) -> dict[str, Any]:
+async def run_pool(args: argparse.Namespace, replicas: int) -> list[dict[str, Any]]:
+    """Start a pool of ``replicas``, run ``--rounds`` rounds of fresh sessions on it."""
     import importlib.util
 
     from rollhub_gateway.token_source import GatewayTokenSource
@@ -143,40 +145,46 @@ async def run_pool(args: argparse.Namespace, replicas: int) -> dict[str, Any]:
     await source.start()
     started = time.perf_counter() - t0
     try:
-        assert source.pool is not None
-        pids = [r.pid for r in source.pool.replicas]
-        caps = [await source.open_session(f"b{replicas}-{i}") for i in range(args.sessions)]
-        shares = [
-            [(c.base_url, c.api_key) for c in caps[d :: args.drivers]] for d in range(args.drivers)
-        ]
-        ctx = mp.get_context("spawn")
-        go, out = ctx.Event(), ctx.Queue()
-        procs = [ctx.Process(target=drive, args=(s, args.turns, go, out)) for s in shares]
-        for p in procs:
-            p.start()
-        await asyncio.sleep(3)  # the drivers import aiohttp and wait at the start line
-        gw0, m0 = sum(cpu_s(p) for p in pids), machine_busy_s()
-        go.set()
-        results = [await asyncio.to_thread(out.get, True, 900) for _ in procs]
-        gw1, m1 = sum(cpu_s(p) for p in pids), machine_busy_s()
-        for p in procs:
-            p.join(30)
-        driver_cpu = sum(r[6] for r in results)
-        turns = sum(r[1] for r in results)
-        errors = sum(r[2] for r in results)
-        lat = [x for r in results for x in r[3]]
-        wall = max(r[5] for r in results) - min(r[4] for r in results)
-        per_replica = [len(r.live) for r in source.pool.replicas]
-        for c in caps:
-            await source.close_session(c.session_id, drop=True)
+        rounds = []
+        for n in range(args.rounds):
+            row = await run_round(args, source, f"b{replicas}-{n}")
+            rounds.append({"replicas": replicas, "round": n + 1, "start_s": started, **row})
     finally:
         await source.close()
+    return rounds
+
+
+async def run_round(args: argparse.Namespace, source: Any, prefix: str) -> dict[str, Any]:
+    """One round: open ``--sessions`` sessions, drive them from driver processes, close."""
+    pool = source.pool
+    pids = [r.pid for r in pool.replicas]
+    caps = [await source.open_session(f"{prefix}-{i}") for i in range(args.sessions)]
+    shares = [
+        [(c.base_url, c.api_key) for c in caps[d :: args.drivers]] for d in range(args.drivers)
+    ]
+    ctx = mp.get_context("spawn")
+    go, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=drive, args=(s, args.turns, go, out)) for s in shares]
+    for p in procs:
+        p.start()
+    await asyncio.sleep(3)  # the drivers import aiohttp and wait at the start line
+    gw0, m0 = sum(cpu_s(p) for p in pids), machine_busy_s()
+    go.set()
+    results = [await asyncio.to_thread(out.get, True, 900) for _ in procs]
+    gw1, m1 = sum(cpu_s(p) for p in pids), machine_busy_s()
+    for p in procs:
+        p.join(30)
+    driver_cpu = sum(r[6] for r in results)
+    turns = sum(r[1] for r in results)
+    lat = [x for r in results for x in r[3]]
+    wall = max(r[5] for r in results) - min(r[4] for r in results)
+    per_replica = [len(r.live) for r in pool.replicas]
+    for c in caps:
+        await source.close_session(c.session_id, drop=True)
     return {
-        "replicas": replicas,
-        "start_s": started,
         "sessions_per_replica": per_replica,
         "turns": turns,
-        "errors": errors,
+        "errors": sum(r[2] for r in results),
         "wall_s": wall,
         "turns_per_s": turns / wall,
         "p50_ms": statistics.median(lat) * 1e3,
@@ -196,6 +204,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=64)
     parser.add_argument("--turns", type=int, default=16)
     parser.add_argument("--drivers", type=int, default=1, help="driver processes")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per pool size")
     args = parser.parse_args()
     print(f"cores: {os.cpu_count()}, load average: {os.getloadavg()[0]:.1f}")
     print(
@@ -203,21 +212,32 @@ def main() -> None:
         f"process(es), raw HTTP, engine 0 ms\n"
     )
     print(
-        "| replicas | sessions per replica | turns | errors | wall s | turns/s | p50 ms | p99 ms "
+        "| replicas | round | sessions per replica | turns | errors | wall s | turns/s | p50 ms | p99 ms "
         "| gateway CPU ms/turn | gateway cores busy | driver CPU ms/turn | driver cores busy "
         "| machine cores busy | pool start s |"
     )
-    print("| --- " * 14 + "|")
+    print("| --- " * 15 + "|")
+    summary = []
     for n in args.replicas:
-        r = asyncio.run(run_pool(args, n))
-        print(
-            f"| {n} | {'/'.join(map(str, r['sessions_per_replica']))} | {r['turns']} | "
-            f"{r['errors']} | {r['wall_s']:.1f} | {r['turns_per_s']:.0f} | {r['p50_ms']:.0f} | "
-            f"{r['p99_ms']:.0f} | {r['gateway_cpu_ms_per_turn']:.2f} | "
-            f"{r['gateway_cpu_util']:.2f} | {r['driver_cpu_ms_per_turn']:.2f} | "
-            f"{r['driver_cpu_util']:.2f} | {r['machine_util']:.2f} | {r['start_s']:.1f} |",
-            flush=True,
-        )
+        rows = asyncio.run(run_pool(args, n))
+        for r in rows:
+            print(
+                f"| {n} | {r['round']} | {'/'.join(map(str, r['sessions_per_replica']))} | "
+                f"{r['turns']} | {r['errors']} | {r['wall_s']:.1f} | {r['turns_per_s']:.0f} | "
+                f"{r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['gateway_cpu_ms_per_turn']:.2f} | "
+                f"{r['gateway_cpu_util']:.2f} | {r['driver_cpu_ms_per_turn']:.2f} | "
+                f"{r['driver_cpu_util']:.2f} | {r['machine_util']:.2f} | {r['start_s']:.1f} |",
+                flush=True,
+            )
+        rates = [r["turns_per_s"] for r in rows]
+        busy = max(r["gateway_cpu_util"] for r in rows)
+        summary.append((n, statistics.median(rates), max(rates), busy))
+    print(
+        "\n| replicas | turns/s, median of rounds | turns/s, best round | gateway cores busy, most |"
+    )
+    print("| --- | --- | --- | --- |")
+    for n, med, best, busy in summary:
+        print(f"| {n} | {med:.0f} | {best:.0f} | {busy:.2f} |")
 
 
 if __name__ == "__main__":
