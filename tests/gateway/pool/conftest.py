@@ -99,3 +99,12 @@ async def wait_gone(pids: list[int], timeout: float = 15.0) -> list[int]:
     while any(alive(p) for p in pids) and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.1)
     return [p for p in pids if alive(p)]
+
+
+async def wait_dead(replica: Any, timeout: float = 20.0) -> str:
+    """The replica's death cause, once the pool noticed it (a loaded machine can be slow)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while replica.dead is None and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+    assert replica.dead is not None, f"{replica.name} was not noticed dead in {timeout}s"
+    return replica.dead

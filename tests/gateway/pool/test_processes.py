@@ -22,7 +22,14 @@ from rollhub.registry import ComponentContext
 from rollhub_gateway.pool import ReplicaDied
 from rollhub_gateway.token_source import GatewayTokenSource
 
-from tests.gateway.pool.conftest import alive, assert_exact, converse, pool_options, wait_gone
+from tests.gateway.pool.conftest import (
+    alive,
+    assert_exact,
+    converse,
+    pool_options,
+    wait_dead,
+    wait_gone,
+)
 
 
 def build_source(options: dict) -> GatewayTokenSource:
@@ -147,6 +154,7 @@ async def test_a_killed_replica_fails_only_its_sessions(model_dir, tokenizer):
         await asyncio.sleep(0.6)  # every agent has a turn in flight (0.4 s each)
         os.kill(victim.pid, signal.SIGKILL)
         results = await asyncio.gather(*agents, return_exceptions=True)
+        assert (await wait_dead(victim)).startswith("exited with signal SIGKILL")
 
         # The killed replica's agents lost their connection; the others finished exactly.
         assert isinstance(results[1], openai.APIError) and isinstance(results[3], openai.APIError)

@@ -10,7 +10,14 @@ import pytest
 from rollhub_gateway.pool import ReplicaDied
 from rollhub_gateway.token_source import GatewayTokenSource
 
-from tests.gateway.pool.conftest import alive, assert_exact, converse, pool_options, wait_gone
+from tests.gateway.pool.conftest import (
+    alive,
+    assert_exact,
+    converse,
+    pool_options,
+    wait_dead,
+    wait_gone,
+)
 
 ray = pytest.importorskip("ray", reason="Ray is an optional dependency (rollhub[ray])")
 
@@ -86,6 +93,7 @@ async def test_replicas_on_distinct_nodes_serve_exactly_and_die_alone(
         await asyncio.sleep(0.15)
         ray.kill(victim.handle)
         results = await asyncio.gather(*agents, return_exceptions=True)
+        assert "the Ray actor died" in await wait_dead(victim)
         assert isinstance(results[0], Exception) and isinstance(results[2], Exception)
         assert results[1] == results[3] == "ok"
         for sid in ("q0", "q2"):
