@@ -114,3 +114,17 @@ def test_least_loaded_counts_live_sessions_then_sessions_given_then_index():
     a.dead = b.dead = "stopped by the pool"
     with pytest.raises(GatewayError, match="replica 2: exited with signal SIGKILL"):
         least_loaded([a, b, c])
+
+
+def test_replica_died_is_a_picklable_token_retrieval_error_with_its_context():
+    import pickle
+
+    from rollhub.errors import TokenRetrievalError
+    from rollhub_gateway.pool import ReplicaDied
+
+    err = ReplicaDied("gateway replica 1 died", replica=1, cause="exited", session_id="s")
+    back = pickle.loads(pickle.dumps(err))
+    assert isinstance(back, TokenRetrievalError) and type(back) is ReplicaDied
+    assert (back.replica, back.cause, back.session_id, str(back)) == (
+        1, "exited", "s", "gateway replica 1 died",
+    )  # fmt: skip
