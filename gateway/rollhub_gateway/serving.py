@@ -258,13 +258,13 @@ class ThreadedGateway:
 
 
 def settle_heap() -> None:
-    """Exempt everything loaded so far (tokenizer, template, libraries: ~200k objects) from
-    the cyclic garbage collector's full passes.
+    """Exempt everything loaded so far (tokenizer, template, libraries: ~240k objects) from
+    the cyclic garbage collector's passes.
 
-    Each full pass walks every tracked object; with the start-up heap in it, one pass took
-    ~50 ms and came every ~100 turns, half the gateway's CPU per turn. Call it once the
-    model is loaded, in a process that serves the gateway (``serve_forever`` does);
-    objects created later are collected as usual.
+    A full pass walks every tracked object: with the start-up heap in it, one took ~50 ms
+    on the 2-core machine, a stall of every session, and sessions that accumulate turns
+    keep triggering them. Call it once the model is loaded, in a process that serves the
+    gateway (``serve_forever`` does); objects created later are collected as usual.
     """
     gc.collect()
     gc.freeze()

@@ -218,3 +218,15 @@ def test_whole_render_checks_are_spaced_as_the_session_grows(
         msgs += [{"role": "assistant", "content": f"a{turn}"}, {"role": "user", "content": "q"}]
     assert whole == checked
     assert len(conv.traces()) == 1
+
+
+def test_settle_heap_freezes_what_is_loaded() -> None:
+    import gc
+
+    from rollhub_gateway.serving import settle_heap
+
+    try:
+        settle_heap()
+        assert gc.get_freeze_count() > 1000
+    finally:
+        gc.unfreeze()
