@@ -54,7 +54,7 @@ class ReplicaServer:
 
     async def start(self) -> str:
         """Build the engine and gateway, serve them; returns the root URL."""
-        from rollhub_gateway.serving import AppServer, build_gateway
+        from rollhub_gateway.serving import AppServer, build_gateway, settle_heap
 
         backend = None
         if self.engine_factory:
@@ -65,6 +65,7 @@ class ReplicaServer:
         self._server = AppServer(app, self.config.host, self.config.port)
         url = await self._server.start()
         self.gateway.url = url
+        settle_heap()  # a replica's process serves this gateway only, like `gateway serve`
         log.info("gateway replica %d serving at %s (pid %d)", self.index, url, os.getpid())
         return url
 
