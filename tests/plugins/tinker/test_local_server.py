@@ -21,7 +21,7 @@ import pytest
 import tinker
 from rollhub.errors import ConfigError, UsageError
 from rollhub_tinker import local_server as local_server_module
-from rollhub_tinker import local_server_cli
+from rollhub_tinker import local_server_cli, local_server_env
 from rollhub_tinker.local_server import LocalTinkerServer, SetupInfo, default_env_dir
 from tinker import types
 
@@ -80,7 +80,7 @@ def test_an_empty_directory_is_not_set_up(tmp_path: Path) -> None:
 def test_a_missing_python_is_a_config_error(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(local_server_module, "SERVER_PYTHON", (3, 99))
+    monkeypatch.setattr(local_server_env, "SERVER_PYTHON", (3, 99))
     with pytest.raises(ConfigError, match=r"Python 3\.11") as info:
         LocalTinkerServer(tmp_path).setup()
     assert info.value.field == "python"
