@@ -262,6 +262,13 @@ class AsyncHub:
         except Exception as exc:  # the episode is complete; a leaked session is only logged
             log.warning("closing capture session %s failed: %s", episode.session_id, exc)
             episode.metrics["close_session_error"] = f"{type(exc).__name__}: {exc}"
+            if episode.status != "ok" and isinstance(exc, TokenRetrievalError):
+                # The capture side failed under the agent (e.g. its gateway replica died):
+                # that is the cause; the agent's own error (often a bare connection error)
+                # is kept beside it.
+                if episode.error is not None:
+                    episode.metrics["agent_error"] = episode.error.message
+                episode.error = ErrorInfo.from_exception(exc)
 
     async def _retrieve(self, episode: Episode) -> None:
         try:

@@ -1,5 +1,5 @@
-"""The pool behind a real hub: episodes on a SIGKILLed replica fail with a cause naming it
-(the agent's own error and the capture's close error); the other replica's episodes
+"""The pool behind a real hub: episodes on a SIGKILLed replica fail with the replica's
+death as their error (the agent's own error kept beside it); the other replica's episodes
 complete with exact traces."""
 
 from __future__ import annotations
@@ -57,13 +57,15 @@ async def test_a_replica_killed_under_a_hub_fails_only_its_episodes(tmp_path, mo
     for ep in episodes:
         if ep.session_id in doomed:
             assert ep.status == "agent_error" and not ep.trainable
-            # the SDK retried the cut call and reached the pool's answer for the dead replica
-            assert ep.error.type == "APIStatusError" and "410" in ep.error.message, ep.error
+            # the episode's error is the capture side's: the replica and how it died
+            assert ep.error.type == "ReplicaDied", ep.error
             assert f"gateway replica 1 (process pid {victim.pid}) died" in ep.error.message
-            assert "signal SIGKILL" in ep.error.message
-            cause = ep.metrics["close_session_error"]
-            assert f"gateway replica 1 (process pid {victim.pid}) died" in cause
-            assert "signal SIGKILL" in cause and ep.session_id in cause
+            assert "signal SIGKILL" in ep.error.message and ep.session_id in ep.error.message
+            assert ep.metrics["close_session_error"].startswith("ReplicaDied: ")
+            # the agent's own error is kept: its SDK retried the cut call and reached the
+            # pool's answer for the dead replica
+            agent_error = ep.metrics["agent_error"]
+            assert "410" in agent_error and "gateway replica 1" in agent_error, agent_error
         else:
             assert ep.status == "ok", ep.error
             assert ep.result["replies"] == [f"p0 {ep.session_id} turn {t}" for t in range(3)]
