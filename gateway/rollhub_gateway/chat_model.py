@@ -24,6 +24,7 @@ from rollhub_gateway.families.locality import probe_locality
 from rollhub_gateway.journal import SessionJournal
 from rollhub_gateway.journal_entries import journal_entry, rebuild
 from rollhub_gateway.render import Continuation, TemplateRenderer, canonical_tools, text_digest
+from rollhub_gateway.template_env import freeze_tools
 from rollhub_gateway.token_codec import BatchDecoder
 from rollhub_gateway.trajectory import (
     TrajectoryTree,
@@ -199,7 +200,12 @@ class HFConversation:
         self._since_verify = 0
         self._verify_interval: int | None = None
         self._opens_reasoning = False
-        self._tools: tuple[list[dict[str, Any]] | None, str] = (None, canonical_tools(None))
+        # the last tools: as sent, their key, and the frozen copy templates render
+        self._tools: tuple[list[dict[str, Any]] | None, str, list[Any] | None] = (
+            None,
+            canonical_tools(None),
+            None,
+        )
         self.finished = False
 
     # prepare ---------------------------------------------------------------------------------
@@ -222,6 +228,7 @@ class HFConversation:
         if not turn.messages:
             raise GatewayError("a chat turn needs at least one message", field="messages")
         tools_key = self._tools_key(turn.tools)
+        tools = self._tools[2]
         parent, digest = self._match(turn.messages, tools_key)
         known = len(parent.messages) if parent else 0
         sent_new = turn.messages[known:]
@@ -229,7 +236,7 @@ class HFConversation:
         converted = r.template_messages(sent_new)
         new = [m if t == m else t for t, m in zip(converted, sent_new, strict=True)]
         history = (parent.messages if parent else []) + new
-        base, extra, drift, masked, prompt_text = self._continue(parent, new, turn.tools)
+        base, extra, drift, masked, prompt_text = self._continue(parent, new, tools)
         # the engine gets a list of its own (the turn keeps ``extra``)
         prompt = self.tree.ids_through(base).tolist() + extra if base else list(extra)
         index = self._next_turn
@@ -254,7 +261,7 @@ class HFConversation:
         if tools == self._tools[0]:
             return self._tools[1]
         key = canonical_tools(tools)
-        self._tools = (tools, key)
+        self._tools = (tools, key, freeze_tools(tools))
         return key
 
     def _match(self, messages: list[dict[str, Any]], tools_key: str) -> tuple[TurnNode | None, str]:

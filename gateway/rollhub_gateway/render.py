@@ -29,6 +29,7 @@ from typing import Any
 from rollhub.errors import GatewayError
 
 from rollhub_gateway.families.base import Family
+from rollhub_gateway.template_env import compile_template
 from rollhub_gateway.token_codec import TokenCodec
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ class TemplateRenderer:
         self.added_texts: tuple[str, ...] = tuple(str(t) for t in added.values())
         #: extra template variables (e.g. ``enable_thinking``)
         self.template_kwargs = {**family.template_kwargs, **(template_kwargs or {})}
-        self._compiled = _compile(self.chat_template)
+        self._compiled = compile_template(self.chat_template)
         #: render continuations over a window (set when probe_locality clears the template)
         self.windowed = False
         self._template_vars = {
@@ -338,15 +339,6 @@ def window(
     users = [i for i in range(n_sys, start) if history[i].get("role") == "user"]
     anchor = [history[users[-1]]] if users else []
     return history[:n_sys] + anchor + history[start:], new
-
-
-def _compile(template: str) -> Any:
-    """The template compiled the way transformers compiles it (its filters, its sandbox)."""
-    try:
-        from transformers.utils.chat_template_utils import _compile_jinja_template
-    except ImportError:  # pragma: no cover - older or newer transformers: use the public API
-        return None
-    return _compile_jinja_template(template)
 
 
 def canonical_tools(tools: list[dict[str, Any]] | None) -> str:
