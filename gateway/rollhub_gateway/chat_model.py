@@ -23,13 +23,20 @@ from rollhub_gateway.families import Family, detect_family, get_family
 from rollhub_gateway.families.locality import probe_locality
 from rollhub_gateway.journal import SessionJournal
 from rollhub_gateway.journal_entries import journal_entry, rebuild
-from rollhub_gateway.render import Continuation, TemplateRenderer, canonical_tools, text_digest
-from rollhub_gateway.template_env import freeze_tools
+from rollhub_gateway.render import (
+    Continuation,
+    TemplateRenderer,
+    TurnTexts,
+    canonical_tools,
+    text_digest,
+    window,
+)
 from rollhub_gateway.token_codec import BatchDecoder
 from rollhub_gateway.trajectory import (
     TrajectoryTree,
     TurnNode,
     message_key,
+    next_digest,
     prefix_digests,
 )
 from rollhub_gateway.trajectory import count_window_mismatch as _count_window_mismatch
@@ -37,12 +44,21 @@ from rollhub_gateway.turns import ChatTurn, ParsedOutput, PreparedTurn, Streamin
 
 log = logging.getLogger(__name__)
 
-__all__ = ["VERIFY_EVERY", "VERIFY_MAX", "HFChatModel", "HFConversation", "build_chat_model"]
+__all__ = [
+    "FORM_CACHE",
+    "VERIFY_EVERY",
+    "VERIFY_MAX",
+    "HFChatModel",
+    "HFConversation",
+    "build_chat_model",
+]
 
 #: after this many continued turns a session checks a window render against a whole one
 VERIFY_EVERY = 16
 #: the longest interval between two such checks (intervals double from VERIFY_EVERY)
 VERIFY_MAX = 512
+#: template forms a session keeps (of the messages it rendered last)
+FORM_CACHE = 16
 
 
 def build_chat_model(
@@ -180,7 +196,7 @@ class _Pending:
     parent: TurnNode | None
     base: TurnNode | None
     extra_ids: list[int]
-    history: list[dict[str, Any]]  # template-form messages of the prompt
+    history: list[dict[str, Any]]  # the prompt's messages (neutral form, our answers ours)
     history_digest: str
     prompt_text: str | None
     tools_key: str
@@ -206,12 +222,17 @@ class HFConversation:
             canonical_tools(None),
             None,
         )
+        # id(neutral message) -> (that message, its template form), least recent first
+        self._form_cache: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         self.finished = False
 
     # prepare ---------------------------------------------------------------------------------
 
     def prepare(self, turn: ChatTurn) -> PreparedTurn:
         """Render a turn's prompt ids, reusing previous ids when the history extends them.
+
+        When ``turn.messages`` re-sends our previous answer exactly as we wrote it, that
+        element of the list is replaced by the equal message the session already holds.
 
         :raises GatewayError: tools given to a template family that cannot render them
             (before anything is sampled), naming the config override.
@@ -231,10 +252,7 @@ class HFConversation:
         tools = self._tools[2]
         parent, digest = self._match(turn.messages, tools_key)
         known = len(parent.messages) if parent else 0
-        sent_new = turn.messages[known:]
-        # a message whose template form reads the same is kept once (sessions hold both)
-        converted = r.template_messages(sent_new)
-        new = [m if t == m else t for t, m in zip(converted, sent_new, strict=True)]
+        new = turn.messages[known:]
         history = (parent.messages if parent else []) + new
         base, extra, drift, masked, prompt_text = self._continue(parent, new, tools)
         # the engine gets a list of its own (the turn keeps ``extra``)
@@ -260,8 +278,8 @@ class HFConversation:
         turn node holds it)."""
         if tools == self._tools[0]:
             return self._tools[1]
-        key = canonical_tools(tools)
-        self._tools = (tools, key, freeze_tools(tools))
+        key, frozen = self.model.renderer.shared_tools.get(tools, canonical_tools(tools))
+        self._tools = (tools, key, frozen)
         return key
 
     def _match(self, messages: list[dict[str, Any]], tools_key: str) -> tuple[TurnNode | None, str]:
@@ -277,8 +295,14 @@ class HFConversation:
                 continue
             n = len(tip.sent)
             if len(messages) > n + 1 and messages[:n] == tip.sent:
-                if message_key(messages[n]) == tip.answer_key:
-                    return tip, prefix_digests(messages[n + 1 :], tip.history_digest)[-1]
+                ours = tip.messages[-1]
+                if messages[n] is ours or messages[n] == ours:
+                    # the agent re-sent our answer as we wrote it: the session keeps one
+                    # copy of it (the parsed list is the gateway's own)
+                    messages[n] = ours
+                elif message_key(messages[n]) != tip.answer_key:
+                    continue
+                return tip, prefix_digests(messages[n + 1 :], tip.history_digest)[-1]
         digests = prefix_digests(messages)
         return self.tree.find_parent(digests, tools_key), digests[-1]
 
@@ -288,16 +312,17 @@ class HFConversation:
         """``(base, extra ids, drift, masked tokens, whole prompt text if rendered)``."""
         r = self.model.renderer
         if parent is None:
-            full_text = self._whole(new, tools)
+            forms = self._forms(new)
+            full_text = self._whole(forms, tools)
             drift: DriftKind = "fork" if self.tree.nodes else "append"
-            ids = r.encode_prompt(full_text, new, tools, self._tools[1])
+            ids = r.encode_prompt(full_text, forms, tools, self._tools[1])
             return None, ids, drift, 0, full_text
         is_tip = parent.branch is not None and parent.branch.tip is parent
         kind: DriftKind = "append" if is_tip else "fork"
         cont = self._continuation(parent, new, tools)
         if cont is not None:
             return parent, r.encode(cont.extra_text), kind, 0, cont.full_text
-        full_text = self._whole(parent.messages + new, tools)
+        full_text = self._whole(self._forms(parent.messages + new), tools)
         ids = r.encode(full_text)
         prev = self.tree.ids_through(parent).tolist()
         if ids[: len(prev)] == prev:  # a whole render that happens to extend the ids
@@ -306,10 +331,49 @@ class HFConversation:
         log.debug("session %s: history rewritten, %d sampled ids dropped", self.session_id, masked)
         return None, ids, "rerender" if is_tip else "fork", masked, full_text
 
-    def _whole(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
-        text = self.model.renderer.render_text(messages, tools, generation=True)
+    def _whole(self, forms: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+        text = self.model.renderer.render_text(forms, tools, generation=True)
         self._opens_reasoning = self._ends_in_reasoning(text)
         return text
+
+    def _texts(
+        self,
+        history: list[dict[str, Any]],
+        new: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        *,
+        windowed: bool,
+    ) -> TurnTexts:
+        """:meth:`TemplateRenderer.texts` of neutral messages: only the window's messages
+        are put in template form."""
+        if windowed:
+            history, new = window(history, new)
+        r = self.model.renderer
+        return r.texts(self._forms(history), self._forms(new), tools, windowed=windowed)
+
+    def _forms(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Template forms of neutral messages.
+
+        A session keeps its messages once, in neutral form; the template form is made when
+        a render needs it and kept for the :data:`FORM_CACHE` messages rendered last (the
+        window of the next turns: a continued turn converts only the messages it adds; a
+        whole render converts the rest again). A form that reads the same as its message
+        is the message itself.
+        """
+        cache = self._form_cache
+        to_template = self.model.renderer.family.to_template_message
+        out = []
+        for m in messages:
+            key = id(m)
+            hit = cache.pop(key, None)
+            if hit is None or hit[0] is not m:
+                form = to_template(m)
+                hit = (m, m if form == m else form)  # holding ``m`` keeps its id unused
+                if len(cache) >= FORM_CACHE:
+                    del cache[next(iter(cache))]  # the least recently rendered
+            cache[key] = hit
+            out.append(hit[1])
+        return out
 
     def _ends_in_reasoning(self, text: str) -> bool:
         markup = self.model.renderer.family.reasoning_markup
@@ -328,11 +392,11 @@ class HFConversation:
         if self._verify_interval is None or self.model.verify_every <= 1:
             self._verify_interval = self.model.verify_every
         windowed = r.windowed and self._since_verify < self._verify_interval
-        texts = r.texts(parent.messages, new, tools, windowed=windowed)
+        texts = self._texts(parent.messages, new, tools, windowed=windowed)
         self._opens_reasoning = self._ends_in_reasoning(texts.full)
         prev_len, prev_digest = parent.prompt_text_len, parent.prompt_text_digest
         if texts.prompt is None and prev_len is None:
-            prompt = r.render_text(parent.messages[:-1], tools, generation=True)
+            prompt = r.render_text(self._forms(parent.messages[:-1]), tools, generation=True)
             prev_len, prev_digest = len(prompt), text_digest(prompt)
         cont = r.continuation(
             texts,
@@ -344,7 +408,8 @@ class HFConversation:
             self._since_verify = 0
             self._verify_interval = min(2 * self._verify_interval, VERIFY_MAX)
             win = r.continuation(
-                r.texts(parent.messages, new, tools, windowed=True), output_ids=parent.output_ids
+                self._texts(parent.messages, new, tools, windowed=True),
+                output_ids=parent.output_ids,
             )
             if (win and win.extra_text) != (cont and cont.extra_text):
                 log.error(
@@ -384,8 +449,13 @@ class HFConversation:
             )
         fam = self.model.renderer.family
         assistant = fam.assistant_message(parsed)
+        if assistant.get("tool_calls") and not assistant["content"]:
+            # as agents send it back (OpenAI replies ``null``), so that the re-sent copy
+            # is equal to ours and the session keeps one; None and "" read the same to
+            # message_key and become the same template form
+            assistant["content"] = None
         answer_key = message_key(assistant)
-        asst_digest = prefix_digests([assistant], st.history_digest)[-1]
+        asst_digest = next_digest(st.history_digest, answer_key)
         finish = generation.finish_reason
         if parsed.tool_calls and finish == "stop":
             finish = "tool_calls"
@@ -402,7 +472,7 @@ class HFConversation:
             drift=prepared.drift,
             ill_formed=parsed.ill_formed,
             masked_tokens=st.masked,
-            messages=[*st.history, fam.to_template_message(assistant)],
+            messages=[*st.history, assistant],
             history_digest=asst_digest,
             prompt_text_len=len(st.prompt_text) if st.prompt_text is not None else None,
             prompt_text_digest=text_digest(st.prompt_text) if st.prompt_text is not None else None,

@@ -1,7 +1,7 @@
 """A committed turn as a journal entry, and a session's turn tree rebuilt from its entries.
 
 An entry holds what the trajectory needs to rebuild its turn exactly, without re-rendering:
-the prompt tail and sampled ids, logprobs, labels and the template-form messages the turn
+the prompt tail and sampled ids, logprobs, labels and the (neutral-form) messages the turn
 added, with the indices of the turns it continues. Rebuilding refuses entries that continue
 a turn the journal no longer holds: their prefix cannot be known.
 """

@@ -29,7 +29,7 @@ from typing import Any
 from rollhub.errors import GatewayError
 
 from rollhub_gateway.families.base import Family
-from rollhub_gateway.template_env import compile_template
+from rollhub_gateway.template_env import SharedTools, compile_template
 from rollhub_gateway.token_codec import TokenCodec
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,8 @@ class TemplateRenderer:
         # shared prompt prefixes (system messages + tools): their text, then their ids
         self._prefix_texts: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._prefix_ids: OrderedDict[tuple[str, str], tuple[int, ...]] = OrderedDict()
+        #: frozen tool lists shared by this renderer's sessions
+        self.shared_tools = SharedTools(PREFIX_CACHE)
         open_ = family.reasoning_markup[0] if family.reasoning_markup else None
         #: the generation prompt opens the reasoning block (R1 distill, Qwen3.5 thinking)
         self.prompt_opens_reasoning = bool(open_) and probe.rstrip().endswith(open_)

@@ -19,12 +19,14 @@ checks and a third in the ``tojson`` of the tool schemas, rendered again on ever
 from __future__ import annotations
 
 import copy
+import json
 import logging
+from collections import OrderedDict
 from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FrozenJson", "compile_template", "freeze_tools"]
+__all__ = ["FrozenJson", "SharedTools", "compile_template", "freeze_tools"]
 
 
 class FrozenJson(dict):  # type: ignore[type-arg]
@@ -50,6 +52,34 @@ def freeze_tools(tools: list[dict[str, Any]] | None) -> list[Any] | None:
     if not tools:
         return tools
     return [FrozenJson(copy.deepcopy(t)) if isinstance(t, dict) else t for t in tools]
+
+
+class SharedTools:
+    """One frozen copy (and one key string) per distinct tool list, shared by the sessions
+    of a renderer: agents of one kind send the same schemas, so a session holds no copy
+    of its own and their JSON is written once for all of them.
+
+    Lists are told apart by their JSON in the order sent (a template dumps them in that
+    order), not by the order-free key sessions match turns with.
+
+    :param size: distinct tool lists kept (the least recently used go first).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._by_text: OrderedDict[str, tuple[str, list[Any] | None]] = OrderedDict()
+
+    def get(self, tools: list[dict[str, Any]] | None, key: str) -> tuple[str, list[Any] | None]:
+        """``(key, frozen tools)``: the shared equals of ``key`` and of ``tools``' copy."""
+        text = json.dumps(tools, ensure_ascii=False, default=repr)
+        hit = self._by_text.get(text)
+        if hit is not None and hit[0] == key:
+            self._by_text.move_to_end(text)
+            return hit
+        hit = self._by_text[text] = (key, freeze_tools(tools))
+        if len(self._by_text) > self.size:
+            self._by_text.popitem(last=False)
+        return hit
 
 
 #: attribute names a FrozenJson or dict has as a Python attribute (a superset of dict's)

@@ -35,6 +35,7 @@ __all__ = [
     "global_drift_counts",
     "ids_array",
     "message_key",
+    "next_digest",
     "prefix_digests",
 ]
 
@@ -270,8 +271,14 @@ def prefix_digests(messages: list[dict[str, Any]], start: str = "") -> list[str]
     """
     out, prev = [], start
     for m in messages:
-        h = hashlib.blake2b(prev.encode("ascii"), digest_size=16)
-        h.update(message_key(m).encode("utf-8", "surrogatepass"))
-        prev = h.hexdigest()
+        prev = next_digest(prev, message_key(m))
         out.append(prev)
     return out
+
+
+def next_digest(prev: str, key: str) -> str:
+    """The chained digest after a history with digest ``prev`` gains a message whose
+    :func:`message_key` is ``key``."""
+    h = hashlib.blake2b(prev.encode("ascii"), digest_size=16)
+    h.update(key.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()

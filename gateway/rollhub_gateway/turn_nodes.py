@@ -26,8 +26,8 @@ class TurnNode:
     """One committed model call.
 
     Ids and logprobs are kept in compact arrays (4 bytes an id, 8 a logprob: the exact
-    float the engine returned); :meth:`release` drops the copies its branch holds. ``messages`` is the template-form history through this
-    turn's assistant message; a node whose history extends its parent's keeps only the
+    float the engine returned); :meth:`release` drops the copies its branch holds. ``messages`` is the history through this turn's
+    assistant message, in neutral form (templates get theirs when rendering); a node whose history extends its parent's keeps only the
     messages it added and rebuilds the rest from the parent when asked.
     """
 
@@ -135,7 +135,7 @@ class TurnNode:
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """Template-form history through this turn's assistant message."""
+        """The history through this turn's assistant message (neutral form)."""
         if self._full is not None:
             return self._full
         chain, node = [], self

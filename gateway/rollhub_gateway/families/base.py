@@ -8,7 +8,6 @@ serves whole outputs (:meth:`Family.parse`) and streams (:class:`MarkupStreamPar
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import uuid
@@ -103,8 +102,10 @@ class Family:
         if out.get("tool_calls"):
             calls = []
             for call in out["tool_calls"]:
-                call = copy.deepcopy(call)
-                fn = call.setdefault("function", {})
+                # the call and its function are copied (their fields change below); the
+                # rest is shared with the neutral message, which no one changes
+                call = dict(call)
+                fn = call["function"] = dict(call.get("function") or {})
                 args = fn.get("arguments")
                 if self.arguments_as_text:
                     fn["arguments"] = json_arguments(args) if args is not None else "{}"

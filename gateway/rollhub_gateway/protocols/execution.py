@@ -360,4 +360,3 @@ class TurnStream:
             if not self._done:
                 self.runner.metrics.stream_aborted()
         await self._agen.aclose()
-

@@ -146,11 +146,13 @@ def _unchanged(raw: Any, known: dict[str, Any]) -> bool:
     """Whether ``raw`` is ``known`` as sent (an assistant message may drop its null content)."""
     if raw == known:
         return True
+    # the items compared in place (no merged copy of every re-sent assistant message)
     return (
         type(raw) is dict
+        and len(raw) + 1 == len(known)
         and "content" not in raw
         and known.get("content", "") is None
-        and {**raw, "content": None} == known
+        and raw.items() <= known.items()
     )
 
 

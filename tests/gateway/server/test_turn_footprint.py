@@ -1,0 +1,151 @@
+"""What a live session keeps and what a continued turn renders: each message once, template
+forms only for the recent window, renders whose size does not grow with the session."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from typing import Any
+
+import aiohttp
+from rollhub.sampling import Generation, SamplingBackend
+from rollhub_gateway.chat_model import FORM_CACHE, build_chat_model
+from rollhub_gateway.config import GatewayConfig
+from rollhub_gateway.server import Gateway
+
+SYSTEM = {"role": "system", "content": "You answer with tools. " * 20}
+TURNS = 64
+
+
+class _ToolEngine(SamplingBackend):
+    """The same tool call every turn, with exact logprobs."""
+
+    name = "tool-engine"
+
+    def __init__(self, out: list[int]) -> None:
+        super().__init__()
+        self.out = out
+
+    async def generate(self, prompt_ids: Any, params: Any, *, turn: Any = None) -> Generation:
+        return Generation(list(self.out), [-0.5 - i / 64 for i in range(len(self.out))], "stop")
+
+
+async def _session(gw: Gateway, key: str, turns: int, tool: dict[str, Any]) -> None:
+    """An agent as SDKs write one: the reply is sent back without its null fields."""
+    messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "weather?"}]
+    async with aiohttp.ClientSession() as http:
+        for i in range(turns):
+            async with http.post(
+                f"{gw.url}/v1/chat/completions",
+                json={"model": "m", "messages": messages, "tools": [tool]},
+                headers={"Authorization": f"Bearer {key}"},
+            ) as r:
+                body = await r.json()
+                assert r.status == 200, body
+            msg = {k: v for k, v in body["choices"][0]["message"].items() if v is not None}
+            call_id = msg["tool_calls"][0]["id"]
+            messages += [msg, {"role": "tool", "tool_call_id": call_id, "content": f"{i} C"}]
+
+
+async def test_a_live_session_keeps_each_message_once(
+    tokenizer: Any, tools_template: str, ids: Any, helpers: Any
+) -> None:
+    model = build_chat_model(
+        "smollm2-135m-instruct", chat_template=tools_template, family="hermes", tokenizer=tokenizer
+    )
+    out = ids.tool_call("get_weather", {"city": "Paris"})
+    gw = Gateway(_ToolEngine(out), model, GatewayConfig(admin_token="a", log_turns=False))
+    await gw.start()
+    try:
+        warm = gw.open_session("warm")  # first calls compile and cache lazily
+        await _session(gw, warm.key, 2, helpers.weather_tool)
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.take_snapshot()
+        session = gw.open_session("live")
+        await _session(gw, session.key, TURNS, helpers.weather_tool)
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        conv = session.conversation
+        tip = conv.tree.branches[0].tip
+        # the request the agent sent last and the session's history share every message:
+        # our answers it re-sent are the session's own objects, not parsed copies
+        assert len(tip.sent) == 2 * TURNS
+        assert all(a is b for a, b in zip(tip.sent, tip.messages, strict=False))
+        assert all(m["content"] is None for m in tip.messages if m["role"] == "assistant")
+        # template forms are kept for the recent window only
+        assert 0 < len(conv._form_cache) <= FORM_CACHE
+        # what the gateway allocated and still holds (the server's request buffers and
+        # timers are not the session's): ids, exact logprobs, mask, 64 turn nodes, 130
+        # messages once each, ~170 KiB (two forms of every message and the agent's copies
+        # of our answers were ~60 KiB more)
+        held = [tracemalloc.Filter(True, "*rollhub_gateway*"), tracemalloc.Filter(True, "*json*")]
+        grown = sum(
+            d.size_diff
+            for d in after.filter_traces(held).compare_to(before.filter_traces(held), "filename")
+        )
+        print(f"a live {TURNS}-turn session holds {grown / 1024:.0f} KiB")
+        assert grown < 176 * 1024, f"a live {TURNS}-turn session holds {grown / 1024:.0f} KiB"
+        records = gw.finish_session("live")
+    finally:
+        await gw.close()
+    (rec,) = records
+    assert [t.drift for t in rec.turns] == ["append"] * TURNS
+    for t in rec.turns:
+        assert rec.response_ids[t.start : t.end] == out
+
+
+def test_a_continued_turn_renders_a_window_of_the_same_size_at_any_turn(
+    chat_model: Any, ids: Any, helpers: Any
+) -> None:
+    from rollhub_gateway.engines.scripted import scripted_logprob
+    from rollhub_gateway.turns import ChatTurn
+
+    r = chat_model.renderer
+    assert r.windowed
+    chat_model.verify_every = 10**6  # no whole-render check in this session
+    sizes: list[list[int]] = []
+    converted: list[int] = []
+    real_render, real_form = r.render_text, r.family.to_template_message
+
+    def render(messages: Any, tools: Any, *, generation: bool) -> str:
+        sizes[-1].append(len(messages))
+        return real_render(messages, tools, generation=generation)
+
+    def form(message: Any) -> Any:
+        converted.append(1)
+        return real_form(message)
+
+    r.render_text = render  # type: ignore[method-assign]
+    r.family.to_template_message = form  # type: ignore[method-assign]
+    try:
+        conv = chat_model.new_conversation("window")
+        msgs: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "q"}]
+        tools = [helpers.weather_tool]
+        per_turn = []
+        for turn in range(40):
+            sizes.append([])
+            converted.clear()
+            prep = conv.prepare(ChatTurn(list(msgs), tools=tools))
+            per_turn.append(len(converted))
+            out = ids.tool_call("get_weather", {"city": f"c{turn}"})
+            gen = Generation(out, [scripted_logprob(i, t) for i, t in enumerate(out)], "stop")
+            parsed = chat_model.parse(out)
+            assert conv.commit(prep, gen, parsed) == "append"
+            call = parsed.tool_calls[0]
+            msgs += [
+                {"role": "assistant", "tool_calls": [{"id": call.id, "type": "function",
+                 "function": {"name": call.name, "arguments": call.arguments}}]},
+                {"role": "tool", "tool_call_id": call.id, "content": f"{turn} C"},
+            ]  # fmt: skip
+    finally:
+        del r.render_text, r.family.to_template_message
+    # three renders a continued turn (prompt before our answer, through it, with the new
+    # messages), each over the same few messages at turn 3 as at turn 40
+    assert all(len(s) == 3 for s in sizes[3:])
+    assert {tuple(s) for s in sizes[3:]} == {tuple(sizes[3])}
+    assert max(sizes[3]) <= 7
+    # only the messages a turn adds are put in template form: our answer of the turn
+    # before (kept for the turns after it) and the agent's new tool result
+    assert set(per_turn[3:]) == {2}
