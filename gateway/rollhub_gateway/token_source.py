@@ -31,6 +31,7 @@ from rollhub.errors import ConfigError, GatewayError, TokenRetrievalError, Usage
 from rollhub.tokens import CaptureSession, TokenSource
 from rollhub.trace import TraceRecord
 
+from rollhub_gateway.admin_call import admin_call
 from rollhub_gateway.config import GatewayConfig, PoolSection, SessionPolicy
 
 if TYPE_CHECKING:
@@ -321,17 +322,10 @@ class GatewayTokenSource(TokenSource):
                 async with self._http.put(f"{root}/weight_version", json={"version": pending}) as r:
                     if r.status == 200:
                         del self._pending_version
-            async with self._http.request(method, f"{root}{path}", json=json) as resp:
-                if resp.status == 204 or (missing_ok and resp.status == 404):
-                    return None
-                body = await resp.json(content_type=None)
-                if resp.status >= 400:
-                    message = (body or {}).get("error", {}).get("message", str(body))
-                    raise TokenRetrievalError(
-                        f"gateway {root} answered {resp.status} to {method} {path}: {message}",
-                        status=resp.status,
-                    )
-                return body
+            return await admin_call(
+                self._http, root, method, path, who=f"gateway {root}", json=json,
+                missing_ok=missing_ok,
+            )  # fmt: skip
         except aiohttp.ClientError as exc:
             raise TokenRetrievalError(
                 f"gateway {root} unreachable for {method} {path}: {exc}"

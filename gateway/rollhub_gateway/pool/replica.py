@@ -17,6 +17,8 @@ from typing import Any
 
 from rollhub.errors import GatewayError, TokenRetrievalError
 
+from rollhub_gateway.admin_call import admin_call
+
 __all__ = ["Replica", "ReplicaDied"]
 
 log = logging.getLogger(__name__)
@@ -95,19 +97,17 @@ class Replica(ABC):
 
         self._raise_if_dead(session_id)
         try:
-            async with self._http.request(method, f"{self.url}{path}", json=json) as resp:
-                if resp.status == 204 or (missing_ok and resp.status == 404):
-                    return None
-                body = await resp.json(content_type=None)
-                if resp.status >= 400:
-                    message = (body or {}).get("error", {}).get("message", str(body))
-                    raise TokenRetrievalError(
-                        f"{self.name} answered {resp.status} to {method} {path}: {message}",
-                        status=resp.status,
-                        replica=self.index,
-                        session_id=session_id,
-                    )
-                return body
+            return await admin_call(
+                self._http,
+                self.url,
+                method,
+                path,
+                who=self.name,
+                json=json,
+                missing_ok=missing_ok,
+                replica=self.index,
+                session_id=session_id,
+            )
         except (TimeoutError, aiohttp.ClientError) as exc:
             # A refused or cut connection is usually the replica dying: give the watcher a
             # moment to learn the exit status, so the error says what happened.

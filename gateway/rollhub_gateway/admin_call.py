@@ -1,0 +1,48 @@
+"""One call to a gateway's admin routes, with its error statuses turned into typed errors.
+
+Used by the token source for a gateway served elsewhere and by the pool for its replicas:
+both read traces and finish sessions through the same routes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rollhub.errors import TokenRetrievalError
+
+__all__ = ["admin_call"]
+
+
+async def admin_call(
+    http: Any,
+    url: str,
+    method: str,
+    path: str,
+    *,
+    who: str,
+    json: Any = None,
+    missing_ok: bool = False,
+    **context: Any,
+) -> Any:
+    """``method url+path`` on an ``aiohttp`` session; the JSON body, or None for a 204 (and
+    for a 404 with ``missing_ok``).
+
+    Connection errors propagate as they are (callers tell a dead peer from a slow one).
+
+    :param who: how messages name the gateway (``gateway http://…``, ``gateway replica 1 …``).
+    :param context: added to the error's context (e.g. ``replica``, ``session_id``).
+    :raises TokenRetrievalError: the gateway answered with an error status; context
+        ``status`` and ``context``.
+    """
+    async with http.request(method, f"{url}{path}", json=json) as resp:
+        if resp.status == 204 or (missing_ok and resp.status == 404):
+            return None
+        body = await resp.json(content_type=None)
+        if resp.status >= 400:
+            message = (body or {}).get("error", {}).get("message", str(body))
+            raise TokenRetrievalError(
+                f"{who} answered {resp.status} to {method} {path}: {message}",
+                status=resp.status,
+                **context,
+            )
+        return body
