@@ -334,12 +334,18 @@ def window(
     n_sys = 0
     while n_sys < len(history) and history[n_sys].get("role") == "system":
         n_sys += 1
-    prev = [i for i in range(n_sys, len(history) - 1) if history[i].get("role") == "assistant"]
-    if not prev:
+    # searched from the end with list methods: a long tool session has its only user
+    # message at the start, and this runs every turn
+    roles = [m.get("role") for m in history]
+    before_last = roles[n_sys : len(roles) - 1]
+    if "assistant" not in before_last:
         return history, new
-    start = prev[-1]
-    users = [i for i in range(n_sys, start) if history[i].get("role") == "user"]
-    anchor = [history[users[-1]]] if users else []
+    start = n_sys + len(before_last) - 1 - before_last[::-1].index("assistant")
+    earlier = roles[n_sys:start]
+    if "user" in earlier:
+        anchor = [history[n_sys + len(earlier) - 1 - earlier[::-1].index("user")]]
+    else:
+        anchor = []
     return history[:n_sys] + anchor + history[start:], new
 
 

@@ -104,14 +104,9 @@ class TurnNode:
         self.end = 0  # offset in branch.ids one past this turn's output
         self.children = 0
         up = parent._full if parent is not None else None
-        if (
-            up is not None
-            and len(messages) >= len(up)
-            and all(
-                a is b
-                for a, b in zip(up, messages)  # noqa: B905 - lengths checked
-            )
-        ):
+        # a list comparison in C (identical items compare at once): the history is
+        # built from the parent's, so this holds on every continued turn
+        if up is not None and len(messages) >= len(up) and messages[: len(up)] == up:
             self._up, self._own = parent, messages[len(up) :]
             parent._full = None  # type: ignore[union-attr]  # only the newest turn keeps it
         else:

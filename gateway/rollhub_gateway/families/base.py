@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from rollhub_gateway.template_env import FrozenJson
 from rollhub_gateway.turns import OutputDelta, ParsedOutput, ToolCall
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,9 @@ class Family:
                     fn["arguments"] = json_arguments(args) if args is not None else "{}"
                 elif isinstance(args, str):
                     try:
-                        fn["arguments"] = json.loads(args) if args.strip() else {}
+                        value = json.loads(args) if args.strip() else {}
+                        # a fresh object no one changes: a template dumps it once
+                        fn["arguments"] = FrozenJson(value) if type(value) is dict else value
                     except ValueError:
                         fn["arguments"] = args
                 call.setdefault("type", "function")

@@ -89,8 +89,9 @@ def parse_messages(
         )
     start = 0
     if known:
-        n = min(len(known), len(messages))
-        while start < n and _unchanged(messages[start], known[start]):
+        for raw, k in zip(messages, known):  # noqa: B905 - the shorter list bounds it
+            if raw != k and not _unchanged(raw, k):  # the plain test inline: most are
+                break
             start += 1
     out: list[dict[str, Any]] = known[:start] if known else []
     for i in range(start, len(messages)):
