@@ -111,7 +111,11 @@ class HFConversation:
         history = (parent.messages if parent else []) + new
         base, extra, drift, masked, prompt_text = self._continue(parent, new, tools)
         # the engine gets a list of its own (the turn keeps ``extra``)
-        prompt = self.tree.ids_through(base).tolist() + extra if base else list(extra)
+        if base is not None:
+            prompt = self.tree.ids_through(base).tolist()
+            prompt += extra  # in place: one list of the whole prompt, not two
+        else:
+            prompt = list(extra)
         index = self._next_turn
         self._next_turn += 1
         state = PendingTurn(

@@ -89,10 +89,14 @@ def parse_messages(
         )
     start = 0
     if known:
-        for raw, k in zip(messages, known):  # noqa: B905 - the shorter list bounds it
-            if raw != k and not _unchanged(raw, k):  # the plain test inline: most are
-                break
-            start += 1
+        n = min(len(known), len(messages))
+        if messages[:n] == known[:n]:  # all of them, compared in C (SDKs re-send ``null``s)
+            start = n
+        else:
+            for raw, k in zip(messages, known):  # noqa: B905 - the shorter list bounds it
+                if raw != k and not _unchanged(raw, k):  # the plain test inline: most are
+                    break
+                start += 1
     out: list[dict[str, Any]] = known[:start] if known else []
     for i in range(start, len(messages)):
         m = messages[i]

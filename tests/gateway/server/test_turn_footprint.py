@@ -73,7 +73,7 @@ async def test_a_live_session_keeps_each_message_once(
         # our answers it re-sent are the session's own objects, not parsed copies
         assert len(tip.sent) == 2 * TURNS
         assert all(a is b for a, b in zip(tip.sent, tip.messages, strict=False))
-        assert all(m["content"] is None for m in tip.messages if m["role"] == "assistant")
+        assert all(m.get("content") is None for m in tip.messages if m["role"] == "assistant")
         # template forms are kept for the recent window only
         assert 0 < len(conv._form_cache) <= FORM_CACHE
         # what the gateway allocated and still holds (the server's request buffers and
@@ -149,3 +149,47 @@ def test_a_continued_turn_renders_a_window_of_the_same_size_at_any_turn(
     # only the messages a turn adds are put in template form: our answer of the turn
     # before (kept for the turns after it) and the agent's new tool result
     assert set(per_turn[3:]) == {2}
+
+
+def test_a_resent_conversation_with_null_contents_is_reused_whole() -> None:
+    from rollhub_gateway.protocols.openai_chat_input import parse_messages
+
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    raw = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},  # as SDKs send it
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+    ]
+    first = parse_messages(raw)
+    again = parse_messages([*raw, {"role": "user", "content": "next"}], known=first)
+    assert all(a is b for a, b in zip(first, again, strict=False))
+    assert again[4] == {"role": "user", "content": "next"}
+    # an edit anywhere still re-parses from the edit on
+    edited = [*raw[:3], {**raw[3], "content": "changed"}]
+    out = parse_messages(edited, known=first)
+    assert out[2] is first[2] and out[3] is not first[3] and out[3]["content"] == "changed"
+
+
+def test_the_window_is_the_same_as_a_plain_scan_would_find() -> None:
+    import random
+
+    from rollhub_gateway.render import window
+
+    def plain(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        n_sys = 0
+        while n_sys < len(history) and history[n_sys]["role"] == "system":
+            n_sys += 1
+        prev = [i for i in range(n_sys, len(history) - 1) if history[i]["role"] == "assistant"]
+        if not prev:
+            return history
+        users = [i for i in range(n_sys, prev[-1]) if history[i]["role"] == "user"]
+        anchor = [history[users[-1]]] if users else []
+        return history[:n_sys] + anchor + history[prev[-1] :]
+
+    rng = random.Random(7)
+    roles = ["system", "user", "assistant", "tool"]
+    for _ in range(2000):
+        history = [{"role": rng.choice(roles), "i": i} for i in range(rng.randint(0, 12))]
+        got, new = window(history, [{"role": "tool"}])
+        assert got == plain(history) and new == [{"role": "tool"}]
