@@ -154,12 +154,15 @@ class HFConversation:
                 continue
             n = len(tip.sent)
             if len(messages) > n + 1 and messages[:n] == tip.sent:
-                ours = tip.messages[-1]
-                if messages[n] is ours or messages[n] == ours:
+                ours, theirs = tip.messages[-1], messages[n]
+                if theirs is ours or _same_answer(theirs, ours):
                     # the agent re-sent our answer as we wrote it: the session keeps one
-                    # copy of it (the parsed list is the gateway's own)
+                    # copy of it (the parsed list is the gateway's own), reading as the
+                    # agent sends it, so that its next request compares equal as sent
+                    if "content" not in theirs:
+                        ours.pop("content", None)
                     messages[n] = ours
-                elif message_key(messages[n]) != tip.answer_key:
+                elif message_key(theirs) != tip.answer_key:
                     continue
                 return tip, prefix_digests(messages[n + 1 :], tip.history_digest)[-1]
         digests = prefix_digests(messages)
@@ -373,3 +376,14 @@ class HFConversation:
         """Rebuild the tree from journal entries, in commit order."""
         self._next_turn = rebuild(self.tree, entries, self.model.journal, self.session_id)
         log.info("session %s: recovered %d turns from the journal", self.session_id, len(entries))
+
+
+def _same_answer(theirs: dict[str, Any], ours: dict[str, Any]) -> bool:
+    """Equal, or equal but for a ``None`` content one of them leaves out."""
+    if theirs == ours:
+        return True
+    if theirs.get("content") is not None or ours.get("content") is not None:
+        return False
+    return {k: v for k, v in theirs.items() if k != "content"} == {
+        k: v for k, v in ours.items() if k != "content"
+    }

@@ -81,7 +81,9 @@ def parse_messages(
     :param known: the neutral messages of the session's previous call. The leading
         messages sent exactly as they read there (an agent re-sends its conversation every
         turn) are taken from it as they are, not parsed again: a message already in
-        neutral form parses to itself.
+        neutral form parses to itself. An assistant message sent without ``content`` has
+        none in neutral form either (it reads as ``None``), so that it compares equal as
+        sent.
     """
     if not isinstance(messages, list) or not messages:
         raise WireError(
@@ -90,13 +92,16 @@ def parse_messages(
     start = 0
     if known:
         n = min(len(known), len(messages))
-        if messages[:n] == known[:n]:  # all of them, compared in C (SDKs re-send ``null``s)
-            start = n
-        else:
-            for raw, k in zip(messages, known):  # noqa: B905 - the shorter list bounds it
-                if raw != k and not _unchanged(raw, k):  # the plain test inline: most are
-                    break
-                start += 1
+        # an agent re-sends its conversation every turn: all but the last few messages
+        # read exactly as the session holds them (one comparison, in C); the rest are
+        # compared one by one
+        start = max(n - 2, 0)
+        if messages[:start] != known[:start]:
+            start = 0
+        for raw, k in zip(messages[start:n], known[start:n]):  # noqa: B905 - same length
+            if raw != k and not _unchanged(raw, k):
+                break
+            start += 1
     out: list[dict[str, Any]] = known[:start] if known else []
     for i in range(start, len(messages)):
         m = messages[i]
@@ -127,6 +132,8 @@ def parse_messages(
             reasoning = m.get("reasoning_content", m.get("reasoning"))
             if isinstance(reasoning, str) and reasoning:
                 msg["reasoning_content"] = reasoning
+            if msg["content"] is None and "content" not in m:
+                del msg["content"]
         elif role == "tool":
             call_id = m.get("tool_call_id")
             if not isinstance(call_id, str):

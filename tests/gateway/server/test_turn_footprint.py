@@ -193,3 +193,15 @@ def test_the_window_is_the_same_as_a_plain_scan_would_find() -> None:
         history = [{"role": rng.choice(roles), "i": i} for i in range(rng.randint(0, 12))]
         got, new = window(history, [{"role": "tool"}])
         assert got == plain(history) and new == [{"role": "tool"}]
+
+
+def test_an_answer_sent_back_without_its_null_content_is_kept_as_sent() -> None:
+    from rollhub_gateway.protocols.openai_chat_input import parse_messages
+
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    raw = [{"role": "user", "content": "u"}, {"role": "assistant", "tool_calls": [call]}]
+    first = parse_messages(raw)
+    assert first == raw  # no content in neutral form either: it parses to itself
+    tool = {"role": "tool", "tool_call_id": "c1", "content": "r"}
+    again = parse_messages([*raw, tool], known=first)
+    assert all(a is b for a, b in zip(first, again, strict=False)) and again[2] == tool
