@@ -86,8 +86,9 @@ class HFConversation:
     def prepare(self, turn: ChatTurn) -> PreparedTurn:
         """Render a turn's prompt ids, reusing previous ids when the history extends them.
 
-        When ``turn.messages`` re-sends our previous answer exactly as we wrote it, that
-        element of the list is replaced by the equal message the session already holds.
+        When ``turn.messages`` re-sends a branch tip's request and our answer to it exactly
+        as we wrote it, those elements of the list are replaced by the equal messages the
+        session already holds.
 
         :raises GatewayError: tools given to a template family that cannot render them
             (before anything is sampled), naming the config override.
@@ -164,6 +165,10 @@ class HFConversation:
                     messages[n] = ours
                 elif message_key(theirs) != tip.answer_key:
                     continue
+                # routes that parse every message afresh (Anthropic, Responses) hand in
+                # equal copies: the session keeps the ones it holds, so that its history
+                # and the last request share their messages on every route
+                messages[:n] = tip.sent
                 return tip, prefix_digests(messages[n + 1 :], tip.history_digest)[-1]
         digests = prefix_digests(messages)
         return self.tree.find_parent(digests, tools_key), digests[-1]

@@ -205,3 +205,42 @@ def test_an_answer_sent_back_without_its_null_content_is_kept_as_sent() -> None:
     tool = {"role": "tool", "tool_call_id": "c1", "content": "r"}
     again = parse_messages([*raw, tool], known=first)
     assert all(a is b for a, b in zip(first, again, strict=False)) and again[2] == tool
+
+
+async def test_an_anthropic_session_keeps_each_message_once(
+    gateway: Gateway, scripted: Any, ids: Any, helpers: Any
+) -> None:
+    tool = {
+        "name": "get_weather",
+        "description": "Current weather of a city",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+    outputs = [ids.tool_call("get_weather", {"city": f"c{i}"}) for i in range(4)]
+    scripted.add(*outputs)
+    session = gateway.open_session("anthropic")
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "weather?"}]
+    async with aiohttp.ClientSession() as http:
+        for i in range(4):
+            async with http.post(
+                f"{gateway.url}/v1/messages",
+                json={"model": "m", "max_tokens": 64, "messages": messages, "tools": [tool]},
+                headers={"x-api-key": session.key},
+            ) as r:
+                body = await r.json()
+                assert r.status == 200, body
+            use = next(b for b in body["content"] if b["type"] == "tool_use")
+            result = {"type": "tool_result", "tool_use_id": use["id"], "content": f"{i} C"}
+            messages += [
+                {"role": "assistant", "content": body["content"]},
+                {"role": "user", "content": [result]},
+            ]
+    tip = session.conversation.tree.branches[0].tip
+    # every request is parsed afresh on this route; the session still holds one copy of
+    # each message the agent sent (our answers are the session's own, by their meaning)
+    shared = [a is b for a, b in zip(tip.sent, tip.messages, strict=False)]
+    roles = [m["role"] for m in tip.sent]
+    assert all(s for s, role in zip(shared, roles, strict=True) if role != "assistant")
+    records = gateway.traces("anthropic")
+    assert len(records) == 1 and [t.drift for t in records[0].turns] == ["append"] * 4
+    for i, out in enumerate(outputs):
+        helpers.assert_recorded(records, i, out)
