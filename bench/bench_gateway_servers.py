@@ -14,6 +14,9 @@ Admin routes: rollhub serves its own (``POST /sessions``, ``POST /sessions/{sid}
 The reference has sessions only in process, so its server adds ``POST /bench/open`` and
 ``POST /bench/finish`` (JSON ``{"sid": ...}``) calling ``create_session`` /
 ``finish_session``; the session id is its api key.
+
+With ``BENCH_GATEWAY_PROFILE=PATH`` in the environment the server process runs under
+:mod:`cProfile` and writes its profile to ``PATH`` when it stops (e.g. ``--only rollhub``).
 """
 
 from __future__ import annotations
@@ -194,4 +197,10 @@ async def _main(which: str, tok_dir: str) -> None:
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in ("rollhub", "reference"):
         sys.exit("usage: bench_gateway_servers.py rollhub|reference TOKENIZER_DIR")
-    asyncio.run(_main(sys.argv[1], sys.argv[2]))
+    profile_to = os.environ.get("BENCH_GATEWAY_PROFILE")  # a cProfile of the gateway process
+    if profile_to:
+        import cProfile
+
+        cProfile.run("asyncio.run(_main(sys.argv[1], sys.argv[2]))", profile_to)
+    else:
+        asyncio.run(_main(sys.argv[1], sys.argv[2]))
