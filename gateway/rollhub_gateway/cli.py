@@ -4,7 +4,7 @@
 
     rollhub gateway serve --config gateway.toml
     rollhub gateway serve --model smollm2-135m-instruct --engine transformers --port 8790
-    rollhub gateway conformance [--family NAME] [--markdown]
+    rollhub gateway conformance [--family NAME | --all-templates] [--markdown]
 
 ``serve`` prints the root URL and the admin token (when it was generated) on one line each,
 then serves until interrupted. Flags override the config file's values.
@@ -61,6 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="both",
         help="drive sessions through the HTTP API, the Conversation API, or both",
     )
+    conf.add_argument(
+        "--all-templates",
+        action="store_true",
+        help="also run TRL's training copies of each template and check that templates "
+        "without a tool-call syntax refuse tools",
+    )
     parser.set_defaults(_gateway_parser=parser)
 
 
@@ -111,7 +117,9 @@ def run(args: argparse.Namespace) -> int:
         from rollhub_gateway import conformance
 
         argv = [f"--family={f}" for f in args.family or []] + [f"--via={args.via}"]
-        return int(conformance.main(argv + (["--markdown"] if args.markdown else [])) or 0)
+        argv += ["--markdown"] if args.markdown else []
+        argv += ["--all-templates"] if args.all_templates else []
+        return int(conformance.main(argv) or 0)
     args._gateway_parser.print_help()
     return 2
 

@@ -107,3 +107,12 @@ def test_refusal_rows_fail_a_template_that_takes_tools():
     assert refusal_report("phi3.jinja").ok
     taken = refusal_report("qwen2_5.jinja")
     assert taken.failures == ["tools were accepted by a template that cannot render them"]
+
+
+def test_the_cli_passes_all_templates_through(capsys):
+    # `rollhub gateway conformance --all-templates`, parsed by the real command line
+    from rollhub.cli import main as rollhub_main
+
+    argv = ["gateway", "conformance", "--family", "lfm2", "--all-templates", "--via", "direct"]
+    assert rollhub_main([*argv, "--markdown"]) == 0
+    assert "| lfm2_training | direct | lfm2_inline |" in capsys.readouterr().out
