@@ -178,6 +178,7 @@ class LocalTinkerServer(ServerEnvironment):
             "--database-url", f"sqlite:///{self.state_dir / 'tinker.db'}",
             "--session-timeout-sec", str(self.session_timeout_sec),
             "--session-cleanup-interval-sec", str(min(60, self.session_timeout_sec)),
+            "--exit-on-stdin-eof",
         ]  # fmt: skip
         started = time.monotonic()
         with open(self.log_path, "ab") as out:
@@ -186,7 +187,9 @@ class LocalTinkerServer(ServerEnvironment):
                 cmd,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+                # held open by this process only: if it dies (even SIGKILLed), the server
+                # sees EOF and stops its whole group instead of running on as an orphan
+                stdin=subprocess.PIPE,
                 env=self._server_env(),
                 start_new_session=True,
             )
@@ -244,6 +247,9 @@ class LocalTinkerServer(ServerEnvironment):
                 os.killpg(group, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=5)
+        if process.stdin is not None:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
         log.info("tinker-local server pid %d stopped", group)
 
     def peak_rss_bytes(self) -> dict[int, int]:

@@ -12,7 +12,9 @@ environment on Python 3.11 needs: ``typing.TypedDict`` is replaced by the
 ``typing_extensions`` one before skyrl is imported (pydantic rejects the stdlib class below
 3.12), and the engine process is started with this interpreter instead of ``uv run``.
 It also adds ``GET /rollhub/ready``, which answers 200 once the engine has loaded the
-model and entered its request loop (the API's own health route answers before that).
+model and entered its request loop (the API's own health route answers before that), and,
+with ``--exit-on-stdin-eof``, stops the API and its engine when the owning process goes
+away (its stdin pipe closes), so a killed owner leaves no server running.
 
 The engine gets one behavioural change, to match the Tinker API: a sampling client is a
 snapshot. skyrl 0.3.0's JAX backend samples every sampling client of a training client from
@@ -29,6 +31,7 @@ import inspect
 import logging
 import os
 import sys
+import time
 import typing
 from pathlib import Path
 
@@ -201,7 +204,14 @@ def serve(argv: list[str]) -> int:
     add_model(parser, EngineConfig)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--ready-file", required=True)
+    parser.add_argument(
+        "--exit-on-stdin-eof",
+        action="store_true",
+        help="stop the server (and its engine) when stdin closes: the owner went away",
+    )
     args = parser.parse_args(argv)
+    if args.exit_on_stdin_eof:
+        _exit_when_owner_goes()
     ready_file = Path(args.ready_file)
     ready_file.unlink(missing_ok=True)
     os.environ[READY_FILE_ENV] = str(ready_file)
@@ -228,6 +238,23 @@ def serve(argv: list[str]) -> int:
     api.app.add_api_route("/rollhub/ready", ready, methods=["GET"])
     uvicorn.run(api.app, host="127.0.0.1", port=args.port, log_config=get_uvicorn_log_config())
     return 0
+
+
+def _exit_when_owner_goes() -> None:
+    """Watch stdin, a pipe whose only writer is the owning process: EOF means the owner
+    exited, even by SIGKILL, so the whole process group (this API and its engine) stops."""
+    import signal
+    import threading
+
+    def watch() -> None:
+        while sys.stdin.buffer.read(65536):
+            pass
+        group = os.getpgrp()
+        os.killpg(group, signal.SIGTERM)
+        time.sleep(15)  # the engine's grace period, as LocalTinkerServer.stop gives it
+        os.killpg(group, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="owner-watch", daemon=True).start()
 
 
 def main(argv: list[str]) -> int:

@@ -360,6 +360,34 @@ def test_cli_serve_prints_what_to_configure_and_stops_on_ctrl_c(
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
+@pytest.mark.slow
+def test_a_killed_cli_leaves_no_server_behind(tinker_local_env: SetupInfo, tmp_path: Path) -> None:
+    # SIGKILL gives `rollhub tinker-local serve` no chance to stop its server: the server
+    # notices its owner's pipe close and stops its whole process group itself
+    state = tmp_path / "killed-state"
+    command = [sys.executable, "-c", _CLI, "serve", "--port", str(local_server_module._free_port())]
+    command += ["--env-dir", str(tinker_local_env.env_dir), "--state-dir", str(state)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith("serving until Ctrl-C"):
+                break
+        assert len(_processes_mentioning(str(state))) >= 1
+        process.kill()
+        process.wait(timeout=10)
+        deadline = time.monotonic() + 60
+        while _processes_mentioning(str(state)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _processes_mentioning(str(state)) == []
+    finally:
+        if process.poll() is None:
+            process.kill()
+        for pid in _processes_mentioning(str(state)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def _processes_mentioning(text: str) -> list[int]:
     """PIDs of live processes whose command line contains ``text``."""
     found = []
