@@ -128,8 +128,10 @@ def _serve(args: argparse.Namespace) -> int:
     def terminate(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    # SIGTERM (e.g. from a process manager) stops the server like Ctrl-C does.
-    previous = signal.signal(signal.SIGTERM, terminate)
+    # SIGTERM (e.g. from a process manager) stops the server like Ctrl-C does; SIGINT gets
+    # the same handler explicitly, since a SIGINT ignored by the parent is inherited and
+    # Python then installs no KeyboardInterrupt handler of its own.
+    previous = {s: signal.signal(s, terminate) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         base_url = server.start(args.port)
         print(f"ready in {server.ready_seconds:.0f} s: {base_url}")
@@ -148,4 +150,5 @@ def _serve(args: argparse.Namespace) -> int:
         return 0
     finally:
         server.stop()
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
