@@ -6,7 +6,6 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-import aiohttp
 import pytest
 from rollhub.sampling import Generation, SamplingBackend
 from rollhub_gateway.chat_model import build_chat_model
@@ -17,24 +16,7 @@ from rollhub_gateway.server import Gateway
 from rollhub_gateway.token_codec import BatchDecoder, TokenCodec
 from rollhub_gateway.trajectory import TrajectoryTree
 
-SYSTEM = {"role": "system", "content": "You answer with tools. " * 20}
-
-
-async def _turns(gw: Gateway, key: str, n: int, tool: dict[str, Any]) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "weather?"}]
-    async with aiohttp.ClientSession() as http:
-        for i in range(n):
-            async with http.post(
-                f"{gw.url}/v1/chat/completions",
-                json={"model": "m", "messages": messages, "tools": [tool]},
-                headers={"Authorization": f"Bearer {key}"},
-            ) as r:
-                body = await r.json()
-                assert r.status == 200, body
-            msg = {k: v for k, v in body["choices"][0]["message"].items() if v is not None}
-            call_id = msg["tool_calls"][0]["id"]
-            messages += [msg, {"role": "tool", "tool_call_id": call_id, "content": f"{i}°C"}]
-    return messages
+from tests.gateway.server.tool_session import SYSTEM, tool_session
 
 
 async def test_finish_builds_records_once(
@@ -51,7 +33,7 @@ async def test_finish_builds_records_once(
     outputs = [ids.tool_call("get_weather", {"city": f"c{i}"}) for i in range(3)]
     scripted.add(*outputs)
     session = gateway.open_session("once")
-    await _turns(gateway, session.key, 3, helpers.weather_tool)
+    await tool_session(gateway.url, session.key, 3, helpers.weather_tool)
     records = gateway.finish_session("once")
     assert calls == ["once"]
     assert len(records) == 1 and [t.drift for t in records[0].turns] == ["append"] * 3
@@ -81,7 +63,7 @@ async def test_compact_storage_keeps_exact_ids_and_logprobs(
     await gw.start()
     try:
         session = gw.open_session("exact")
-        await _turns(gw, session.key, 4, helpers.weather_tool)
+        await tool_session(gw.url, session.key, 4, helpers.weather_tool)
         branch = session.conversation.tree.branches[0]
         assert (branch.ids.typecode, branch.logprobs.typecode) == ("i", "d")
         records = gw.finish_session("exact")

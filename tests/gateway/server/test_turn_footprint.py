@@ -13,7 +13,8 @@ from rollhub_gateway.chat_model import FORM_CACHE, build_chat_model
 from rollhub_gateway.config import GatewayConfig
 from rollhub_gateway.server import Gateway
 
-SYSTEM = {"role": "system", "content": "You answer with tools. " * 20}
+from tests.gateway.server.tool_session import SYSTEM, tool_session
+
 TURNS = 64
 
 
@@ -30,23 +31,6 @@ class _ToolEngine(SamplingBackend):
         return Generation(list(self.out), [-0.5 - i / 64 for i in range(len(self.out))], "stop")
 
 
-async def _session(gw: Gateway, key: str, turns: int, tool: dict[str, Any]) -> None:
-    """An agent as SDKs write one: the reply is sent back without its null fields."""
-    messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "weather?"}]
-    async with aiohttp.ClientSession() as http:
-        for i in range(turns):
-            async with http.post(
-                f"{gw.url}/v1/chat/completions",
-                json={"model": "m", "messages": messages, "tools": [tool]},
-                headers={"Authorization": f"Bearer {key}"},
-            ) as r:
-                body = await r.json()
-                assert r.status == 200, body
-            msg = {k: v for k, v in body["choices"][0]["message"].items() if v is not None}
-            call_id = msg["tool_calls"][0]["id"]
-            messages += [msg, {"role": "tool", "tool_call_id": call_id, "content": f"{i} C"}]
-
-
 async def test_a_live_session_keeps_each_message_once(
     tokenizer: Any, tools_template: str, ids: Any, helpers: Any
 ) -> None:
@@ -58,12 +42,12 @@ async def test_a_live_session_keeps_each_message_once(
     await gw.start()
     try:
         warm = gw.open_session("warm")  # first calls compile and cache lazily
-        await _session(gw, warm.key, 2, helpers.weather_tool)
+        await tool_session(gw.url, warm.key, 2, helpers.weather_tool)
         gc.collect()
         tracemalloc.start()
         before = tracemalloc.take_snapshot()
         session = gw.open_session("live")
-        await _session(gw, session.key, TURNS, helpers.weather_tool)
+        await tool_session(gw.url, session.key, TURNS, helpers.weather_tool)
         gc.collect()
         after = tracemalloc.take_snapshot()
         tracemalloc.stop()
