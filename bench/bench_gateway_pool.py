@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_gateway import agent_raw  # the same raw-HTTP agent as the one-process bench
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 OUTPUT_TEXT = "The answer is forty-two, and here is a short explanation of why that holds."
@@ -72,32 +74,6 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
-async def agent(http: Any, base_url: str, key: str, turns: int, lat: list[float]) -> int:
-    """One agent over raw HTTP: a growing conversation; returns its number of errors."""
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a helpful assistant."},
-        {"role": "user", "content": "Question 0?"},
-    ]
-    errors = 0
-    for i in range(turns):
-        t0 = time.perf_counter()
-        async with http.post(
-            f"{base_url}/chat/completions",
-            json={"model": "m", "messages": messages, "max_tokens": 64},
-            headers={"Authorization": f"Bearer {key}"},
-        ) as r:
-            body = await r.json()
-        if r.status != 200:
-            errors += 1
-            continue
-        lat.append(time.perf_counter() - t0)
-        messages += [
-            body["choices"][0]["message"],
-            {"role": "user", "content": f"Question {i + 1}?"},
-        ]
-    return errors
-
-
 def drive(sessions: list[tuple[str, str]], turns: int, go: Any, out: Any) -> None:
     """Driver process: wait for the start signal, run every agent at once, report."""
     import aiohttp
@@ -109,7 +85,9 @@ def drive(sessions: list[tuple[str, str]], turns: int, go: Any, out: Any) -> Non
             lat: list[float] = []
             go.wait()
             t0, c0 = time.perf_counter(), time.process_time()
-            errs = await asyncio.gather(*(agent(http, u, k, turns, lat) for u, k in sessions))
+            errs = await asyncio.gather(
+                *(agent_raw(http, u.removesuffix("/v1"), k, turns, lat) for u, k in sessions)
+            )
             t1, c1 = time.perf_counter(), time.process_time()
         return len(lat), sum(errs), lat, t0, t1, c1 - c0
 
