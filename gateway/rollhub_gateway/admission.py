@@ -101,9 +101,10 @@ class Admission:
         self, raw: bytes, session: Session, adapter: Any, route: str, limit: int | None
     ) -> tuple[WireRequest, TurnPlan]:
         body = parse_body(raw)
-        if getattr(adapter, "reuses_known", False):
-            req = adapter.parse(body, known=session.last_turn)
-            session.last_turn = req.turn
+        if adapter.reuses_known:
+            last = session.last_parse
+            req = adapter.parse(body, known=last[1] if last and last[0] == adapter.name else None)
+            session.last_parse = (adapter.name, req.known) if req.known is not None else None
         else:
             req = adapter.parse(body)
         if limit is not None and len(raw) > OFFLOAD_BYTES:

@@ -165,9 +165,9 @@ class HFConversation:
                     messages[n] = ours
                 elif message_key(theirs) != tip.answer_key:
                     continue
-                # routes that parse every message afresh (Anthropic, Responses) hand in
+                # a call parsed afresh (a route's first call, an edited history) hands in
                 # equal copies: the session keeps the ones it holds, so that its history
-                # and the last request share their messages on every route
+                # and the last request share their messages
                 messages[:n] = tip.sent
                 return tip, prefix_digests(messages[n + 1 :], tip.history_digest)[-1]
         digests = prefix_digests(messages)

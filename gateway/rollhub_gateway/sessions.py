@@ -33,7 +33,7 @@ from rollhub.trace import TraceRecord
 
 from rollhub_gateway.config import SessionPolicy
 from rollhub_gateway.journal import JournalCorruptError
-from rollhub_gateway.turns import ChatModel, ChatTurn, Conversation
+from rollhub_gateway.turns import ChatModel, Conversation
 
 __all__ = ["KEY_PREFIX", "Session", "SessionError", "SessionManager"]
 
@@ -70,8 +70,9 @@ class Session:
     aliases: list[str] = field(default_factory=list)
     #: held while one of its calls is prepared: calls are rendered in arrival order
     prepare_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    #: the last call's neutral turn: the next call's unchanged messages are taken from it
-    last_turn: ChatTurn | None = None
+    #: ``(route's adapter name, WireRequest.known)`` of the last call: the next call on
+    #: that route takes its unchanged messages from it instead of parsing them again
+    last_parse: tuple[str, Any] | None = None
 
     def touch(self) -> None:
         """Mark the session as used now (resets its idle timer)."""

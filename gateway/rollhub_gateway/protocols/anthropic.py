@@ -33,6 +33,7 @@ from rollhub_gateway.protocols.base import (
     sse,
 )
 from rollhub_gateway.protocols.execution import Finished, Started, StreamEvent
+from rollhub_gateway.protocols.known_prefix import KnownPrefix, reusable_prefix
 from rollhub_gateway.turns import ChatTurn, OutputDelta
 
 __all__ = ["AnthropicMessages"]
@@ -80,11 +81,15 @@ def _refuse(kind: Any, where: str) -> None:
     raise WireError("invalid_request", f"{where} has unsupported block type {kind!r}", param=where)
 
 
-def _messages(messages: Any) -> list[dict[str, Any]]:
+def _messages(
+    messages: Any, out: list[dict[str, Any]], ends: list[int | None], start: int = 0
+) -> list[dict[str, Any]]:
+    """Append the neutral messages of ``messages[start:]`` to ``out`` and each item's end
+    to ``ends``."""
     if not isinstance(messages, list) or not messages:
         raise WireError("invalid_request", "'messages' must be a non-empty array", param="messages")
-    out: list[dict[str, Any]] = []
-    for i, m in enumerate(messages):
+    for i in range(start, len(messages)):
+        m = messages[i]
         where = f"messages[{i}]"
         role = m.get("role") if isinstance(m, dict) else None
         if role not in ("user", "assistant"):
@@ -96,17 +101,17 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
         content = m.get("content")
         if isinstance(content, str):
             out.append({"role": role, "content": content})
-            continue
-        if not isinstance(content, list):
+        elif not isinstance(content, list):
             raise WireError(
                 "invalid_request",
                 f"{where}.content must be a string or an array of blocks",
                 param=f"{where}.content",
             )
-        if role == "assistant":
+        elif role == "assistant":
             out.append(_assistant(content, where))
         else:
             out.extend(_user(content, where))
+        ends.append(len(out))
     return out
 
 
@@ -213,19 +218,34 @@ class AnthropicMessages(ProtocolAdapter):
 
     name = "anthropic"
 
-    def parse(self, body: Mapping[str, Any], *, count_only: bool = False) -> WireRequest:
-        """Validate a request body; every 400 names its field."""
+    #: :meth:`parse` takes what it kept of the session's previous call (``known=``)
+    reuses_known = True
+
+    def parse(
+        self,
+        body: Mapping[str, Any],
+        *,
+        count_only: bool = False,
+        known: KnownPrefix | None = None,
+    ) -> WireRequest:
+        """Validate a request body; every 400 names its field.
+
+        :param known: the :class:`KnownPrefix` of the session's previous call: the leading
+            messages sent exactly as then are not parsed again.
+        """
         max_tokens = None if count_only else require(body, "max_tokens", int)
         if max_tokens is not None and max_tokens < 1:
             raise WireError("invalid_request", "'max_tokens' must be >= 1", param="max_tokens")
-        messages = _messages(body.get("messages"))
-        system = body.get("system")
-        if system is not None:
-            messages.insert(0, {"role": "system", "content": _text_blocks(system, "system")})
+        items, system = body.get("messages"), body.get("system")
+        start, messages, ends = reusable_prefix(items, system, known)
+        if not start:
+            if system is not None:
+                messages = [{"role": "system", "content": _text_blocks(system, "system")}]
+            ends = [len(messages)]
+        _messages(items, messages, ends, start)
+        turn = ChatTurn(messages, _tools(body.get("tools")), _tool_choice(body.get("tool_choice")))
         return WireRequest(
-            turn=ChatTurn(
-                messages, _tools(body.get("tools")), _tool_choice(body.get("tool_choice"))
-            ),
+            turn=turn,
             sampling=RequestedSampling(
                 max_tokens=max_tokens,
                 temperature=opt_float(body, "temperature", minimum=0, maximum=1),
@@ -235,6 +255,7 @@ class AnthropicMessages(ProtocolAdapter):
             ),
             stream=bool(opt_bool(body, "stream")),
             model=body.get("model"),
+            known=None if count_only else KnownPrefix(system, items, ends, turn),
         )
 
     def response(self, req: WireRequest, result: TurnResult) -> dict[str, Any]:

@@ -105,6 +105,8 @@ class WireRequest:
     model: str | None = None
     #: protocol-specific extras (OpenAI logprobs, include_usage…)
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: what the adapter keeps of this call to parse the session's next one (its ``known=``)
+    known: Any = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,9 @@ class ProtocolAdapter:
     """Base of the three wire formats. Subclasses implement every method."""
 
     name: ClassVar[str]
+    #: whether ``parse`` takes ``known=``: the ``WireRequest.known`` of the session's last
+    #: call on this route, so that re-sent messages are not parsed again
+    reuses_known: ClassVar[bool] = False
 
     def error_body(self, err: WireError) -> dict[str, Any]:  # pragma: no cover - abstract
         """The JSON error body of this format."""

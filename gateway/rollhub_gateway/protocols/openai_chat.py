@@ -101,12 +101,13 @@ class OpenAIChat(ProtocolAdapter):
                 "'tool_choice' must be 'none', 'auto', 'required' or a function object",
                 param="tool_choice",
             )
+        turn = ChatTurn(
+            messages,
+            parse_tools(body.get("tools"), known=known.tools if known else None),
+            tool_choice,
+        )
         return WireRequest(
-            turn=ChatTurn(
-                messages,
-                parse_tools(body.get("tools"), known=known.tools if known else None),
-                tool_choice,
-            ),
+            turn=turn,
             sampling=RequestedSampling(
                 max_tokens=max_tokens,
                 temperature=opt_float(body, "temperature", minimum=0, maximum=2),
@@ -123,6 +124,7 @@ class OpenAIChat(ProtocolAdapter):
                 "top_logprobs": top_logprobs or 0,
                 "return_token_ids": return_ids,
             },
+            known=turn,  # its messages read as sent: the next call compares against them
         )
 
     # Responses ----------------------------------------------------------------------------

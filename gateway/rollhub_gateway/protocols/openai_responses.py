@@ -27,6 +27,7 @@ from rollhub_gateway.protocols.base import (
     sse,
 )
 from rollhub_gateway.protocols.execution import Finished, Started, StreamEvent
+from rollhub_gateway.protocols.known_prefix import KnownPrefix, reusable_prefix
 from rollhub_gateway.protocols.openai_chat import OpenAIChat
 from rollhub_gateway.protocols.openai_responses_input import (
     parse_input,
@@ -43,8 +44,15 @@ class OpenAIResponses(ProtocolAdapter):
 
     name = "openai_responses"
 
-    def parse(self, body: Mapping[str, Any]) -> WireRequest:
-        """Validate a request body; every 400 names its field."""
+    #: :meth:`parse` takes what it kept of the session's previous call (``known=``)
+    reuses_known = True
+
+    def parse(self, body: Mapping[str, Any], *, known: KnownPrefix | None = None) -> WireRequest:
+        """Validate a request body; every 400 names its field.
+
+        :param known: the :class:`KnownPrefix` of the session's previous call: the leading
+            items sent exactly as then are not parsed again.
+        """
         if body.get("previous_response_id") is not None:
             raise WireError(
                 "invalid_request",
@@ -53,20 +61,28 @@ class OpenAIResponses(ProtocolAdapter):
             )
         if "input" not in body:
             raise WireError("invalid_request", "missing required field 'input'", param="input")
-        messages = parse_input(body["input"])
-        instructions = body.get("instructions")
-        if instructions is not None:
-            if not isinstance(instructions, str):
+        items, instructions = body["input"], body.get("instructions")
+        start, reused, ends = reusable_prefix(items, instructions, known)
+        # a function_call item joins the assistant message before it: never resume there
+        while start and ((end := ends[start]) is None or reused[end - 1]["role"] == "assistant"):
+            start -= 1
+        if start:
+            messages, ends = reused[: ends[start]], ends[: start + 1]
+        else:
+            if instructions is not None and not isinstance(instructions, str):
                 raise WireError(
                     "invalid_request", "'instructions' must be a string", param="instructions"
                 )
-            messages.insert(0, {"role": "system", "content": instructions})
+            messages = [] if instructions is None else [{"role": "system", "content": instructions}]
+            ends = [len(messages)]
+        parse_input(items, messages, ends, start)
+        turn = ChatTurn(
+            messages, parse_tools(body.get("tools")), parse_tool_choice(body.get("tool_choice"))
+        )
         # OpenAI's range, checked like Chat's (Responses output carries no alternatives)
         opt_int(body, "top_logprobs", minimum=0, maximum=20)
         return WireRequest(
-            turn=ChatTurn(
-                messages, parse_tools(body.get("tools")), parse_tool_choice(body.get("tool_choice"))
-            ),
+            turn=turn,
             sampling=RequestedSampling(
                 max_tokens=opt_int(body, "max_output_tokens", minimum=1),
                 temperature=opt_float(body, "temperature", minimum=0, maximum=2),
@@ -74,6 +90,7 @@ class OpenAIResponses(ProtocolAdapter):
             ),
             stream=bool(opt_bool(body, "stream")),
             model=body.get("model"),
+            known=KnownPrefix(instructions, items, ends, turn) if isinstance(items, list) else None,
             options={
                 "body": {
                     k: body.get(k)

@@ -19,19 +19,35 @@ def _content_text(content: Any, where: str) -> str:
     )
 
 
-def parse_input(items: Any) -> list[dict[str, Any]]:
-    """Validate ``input`` (a string or a list of items) and return neutral messages."""
+def parse_input(
+    items: Any,
+    out: list[dict[str, Any]] | None = None,
+    ends: list[int | None] | None = None,
+    start: int = 0,
+) -> list[dict[str, Any]]:
+    """Validate ``input`` (a string or a list of items) and return neutral messages.
+
+    :param out: neutral messages already made (of the instructions and ``items[:start]``,
+        reused from the session's previous call); appended to. Its last message must not
+        be an assistant message: a ``function_call`` item would join it.
+    :param ends: gets, after each item, the messages made so far, or ``None`` where a
+        reasoning item's text waits for the assistant message after it (a parse cannot
+        resume there).
+    """
+    out = [] if out is None else out
+    ends = [] if ends is None else ends
     if isinstance(items, str):
-        return [{"role": "user", "content": items}]
+        out.append({"role": "user", "content": items})
+        return out
     if not isinstance(items, list) or not items:
         raise WireError(
             "invalid_request",
             "'input' must be a string or a non-empty array of items",
             param="input",
         )
-    out: list[dict[str, Any]] = []
     pending_reasoning: str | None = None
-    for i, item in enumerate(items):
+    for i in range(start, len(items)):
+        item = items[i]
         where = f"input[{i}]"
         if not isinstance(item, dict):
             raise WireError("invalid_request", f"{where} must be an object", param=where)
@@ -92,6 +108,7 @@ def parse_input(items: Any) -> list[dict[str, Any]]:
                 f"{where}.type={kind!r} is not supported (message, function_call, function_call_output, reasoning)",
                 param=f"{where}.type",
             )
+        ends.append(None if pending_reasoning else len(out))
     return out
 
 
