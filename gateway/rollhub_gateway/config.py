@@ -140,6 +140,13 @@ class PoolSection(_Strict):
     start_timeout_s: float = Field(
         120.0, gt=0, description="how long a replica may take to load its model and listen"
     )
+    restarts: int = Field(
+        3,
+        ge=0,
+        description="times a replica process that died is started again on its own address "
+        "(0: never); with journal_dir its journaled sessions come back with it, the others "
+        "fail with the cause (Ray replicas are not restarted)",
+    )
     ray_address: str | None = Field(
         None, description="Ray cluster to join (None: the current one, else a local one)"
     )

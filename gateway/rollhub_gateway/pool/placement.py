@@ -30,6 +30,8 @@ class Placeable(Protocol):
     opened: int
     #: why it died, or None while it serves
     dead: str | None
+    #: being started again after it died (placed on only when no other replica serves)
+    restarting: bool
 
 
 def least_loaded(replicas: Sequence[R], *, exclude: frozenset[int] = frozenset()) -> R:
@@ -38,6 +40,7 @@ def least_loaded(replicas: Sequence[R], *, exclude: frozenset[int] = frozenset()
     :raises GatewayError: no replica is left to take a session (each one's cause listed).
     """
     candidates = [r for r in replicas if r.dead is None and r.index not in exclude]
+    candidates = [r for r in candidates if not r.restarting] or candidates
     if not candidates:
         causes = "; ".join(
             f"replica {r.index}: {r.dead or 'refused the session'}" for r in replicas

@@ -4,9 +4,11 @@ The pool starts N replicas (child processes or Ray actors), each a whole gateway
 the same config with its own journal file, one shared admin token and a free port. A new
 session goes to the least-loaded live replica and stays there: its agent gets that
 replica's URL, and its traces, finish and drop go to the same replica. Weight versions and
-policies are sent to every live replica. When a replica dies, its sessions fail with a
-:class:`~rollhub_gateway.pool.replica.ReplicaDied` naming it and the cause; the others'
-sessions carry on, and new sessions go to the survivors.
+policies are sent to every live replica. A replica process that dies is started again on
+its address (``restarts`` times), with the last policy and version; its journaled sessions
+carry on. Sessions it does not bring back, and those of a replica that stays dead, fail
+with a :class:`~rollhub_gateway.pool.replica.ReplicaDied` naming it and the cause; the
+others' sessions carry on, and new sessions go to the replicas that serve.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class GatewayPool:
         self._http: Any = None
         self._inited_ray = False
         self._broadcasts: set[asyncio.Task[Any]] = set()
+        self._policy: tuple[Any, int] | None = None
 
     def spec(self, index: int) -> dict[str, Any]:
         """What replica ``index`` is built from (its own journal file, a free port)."""
@@ -99,7 +102,13 @@ class GatewayPool:
             from rollhub_gateway.pool.processes import ProcessReplica
 
             return [
-                ProcessReplica(i, self.spec(i), start_timeout_s=timeout)
+                ProcessReplica(
+                    i,
+                    self.spec(i),
+                    start_timeout_s=timeout,
+                    restarts=self.pool.restarts,
+                    on_restart=self._restarted,
+                )
                 for i in range(self.pool.replicas)
             ]
         try:
@@ -223,6 +232,15 @@ class GatewayPool:
         await replica.call("PUT", "/weight_version", json={"version": version})
         replica.version, replica.version_known = version, True
 
+    async def _restarted(self, replica: Replica) -> None:
+        """A restarted replica gets the last published policy and the weight version
+        before it serves anyone."""
+        replica.version_known = False
+        if self._policy is not None:
+            await replica.publish_policy(*self._policy)
+            replica.version, replica.version_known = self._policy[1], True
+        await self._sync_version(replica)
+
     async def publish_policy(self, policy: Any, version: int) -> None:
         """Hand ``policy`` to every live replica's backend, then stamp ``version``.
 
@@ -232,6 +250,7 @@ class GatewayPool:
         live = [r for r in self.replicas if r.dead is None]
         if not live:
             raise GatewayError("no gateway replica is alive to take the policy")
+        self._policy = (policy, version)  # what a restarted replica is given again
         await asyncio.gather(*(r.publish_policy(policy, version) for r in live))
         for r in live:
             r.version, r.version_known = version, True

@@ -3,10 +3,13 @@
 Each replica is ``python -m rollhub_gateway.pool.replica_server``: the pool writes its spec
 (gateway config with the pool's admin token, journal path, engine factory) as one JSON line
 on the child's stdin and keeps the pipe open; the child answers with one JSON line holding
-its URL. A watcher task awaits the child's exit: an exit the pool did not ask for marks the
-replica dead, with the signal or exit code and the last lines the child wrote to stderr,
-and a :class:`~rollhub_gateway.pool.tombstone.Tombstone` takes over its port so agents
-still calling it are told why.
+its URL. A watcher task awaits the child's exit. An exit the pool did not ask for starts
+the replica again on the same address and journal (``restarts`` times): agents keep their
+base URL and key, journaled sessions carry on where their last answered call left them,
+and sessions the new process does not hold fail with the cause. Past its restarts (or when
+a restart fails) the replica is dead, with the signal or exit code and the last lines the
+child wrote to stderr, and a :class:`~rollhub_gateway.pool.tombstone.Tombstone` takes over
+its port so agents still calling it are told why.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import pickle
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rollhub.errors import GatewayError, UsageError
@@ -47,10 +51,24 @@ class ProcessReplica(Replica):
 
     kind = "process"
 
-    def __init__(self, index: int, spec: dict[str, Any], *, start_timeout_s: float) -> None:
+    def __init__(
+        self,
+        index: int,
+        spec: dict[str, Any],
+        *,
+        start_timeout_s: float,
+        restarts: int = 0,
+        on_restart: Callable[[ProcessReplica], Awaitable[None]] | None = None,
+    ) -> None:
         super().__init__(index)
         self.spec = spec
         self.start_timeout_s = start_timeout_s
+        #: restarts left
+        self.restarts = restarts
+        #: awaited after a restart, before calls go on (the pool re-sends policy and version)
+        self.on_restart = on_restart
+        #: why each earlier process of this replica died
+        self.deaths: list[str] = []
         self.proc: asyncio.subprocess.Process | None = None
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
         self._tasks: list[asyncio.Task[Any]] = []
@@ -87,7 +105,7 @@ class ProcessReplica(Replica):
         try:
             line = await asyncio.wait_for(self.proc.stdout.readline(), self.start_timeout_s)
         except TimeoutError:
-            await self.stop()
+            await self._stop_child()
             raise GatewayError(
                 f"{self.name} did not listen within {self.start_timeout_s:g}s "
                 f"(token_source.pool.start_timeout_s); stderr: {self._tail()}"
@@ -105,6 +123,8 @@ class ProcessReplica(Replica):
         self._tasks.append(asyncio.create_task(self._drain_stdout()))
         self._tasks.append(asyncio.create_task(self._watch()))
         log.info("%s serving at %s", self.name, self.url)
+        if not self.restarting:
+            self.mark_serving()
 
     async def _drain_stderr(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
@@ -124,14 +144,66 @@ class ProcessReplica(Replica):
         rc = await self.proc.wait()
         if self._stopping:
             return
+        if self.restarts > 0:
+            self.mark_restarting()
         await asyncio.sleep(0.05)  # the last stderr lines, when there are some
-        self.mark_dead(f"exited with {_describe_exit(rc)}; stderr: {self._tail()}")
+        cause = f"exited with {_describe_exit(rc)}; stderr: {self._tail()}"
+        if self.restarts > 0:
+            if await self._restart(cause):
+                return
+            cause = self.deaths[-1]
+        self.mark_dead(cause)
         # agents still holding this replica's URL learn why, instead of "connection refused"
         tombstone = Tombstone(
             self.url or "", f"{self.name} died ({self.dead}); the sessions it served are lost"
         )
         if await tombstone.start():
             self.tombstone = tombstone
+
+    async def _restart(self, cause: str) -> bool:
+        """Start the replica again on its address; whether it serves again.
+
+        Sessions the new process holds (journaled, not finished) carry on; the others are
+        :attr:`lost`, with ``cause``.
+        """
+        self.restarts -= 1
+        self.deaths.append(cause)
+        old_name, url = self.name, self.url or ""
+        log.warning("%s died (%s); starting it again at %s", self.name, cause, url)
+        self.spec["config"]["port"] = int(url.rsplit(":", 1)[1])  # agents keep their URL
+        current = asyncio.current_task()
+        for task in self._tasks:  # the dead child's pipes
+            if task is not current:
+                task.cancel()
+        self._tasks = [current] if current is not None else []  # stop() cancels a restart
+        self.stderr_tail.clear()
+        try:
+            await self.start(self._http)
+            if self.url != url:
+                raise GatewayError(f"it came back at {self.url}, not {url}")
+            held = await self.call("GET", "/sessions")
+            kept = {s["session_id"] for s in held["open"]} | set(held["recoverable"])
+            if self.on_restart is not None:  # before any agent's call: policy and version
+                await self.on_restart(self)
+        except Exception as exc:  # any failure leaves the replica dead
+            log.error("%s could not be started again: %s", self.name, exc)
+            self.deaths[-1] = f"{cause}; starting it again failed: {exc}"
+            await self._stop_child()
+            return False
+        why = f"{old_name} died ({cause})"
+        if not self.spec["config"].get("journal_path"):
+            why += "; sessions survive a restart only with token_source.pool.journal_dir set"
+        for sid in self.live - kept:
+            self.lost[sid] = why
+        self.live &= kept
+        self.mark_serving()
+        log.warning(
+            "%s serves again: %d session(s) carried on, %d lost",
+            self.name,
+            len(self.live),
+            len(self.lost),
+        )
+        return True
 
     def _tail(self) -> str:
         return " | ".join(self.stderr_tail)[-2000:] or "(empty)"
@@ -163,6 +235,25 @@ class ProcessReplica(Replica):
     async def stop(self) -> None:
         """SIGTERM (and EOF on stdin), then SIGKILL after a grace period; reap the child."""
         self._stopping = True
+        await self._stop_child()
+        if self.tombstone is not None:
+            await self.tombstone.stop()
+            self.tombstone = None
+        if self.dead is None:
+            self.dead = "stopped by the pool"
+            self._serving.set()
+
+    async def _stop_child(self) -> None:
+        # the tasks first: a watcher must not take the exit asked for here for a death,
+        # and a restart under way must not start a child after this one is stopped
+        current = asyncio.current_task()
+        tasks = [t for t in self._tasks if t is not current]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = [t for t in self._tasks if t is current]
         proc = self.proc
         if proc is not None and proc.returncode is None:
             if proc.stdin is not None:
@@ -176,17 +267,6 @@ class ProcessReplica(Replica):
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
-        if self.tombstone is not None:
-            await self.tombstone.stop()
-            self.tombstone = None
-        if self.dead is None:
-            self.dead = "stopped by the pool"
 
 
 def _describe_exit(rc: int | None) -> str:

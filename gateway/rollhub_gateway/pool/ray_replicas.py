@@ -129,6 +129,7 @@ class RayReplica(Replica):
             await self.stop()
             raise GatewayError(f"{self.name} failed to start: {_short(exc)}") from exc
         self.url, self.pid, self.node_id = info["url"], info["pid"], info["node_id"]
+        self.mark_serving()
         self._watch = asyncio.create_task(self._watch_actor())
         log.info("%s serving at %s", self.name, self.url)
 

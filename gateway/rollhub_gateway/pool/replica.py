@@ -49,6 +49,14 @@ class Replica(ABC):
         self.version_known = False
         self._died = asyncio.Event()
         self._http: Any = None
+        #: true while a replica that died is being started again (see ProcessReplica)
+        self.restarting = False
+        #: times it started serving (a restart counts)
+        self.starts = 0
+        #: sessions a restart did not bring back: the death that lost them, in words
+        self.lost: dict[str, str] = {}
+        self._serving = asyncio.Event()
+        self._restarter: asyncio.Task[Any] | None = None
 
     @property
     def name(self) -> str:
@@ -77,7 +85,22 @@ class Replica(ABC):
         if self.dead is None:
             self.dead = cause
             log.error("%s died: %s; its %d live session(s) fail", self.name, cause, len(self.live))
+        self.restarting = False
         self._died.set()
+        self._serving.set()  # calls waiting for a restart learn it failed
+
+    def mark_serving(self) -> None:
+        """Record that the replica (re)started and serves at :attr:`url`."""
+        self.starts += 1
+        self.restarting = False
+        self._serving.set()
+
+    def mark_restarting(self) -> None:
+        """Record that the replica died and is being started again by the current task:
+        calls wait for it (except the restart's own)."""
+        self.restarting = True
+        self._restarter = asyncio.current_task()
+        self._serving.clear()
 
     async def call(
         self,
@@ -96,6 +119,7 @@ class Replica(ABC):
         import aiohttp
 
         self._raise_if_dead(session_id)
+        starts = self.starts
         try:
             return await admin_call(
                 self._http,
@@ -110,9 +134,13 @@ class Replica(ABC):
             )
         except (TimeoutError, aiohttp.ClientError) as exc:
             # A refused or cut connection is usually the replica dying: give the watcher a
-            # moment to learn the exit status, so the error says what happened.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._died.wait(), DEATH_GRACE_S)
+            # moment to learn the exit status, so the error says what happened; a replica
+            # being restarted gets the call again once it serves.
+            await self._await_fate()
+            if self.dead is None and self.starts > starts:
+                return await self.call(
+                    method, path, json=json, session_id=session_id, missing_ok=missing_ok
+                )
             self._raise_if_dead(session_id)
             raise TokenRetrievalError(
                 f"{self.name} unreachable for {method} {path}: {type(exc).__name__}: {exc}",
@@ -120,7 +148,25 @@ class Replica(ABC):
                 session_id=session_id,
             ) from exc
 
+    async def _await_fate(self) -> None:
+        """After a failed call: wait up to :data:`DEATH_GRACE_S` for the watcher to say the
+        replica died or is restarting, and for a restart to finish."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(DEATH_GRACE_S):
+                while self.dead is None and not self.restarting:
+                    await asyncio.sleep(0.05)
+        if asyncio.current_task() is not self._restarter:
+            await self._serving.wait()
+
     def _raise_if_dead(self, session_id: str | None) -> None:
+        if session_id is not None and session_id in self.lost:
+            raise ReplicaDied(
+                f"{self.lost[session_id]}; started again without session {session_id!r}, "
+                "which is lost",
+                replica=self.index,
+                cause=self.lost[session_id],
+                session_id=session_id,
+            )
         if self.dead is None:
             return
         what = f"session {session_id!r} was on it and is lost" if session_id else "it is gone"

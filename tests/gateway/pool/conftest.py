@@ -64,6 +64,23 @@ async def converse(cap: Any, turns: int) -> list[str]:
     return replies
 
 
+async def converse_more(cap: Any, done: int) -> str:
+    """One more turn on a session that already had ``done`` turns; returns the reply."""
+    client = openai.AsyncOpenAI(base_url=cap.base_url, api_key=cap.api_key, max_retries=0)
+    messages: list[dict[str, Any]] = []
+    for i in range(done):
+        messages += [
+            {"role": "user", "content": f"question {i}"},
+            {"role": "assistant", "content": reply_text(cap.session_id, i)},
+        ]
+    messages.append({"role": "user", "content": f"question {done}"})
+    try:
+        r = await client.chat.completions.create(model=cap.model_id, messages=messages)
+    finally:
+        await client.close()
+    return r.choices[0].message.content or ""
+
+
 def assert_exact(
     traces: list[Any], tokenizer: Any, session_id: str, turns: int, policy: str = FIRST_POLICY
 ) -> None:

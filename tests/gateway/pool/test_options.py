@@ -33,6 +33,7 @@ def build(options: dict, base_dir: Path | None = None) -> GatewayTokenSource:
         ({}, {"journal_path": "g.sqlite"}, "token_source.journal_path", "pool.journal_dir"),
         ({}, {"port": 8790}, "token_source.port", "drop token_source.port"),
         ({"engine_factory": "engines"}, {}, "token_source.pool.engine_factory", "module:callable"),
+        ({"restarts": -1}, {}, "token_source.pool.restarts", "greater than or equal to 0"),
     ],
 )
 def test_bad_pool_settings_name_the_field_and_the_fix(pool, extra, field_, words):
@@ -95,6 +96,7 @@ class R:
     live: set[str] = field(default_factory=set)
     opened: int = 0
     dead: str | None = None
+    restarting: bool = False
 
 
 def test_least_loaded_counts_live_sessions_then_sessions_given_then_index():
@@ -111,6 +113,12 @@ def test_least_loaded_counts_live_sessions_then_sessions_given_then_index():
         r.opened += 1
         picks.append(r.index)
     assert picks == [0, 1, 2, 0, 1, 2]
+    # a replica being restarted takes sessions only when no other one serves
+    fresh[0].live.clear()
+    fresh[0].restarting = True
+    assert least_loaded(fresh) is fresh[1]
+    fresh[1].dead = fresh[2].dead = "exited with signal SIGKILL"
+    assert least_loaded(fresh) is fresh[0]
     a.dead = b.dead = "stopped by the pool"
     with pytest.raises(GatewayError, match="replica 2: exited with signal SIGKILL"):
         least_loaded([a, b, c])

@@ -26,6 +26,7 @@ from tests.gateway.pool.conftest import (
     alive,
     assert_exact,
     converse,
+    converse_more,
     pool_options,
     wait_dead,
     wait_gone,
@@ -123,27 +124,9 @@ async def test_three_replicas_place_serve_journal_version_and_close(model_dir, t
     await source.close()  # idempotent
 
 
-async def converse_more(cap, done: int) -> str:
-    """One more turn on a session that already had ``done`` turns; returns the reply."""
-    from tests.gateway.pool.engines import reply_text
-
-    client = openai.AsyncOpenAI(base_url=cap.base_url, api_key=cap.api_key, max_retries=0)
-    messages = []
-    for i in range(done):
-        messages += [
-            {"role": "user", "content": f"question {i}"},
-            {"role": "assistant", "content": reply_text(cap.session_id, i)},
-        ]
-    messages.append({"role": "user", "content": f"question {done}"})
-    try:
-        r = await client.chat.completions.create(model=cap.model_id, messages=messages)
-    finally:
-        await client.close()
-    return r.choices[0].message.content
-
-
 async def test_a_killed_replica_fails_only_its_sessions(model_dir, tokenizer):
-    source = build_source(pool_options(model_dir, replicas=2, latency_s=0.4))
+    # restarts=0: it stays dead (test_restart.py has replicas that come back)
+    source = build_source(pool_options(model_dir, replicas=2, latency_s=0.4, restarts=0))
     await source.start()
     try:
         pool = source.pool
