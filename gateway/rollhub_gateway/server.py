@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from rollhub.sampling import SamplingBackend
@@ -38,6 +38,7 @@ from rollhub.trace import TraceRecord
 
 from rollhub_gateway.admission import Admission
 from rollhub_gateway.config import GatewayConfig, SessionPolicy
+from rollhub_gateway.fast_path import route_table
 from rollhub_gateway.metrics import GatewayMetrics
 from rollhub_gateway.protocols import AnthropicMessages, OpenAIChat, OpenAIResponses, WireError
 from rollhub_gateway.protocols.admin import AdminRoutes
@@ -45,6 +46,9 @@ from rollhub_gateway.protocols.base import error_response, fast_json_response
 from rollhub_gateway.protocols.execution import ClientGone, TurnRunner
 from rollhub_gateway.sessions import Session, SessionError, SessionManager
 from rollhub_gateway.turns import ChatModel
+
+if TYPE_CHECKING:
+    from rollhub_gateway.serving import AppServer
 
 __all__ = ["Gateway"]
 
@@ -137,14 +141,26 @@ class Gateway:
 
     async def start(self, host: str | None = None, port: int | None = None) -> str:
         """Serve on the running loop; returns the root URL (``http://host:port``)."""
-        from rollhub_gateway.serving import AppServer
-
         if self._server is None:
-            self._server = AppServer(
+            self._server = self.app_server(
                 self.app(), host or self.config.host, self.config.port if port is None else port
             )
             self.url = await self._server.start()
         return self.url or ""
+
+    def app_server(self, app: web.Application, host: str, port: int) -> AppServer:
+        """An :class:`AppServer` of ``app`` (this gateway's, maybe with routes added) whose
+        model calls take the fast path (:mod:`rollhub_gateway.fast_path`)."""
+        from rollhub_gateway.serving import AppServer
+
+        return AppServer(
+            app,
+            host,
+            port,
+            fast_path=route_table(self.routes()),
+            max_body_bytes=self.config.max_body_bytes,
+            count=self.metrics.request,
+        )
 
     async def stop(self) -> None:
         """Stop serving (sessions stay in memory until finished or dropped)."""
@@ -164,18 +180,26 @@ class Gateway:
     def app(self) -> web.Application:
         """A new aiohttp application (mountable as a sub-app) serving this gateway."""
         app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[self._count])
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_post("/v1/responses", self._responses)
-        app.router.add_post("/v1/messages", self._messages)
-        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/health", self._healthz)  # vLLM's and SGLang's spelling
-        app.router.add_get("/metrics", self._metrics)
-        self.admin.add_routes(app)
+        for method, path, handler in self.routes():
+            app.router.add_route(method, path, handler)
         app.on_startup.append(self._on_startup)
         app.on_cleanup.append(self._on_cleanup)
         return app
+
+    def routes(self) -> list[tuple[str, str, Any]]:
+        """``(method, path pattern, handler)`` of every route, served by aiohttp and by the
+        fast path (:mod:`rollhub_gateway.fast_path`)."""
+        return [
+            ("POST", "/v1/chat/completions", self._chat),
+            ("POST", "/v1/responses", self._responses),
+            ("POST", "/v1/messages", self._messages),
+            ("POST", "/v1/messages/count_tokens", self._count_tokens),
+            ("GET", "/v1/models", self._models),
+            ("GET", "/healthz", self._healthz),
+            ("GET", "/health", self._healthz),  # vLLM's and SGLang's spelling
+            ("GET", "/metrics", self._metrics),
+            *self.admin.routes(),
+        ]
 
     async def _on_startup(self, _app: web.Application) -> None:
         await self.backend.start()
@@ -234,9 +258,9 @@ class Gateway:
         stream = self.runner.stream(plan)
         try:
             await stream.start()  # a 502 before the first byte is still a plain error
-            resp = web.StreamResponse(
-                headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-            )
+            # a request read on the fast path writes its stream to its own connection
+            make = getattr(request, "stream_response", web.StreamResponse)
+            resp = make(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
             await resp.prepare(request)
             events = stream.events(is_closed=lambda: _gone(request))
             chunks = adapter.stream(req, events)

@@ -26,6 +26,7 @@ from rollhub.errors import ConfigError, GatewayError, UsageError
 from rollhub.sampling import SamplingBackend
 
 from rollhub_gateway.config import GatewayConfig
+from rollhub_gateway.fast_path import FastPathServer, Resolver
 from rollhub_gateway.server import Gateway
 from rollhub_gateway.turns import ChatModel
 
@@ -47,13 +48,34 @@ BACKLOG = 2048
 
 
 class AppServer:
-    """An aiohttp application served on the running loop (``host``/``port``; 0 = free port)."""
+    """An aiohttp application served on the running loop (``host``/``port``; 0 = free port).
 
-    def __init__(self, app: web.Application, host: str = "127.0.0.1", port: int = 0) -> None:
+    :param fast_path: the routes served on the lean HTTP path in front of the application
+        (:mod:`rollhub_gateway.fast_path`); None serves everything with aiohttp.
+    :param max_body_bytes: bodies the fast path reads (larger ones go to aiohttp).
+    :param count: ``count(route, status)`` of the fast path's requests (metrics).
+    """
+
+    def __init__(
+        self,
+        app: web.Application,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        fast_path: Resolver | None = None,
+        max_body_bytes: int = 1024**2,
+        count: Callable[[str, int], None] | None = None,
+    ) -> None:
         self.app = app
         self.host = host
         self.port = port
+        self.fast_path = fast_path
+        self.max_body_bytes = max_body_bytes
+        self.count = count
+        #: the fast path's protocol factory while serving with one
+        self.fast: FastPathServer | None = None
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.AbstractServer | None = None
 
     async def start(self) -> str:
         """Bind and serve; returns ``http://host:port``."""
@@ -61,22 +83,41 @@ class AppServer:
         # which closes the engine request instead of sampling for nobody
         runner = web.AppRunner(self.app, handler_cancellation=True, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, backlog=BACKLOG)
         try:
-            await site.start()
+            if self.fast_path is None:
+                site = web.TCPSite(runner, self.host, self.port, backlog=BACKLOG)
+                await site.start()
+                sockets = list(site._server.sockets if site._server else [])
+            else:
+                assert runner.server is not None
+                self.fast = FastPathServer(
+                    self.fast_path,
+                    runner.server,
+                    max_body_bytes=self.max_body_bytes,
+                    count=self.count,
+                )
+                loop = asyncio.get_running_loop()
+                self._listener = await loop.create_server(
+                    self.fast, self.host, self.port, backlog=BACKLOG, reuse_address=True
+                )
+                sockets = list(self._listener.sockets)
         except OSError as exc:
             await runner.cleanup()
             raise GatewayError(
                 f"cannot listen on {self.host}:{self.port}: {exc}; choose another port"
             ) from exc
         self._runner = runner
-        sockets = [s for s in (site._server.sockets if site._server else [])]
         port = sockets[0].getsockname()[1] if sockets else self.port
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{port}"
 
     async def stop(self) -> None:
-        """Stop serving and run the app's cleanup."""
+        """Stop serving (calls in flight are cancelled) and run the app's cleanup."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        if self.fast is not None:
+            await self.fast.close()
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()

@@ -54,7 +54,7 @@ class ReplicaServer:
 
     async def start(self) -> str:
         """Build the engine and gateway, serve them; returns the root URL."""
-        from rollhub_gateway.serving import AppServer, build_gateway, settle_heap
+        from rollhub_gateway.serving import build_gateway, settle_heap
 
         backend = None
         if self.engine_factory:
@@ -62,7 +62,7 @@ class ReplicaServer:
         self.gateway = build_gateway(self.config, backend=backend)
         app = self.gateway.app()
         app.router.add_post(POLICY_ROUTE, self._policy)
-        self._server = AppServer(app, self.config.host, self.config.port)
+        self._server = self.gateway.app_server(app, self.config.host, self.config.port)
         url = await self._server.start()
         self.gateway.url = url
         settle_heap()  # a replica's process serves this gateway only, like `gateway serve`

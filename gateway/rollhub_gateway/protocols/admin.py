@@ -30,14 +30,16 @@ class AdminRoutes:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
 
-    def add_routes(self, app: web.Application) -> None:
-        """Register the admin routes on ``app``."""
-        app.router.add_post("/sessions", self.open_session)
-        app.router.add_get("/sessions", self.list_sessions)
-        app.router.add_get("/sessions/{sid}/traces", self.traces)
-        app.router.add_post("/sessions/{sid}/finish", self.finish)
-        app.router.add_delete("/sessions/{sid}", self.drop)
-        app.router.add_put("/weight_version", self.weight_version)
+    def routes(self) -> list[tuple[str, str, Any]]:
+        """``(method, path pattern, handler)`` of the admin routes."""
+        return [
+            ("POST", "/sessions", self.open_session),
+            ("GET", "/sessions", self.list_sessions),
+            ("GET", "/sessions/{sid}/traces", self.traces),
+            ("POST", "/sessions/{sid}/finish", self.finish),
+            ("DELETE", "/sessions/{sid}", self.drop),
+            ("PUT", "/weight_version", self.weight_version),
+        ]
 
     def is_admin(self, request: web.Request) -> bool:
         auth = request.headers.get("Authorization", "")

@@ -1,0 +1,410 @@
+"""Gateway requests over a lean HTTP/1.1 path in front of the aiohttp application.
+
+aiohttp's per-request machinery (request and response objects, routing, middlewares, a
+task per request, header formatting) costs a gateway about as much CPU as a whole turn's
+rendering on a long tool session. The gateway's requests are simple: model calls and
+admin calls, a JSON body with a ``Content-Length`` or none.
+
+Every connection starts on this path. A request it can frame exactly and plainly (a
+request line ``GET|POST|PUT|DELETE <route> HTTP/1.1`` for a route the gateway registered
+here, header lines of plain tokens and values, at most one ``Content-Length`` within the
+body limit, no ``Transfer-Encoding``, ``Expect`` or ``Upgrade``) goes straight to the
+gateway's handler for that route, the same one aiohttp would call. Anything else (another
+route, a chunked body, HTTP/1.0, a header line it would have to interpret, a
+percent-encoded path) hands the connection to aiohttp at that request's first byte, and
+aiohttp serves the connection from then on exactly as it would have without this path: it
+never sees a request this path has read, and this path never reads a request whose
+framing aiohttp might read differently. Requests of one connection are answered in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import http
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from multidict import CIMultiDict
+
+__all__ = ["FastPathServer", "FastRequest", "Resolver", "route_table"]
+
+log = logging.getLogger(__name__)
+
+#: a request head longer than this goes to aiohttp (which applies its own limits)
+MAX_HEAD_BYTES = 16 * 1024
+MAX_HEADERS = 100
+#: an idle connection (no request under way) is closed after this long, as aiohttp does
+KEEPALIVE_S = 75.0
+
+# one request head, checked whole: the request line, then field lines of a token name and
+# a value of visible characters, spaces and tabs (no obs-fold, no bare CR or LF)
+_HEAD = re.compile(
+    r"(GET|POST|PUT|DELETE) (/[!-~]*) HTTP/1\.1"
+    r"((?:\r\n[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e\x80-\xff]*)*)"
+)
+# the fields of a head _HEAD matched: name, and value without the spaces around it
+_FIELD = re.compile(r"\r\n([^:\r]+):[ \t]*((?:[^\r]*[^\r \t])?)[ \t]*")
+_DIGITS = re.compile(r"[0-9]{1,18}")
+#: fields whose meaning this path leaves to aiohttp
+_LEFT_TO_AIOHTTP = ("transfer-encoding", "expect", "upgrade", "content-encoding")
+_PREFIXES = (b"GET /", b"POST /", b"PUT /", b"DELETE /")
+
+#: a route's handler: the gateway's aiohttp handler, called with a :class:`FastRequest`
+Handler = Callable[["FastRequest"], Awaitable[Any]]
+#: ``(method, path) -> (handler, route name for metrics, path parameters)``, or None for
+#: a route left to aiohttp
+Resolver = Callable[[str, str], "tuple[Handler, str, dict[str, str]] | None"]
+
+
+def route_table(routes: list[tuple[str, str, Handler]]) -> Resolver:
+    """A :data:`Resolver` of ``(method, path pattern, handler)`` routes; a ``{name}`` in a
+    pattern matches one path segment, as in aiohttp."""
+    static: dict[tuple[str, str], tuple[Handler, str, dict[str, str]]] = {}
+    dynamic: list[tuple[str, re.Pattern[str], Handler, str]] = []
+    for method, pattern, handler in routes:
+        if "{" not in pattern:
+            static[(method, pattern)] = (handler, pattern, {})
+        else:
+            parts = re.split(r"\{(\w+)\}", pattern)
+            regex = "".join(
+                f"(?P<{p}>[^{{}}/]+)" if i % 2 else re.escape(p) for i, p in enumerate(parts)
+            )
+            dynamic.append((method, re.compile(regex), handler, pattern))
+
+    def resolve(method: str, path: str) -> tuple[Handler, str, dict[str, str]] | None:
+        hit = static.get((method, path))
+        if hit is not None:
+            return hit
+        for m, regex, handler, pattern in dynamic:
+            match = regex.fullmatch(path) if m == method else None
+            if match is not None:
+                return handler, pattern, match.groupdict()
+        return None
+
+    return resolve
+
+
+class FastPathServer:
+    """The protocol factory of a listening socket: fast model calls, aiohttp for the rest.
+
+    :param resolve: the handler of a route served here (see :data:`Resolver`).
+    :param fallback: aiohttp's protocol factory (``AppRunner.server``).
+    :param max_body_bytes: larger bodies go to aiohttp, which answers 413.
+    :param count: ``count(route, status)`` for every request answered here.
+    """
+
+    def __init__(
+        self,
+        resolve: Resolver,
+        fallback: Callable[[], asyncio.Protocol],
+        *,
+        max_body_bytes: int,
+        count: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self.resolve = resolve
+        self.fallback = fallback
+        self.max_body_bytes = max_body_bytes
+        self.count = count
+        self.connections: set[FastPathProtocol] = set()
+        #: requests answered here, and connections handed to aiohttp
+        self.served = 0
+        self.handed_off = 0
+
+    def __call__(self) -> FastPathProtocol:
+        return FastPathProtocol(self)
+
+    async def close(self) -> None:
+        """Close the connections still on this path (their calls in flight are cancelled)."""
+        for conn in list(self.connections):
+            conn.close()
+        tasks = [c.task for c in self.connections if c.task is not None]
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self.connections.clear()
+
+
+class FastRequest:
+    """What the gateway's handlers read of a request (``aiohttp.web.Request``'s names), for
+    a request read on the fast path."""
+
+    __slots__ = ("_body", "content_length", "headers", "match_info", "method", "path", "protocol")
+
+    scheme = "http"
+
+    def __init__(
+        self,
+        protocol: FastPathProtocol,
+        method: str,
+        path: str,
+        headers: CIMultiDict[str],
+        body: bytes,
+        match_info: dict[str, str],
+    ) -> None:
+        self.protocol = protocol
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self._body = body
+        self.content_length = len(body)
+        self.match_info = match_info
+
+    async def read(self) -> bytes:
+        """The body (read whole before the handler was called)."""
+        return self._body
+
+    @property
+    def host(self) -> str:
+        """The ``Host`` header, else the address the connection came to."""
+        host = self.headers.get("Host")
+        if host:
+            return host
+        sock = self.transport.get_extra_info("sockname") if self.transport else None
+        return f"{sock[0]}:{sock[1]}" if sock else "localhost"
+
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        """The connection, None once it is gone."""
+        return self.protocol.transport
+
+    def stream_response(self, headers: dict[str, str]) -> FastStreamResponse:
+        """A chunked response written straight to this connection."""
+        return FastStreamResponse(self.protocol, headers)
+
+
+class FastStreamResponse:
+    """``web.StreamResponse``'s ``prepare`` / ``write`` / ``write_eof`` on a fast connection
+    (chunked transfer encoding, with the transport's flow control)."""
+
+    def __init__(self, protocol: FastPathProtocol, headers: dict[str, str]) -> None:
+        self.protocol = protocol
+        self.headers = headers
+        self.status = 200
+
+    async def prepare(self, _request: Any) -> None:
+        head = {**self.headers, "Transfer-Encoding": "chunked"}
+        self.protocol.write_head(200, head)
+
+    async def write(self, data: bytes) -> None:
+        if data:
+            await self.protocol.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+    async def write_eof(self) -> None:
+        await self.protocol.write(b"0\r\n\r\n")
+
+
+class FastPathProtocol(asyncio.Protocol):
+    """One connection, on the fast path until a request needs aiohttp."""
+
+    def __init__(self, server: FastPathServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.task: asyncio.Task[None] | None = None
+        self._buf = bytearray()
+        self._close_after = False
+        self._handed_off = False
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self._idle: asyncio.TimerHandle | None = None
+        self._last = 0.0
+
+    # asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.server.connections.add(self)
+        self._arm_idle()
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        self._last = asyncio.get_running_loop().time()
+        if self.task is None:
+            self._next()
+
+    def eof_received(self) -> bool | None:
+        # as aiohttp: a client that stops sending has left; closing cancels its call
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.server.connections.discard(self)
+        if self._idle is not None:
+            self._idle.cancel()
+        if self.task is not None:  # as aiohttp's handler_cancellation: stop sampling for nobody
+            self.task.cancel()
+        self._can_write.set()
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    # Requests -----------------------------------------------------------------------------
+
+    def _next(self) -> None:
+        """Start the next buffered request, hand the connection off, or wait for bytes."""
+        if self.transport is None or self._handed_off:
+            return
+        buf = self._buf
+        end = buf.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES)
+        if end < 0:
+            start = bytes(buf[:8])
+            if len(buf) >= MAX_HEAD_BYTES or not any(
+                p.startswith(start) or start.startswith(p) for p in _PREFIXES
+            ):
+                self._hand_off()
+            return
+        head = _parse_head(bytes(buf[:end]))
+        route = None
+        if head is not None and head[3] <= self.server.max_body_bytes:
+            route = self.server.resolve(head[0], head[1].partition("?")[0])
+        if head is None or route is None:
+            self._hand_off()
+            return
+        method, target, headers, length, close = head
+        handler, name, match_info = route
+        start = end + 4
+        if len(buf) < start + length:
+            return  # the body is still coming
+        body = bytes(buf[start : start + length])
+        del buf[: start + length]
+        self._close_after = close
+        path = target.partition("?")[0]
+        request = FastRequest(self, method, path, headers, body, match_info)
+        self.task = asyncio.get_running_loop().create_task(self._serve(request, handler, name))
+
+    async def _serve(self, request: FastRequest, handler: Handler, route: str) -> None:
+        status = 500
+        try:
+            resp = await handler(request)
+            status = resp.status
+            if not isinstance(resp, FastStreamResponse):
+                self._write_response(resp)
+        except (ConnectionResetError, asyncio.CancelledError):
+            status = 499  # the client left; nothing to answer
+            self.close()
+        except Exception:
+            log.exception("fast path: %s failed", route)
+            self.close()
+        finally:
+            self.task = None
+            self.server.served += 1
+            if self.server.count is not None:
+                self.server.count(route, status)
+        if self._close_after:
+            self.close()
+        elif self.transport is not None:
+            self._last = asyncio.get_running_loop().time()
+            if self._buf:
+                self._next()
+
+    def _write_response(self, resp: Any) -> None:
+        body = resp.body or b""
+        headers = {"Content-Type": resp.headers.get("Content-Type", "application/json")}
+        for name, value in resp.headers.items():
+            if name.lower() not in ("content-type", "content-length"):
+                headers[name] = value
+        headers["Content-Length"] = str(len(body))
+        self.write_head(resp.status, headers, body)
+
+    def write_head(self, status: int, headers: dict[str, str], body: bytes = b"") -> None:
+        """The status line and headers (and a whole body, in the same write)."""
+        if self.transport is None:
+            raise ConnectionResetError("the client closed the connection")
+        lines = [f"HTTP/1.1 {status} {_phrase(status)}", f"Date: {_date()}"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        if self._close_after:
+            lines.append("Connection: close")
+        self.transport.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+
+    async def write(self, data: bytes) -> None:
+        """Write ``data`` once the transport takes more (flow control)."""
+        await self._can_write.wait()
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionResetError("the client closed the connection")
+        self.transport.write(data)
+
+    def _hand_off(self) -> None:
+        """Give the connection to aiohttp, from the first byte of the request buffered."""
+        transport = self.transport
+        if transport is None:
+            return
+        self._handed_off = True
+        self.server.connections.discard(self)
+        self.server.handed_off += 1
+        if self._idle is not None:
+            self._idle.cancel()
+        protocol = self.server.fallback()
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        data, self._buf = bytes(self._buf), bytearray()
+        if data:
+            protocol.data_received(data)
+
+    def _arm_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._last = loop.time()
+        self._idle = loop.call_later(KEEPALIVE_S, self._on_idle)
+
+    def _on_idle(self) -> None:
+        # one timer per connection, pushed back by activity (not re-armed every request)
+        if self._handed_off or self.transport is None:
+            return
+        left = self._last + KEEPALIVE_S - asyncio.get_running_loop().time()
+        if self.task is None and left <= 0:
+            self.close()
+        else:
+            self._idle = asyncio.get_running_loop().call_later(max(left, 1.0), self._on_idle)
+
+    def close(self) -> None:
+        """Close the connection (a call under way is cancelled when it is lost)."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+
+def _parse_head(head: bytes) -> tuple[str, str, CIMultiDict[str], int, bool] | None:
+    """``(method, target, headers, content length, close after)`` of a plain request's
+    head, or None for anything this path leaves to aiohttp."""
+    m = _HEAD.fullmatch(head.decode("latin-1"))
+    if m is None or "%" in m.group(2):
+        return None
+    fields = _FIELD.findall(m.group(3))
+    if len(fields) > MAX_HEADERS:
+        return None
+    headers: CIMultiDict[str] = CIMultiDict(fields)
+    if any(name in headers for name in _LEFT_TO_AIOHTTP):
+        return None
+    lengths = headers.getall("Content-Length", ())
+    if len(lengths) > 1 or (lengths and not _DIGITS.fullmatch(lengths[0])):
+        return None
+    method = m.group(1)
+    if not lengths and method in ("POST", "PUT"):
+        return None  # a body without a length: aiohttp decides what it means
+    tokens = {t.strip().lower() for v in headers.getall("Connection", ()) for t in v.split(",")}
+    if "upgrade" in tokens:
+        return None
+    return method, m.group(2), headers, int(lengths[0]) if lengths else 0, "close" in tokens
+
+
+_PHRASES = {s.value: s.phrase for s in http.HTTPStatus}
+
+
+def _phrase(status: int) -> str:
+    return _PHRASES.get(status, "Unknown")
+
+
+_DATE: list[Any] = [0, ""]
+
+
+def _date() -> str:
+    now = int(time.time())
+    if _DATE[0] != now:
+        _DATE[:] = [now, email.utils.formatdate(now, usegmt=True)]
+    return str(_DATE[1])
