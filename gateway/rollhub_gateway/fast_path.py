@@ -212,6 +212,7 @@ class FastPathProtocol(asyncio.Protocol):
         self._can_write.set()
         self._idle: asyncio.TimerHandle | None = None
         self._last = 0.0
+        self._paused = False
 
     # asyncio.Protocol ---------------------------------------------------------------------
 
@@ -226,6 +227,10 @@ class FastPathProtocol(asyncio.Protocol):
         self._last = asyncio.get_running_loop().time()
         if self.task is None:
             self._next()
+        elif len(self._buf) > self.server.max_body_bytes + MAX_HEAD_BYTES and self.transport:
+            # requests piling up behind one under way: read on once it is answered
+            self.transport.pause_reading()
+            self._paused = True
 
     def eof_received(self) -> bool | None:
         # as aiohttp: a client that stops sending has left; closing cancels its call
@@ -292,9 +297,15 @@ class FastPathProtocol(asyncio.Protocol):
             self.close()
         except Exception:
             log.exception("fast path: %s failed", route)
-            self.close()
+            self._close_after = True
+            with contextlib.suppress(ConnectionResetError):
+                body = b'{"error": {"message": "internal gateway error", "type": "server_error"}}'
+                self.write_head(500, _JSON_HEADERS | {"Content-Length": str(len(body))}, body)
         finally:
             self.task = None
+            if self._paused and self.transport is not None:
+                self._paused = False
+                self.transport.resume_reading()
             self.server.served += 1
             if self.server.count is not None:
                 self.server.count(route, status)
@@ -393,6 +404,7 @@ def _parse_head(head: bytes) -> tuple[str, str, CIMultiDict[str], int, bool] | N
     return method, m.group(2), headers, int(lengths[0]) if lengths else 0, "close" in tokens
 
 
+_JSON_HEADERS = {"Content-Type": "application/json"}
 _PHRASES = {s.value: s.phrase for s in http.HTTPStatus}
 
 

@@ -217,3 +217,39 @@ async def test_connection_close_idle_connections_and_stop(
     await asyncio.wait_for(gateway.stop(), 5)
     assert await asyncio.wait_for(reader.read(), 5) == b""
     writer.close()
+
+
+async def test_a_failing_handler_answers_500_and_a_flood_waits_its_turn(
+    chat_model: Any, ids: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rollhub_gateway.engines.scripted import ScriptedBackend, ScriptedOptions
+
+    backend = ScriptedBackend(options=ScriptedOptions(latency_s=0.1))
+    config = GatewayConfig(log_turns=False, max_body_bytes=4096, admin_token="a")
+    gw = Gateway(backend, chat_model, config)
+    await gw.start()
+    try:
+        session = gw.open_session("flood")
+        backend.add(*(ids(f"r{i}") for i in range(12)))
+        reader, writer = await connect(gw)
+        # 12 calls in one write, more than the body limit behind the first one in flight:
+        # reading pauses until it is answered; all are answered, in order
+        writer.write(b"".join(chat_request(session.key) for _ in range(12)))
+        answers = [await read_response(reader) for _ in range(12)]
+        texts = [json.loads(a[2])["choices"][0]["message"]["content"] for a in answers]
+        assert texts == [f"r{i}" for i in range(12)]
+        writer.close()
+
+        def broken() -> Any:
+            raise RuntimeError("boom")
+
+        monkeypatch.setattr(gw.sessions, "sessions", broken)
+        reader, writer = await connect(gw)
+        writer.write(b"GET /sessions HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer a\r\n\r\n")
+        status, headers, body = await read_response(reader)
+        assert status == 500 and headers["connection"] == "close"
+        assert json.loads(body)["error"]["type"] == "server_error"
+        assert await reader.read() == b""
+        writer.close()
+    finally:
+        await gw.close()
