@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from rollhub_gateway.template_env import FrozenJson
 from rollhub_gateway.turns import OutputDelta, ParsedOutput, ToolCall
+from rollhub_gateway.unique_ids import unique_id
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ __all__ = ["Family", "IncrementalDecoder", "MarkupStreamParser", "new_call_id", 
 
 def new_call_id() -> str:
     """A fresh OpenAI-style tool call id."""
-    return f"call_{uuid.uuid4().hex[:24]}"
+    return unique_id("call_")
 
 
 def partial_suffix(text: str, markers: tuple[str, ...]) -> int:

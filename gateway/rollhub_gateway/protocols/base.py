@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -18,6 +17,7 @@ from aiohttp import web
 from rollhub.sampling import Generation
 
 from rollhub_gateway.turns import ChatTurn, OutputDelta, ParsedOutput
+from rollhub_gateway.unique_ids import unique_id
 
 try:  # a C JSON codec: request bodies and responses grow with the conversation
     import orjson
@@ -156,8 +156,8 @@ class ProtocolAdapter:
 
 
 def new_id(prefix: str) -> str:
-    """A random id with a format prefix (``chatcmpl-``, ``msg_``, ``call_``…)."""
-    return f"{prefix}{uuid.uuid4().hex[:24]}"
+    """A unique id with a format prefix (``chatcmpl-``, ``msg_``, ``call_``…)."""
+    return unique_id(prefix)
 
 
 # Field readers: each names the field in its 400 ----------------------------------------------

@@ -212,3 +212,20 @@ def test_settle_heap_freezes_what_is_loaded() -> None:
         assert gc.get_freeze_count() > 1000
     finally:
         gc.unfreeze()
+
+
+def test_unique_ids_are_unique_per_process_and_after_a_fork() -> None:
+    import multiprocessing
+    import re
+
+    from rollhub_gateway.unique_ids import unique_id
+
+    ids = [unique_id("call_") for _ in range(10_000)]
+    assert len(set(ids)) == len(ids)
+    assert all(re.fullmatch(r"call_[0-9a-f]{24}", i) for i in ids[:50])
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        child = pool.apply(unique_id, ("call_",))
+    # a forked child draws its own prefix: it never repeats the parent's next ids
+    assert child[5:17] != ids[0][5:17]
+    assert child not in {unique_id("call_") for _ in range(100)}
