@@ -40,6 +40,8 @@ MAX_HEAD_BYTES = 16 * 1024
 MAX_HEADERS = 100
 #: an idle connection (no request under way) is closed after this long, as aiohttp does
 KEEPALIVE_S = 75.0
+#: how long stopping waits for calls under way before it cancels them
+SHUTDOWN_GRACE_S = 10.0
 
 # one request head, checked whole: the request line, then field lines of a token name and
 # a value of visible characters, spaces and tabs (no obs-fold, no bare CR or LF)
@@ -118,14 +120,27 @@ class FastPathServer:
     def __call__(self) -> FastPathProtocol:
         return FastPathProtocol(self)
 
-    async def close(self) -> None:
-        """Close the connections still on this path (their calls in flight are cancelled)."""
+    async def close(self, grace_s: float | None = None) -> None:
+        """Close the connections still on this path: idle ones at once, busy ones after
+        their call is answered; calls still running after ``grace_s`` (default
+        :data:`SHUTDOWN_GRACE_S`) are cancelled and their connections cut."""
+        grace_s = SHUTDOWN_GRACE_S if grace_s is None else grace_s
+        busy = []
         for conn in list(self.connections):
-            conn.close()
-        tasks = [c.task for c in self.connections if c.task is not None]
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            if conn.task is None:
+                conn.close()
+            else:
+                conn.close_after_call()
+                busy.append(conn)
+        tasks = [c.task for c in busy if c.task is not None]
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=grace_s)
+            for conn in busy:
+                conn.abort()
+            for task in late:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         self.connections.clear()
 
 
@@ -378,6 +393,15 @@ class FastPathProtocol(asyncio.Protocol):
         """Close the connection (a call under way is cancelled when it is lost)."""
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
+
+    def close_after_call(self) -> None:
+        """Close the connection once the call under way is answered."""
+        self._close_after = True
+
+    def abort(self) -> None:
+        """Cut the connection now, unsent data and all."""
+        if self.transport is not None:
+            self.transport.abort()
 
 
 def _parse_head(head: bytes) -> tuple[str, str, CIMultiDict[str], int, bool] | None:

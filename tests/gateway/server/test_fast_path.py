@@ -253,3 +253,35 @@ async def test_a_failing_handler_answers_500_and_a_flood_waits_its_turn(
         writer.close()
     finally:
         await gw.close()
+
+
+async def test_stop_answers_calls_under_way_then_cancels_what_overstays(
+    chat_model: Any, ids: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rollhub_gateway.engines.scripted import ScriptedBackend, ScriptedOptions
+
+    backend = ScriptedBackend(options=ScriptedOptions(latency_s=0.4))
+    gw = Gateway(backend, chat_model, GatewayConfig(log_turns=False))
+    await gw.start()
+    session = gw.open_session("stop")
+    backend.add(ids("last words"), ids("never"))
+    reader, writer = await connect(gw)
+    writer.write(chat_request(session.key))
+    await asyncio.sleep(0.1)
+    await gw.stop()  # waits for the call under way, which is answered, then closes
+    status, headers, body = await read_response(reader)
+    assert status == 200 and headers["connection"] == "close"
+    assert json.loads(body)["choices"][0]["message"]["content"] == "last words"
+    assert await reader.read() == b""
+    writer.close()
+
+    monkeypatch.setattr(fast_path, "SHUTDOWN_GRACE_S", 0.1)
+    await gw.start()
+    reader, writer = await connect(gw)
+    writer.write(chat_request(session.key))
+    await asyncio.sleep(0.1)
+    await gw.stop()  # past the grace: cancelled, cut, nothing recorded for it
+    assert await reader.read() == b""
+    assert len(gw.traces("stop")[0].turns) == 1 and session.in_flight == 0
+    writer.close()
+    await gw.close()
