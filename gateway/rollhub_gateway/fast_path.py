@@ -24,71 +24,26 @@ import contextlib
 import email.utils
 import http
 import logging
-import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from multidict import CIMultiDict
 
-__all__ = ["FastPathServer", "FastRequest", "Resolver", "route_table"]
+from rollhub_gateway.http_head import Handler, Resolver, parse_head
+
+__all__ = ["FastPathServer", "FastRequest", "FastStreamResponse"]
 
 log = logging.getLogger(__name__)
 
 #: a request head longer than this goes to aiohttp (which applies its own limits)
 MAX_HEAD_BYTES = 16 * 1024
-MAX_HEADERS = 100
 #: an idle connection (no request under way) is closed after this long, as aiohttp does
 KEEPALIVE_S = 75.0
 #: how long stopping waits for calls under way before it cancels them
 SHUTDOWN_GRACE_S = 10.0
 
-# one request head, checked whole: the request line, then field lines of a token name and
-# a value of visible characters, spaces and tabs (no obs-fold, no bare CR or LF)
-_HEAD = re.compile(
-    r"(GET|POST|PUT|DELETE) (/[!-~]*) HTTP/1\.1"
-    r"((?:\r\n[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e\x80-\xff]*)*)"
-)
-# the fields of a head _HEAD matched: name, and value without the spaces around it
-_FIELD = re.compile(r"\r\n([^:\r]+):[ \t]*((?:[^\r]*[^\r \t])?)[ \t]*")
-_DIGITS = re.compile(r"[0-9]{1,18}")
-#: fields whose meaning this path leaves to aiohttp
-_LEFT_TO_AIOHTTP = ("transfer-encoding", "expect", "upgrade", "content-encoding")
 _PREFIXES = (b"GET /", b"POST /", b"PUT /", b"DELETE /")
-
-#: a route's handler: the gateway's aiohttp handler, called with a :class:`FastRequest`
-Handler = Callable[["FastRequest"], Awaitable[Any]]
-#: ``(method, path) -> (handler, route name for metrics, path parameters)``, or None for
-#: a route left to aiohttp
-Resolver = Callable[[str, str], "tuple[Handler, str, dict[str, str]] | None"]
-
-
-def route_table(routes: list[tuple[str, str, Handler]]) -> Resolver:
-    """A :data:`Resolver` of ``(method, path pattern, handler)`` routes; a ``{name}`` in a
-    pattern matches one path segment, as in aiohttp."""
-    static: dict[tuple[str, str], tuple[Handler, str, dict[str, str]]] = {}
-    dynamic: list[tuple[str, re.Pattern[str], Handler, str]] = []
-    for method, pattern, handler in routes:
-        if "{" not in pattern:
-            static[(method, pattern)] = (handler, pattern, {})
-        else:
-            parts = re.split(r"\{(\w+)\}", pattern)
-            regex = "".join(
-                f"(?P<{p}>[^{{}}/]+)" if i % 2 else re.escape(p) for i, p in enumerate(parts)
-            )
-            dynamic.append((method, re.compile(regex), handler, pattern))
-
-    def resolve(method: str, path: str) -> tuple[Handler, str, dict[str, str]] | None:
-        hit = static.get((method, path))
-        if hit is not None:
-            return hit
-        for m, regex, handler, pattern in dynamic:
-            match = regex.fullmatch(path) if m == method else None
-            if match is not None:
-                return handler, pattern, match.groupdict()
-        return None
-
-    return resolve
 
 
 class FastPathServer:
@@ -281,7 +236,7 @@ class FastPathProtocol(asyncio.Protocol):
             ):
                 self._hand_off()
             return
-        head = _parse_head(bytes(buf[:end]))
+        head = parse_head(bytes(buf[:end]))
         route = None
         if head is not None and head[3] <= self.server.max_body_bytes:
             route = self.server.resolve(head[0], head[1].partition("?")[0])
@@ -402,30 +357,6 @@ class FastPathProtocol(asyncio.Protocol):
         """Cut the connection now, unsent data and all."""
         if self.transport is not None:
             self.transport.abort()
-
-
-def _parse_head(head: bytes) -> tuple[str, str, CIMultiDict[str], int, bool] | None:
-    """``(method, target, headers, content length, close after)`` of a plain request's
-    head, or None for anything this path leaves to aiohttp."""
-    m = _HEAD.fullmatch(head.decode("latin-1"))
-    if m is None or "%" in m.group(2):
-        return None
-    fields = _FIELD.findall(m.group(3))
-    if len(fields) > MAX_HEADERS:
-        return None
-    headers: CIMultiDict[str] = CIMultiDict(fields)
-    if any(name in headers for name in _LEFT_TO_AIOHTTP):
-        return None
-    lengths = headers.getall("Content-Length", ())
-    if len(lengths) > 1 or (lengths and not _DIGITS.fullmatch(lengths[0])):
-        return None
-    method = m.group(1)
-    if not lengths and method in ("POST", "PUT"):
-        return None  # a body without a length: aiohttp decides what it means
-    tokens = {t.strip().lower() for v in headers.getall("Connection", ()) for t in v.split(",")}
-    if "upgrade" in tokens:
-        return None
-    return method, m.group(2), headers, int(lengths[0]) if lengths else 0, "close" in tokens
 
 
 _JSON_HEADERS = {"Content-Type": "application/json"}

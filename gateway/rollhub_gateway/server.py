@@ -38,7 +38,7 @@ from rollhub.trace import TraceRecord
 
 from rollhub_gateway.admission import Admission
 from rollhub_gateway.config import GatewayConfig, SessionPolicy
-from rollhub_gateway.fast_path import route_table
+from rollhub_gateway.http_head import route_table
 from rollhub_gateway.metrics import GatewayMetrics
 from rollhub_gateway.protocols import AnthropicMessages, OpenAIChat, OpenAIResponses, WireError
 from rollhub_gateway.protocols.admin import AdminRoutes

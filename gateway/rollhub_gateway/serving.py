@@ -26,7 +26,8 @@ from rollhub.errors import ConfigError, GatewayError, UsageError
 from rollhub.sampling import SamplingBackend
 
 from rollhub_gateway.config import GatewayConfig
-from rollhub_gateway.fast_path import FastPathServer, Resolver
+from rollhub_gateway.fast_path import FastPathServer
+from rollhub_gateway.http_head import Resolver
 from rollhub_gateway.server import Gateway
 from rollhub_gateway.turns import ChatModel
 
