@@ -71,3 +71,49 @@ async def test_a_replica_killed_under_a_hub_fails_only_its_episodes(tmp_path, mo
             assert ep.status == "ok", ep.error
             assert ep.result["replies"] == [f"p0 {ep.session_id} turn {t}" for t in range(3)]
             assert_exact(ep.traces, tokenizer, ep.session_id, 3)
+
+
+async def test_with_journals_a_killed_replica_loses_no_episode(tmp_path, model_dir, tokenizer):
+    cfg = parse_config(
+        {
+            "experiment": {"name": "pool", "n_samples": 1, "concurrency": 8, "timeout_s": 90,
+                           "progress": False},
+            "runtime": {"name": "local", "app": f"{AGENT}:app", "workers": 1},
+            "store": {"url": f"file://{tmp_path / 'store'}"},
+            "token_source": {"name": "gateway",
+                             **pool_options(model_dir, replicas=2, latency_s=0.3,
+                                            journal_dir=str(tmp_path / "journals"))},
+            "trainer": {"name": "export"},
+        },
+        env={},
+    )  # fmt: skip
+    hub = AsyncHub(cfg, run_dir=tmp_path / "run")
+    episodes = []
+    async with hub:
+        pool = hub.token_source.pool
+        victim = pool.replicas[1]
+
+        async def kill_when_busy() -> tuple[int, set[str]]:
+            while len(victim.live) < 2:
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.45)  # the agents are mid-conversation (0.3 s per turn)
+            pid, doomed = victim.pid, set(victim.live)
+            os.kill(pid, signal.SIGKILL)
+            return pid, doomed
+
+        killer = asyncio.create_task(kill_when_busy())
+        # the agents' SDK retries the cut call (backoff up to 8 s) while the replica restarts
+        async for group in hub.iter_groups(
+            [{"id": f"g{i}", "turns": 3, "retries": 6} for i in range(4)]
+        ):
+            episodes += group.episodes
+        old_pid, doomed = await killer
+        assert victim.pid != old_pid and victim.dead is None
+        pids = [old_pid, *(r.pid for r in pool.replicas)]
+    assert await wait_gone(pids, timeout=5) == []
+
+    assert len(episodes) == 4 and len(doomed) == 2
+    for ep in episodes:  # the killed replica's episodes too: every answered turn kept
+        assert ep.status == "ok", ep.error
+        assert ep.result["replies"] == [f"p0 {ep.session_id} turn {t}" for t in range(3)]
+        assert_exact(ep.traces, tokenizer, ep.session_id, 3)
