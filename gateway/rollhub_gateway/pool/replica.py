@@ -47,7 +47,6 @@ class Replica(ABC):
         #: the weight version this replica was last told
         self.version: int | None = None
         self.version_known = False
-        self._died = asyncio.Event()
         self._http: Any = None
         #: true while a replica that died is being started again (see ProcessReplica)
         self.restarting = False
@@ -86,7 +85,6 @@ class Replica(ABC):
             self.dead = cause
             log.error("%s died: %s; its %d live session(s) fail", self.name, cause, len(self.live))
         self.restarting = False
-        self._died.set()
         self._serving.set()  # calls waiting for a restart learn it failed
 
     def mark_serving(self) -> None:
