@@ -345,7 +345,7 @@ class Gateway:
         try:
             return self.sessions.by_key(key)
         except SessionError as exc:
-            if exc.context.get("reason") == "unrecoverable":
+            if exc.context.get("reason") in ("unrecoverable", "lost"):
                 raise WireError("gone", str(exc)) from None
             raise WireError(
                 "authentication",

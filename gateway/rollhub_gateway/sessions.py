@@ -105,6 +105,8 @@ class SessionManager:
         self.on_close = on_close
         self._by_id: dict[str, Session] = {}
         self._by_key: dict[str, Session] = {}
+        #: api keys of sessions this gateway never held but was told are gone, with why
+        self._lost: dict[str, str] = {}
         self._reaper: asyncio.Task[None] | None = None
         #: drift counts of sessions that already ended (so metrics only grow)
         self.closed_drift: dict[str, int] = {}
@@ -190,8 +192,16 @@ class SessionManager:
         if session is None and key and key.startswith(KEY_PREFIX):
             session = self._reopen_by_key(key)
         if session is None:
+            why = self._lost.get(key or "")
+            if why is not None:
+                raise SessionError(why, reason="lost")
             raise SessionError("invalid api key: no open session has this key", reason="unknown")
         return session
+
+    def mark_lost(self, key: str, why: str) -> None:
+        """Answer calls with ``key``, whose session this gateway does not hold (it was on
+        a process of this replica that died), with why the session is gone."""
+        self._lost[key] = why
 
     def get(self, session_id: str) -> Session:
         """The open session with this id; an unfinished journal session is reopened.

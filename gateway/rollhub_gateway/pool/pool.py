@@ -165,6 +165,7 @@ class GatewayPool:
                 tried.add(replica.index)
                 continue
             self.owner[session_id] = replica
+            replica.keys[session_id] = str(data.get("api_key", ""))
             return data
 
     def replica_of(self, session_id: str) -> Replica | None:
@@ -195,6 +196,7 @@ class GatewayPool:
         if replica is None:
             return
         replica.live.discard(session_id)
+        replica.keys.pop(session_id, None)
         if drop:
             await replica.call(
                 "DELETE", f"/sessions/{session_id}", session_id=session_id, missing_ok=True

@@ -193,9 +193,18 @@ class ProcessReplica(Replica):
         why = f"{old_name} died ({cause})"
         if not self.spec["config"].get("journal_path"):
             why += "; sessions survive a restart only with token_source.pool.journal_dir set"
-        for sid in self.live - kept:
+        lost = self.live - kept
+        for sid in lost:
             self.lost[sid] = why
         self.live &= kept
+        if lost:  # their agents, still calling this address, are told why (410)
+            told = [
+                {"api_key": self.keys.pop(sid), "reason": f"{why}; session {sid!r} is lost"}
+                for sid in lost
+                if sid in self.keys
+            ]
+            with contextlib.suppress(Exception):
+                await self.call("POST", "/sessions/lost", json={"sessions": told})
         self.mark_serving()
         log.warning(
             "%s serves again: %d session(s) carried on, %d lost",

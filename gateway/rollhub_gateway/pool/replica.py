@@ -54,6 +54,8 @@ class Replica(ABC):
         self.starts = 0
         #: sessions a restart did not bring back: the death that lost them, in words
         self.lost: dict[str, str] = {}
+        #: api keys of its live sessions (told to a restarted process for those it lost)
+        self.keys: dict[str, str] = {}
         self._serving = asyncio.Event()
         self._restarter: asyncio.Task[Any] | None = None
 

@@ -39,6 +39,7 @@ class AdminRoutes:
             ("POST", "/sessions/{sid}/finish", self.finish),
             ("DELETE", "/sessions/{sid}", self.drop),
             ("PUT", "/weight_version", self.weight_version),
+            ("POST", "/sessions/lost", self.lost_sessions),
         ]
 
     def is_admin(self, request: web.Request) -> bool:
@@ -141,6 +142,30 @@ class AdminRoutes:
         except WireError as err:
             return error_response(_OPENAI, err)
         return web.Response(status=204)
+
+    async def lost_sessions(self, request: web.Request) -> web.Response:
+        """``{"sessions": [{"api_key", "reason"}]}``: sessions a gateway pool lost with an
+        earlier process of this replica; their agents' calls get a 410 with the reason."""
+        try:
+            self._check(request)
+            body = await body_json(request)
+            entries = body.get("sessions")
+            if not isinstance(entries, list) or not all(
+                isinstance(e, dict)
+                and isinstance(e.get("api_key"), str)
+                and isinstance(e.get("reason"), str)
+                for e in entries
+            ):
+                raise WireError(
+                    "invalid_request",
+                    "'sessions' must be a list of {api_key, reason} strings",
+                    param="sessions",
+                )
+        except WireError as err:
+            return error_response(_OPENAI, err)
+        for e in entries:
+            self.gateway.sessions.mark_lost(e["api_key"], e["reason"][:2000])
+        return web.json_response({"lost": len(entries)})
 
     async def weight_version(self, request: web.Request) -> web.Response:
         try:

@@ -116,6 +116,12 @@ async def test_without_journals_only_the_dead_replicas_sessions_fail_then_it_sta
             assert f"gateway replica 1 (process pid {old_pid}) died" in msg
             assert "signal SIGKILL" in msg and "journal_dir" in msg and repr(sid) in msg
             assert err.value.session_id == sid and err.value.replica == 1
+        # their agents, still holding the replica's URL and their keys, are told why
+        with pytest.raises(openai.APIStatusError) as gone:
+            await converse_more(caps[1], 1)
+        assert gone.value.status_code == 410
+        assert f"gateway replica 1 (process pid {old_pid}) died" in gone.value.message
+        assert "journal_dir" in gone.value.message and "'n1' is lost" in gone.value.message
         # the other replica's sessions are untouched
         assert await converse_more(caps[0], 1) == "p0 n0 turn 1"
         assert_exact(await source.fetch_traces("n0"), tokenizer, "n0", 2)

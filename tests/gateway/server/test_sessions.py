@@ -60,6 +60,27 @@ async def test_admin_routes_open_trace_finish_drop(gateway, scripted, ids):
             assert r.status == 400 and (await r.json())["error"]["param"] == "policy.max_turns"
 
 
+async def test_keys_of_lost_sessions_get_a_410_with_the_reason(gateway):
+    admin = {"Authorization": "Bearer admin-secret"}
+    lost = {"sessions": [{"api_key": "rh-gone", "reason": "replica 1 died (SIGKILL)"}]}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(gateway.url + "/sessions/lost", json=lost) as r:
+            assert r.status == 401
+        for bad in ({}, {"sessions": [{"api_key": 1, "reason": "x"}]}, {"sessions": "k"}):
+            async with http.post(gateway.url + "/sessions/lost", json=bad, headers=admin) as r:
+                assert r.status == 400 and (await r.json())["error"]["param"] == "sessions"
+        async with http.post(gateway.url + "/sessions/lost", json=lost, headers=admin) as r:
+            assert r.status == 200 and (await r.json()) == {"lost": 1}
+    client = openai.AsyncOpenAI(base_url=gateway.base_url, api_key="rh-gone", max_retries=0)
+    with pytest.raises(openai.APIStatusError) as gone:
+        await client.chat.completions.create(model="m", messages=USER)
+    assert gone.value.status_code == 410 and "replica 1 died (SIGKILL)" in gone.value.message
+    with pytest.raises(openai.AuthenticationError):  # other unknown keys are still a 401
+        await client.with_options(api_key="rh-other").chat.completions.create(
+            model="m", messages=USER
+        )
+
+
 async def test_pinned_temperature_and_caps(gateway, scripted, ids):
     params = []
     orig = scripted.generate

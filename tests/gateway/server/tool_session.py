@@ -11,7 +11,9 @@ import aiohttp
 SYSTEM = {"role": "system", "content": "You answer with tools. " * 20}
 
 
-async def tool_session(url: str, key: str, turns: int, tool: dict[str, Any]) -> list[dict[str, Any]]:
+async def tool_session(
+    url: str, key: str, turns: int, tool: dict[str, Any]
+) -> list[dict[str, Any]]:
     """``turns`` chat calls to the gateway at ``url``, each answering the previous tool call;
     returns the conversation as the agent holds it after the last reply."""
     messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "weather?"}]
