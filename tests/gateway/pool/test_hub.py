@@ -17,21 +17,25 @@ from tests.gateway.pool.conftest import assert_exact, pool_options, wait_gone
 AGENT = Path(__file__).with_name("chat_agent.py")
 
 
-async def test_a_replica_killed_under_a_hub_fails_only_its_episodes(tmp_path, model_dir, tokenizer):
+def pool_hub(tmp_path: Path, model_dir: str, **pool: object) -> AsyncHub:
+    """A hub running the chat agent on a 2-replica pool (0.3 s per turn)."""
     cfg = parse_config(
         {
-            "experiment": {"name": "pool", "n_samples": 1, "concurrency": 8, "timeout_s": 60,
+            "experiment": {"name": "pool", "n_samples": 1, "concurrency": 8, "timeout_s": 90,
                            "progress": False},
             "runtime": {"name": "local", "app": f"{AGENT}:app", "workers": 1},
             "store": {"url": f"file://{tmp_path / 'store'}"},
             "token_source": {"name": "gateway",
-                             **pool_options(model_dir, replicas=2, latency_s=0.3,
-                                            restarts=0)},
+                             **pool_options(model_dir, replicas=2, latency_s=0.3, **pool)},
             "trainer": {"name": "export"},
         },
         env={},
     )  # fmt: skip
-    hub = AsyncHub(cfg, run_dir=tmp_path / "run")
+    return AsyncHub(cfg, run_dir=tmp_path / "run")
+
+
+async def test_a_replica_killed_under_a_hub_fails_only_its_episodes(tmp_path, model_dir, tokenizer):
+    hub = pool_hub(tmp_path, model_dir, restarts=0)
     episodes = []
     async with hub:
         pool = hub.token_source.pool
@@ -74,20 +78,7 @@ async def test_a_replica_killed_under_a_hub_fails_only_its_episodes(tmp_path, mo
 
 
 async def test_with_journals_a_killed_replica_loses_no_episode(tmp_path, model_dir, tokenizer):
-    cfg = parse_config(
-        {
-            "experiment": {"name": "pool", "n_samples": 1, "concurrency": 8, "timeout_s": 90,
-                           "progress": False},
-            "runtime": {"name": "local", "app": f"{AGENT}:app", "workers": 1},
-            "store": {"url": f"file://{tmp_path / 'store'}"},
-            "token_source": {"name": "gateway",
-                             **pool_options(model_dir, replicas=2, latency_s=0.3,
-                                            journal_dir=str(tmp_path / "journals"))},
-            "trainer": {"name": "export"},
-        },
-        env={},
-    )  # fmt: skip
-    hub = AsyncHub(cfg, run_dir=tmp_path / "run")
+    hub = pool_hub(tmp_path, model_dir, journal_dir=str(tmp_path / "journals"))
     episodes = []
     async with hub:
         pool = hub.token_source.pool
