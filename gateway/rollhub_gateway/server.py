@@ -150,7 +150,7 @@ class Gateway:
 
     def app_server(self, app: web.Application, host: str, port: int) -> AppServer:
         """An :class:`AppServer` of ``app`` (this gateway's, maybe with routes added) whose
-        model calls take the fast path (:mod:`rollhub_gateway.fast_path`)."""
+        gateway routes take the fast path (:mod:`rollhub_gateway.fast_path`)."""
         from rollhub_gateway.serving import AppServer
 
         return AppServer(
@@ -181,7 +181,10 @@ class Gateway:
         """A new aiohttp application (mountable as a sub-app) serving this gateway."""
         app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[self._count])
         for method, path, handler in self.routes():
-            app.router.add_route(method, path, handler)
+            if method == "GET":  # HEAD too, as health checks of load balancers send it
+                app.router.add_get(path, handler)
+            else:
+                app.router.add_route(method, path, handler)
         app.on_startup.append(self._on_startup)
         app.on_cleanup.append(self._on_cleanup)
         return app

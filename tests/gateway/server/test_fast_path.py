@@ -285,3 +285,11 @@ async def test_stop_answers_calls_under_way_then_cancels_what_overstays(
     assert len(gw.traces("stop")[0].turns) == 1 and session.in_flight == 0
     writer.close()
     await gw.close()
+
+
+async def test_head_requests_are_aiohttps(gateway: Gateway) -> None:
+    reader, writer = await connect(gateway)
+    writer.write(b"HEAD /healthz HTTP/1.1\r\nHost: gw\r\n\r\n")
+    head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+    assert head.startswith("HTTP/1.1 200") and fast(gateway).handed_off == 1
+    writer.close()
