@@ -249,10 +249,13 @@ class GatewayPool:
         :raises UsageError: a replica's backend refuses it (or it cannot be sent).
         :raises GatewayError: no replica is alive.
         """
+        self._policy = (policy, version)  # what a restarted replica is given again
+        # a replica being restarted takes it once it serves (its restart may have sent
+        # the previous policy already)
+        await asyncio.gather(*(r.wait_serving() for r in self.replicas if r.dead is None))
         live = [r for r in self.replicas if r.dead is None]
         if not live:
             raise GatewayError("no gateway replica is alive to take the policy")
-        self._policy = (policy, version)  # what a restarted replica is given again
         await asyncio.gather(*(r.publish_policy(policy, version) for r in live))
         for r in live:
             r.version, r.version_known = version, True

@@ -95,6 +95,10 @@ class Replica(ABC):
         self.restarting = False
         self._serving.set()
 
+    async def wait_serving(self) -> None:
+        """Return once the replica serves, or is dead (a restart under way ends)."""
+        await self._serving.wait()
+
     def mark_restarting(self) -> None:
         """Record that the replica died and is being started again by the current task:
         calls wait for it (except the restart's own)."""
