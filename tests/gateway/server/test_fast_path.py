@@ -293,3 +293,45 @@ async def test_head_requests_are_aiohttps(gateway: Gateway) -> None:
     head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
     assert head.startswith("HTTP/1.1 200") and fast(gateway).handed_off == 1
     writer.close()
+
+
+async def test_garbage_and_mutated_requests_leave_the_gateway_serving(
+    gateway: Gateway, scripted: Any, ids: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import random
+
+    session = gateway.open_session("fuzz")
+    rnd = random.Random(7)
+    valid = chat_request(session.key)
+    pieces = [b"POST ", b"GET ", b"/v1/chat/completions", b"/sessions/x/traces", b" HTTP/1.1",
+              b"\r\n", b"\n", b"\r", b": ", b"Content-Length", b"Transfer-Encoding: chunked",
+              b"99999999999999999999", b"-1", b"\x00", b"\xff", b"\t", b"%2F", b"{}"]  # fmt: skip
+    for _ in range(150):
+        roll = rnd.random()
+        if roll < 0.3:
+            data = rnd.randbytes(rnd.randint(1, 200))
+        elif roll < 0.7:
+            data = b"".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 20)))
+        else:
+            mutated = bytearray(valid)
+            for _ in range(rnd.randint(1, 4)):
+                mutated[rnd.randrange(len(mutated))] = rnd.getrandbits(8)
+            data = bytes(mutated)
+        reader, writer = await connect(gateway)
+        writer.write(data)
+        if rnd.random() < 0.5:
+            writer.write_eof()
+        try:
+            await asyncio.wait_for(reader.read(65536), 0.1)
+        except (TimeoutError, ConnectionError):
+            pass
+        writer.close()
+    scripted.add(ids("still here"))
+    reader, writer = await connect(gateway)
+    writer.write(chat_request(session.key))
+    status, _, body = await read_response(reader)
+    assert status == 200 and json.loads(body)["choices"][0]["message"]["content"] == "still here"
+    writer.close()
+    # nothing raised on the fast path (asyncio logs what a protocol's callbacks raise)
+    names = ("rollhub_gateway.fast_path", "asyncio")
+    assert not [r for r in caplog.records if r.name in names and r.levelno >= 40]
