@@ -8,7 +8,7 @@ piling them on replica 0.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Protocol, TypeVar
 
 from rollhub.errors import GatewayError
@@ -25,7 +25,7 @@ class Placeable(Protocol):
 
     index: int
     #: ids of the sessions open on it (opened and not yet finished or dropped)
-    live: set[str]
+    live: Collection[str]
     #: sessions it has been given since it started
     opened: int
     #: why it died, or None while it serves

@@ -150,7 +150,7 @@ class GatewayPool:
         tried: set[int] = set()
         while True:
             replica = least_loaded(self.replicas, exclude=frozenset(tried))
-            replica.live.add(session_id)  # counted at once: concurrent opens spread out
+            replica.live[session_id] = ""  # counted at once: concurrent opens spread out
             replica.opened += 1
             try:
                 await self._sync_version(replica)
@@ -158,14 +158,14 @@ class GatewayPool:
                     "POST", "/sessions", json={"session_id": session_id, "policy": policy}
                 )
             except TokenRetrievalError as exc:
-                replica.live.discard(session_id)
+                replica.live.pop(session_id, None)
                 if exc.context.get("status") is not None:
                     raise
                 log.warning("session %s: %s; trying another replica", session_id, exc)
                 tried.add(replica.index)
                 continue
             self.owner[session_id] = replica
-            replica.keys[session_id] = str(data.get("api_key", ""))
+            replica.live[session_id] = str(data.get("api_key", ""))
             return data
 
     def replica_of(self, session_id: str) -> Replica | None:
@@ -195,8 +195,7 @@ class GatewayPool:
         replica = self.owner.pop(session_id, None)
         if replica is None:
             return
-        replica.live.discard(session_id)
-        replica.keys.pop(session_id, None)
+        replica.live.pop(session_id, None)
         if drop:
             await replica.call(
                 "DELETE", f"/sessions/{session_id}", session_id=session_id, missing_ok=True

@@ -193,16 +193,13 @@ class ProcessReplica(Replica):
         why = f"{old_name} died ({cause})"
         if not self.spec["config"].get("journal_path"):
             why += "; sessions survive a restart only with token_source.pool.journal_dir set"
-        lost = self.live - kept
-        for sid in lost:
+        told = []  # the agents of lost sessions, still calling this address, learn why (410)
+        for sid in self.live.keys() - kept:
             self.lost[sid] = why
-        self.live &= kept
-        if lost:  # their agents, still calling this address, are told why (410)
-            told = [
-                {"api_key": self.keys.pop(sid), "reason": f"{why}; session {sid!r} is lost"}
-                for sid in lost
-                if sid in self.keys
-            ]
+            key = self.live.pop(sid)
+            if key:
+                told.append({"api_key": key, "reason": f"{why}; session {sid!r} is lost"})
+        if told:
             with contextlib.suppress(Exception):
                 await self.call("POST", "/sessions/lost", json={"sessions": told})
         self.mark_serving()

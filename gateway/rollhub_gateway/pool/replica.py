@@ -41,7 +41,8 @@ class Replica(ABC):
     def __init__(self, index: int) -> None:
         self.index = index
         self.url: str | None = None
-        self.live: set[str] = set()
+        #: its open sessions: id -> api key ("" until the replica has answered the open)
+        self.live: dict[str, str] = {}
         self.opened = 0
         self.dead: str | None = None
         #: the weight version this replica was last told
@@ -54,8 +55,6 @@ class Replica(ABC):
         self.starts = 0
         #: sessions a restart did not bring back: the death that lost them, in words
         self.lost: dict[str, str] = {}
-        #: api keys of its live sessions (told to a restarted process for those it lost)
-        self.keys: dict[str, str] = {}
         self._serving = asyncio.Event()
         self._restarter: asyncio.Task[Any] | None = None
 
