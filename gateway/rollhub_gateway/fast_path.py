@@ -30,7 +30,7 @@ from typing import Any
 
 from multidict import CIMultiDict
 
-from rollhub_gateway.http_head import Handler, Resolver, parse_head
+from rollhub_gateway.http_head import Handler, RequestHead, Resolver, parse_head
 
 __all__ = ["FastPathServer", "FastRequest", "FastStreamResponse"]
 
@@ -183,6 +183,8 @@ class FastPathProtocol(asyncio.Protocol):
         self._idle: asyncio.TimerHandle | None = None
         self._last = 0.0
         self._paused = False
+        #: the request whose body is still coming: (body offset, head, route)
+        self._pending: tuple[int, RequestHead, tuple[Handler, str, dict[str, str]]] | None = None
 
     # asyncio.Protocol ---------------------------------------------------------------------
 
@@ -228,31 +230,31 @@ class FastPathProtocol(asyncio.Protocol):
         if self.transport is None or self._handed_off:
             return
         buf = self._buf
-        end = buf.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES)
-        if end < 0:
-            start = bytes(buf[:8])
-            if len(buf) >= MAX_HEAD_BYTES or not any(
-                p.startswith(start) or start.startswith(p) for p in _PREFIXES
-            ):
+        if self._pending is None:  # a new request: its head, read once
+            end = buf.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES)
+            if end < 0:
+                start = bytes(buf[:8])
+                if len(buf) >= MAX_HEAD_BYTES or not any(
+                    p.startswith(start) or start.startswith(p) for p in _PREFIXES
+                ):
+                    self._hand_off()
+                return
+            head = parse_head(bytes(buf[:end]))
+            route = None
+            if head is not None and head.length <= self.server.max_body_bytes:
+                route = self.server.resolve(head.method, head.path)
+            if head is None or route is None:
                 self._hand_off()
-            return
-        head = parse_head(bytes(buf[:end]))
-        route = None
-        if head is not None and head[3] <= self.server.max_body_bytes:
-            route = self.server.resolve(head[0], head[1].partition("?")[0])
-        if head is None or route is None:
-            self._hand_off()
-            return
-        method, target, headers, length, close = head
-        handler, name, match_info = route
-        start = end + 4
-        if len(buf) < start + length:
+                return
+            self._pending = (end + 4, head, route)
+        start, head, (handler, name, match_info) = self._pending
+        if len(buf) < start + head.length:
             return  # the body is still coming
-        body = bytes(buf[start : start + length])
-        del buf[: start + length]
-        self._close_after = close
-        path = target.partition("?")[0]
-        request = FastRequest(self, method, path, headers, body, match_info)
+        self._pending = None
+        body = bytes(buf[start : start + head.length])
+        del buf[: start + head.length]
+        self._close_after = head.close
+        request = FastRequest(self, head.method, head.path, head.headers, body, match_info)
         self.task = asyncio.get_running_loop().create_task(self._serve(request, handler, name))
 
     async def _serve(self, request: FastRequest, handler: Handler, route: str) -> None:

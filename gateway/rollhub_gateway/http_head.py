@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from multidict import CIMultiDict
 
-__all__ = ["MAX_HEADERS", "Handler", "Resolver", "parse_head", "route_table"]
+__all__ = ["MAX_HEADERS", "Handler", "RequestHead", "Resolver", "parse_head", "route_table"]
 
 MAX_HEADERS = 100
 
@@ -63,9 +63,21 @@ def route_table(routes: list[tuple[str, str, Handler]]) -> Resolver:
     return resolve
 
 
-def parse_head(head: bytes) -> tuple[str, str, CIMultiDict[str], int, bool] | None:
-    """``(method, target, headers, content length, close after)`` of a plain request's
-    head, or None for anything this path leaves to aiohttp."""
+class RequestHead(NamedTuple):
+    """A plain request's head."""
+
+    method: str
+    #: the target without its query (no route reads one)
+    path: str
+    headers: CIMultiDict[str]
+    #: the body's length (0 without ``Content-Length``)
+    length: int
+    #: whether the client asked to close the connection after the answer
+    close: bool
+
+
+def parse_head(head: bytes) -> RequestHead | None:
+    """The head of a plain request, or None for anything the fast path leaves to aiohttp."""
     m = _HEAD.fullmatch(head.decode("latin-1"))
     if m is None or "%" in m.group(2):
         return None
@@ -84,4 +96,5 @@ def parse_head(head: bytes) -> tuple[str, str, CIMultiDict[str], int, bool] | No
     tokens = {t.strip().lower() for v in headers.getall("Connection", ()) for t in v.split(",")}
     if "upgrade" in tokens:
         return None
-    return method, m.group(2), headers, int(lengths[0]) if lengths else 0, "close" in tokens
+    path = m.group(2).partition("?")[0]
+    return RequestHead(method, path, headers, int(lengths[0]) if lengths else 0, "close" in tokens)

@@ -335,3 +335,20 @@ async def test_garbage_and_mutated_requests_leave_the_gateway_serving(
     # nothing raised on the fast path (asyncio logs what a protocol's callbacks raise)
     names = ("rollhub_gateway.fast_path", "asyncio")
     assert not [r for r in caplog.records if r.name in names and r.levelno >= 40]
+
+
+async def test_a_request_arriving_in_pieces_is_read_once_whole(
+    gateway: Gateway, scripted: Any, ids: Any
+) -> None:
+    session = gateway.open_session("pieces")
+    scripted.add(ids("whole"))
+    request = chat_request(session.key)
+    reader, writer = await connect(gateway)
+    for i in range(0, len(request), 7):  # head and body a few bytes at a time
+        writer.write(request[i : i + 7])
+        await writer.drain()
+        await asyncio.sleep(0.001)
+    status, _, body = await read_response(reader)
+    assert status == 200 and json.loads(body)["choices"][0]["message"]["content"] == "whole"
+    assert fast(gateway).served == 1 and fast(gateway).handed_off == 0
+    writer.close()
