@@ -42,6 +42,13 @@ def _shares_history(session: Any) -> bool:
     return all(a is b for a, b in zip(sent, tip.messages, strict=False))
 
 
+def _assert_appended_exactly(traces: list[Any], outs: list[list[int]], helpers: Any) -> None:
+    """One record, every turn appended, each turn's sampled ids recorded exactly."""
+    assert len(traces) == 1 and [t.drift for t in traces[0].turns] == ["append"] * len(outs)
+    for i, out in enumerate(outs):
+        helpers.assert_recorded(traces, i, out)
+
+
 async def test_anthropic_tool_loop_parses_only_new_messages(
     gateway: Any, scripted: Any, ids: Any, helpers: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -71,10 +78,7 @@ async def test_anthropic_tool_loop_parses_only_new_messages(
         assert _shares_history(session)
     # each call parses the one assistant message it re-sends for the first time
     assert per_call == [0] + [1] * (turns - 1)
-    traces = gateway.traces("a")
-    assert len(traces) == 1 and [t.drift for t in traces[0].turns] == ["append"] * turns
-    for i, out in enumerate(outs):
-        helpers.assert_recorded(traces, i, out)
+    _assert_appended_exactly(gateway.traces("a"), outs, helpers)
 
 
 async def test_responses_tool_loop_parses_only_new_items(
@@ -102,10 +106,7 @@ async def test_responses_tool_loop_parses_only_new_items(
         items.append({"type": "function_call_output", "call_id": call.call_id, "output": f"{i}"})
         assert _shares_history(session)
     assert per_call == [0] + [1] * (turns - 1)
-    traces = gateway.traces("r")
-    assert len(traces) == 1 and [t.drift for t in traces[0].turns] == ["append"] * turns
-    for i, out in enumerate(outs):
-        helpers.assert_recorded(traces, i, out)
+    _assert_appended_exactly(gateway.traces("r"), outs, helpers)
 
 
 def _call(i: int) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import struct
 from typing import Any
 
 import pytest
-from rollhub.sampling import Generation, SamplingBackend
+from rollhub.sampling import Generation
 from rollhub_gateway.chat_model import build_chat_model
 from rollhub_gateway.config import GatewayConfig
 from rollhub_gateway.families.base import IncrementalDecoder
@@ -16,7 +16,7 @@ from rollhub_gateway.server import Gateway
 from rollhub_gateway.token_codec import BatchDecoder, TokenCodec
 from rollhub_gateway.trajectory import TrajectoryTree
 
-from tests.gateway.server.tool_session import SYSTEM, tool_session
+from tests.gateway.server.tool_session import SYSTEM, RepeatEngine, tool_session
 
 
 async def test_finish_builds_records_once(
@@ -41,25 +41,18 @@ async def test_finish_builds_records_once(
         helpers.assert_recorded(records, i, out)
 
 
-class _ExactEngine(SamplingBackend):
-    """Returns logprobs whose float64 bits a float32 store would change."""
-
-    name = "exact"
-
-    def __init__(self, out: list[int]) -> None:
-        super().__init__()
-        self.out = out
-
-    async def generate(self, prompt_ids: Any, params: Any, *, turn: Any = None) -> Generation:
-        lps = [-(0.1 + 0.2) * (i + 1) / 3.0 for i in range(len(self.out))]
-        return Generation(list(self.out), lps, "stop")
+def _exact(i: int) -> float:
+    """A logprob whose float64 bits a float32 store would change."""
+    return -(0.1 + 0.2) * (i + 1) / 3.0
 
 
 async def test_compact_storage_keeps_exact_ids_and_logprobs(
     chat_model: Any, ids: Any, helpers: Any
 ) -> None:
     out = ids.tool_call("get_weather", {"city": "Paris"})
-    gw = Gateway(_ExactEngine(out), chat_model, GatewayConfig(admin_token="a", log_turns=False))
+    gw = Gateway(
+        RepeatEngine(out, _exact), chat_model, GatewayConfig(admin_token="a", log_turns=False)
+    )
     await gw.start()
     try:
         session = gw.open_session("exact")
@@ -70,7 +63,7 @@ async def test_compact_storage_keeps_exact_ids_and_logprobs(
     finally:
         await gw.close()
     (rec,) = records
-    want = [-(0.1 + 0.2) * (i + 1) / 3.0 for i in range(len(out))]
+    want = [_exact(i) for i in range(len(out))]
     for t in rec.turns:
         got = rec.response_logprobs[t.start : t.end]
         assert [struct.pack("<d", x) for x in got] == [struct.pack("<d", x) for x in want]
@@ -174,7 +167,6 @@ def test_prefix_cache_is_bounded(tokenizer: Any, tools_template: str, helpers: A
 def test_whole_render_checks_are_spaced_as_the_session_grows(
     chat_model: Any, ids: Any, every: int, checked: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rollhub.sampling import Generation
     from rollhub_gateway.engines.scripted import scripted_logprob
     from rollhub_gateway.turns import ChatTurn
 

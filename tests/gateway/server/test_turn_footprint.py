@@ -8,27 +8,14 @@ import tracemalloc
 from typing import Any
 
 import aiohttp
-from rollhub.sampling import Generation, SamplingBackend
+from rollhub.sampling import Generation
 from rollhub_gateway.chat_model import FORM_CACHE, build_chat_model
 from rollhub_gateway.config import GatewayConfig
 from rollhub_gateway.server import Gateway
 
-from tests.gateway.server.tool_session import SYSTEM, tool_session
+from tests.gateway.server.tool_session import SYSTEM, RepeatEngine, tool_session
 
 TURNS = 64
-
-
-class _ToolEngine(SamplingBackend):
-    """The same tool call every turn, with exact logprobs."""
-
-    name = "tool-engine"
-
-    def __init__(self, out: list[int]) -> None:
-        super().__init__()
-        self.out = out
-
-    async def generate(self, prompt_ids: Any, params: Any, *, turn: Any = None) -> Generation:
-        return Generation(list(self.out), [-0.5 - i / 64 for i in range(len(self.out))], "stop")
 
 
 async def test_a_live_session_keeps_each_message_once(
@@ -38,7 +25,11 @@ async def test_a_live_session_keeps_each_message_once(
         "smollm2-135m-instruct", chat_template=tools_template, family="hermes", tokenizer=tokenizer
     )
     out = ids.tool_call("get_weather", {"city": "Paris"})
-    gw = Gateway(_ToolEngine(out), model, GatewayConfig(admin_token="a", log_turns=False))
+    gw = Gateway(
+        RepeatEngine(out, lambda i: -0.5 - i / 64),
+        model,
+        GatewayConfig(admin_token="a", log_turns=False),
+    )
     await gw.start()
     try:
         warm = gw.open_session("warm")  # first calls compile and cache lazily

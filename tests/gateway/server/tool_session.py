@@ -1,11 +1,14 @@
 """An agent's tool loop over raw HTTP, as SDKs write one: each reply is sent back without
-its null fields, followed by its tool result."""
+its null fields, followed by its tool result; and an engine that samples the same tool
+call every turn."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+from rollhub.sampling import Generation, SamplingBackend
 
 #: a long system prompt, so the shared-prefix and window paths have something to share
 SYSTEM = {"role": "system", "content": "You answer with tools. " * 20}
@@ -30,3 +33,17 @@ async def tool_session(
             call_id = msg["tool_calls"][0]["id"]
             messages += [msg, {"role": "tool", "tool_call_id": call_id, "content": f"{i} C"}]
     return messages
+
+
+class RepeatEngine(SamplingBackend):
+    """Samples ``out`` every turn, with logprob ``logprob(i)`` at position ``i``."""
+
+    name = "repeat"
+
+    def __init__(self, out: list[int], logprob: Callable[[int], float]) -> None:
+        super().__init__()
+        self.out = out
+        self.logprobs = [logprob(i) for i in range(len(out))]
+
+    async def generate(self, prompt_ids: Any, params: Any, *, turn: Any = None) -> Generation:
+        return Generation(list(self.out), list(self.logprobs), "stop")
