@@ -6,10 +6,16 @@ per step, with an attention mask that hides the padding and explicit position id
 
 - A new request joins at the next step boundary: it is prefilled alone (its first token is
   sampled from that pass), then its cache is left-padded and concatenated onto the batch.
+  The prefill forwards only what follows the longest prefix whose states the
+  :class:`~.prefix_cache.PrefixCache` holds (an earlier prompt of the group, the session's
+  previous turn).
 - A finished or aborted row is dropped at the step boundary (``batch_select_indices``);
   leading columns that became padding in every row are cut off so the cache stays tight.
 - Tokens reach each caller through a callback that hands them to the caller's event loop;
   the thread never touches an event loop itself, so callers on any loop can share it.
+- New weights (:meth:`BatchEngine.load_policy`) are copied in when the batch is empty:
+  rows already decoding finish on the weights they started with, new rows wait, and every
+  generation reports the version of the weights that sampled all of it.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 from rollhub.errors import GatewayError
 from rollhub.sampling import Generation, SamplingParams, TokenChunk
 
+from .prefix_cache import PrefixCache
 from .token_sampling import LogprobsMode, sample_token
 
 log = logging.getLogger(__name__)
@@ -66,6 +73,7 @@ class BatchEngine:
         logprobs_mode: LogprobsMode = "sampling",
         threads: int | None = None,
         weight_version: int | None = None,
+        prefix_cache_tokens: int = 0,
     ) -> None:
         self.model = model
         self.max_batch_size = max_batch_size
@@ -73,6 +81,8 @@ class BatchEngine:
         self.threads = threads
         self.weight_version = weight_version
         self.stats = {"decode_steps": 0, "prefills": 0, "tokens": 0, "peak_batch": 0}
+        self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens else None
+        self._policy: tuple[dict[str, Any], int | None] | None = None
         self._pending: deque[Row] = deque()
         self._rows: list[Row] = []
         self._cache: Any = None
@@ -99,6 +109,27 @@ class BatchEngine:
             if self._stopping:
                 raise GatewayError("the transformers engine is closed", engine="transformers")
             self._pending.append(row)
+            self._cond.notify()
+
+    def load_policy(self, tensors: dict[str, Any], weight_version: int | None) -> None:
+        """Copy ``tensors`` (parameter name → new value) into the model once the batch drains.
+
+        Rows decoding now finish on the current weights; rows submitted after this call
+        are admitted only after the copy, and report ``weight_version``.
+
+        :raises GatewayError: a name the model does not have, or a shape that differs.
+        """
+        params = dict(self.model.named_parameters())
+        for name, value in tensors.items():
+            if name not in params:
+                raise GatewayError(f"policy names a parameter the model lacks: {name!r}",
+                                   engine="transformers")
+            if tuple(value.shape) != tuple(params[name].shape):
+                raise GatewayError(
+                    f"policy tensor {name!r} has shape {tuple(value.shape)}, the model's is "
+                    f"{tuple(params[name].shape)}", engine="transformers")
+        with self._cond:
+            self._policy = (dict(tensors), weight_version)
             self._cond.notify()
 
     def abort(self, row: Row) -> None:
@@ -131,13 +162,17 @@ class BatchEngine:
         with torch.inference_mode():
             while True:
                 with self._cond:
-                    while not self._stopping and not self._pending and not self._rows:
+                    while (not self._stopping and not self._pending and not self._rows
+                           and self._policy is None):
                         self._cond.wait()
                     if self._stopping:
                         break
                 try:
                     self._drop([r for r in self._rows if r.aborted], "abort")
-                    self._admit()
+                    if self._policy is not None and not self._rows:
+                        self._apply_policy()
+                    if self._policy is None:
+                        self._admit()
                     if self._rows:
                         self._decode_step()
                 except Exception as exc:  # a failed pass fails its rows, not the engine
@@ -155,9 +190,39 @@ class BatchEngine:
         self._rows, self._cache, self._mask = [], None, None
         self._pending.clear()
 
-    def _admit(self) -> None:
-        import torch
+    def _apply_policy(self) -> None:
+        with self._cond:
+            policy, self._policy = self._policy, None
+        if policy is None:
+            return
+        tensors, version = policy
+        params = dict(self.model.named_parameters())
+        for name, value in tensors.items():
+            params[name].copy_(value)
+        self.weight_version = version
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()  # states of the old weights
+        self.stats["policies"] = self.stats.get("policies", 0) + 1
 
+    def _prefill(self, prompt_ids: list[int]) -> Any:
+        """Forward the prompt, or only what follows its longest cached prefix."""
+        import torch
+        from transformers import DynamicCache
+
+        cache = self.prefix_cache
+        n, layers = cache.lookup(prompt_ids) if cache is not None else (0, None)
+        past = {self._cache_kw: DynamicCache(ddp_cache_data=layers)} if layers else {}
+        out = self.model(
+            input_ids=torch.tensor([prompt_ids[n:]], dtype=torch.long),
+            use_cache=True,
+            **past,
+            **self._keep_kw,
+        )
+        if cache is not None:
+            cache.store(prompt_ids, [(lay.keys, lay.values) for lay in self._out_cache(out).layers])
+        return out
+
+    def _admit(self) -> None:
         while len(self._rows) < self.max_batch_size:
             with self._cond:
                 if not self._pending:
@@ -167,11 +232,7 @@ class BatchEngine:
                 self._finish(row, "abort")
                 continue
             try:
-                out = self.model(
-                    input_ids=torch.tensor([row.prompt_ids], dtype=torch.long),
-                    use_cache=True,
-                    **self._keep_kw,
-                )
+                out = self._prefill(row.prompt_ids)
                 self.stats["prefills"] += 1
                 row.length = len(row.prompt_ids)
                 if self._sample(row, out.logits[0, -1].float()):
@@ -294,6 +355,8 @@ class BatchEngine:
 
         gone = {id(r) for r in rows}
         keep = [i for i, r in enumerate(self._rows) if id(r) not in gone]
+        if reason is None and self.prefix_cache is not None:
+            self._keep_states([i for i in range(len(self._rows)) if i not in set(keep)])
         if reason is not None:
             for r in rows:
                 self._finish(r, reason)
@@ -310,6 +373,21 @@ class BatchEngine:
             for layer in self._cache.layers:
                 layer.keys = layer.keys[:, :, first:]
                 layer.values = layer.values[:, :, first:]
+
+    def _keep_states(self, indices: list[int]) -> None:
+        """Hand finished rows' states to the prefix cache: the session's next turn starts
+        with this row's prompt and sampled tokens. A row's states are the last
+        ``row.length`` columns of the left-padded batch."""
+        assert self.prefix_cache is not None
+        for i in indices:
+            row = self._rows[i]
+            n = row.length
+            tokens = (row.prompt_ids + row.token_ids)[:n]
+            layers = [
+                (lay.keys[i : i + 1, :, -n:].clone(), lay.values[i : i + 1, :, -n:].clone())
+                for lay in self._cache.layers
+            ]
+            self.prefix_cache.store(tokens, layers)
 
     def _finish(self, row: Row, reason: str) -> None:
         now = time.perf_counter()

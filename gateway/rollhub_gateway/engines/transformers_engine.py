@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal
 
 from pydantic import Field
-from rollhub.errors import ConfigError, GatewayError
+from rollhub.errors import ConfigError, GatewayError, UsageError
 from rollhub.sampling import (
     Generation,
     SamplingBackend,
@@ -49,6 +49,16 @@ class TransformersOptions(SamplingBackendOptions):
         "'processed' = after top-k/top-p too, 'raw' = log_softmax(logits)",
     )
     weight_version: int | None = Field(None, description="reported on every Generation")
+    prefix_cache_tokens: int = Field(
+        16384, ge=0,
+        description="tokens of key/value states kept for reuse by requests sharing a prefix "
+        "(the group's prompt, the session's earlier turns); 0 disables",
+    )
+    weights: str | None = Field(
+        None,
+        description="a safetensors file of parameters loaded over the model (a trained "
+        "checkpoint's policy.safetensors)",
+    )
 
 
 class TransformersBackend(SamplingBackend):
@@ -67,6 +77,7 @@ class TransformersBackend(SamplingBackend):
         self.max_positions: int | None = None
         self.vocab_size: int | None = None
         self._start_lock = asyncio.Lock()
+        self._policy: tuple[dict[str, Any], int] | None = None
 
     async def start(self) -> None:
         """Load the model and start the worker thread.
@@ -94,6 +105,9 @@ class TransformersBackend(SamplingBackend):
                 f"model={opts.model!r} could not be loaded offline: {exc}", field="model"
             ) from exc
         model.eval()
+        model.requires_grad_(False)
+        if opts.weights:
+            _load_weights(model, opts.weights)
         self.model, self.tokenizer = model, tokenizer
         self.eos_ids = frozenset(_eos_ids(model, tokenizer))
         self.max_positions = getattr(model.config, "max_position_embeddings", None)
@@ -104,9 +118,30 @@ class TransformersBackend(SamplingBackend):
             logprobs_mode=opts.logprobs_mode,
             threads=opts.threads,
             weight_version=opts.weight_version,
+            prefix_cache_tokens=opts.prefix_cache_tokens,
         )
+        if self._policy is not None:
+            engine.load_policy(*self._policy)
+            self._policy = None
         engine.start()
         self.engine = engine
+
+    def update_policy(self, policy: Any, weight_version: int) -> None:
+        """Copy a trainer's new weights in (``policy``: parameter name → tensor, e.g. the
+        trained subset of the model's ``state_dict``) once the rows decoding now finish;
+        the turns sampled after it report ``weight_version``.
+
+        :raises UsageError: ``policy`` is not a mapping of parameter names to tensors.
+        """
+        if not isinstance(policy, Mapping):
+            raise UsageError(
+                f"the transformers engine takes a policy as a mapping of parameter names to "
+                f"tensors, got {type(policy).__name__}"
+            )
+        if self.engine is None:
+            self._policy = (dict(policy), weight_version)  # applied when the model loads
+        else:
+            self.engine.load_policy(dict(policy), weight_version)
 
     def _row(self, prompt_ids: list[int], params: SamplingParams, emit: Any) -> Row:
         import torch
@@ -200,6 +235,27 @@ class TransformersBackend(SamplingBackend):
         if engine is not None:
             await asyncio.to_thread(engine.stop)
         self.model = None
+
+
+def _load_weights(model: Any, path: str) -> None:
+    """Load a safetensors file of (some of) the model's parameters over it."""
+    from safetensors.torch import load_file
+
+    try:
+        tensors = load_file(path)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"weights={path!r} could not be read: {exc}", field="weights") from exc
+    params = dict(model.named_parameters())
+    unknown = sorted(set(tensors) - set(params))
+    if unknown:
+        raise ConfigError(
+            f"weights={path!r} holds parameters this model lacks ({', '.join(unknown[:3])}); "
+            "was it trained from another model?",
+            field="weights",
+        )
+    for name, value in tensors.items():
+        params[name].data.copy_(value)
+    log.info("loaded %d tensors over the model from %s", len(tensors), path)
 
 
 def _tail_decoder(tokenizer: Any, stops: tuple[str, ...]) -> Any:

@@ -1,0 +1,162 @@
+"""Prefix reuse and weight swaps in the embedded engine.
+
+The cache's bookkeeping is tested on plain tensors; the engine tests use the real SmolLM2
+model and check what matters to a trainer: a turn served from cached states samples the
+same ids with the same logprobs as one prefilled from scratch, and new weights never mix
+into a row that started on the old ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+from rollhub.sampling import Generation, SamplingParams
+from rollhub_gateway.engines.prefix_cache import MIN_REUSE, PrefixCache, common_prefix
+from rollhub_gateway.engines.transformers_engine import TransformersBackend, TransformersOptions
+
+from tests.gateway.engines.test_engine_transformers import QUESTIONS, forward_logprobs
+
+SYSTEM = (
+    "<|im_start|>system\nYou are a patient teacher. Answer in plain words, one short "
+    "paragraph at most, and never use lists or headings in your replies.<|im_end|>\n"
+)
+
+
+def _layers(n: int, tag: float = 0.0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Two fake layers whose position i holds the value i + tag."""
+    pos = torch.arange(n, dtype=torch.float32).view(1, 1, n, 1) + tag
+    return [(pos.clone(), -pos.clone()) for _ in range(2)]
+
+
+def test_common_prefix() -> None:
+    assert common_prefix((1, 2, 3, 4), [1, 2, 3, 4]) == 4
+    assert common_prefix((1, 2, 3, 4), [1, 2, 9, 4, 5]) == 2
+    assert common_prefix((1, 2), [1, 2, 3]) == 2
+    assert common_prefix((5,), [1]) == 0
+    assert common_prefix((), [1]) == 0
+    long = tuple(range(1000))
+    assert common_prefix(long, [*range(777), -1]) == 777
+
+
+def test_lookup_returns_the_longest_shared_prefix_and_forwards_one_token() -> None:
+    cache = PrefixCache(10_000)
+    prompt = list(range(100))
+    cache.store(prompt[:40], _layers(40))
+    cache.store([*prompt[:70], 999, 998], _layers(72, tag=0.5))  # diverges after 70
+    n, layers = cache.lookup(prompt)
+    assert n == 70 and layers is not None
+    assert layers[0][0].shape[2] == 70 and float(layers[0][0][0, 0, 69, 0]) == 69.5
+    # the whole prompt cached: one token is still forwarded, for its logits
+    cache.store(prompt, _layers(100))
+    n, _ = cache.lookup(prompt)
+    assert n == 99
+
+
+def test_short_matches_are_misses() -> None:
+    cache = PrefixCache(10_000)
+    cache.store(list(range(MIN_REUSE - 1)), _layers(MIN_REUSE - 1))
+    assert cache.lookup(list(range(50))) == (0, None)
+    assert cache.stats["misses"] == 1
+
+
+def test_a_longer_entry_replaces_its_prefixes_and_old_entries_are_evicted() -> None:
+    cache = PrefixCache(100)
+    cache.store(list(range(30)), _layers(30))
+    cache.store(list(range(50)), _layers(50))
+    assert len(cache) == 1 and cache.tokens == 50  # the 30-token entry was a prefix
+    cache.store([7] * 40, _layers(40))
+    cache.store([8] * 40, _layers(40))  # 130 tokens > 100: the least recently used goes
+    assert cache.tokens <= 100
+    assert cache.lookup(list(range(60)))[0] == 0
+    cache.clear()
+    assert len(cache) == 0 and cache.tokens == 0
+
+
+@pytest.fixture(scope="module")
+def engine() -> TransformersBackend:
+    backend = TransformersBackend(
+        TransformersOptions(max_batch_size=8, threads=1, prefix_cache_tokens=8192)
+    )
+    backend._load()
+    yield backend
+    assert backend.engine is not None
+    backend.engine.stop()
+
+
+async def test_a_group_and_its_second_turns_reuse_states_with_exact_logprobs(
+    engine: TransformersBackend,
+) -> None:
+    tok = engine.tokenizer
+    prompt = tok.encode(f"{SYSTEM}<|im_start|>user\n{QUESTIONS[2]}<|im_end|>\n<|im_start|>assistant\n")
+    cache = engine.engine.prefix_cache
+    assert cache is not None
+    cache.clear()
+    before = dict(cache.stats)
+    params = SamplingParams(max_tokens=12, temperature=0.7)
+    first = await asyncio.gather(*(engine.generate(prompt, params) for _ in range(4)))
+    tail = tok.encode("<|im_end|>\n<|im_start|>user\nAnd in one word?<|im_end|>\n"
+                      "<|im_start|>assistant\n")
+    second = await asyncio.gather(
+        *(engine.generate(prompt + g.token_ids + tail, params) for g in first)
+    )
+    hits = cache.stats["hits"] - before["hits"]
+    reused = cache.stats["reused_tokens"] - before["reused_tokens"]
+    assert hits >= 7, cache.stats  # 3 of the group's first turns + every second turn
+    assert reused >= 3 * (len(prompt) - 1) + 4 * len(prompt)
+    for g, g2 in zip(first, second, strict=True):
+        for p, gen in ((prompt, g), (prompt + g.token_ids + tail, g2)):
+            ref, _ = forward_logprobs(engine, p, gen.token_ids, 0.7)
+            assert max(abs(a - b) for a, b in zip(gen.logprobs, ref.tolist(), strict=True)) < 1e-3
+
+
+async def test_greedy_ids_are_the_same_with_and_without_the_cache(
+    engine: TransformersBackend,
+) -> None:
+    tok = engine.tokenizer
+    prompt = tok.encode(f"{SYSTEM}<|im_start|>user\n{QUESTIONS[3]}<|im_end|>\n<|im_start|>assistant\n")
+    params = SamplingParams(max_tokens=16, temperature=0.0)
+    engine.engine.prefix_cache.clear()
+    cold = await engine.generate(prompt, params)
+    warm = await engine.generate(prompt, params)  # served from the cached prompt
+    assert engine.engine.prefix_cache.stats["hits"] >= 1
+    assert warm.token_ids == cold.token_ids
+    assert max(abs(a - b) for a, b in zip(warm.logprobs, cold.logprobs, strict=True)) < 1e-3
+
+
+async def test_new_weights_wait_for_rows_in_flight_and_stamp_the_new_version(
+    engine: TransformersBackend,
+) -> None:
+    tok = engine.tokenizer
+    prompt = tok.encode(f"<|im_start|>user\n{QUESTIONS[4]}<|im_end|>\n<|im_start|>assistant\n")
+    long = SamplingParams(max_tokens=24, temperature=0.0, extra={"ignore_eos": True})
+    before = await engine.generate(prompt, long)
+    norm = "model.norm.weight"
+    original = dict(engine.model.named_parameters())[norm].detach().clone()
+    flipped = {norm: -original}  # negated final norm: a different argmax everywhere
+    started = asyncio.Event()
+
+    async def decode_old() -> Generation:
+        async for item in engine.stream(prompt, long):
+            started.set()  # its first token is out: the row is decoding
+            if isinstance(item, Generation):
+                return item
+        raise AssertionError("the stream ended without a generation")
+
+    in_flight = asyncio.ensure_future(decode_old())
+    await started.wait()
+    engine.update_policy(flipped, 7)
+    after = await engine.generate(prompt, long)
+    old = await in_flight
+    try:
+        # the row that was decoding finished on the old weights, under the old version
+        assert old.token_ids == before.token_ids and old.weight_version != 7
+        assert after.weight_version == 7 and after.token_ids != before.token_ids
+    finally:
+        engine.update_policy({norm: original}, 0)
+        await engine.generate(prompt, SamplingParams(max_tokens=1, temperature=0.0))
+    with pytest.raises(Exception, match="lacks"):
+        engine.update_policy({"no.such.weight": original}, 8)
+    with pytest.raises(Exception, match="mapping"):
+        engine.update_policy(object(), 8)
