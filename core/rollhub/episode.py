@@ -95,6 +95,27 @@ class Episode:
         """Model calls across all traces."""
         return sum(len(t.turns) for t in self.traces)
 
+    @property
+    def num_tool_call_turns(self) -> int:
+        """Model calls that ended in a tool call (parsed by the gateway from the template's
+        tool syntax)."""
+        return sum(1 for t in self.traces for turn in t.turns if turn.finish_reason == "tool_calls")
+
+    @property
+    def num_masked_tokens(self) -> int:
+        """Response tokens the model did not sample (tool results, template tails): the loss
+        mask keeps them out of training."""
+        return sum(len(t.response_ids) - t.num_sampled for t in self.traces)
+
+    @property
+    def success(self) -> bool:
+        """Whether the task was solved: the result's boolean ``success`` when the agent
+        reports one, else a reward of at least 1.0."""
+        flag = (self.result or {}).get("success")
+        if isinstance(flag, bool):
+            return flag and self.ok
+        return self.ok and self.reward is not None and self.reward >= 1.0
+
 
 @dataclass
 class EpisodeGroup:

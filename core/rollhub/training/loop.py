@@ -297,9 +297,15 @@ def batch_metrics(batch: TrainingBatch) -> dict[str, Any]:
         1 for g in batch.groups
         if len({e.reward for e in g.episodes if e.trainable}) <= 1
     )
+    n_ok = len(ok) or 1
     return {
         "reward_mean": mean,
         "reward_std": std,
+        "success_rate": round(sum(e.success for e in ok) / n_ok, 4) if ok else None,
+        "tool_call_rate": round(sum(e.num_tool_call_turns > 0 for e in ok) / n_ok, 4)
+        if ok else None,
+        "turns_mean": round(sum(e.num_turns for e in ok) / n_ok, 3) if ok else None,
+        "masked_tokens": sum(e.num_masked_tokens for e in episodes if e.trainable),
         "episodes": len(episodes),
         "episodes_failed": sum(1 for e in episodes if not e.ok),
         "episodes_trained": len(batch.trainable()),
@@ -312,10 +318,14 @@ def batch_metrics(batch: TrainingBatch) -> dict[str, Any]:
 
 
 def _progress_line(step: int, total: int, m: Mapping[str, Any]) -> str:
-    reward = f"{m['reward_mean']:.3f}" if m.get("reward_mean") is not None else "-"
-    loss = f"{m['loss']:.4g}" if isinstance(m.get("loss"), int | float) else "-"
+    def num(key: str, fmt: str) -> str:
+        value = m.get(key)
+        return format(value, fmt) if isinstance(value, int | float) else "-"
+
     return (
-        f"step {step + 1}/{total}  reward {reward}  loss {loss}  tokens {m['sampled_tokens']}"
-        f"  staleness {m['staleness_max']}  failed {m['episodes_failed']}"
-        f"  {m['time_sample_s'] + m['time_train_s']:.1f}s"
+        f"step {step + 1}/{total}  reward {num('reward_mean', '.3f')}"
+        f"  success {num('success_rate', '.2f')}  tool calls {num('tool_call_rate', '.2f')}"
+        f"  turns {num('turns_mean', '.2f')}  loss {num('loss', '.4g')}"
+        f"  tokens {m['sampled_tokens']}  staleness {m['staleness_max']}"
+        f"  failed {m['episodes_failed']}  {m['time_sample_s'] + m['time_train_s']:.1f}s"
     )

@@ -1,0 +1,328 @@
+"""The ``torch`` trainer: RL steps in process, on the model the gateway samples from.
+
+rollhub's training loop drives it (the "rollhub drives" shape). Per step:
+
+1. the batch's trainable episodes become prompt groups (:mod:`rollhub_torch.sequences`):
+   exact sampled ids, the loss mask (tool results and prompts are 0) and the sampler's
+   logprobs;
+2. each prompt is forwarded once and its responses as a batch on its key/value states;
+   logits are computed only where a token was sampled;
+3. the loss (``importance_sampling``: −ratio·advantage per sampled token, ``ppo``: its
+   clipped form, ``cross_entropy``: −logprob, for a supervised phase) is summed over
+   sampled tokens and divided by their number in the batch; Adam steps the trained
+   parameters (the top ``train_layers`` decoder layers and the final norm);
+4. the trained parameters are the new policy: the loop publishes them to the gateway's
+   ``transformers`` engine, which copies them in between batches, so the next turns are
+   sampled by them and stamped with the new version.
+
+The trainer keeps its own copy of the model: sampling for step ``s + 1`` can run while
+step ``s`` trains (``max_staleness = 1``) without ever reading half-updated weights.
+
+Learner logprobs are taken at the sampling temperature (``experiment.sampling.temperature``
+unless ``temperature`` is set), the distribution the engine's logprobs refer to, so the
+importance ratio is 1 for on-policy tokens and ``sampler_learner_kl`` measures real drift.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+from rollhub.errors import ConfigError, RollhubError
+from rollhub.registry import ComponentContext
+from rollhub.trainer import StepResult, Trainer, TrainerOptions, TrainingBatch
+
+from rollhub_torch.sequences import PromptGroup, prompt_groups
+
+__all__ = ["TorchTrainer", "TorchTrainerOptions", "TorchTrainingError"]
+
+log = logging.getLogger(__name__)
+
+POLICY_FILE = "policy.safetensors"
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+class TorchTrainingError(RollhubError):
+    """A training step failed inside torch (the original error is the ``__cause__``)."""
+
+
+class TorchTrainerOptions(TrainerOptions):
+    """``[trainer]`` options of the ``torch`` trainer."""
+
+    model: str | None = Field(
+        None,
+        description="'smollm2-135m-instruct' or a local model directory; None: the gateway "
+        "engine's model",
+    )
+    train_layers: int | None = Field(
+        8, ge=1,
+        description="train the top N decoder layers and the final norm (None: every parameter)",
+    )
+    loss_fn: Literal["importance_sampling", "ppo", "cross_entropy"] = "importance_sampling"
+    clip: float = Field(0.2, gt=0, description="ppo: ratio clipped to [1 - clip, 1 + clip]")
+    learning_rate: float = Field(1e-5, ge=0, description="0 trains nothing (a control run)")
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.95, ge=0, lt=1)
+    eps: float = Field(1e-8, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip_norm: float = Field(1.0, ge=0, description="0: no clipping")
+    temperature: float | None = Field(
+        None, gt=0, description="None: experiment.sampling.temperature (else 1.0)"
+    )
+    max_length: int | None = Field(
+        None, ge=2, description="tokens per record; longer records are cut (and counted)"
+    )
+    max_rows: int = Field(16, ge=1, description="responses forwarded together on one prompt")
+    threads: int | None = Field(None, ge=1, description="torch intra-op threads")
+    seed: int = Field(0, description="torch's seed")
+
+
+class TorchTrainer(Trainer):
+    """In-process RL on a transformers causal LM (CPU)."""
+
+    name = "torch"
+    Options = TorchTrainerOptions
+    options: TorchTrainerOptions
+    trains = True
+
+    def __init__(
+        self, options: TorchTrainerOptions | None = None, *,
+        context: ComponentContext | None = None, **kw: Any,
+    ) -> None:
+        super().__init__(options, context=context, **kw)
+        self.model_name = self.options.model or _engine_model(self.context.config)
+        self.temperature = self.options.temperature or _sampling_temperature(self.context.config)
+        self.model: Any = None
+        self.optimizer: Any = None
+        self.trained: dict[str, Any] = {}
+        self.steps_done = 0
+        self._cache_kw = "past_key_values"
+
+    async def start(self) -> None:
+        """Load the model and mark the trained parameters."""
+        await asyncio.to_thread(self._load)
+
+    def _load(self) -> None:
+        import torch
+        from rollhub_gateway.models import load_causal_lm
+
+        if self.options.threads:
+            torch.set_num_threads(self.options.threads)
+        torch.manual_seed(self.options.seed)
+        try:
+            model, _ = load_causal_lm(self.model_name)
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            raise ConfigError(
+                f"model={self.model_name!r} could not be loaded offline: {exc}",
+                field="trainer.model",
+            ) from exc
+        model.train()
+        model.requires_grad_(False)
+        decoder = model.get_decoder()
+        layers = decoder.layers
+        n = self.options.train_layers
+        if n is not None and n > len(layers):
+            raise ConfigError(
+                f"train_layers={n} but the model has {len(layers)} decoder layers",
+                field="trainer.train_layers",
+            )
+        if n is None:
+            model.requires_grad_(True)
+        else:
+            for layer in layers[len(layers) - n :]:
+                layer.requires_grad_(True)
+            decoder.norm.requires_grad_(True)
+        self.trained = {k: p for k, p in model.named_parameters() if p.requires_grad}
+        opts = self.options
+        self.optimizer = torch.optim.AdamW(
+            list(self.trained.values()), lr=opts.learning_rate, betas=(opts.beta1, opts.beta2),
+            eps=opts.eps, weight_decay=opts.weight_decay,
+        )
+        params = inspect.signature(decoder.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.model = model
+        log.info(
+            "torch trainer: %s, %d of %d parameters trained (%s)", self.model_name,
+            sum(p.numel() for p in self.trained.values()),
+            sum(p.numel() for p in model.parameters()),
+            "every layer" if n is None else f"top {n} layers",
+        )
+
+    def policy(self) -> dict[str, Any]:
+        """The trained parameters as a new policy (copies: training goes on in place)."""
+        return {k: p.detach().clone() for k, p in self.trained.items()}
+
+    async def initial_policy(self) -> Any:
+        """None on a fresh run (the engine already holds the base weights), else the
+        restored parameters."""
+        return self.policy() if self.steps_done else None
+
+    async def step(self, batch: TrainingBatch) -> StepResult:
+        """One optimizer step on the batch's sampled tokens; the new parameters as policy."""
+        groups, stats = prompt_groups(
+            batch.trainable(), max_length=self.options.max_length,
+            skip_zero_advantage=self.options.loss_fn != "cross_entropy",
+        )
+        metrics: dict[str, Any] = stats.as_metrics()
+        t0 = time.perf_counter()
+        if groups:
+            try:
+                metrics.update(await asyncio.to_thread(self._train, groups, stats.trained_tokens))
+            except RuntimeError as exc:
+                raise TorchTrainingError(f"torch training step {batch.step} failed: {exc}") from exc
+        else:
+            log.info("step %d: no episode with a nonzero advantage; weights unchanged", batch.step)
+        metrics["time_compute_s"] = round(time.perf_counter() - t0, 3)
+        self.steps_done += 1
+        t1 = time.perf_counter()
+        policy = self.policy() if groups and self.options.learning_rate > 0 else None
+        metrics["time_publish_s"] = round(time.perf_counter() - t1, 3)
+        return StepResult(batch.weight_version + 1, metrics, policy)
+
+    def _train(self, groups: list[PromptGroup], tokens: int) -> dict[str, float]:
+        import torch
+
+        self.optimizer.zero_grad(set_to_none=True)
+        totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
+        for group in groups:
+            rows = group.responses
+            for i in range(0, len(rows), self.options.max_rows):
+                part = PromptGroup(group.prompt_ids, rows[i : i + self.options.max_rows])
+                for key, value in self._backward(part, tokens).items():
+                    totals[key] += value
+        params = list(self.trained.values())
+        clip = self.options.grad_clip_norm
+        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf)
+        self.optimizer.step()
+        return {
+            "loss": totals["loss"],
+            "sampler_learner_kl": totals["kl"] / max(tokens, 1),
+            "clipped_fraction": totals["clipped"] / max(tokens, 1),
+            "grad_norm": float(norm),
+        }
+
+    def _backward(self, group: PromptGroup, tokens: int) -> dict[str, float]:
+        """Forward one prompt and its responses, backpropagate their share of the loss."""
+        import torch
+        from transformers import DynamicCache
+
+        model, decoder = self.model, self.model.get_decoder()
+        rows = group.responses
+        n, width = len(rows), max(len(r.token_ids) for r in rows)
+        prompt = torch.tensor([group.prompt_ids], dtype=torch.long)
+        out = decoder(input_ids=prompt, use_cache=True)
+        states = getattr(out, self._cache_kw)
+        expanded = DynamicCache(ddp_cache_data=[
+            (layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1))
+            for layer in states.layers
+        ])
+        ids = torch.zeros((n, width), dtype=torch.long)
+        valid = torch.zeros((n, width), dtype=torch.long)
+        trained = torch.zeros((n, width), dtype=torch.bool)
+        sampler = torch.zeros((n, width))
+        advantage = torch.tensor([r.advantage for r in rows]).unsqueeze(1).expand(n, width)
+        for j, r in enumerate(rows):
+            k = len(r.token_ids)
+            ids[j, :k] = torch.tensor(r.token_ids)
+            valid[j, :k] = 1
+            trained[j, :k] = torch.tensor(r.mask, dtype=torch.bool)
+            sampler[j, :k] = torch.tensor(r.logprobs)
+        mask = torch.cat([torch.ones((n, len(group.prompt_ids)), dtype=torch.long), valid], 1)
+        hidden = decoder(
+            input_ids=ids, attention_mask=mask, use_cache=True, **{self._cache_kw: expanded}
+        ).last_hidden_state
+        # position j of a response is predicted by the state before it: the prompt's last
+        # for j = 0, the response's own j - 1 after that
+        before = torch.cat(
+            [out.last_hidden_state[:, -1:].expand(n, 1, -1), hidden[:, :-1]], dim=1
+        )
+        logits = model.get_output_embeddings()(before[trained]).float() / self.temperature
+        learner = torch.log_softmax(logits, -1).gather(1, ids[trained].unsqueeze(1)).squeeze(1)
+        old, adv = sampler[trained], advantage[trained]
+        clipped = torch.zeros(())
+        if self.options.loss_fn == "cross_entropy":
+            per_token = -learner
+        else:
+            ratio = torch.exp(learner - old)
+            per_token = -ratio * adv
+            if self.options.loss_fn == "ppo":
+                c = self.options.clip
+                bounded = -torch.clamp(ratio, 1 - c, 1 + c) * adv
+                clipped = (bounded > per_token).float().sum()
+                per_token = torch.maximum(per_token, bounded)
+        loss = per_token.sum() / max(tokens, 1)
+        loss.backward()
+        return {
+            "loss": float(loss.detach()),
+            "kl": float((old - learner.detach()).sum()),
+            "clipped": float(clipped),
+        }
+
+    async def save_state(self, directory: Path) -> dict[str, Any]:
+        """The trained parameters (``policy.safetensors``) and Adam's state."""
+        await asyncio.to_thread(self._save, directory)
+        return {"steps_done": self.steps_done, "model": self.model_name,
+                "train_layers": self.options.train_layers, "policy": POLICY_FILE}
+
+    def _save(self, directory: Path) -> None:
+        import torch
+        from safetensors.torch import save_file
+
+        save_file({k: p.detach().contiguous() for k, p in self.trained.items()},
+                  str(directory / POLICY_FILE))
+        torch.save(self.optimizer.state_dict(), directory / OPTIMIZER_FILE)
+        (directory / "model.json").write_text(json.dumps({"model": self.model_name}))
+
+    async def load_state(self, directory: Path, state: dict[str, Any]) -> None:
+        """Restore what :meth:`save_state` wrote."""
+        if state.get("train_layers", self.options.train_layers) != self.options.train_layers:
+            raise ConfigError(
+                f"checkpoint {directory} trained train_layers={state.get('train_layers')}, "
+                f"the config says {self.options.train_layers}; resume with the same value",
+                field="trainer.train_layers",
+            )
+        await asyncio.to_thread(self._restore, directory)
+        self.steps_done = int(state.get("steps_done", 0))
+
+    def _restore(self, directory: Path) -> None:
+        import torch
+        from safetensors.torch import load_file
+
+        tensors = load_file(str(directory / POLICY_FILE))
+        missing = sorted(set(self.trained) - set(tensors))
+        if missing:
+            raise TorchTrainingError(f"checkpoint {directory} lacks {missing[0]!r}")
+        with torch.no_grad():
+            for name, value in tensors.items():
+                self.trained[name].copy_(value)
+        self.optimizer.load_state_dict(torch.load(directory / OPTIMIZER_FILE))
+
+    async def close(self) -> dict[str, Any]:
+        """Release the model."""
+        self.model = self.optimizer = None
+        self.trained = {}
+        return {"steps": self.steps_done}
+
+
+def _engine_model(config: Any) -> str:
+    """The model the gateway's transformers engine loads (the trainer must train it)."""
+    from rollhub_gateway.models import SMOLLM2
+
+    options = dict(getattr(getattr(config, "token_source", None), "options", None) or {})
+    engine = options.get("engine") or {}
+    engine_options = engine.get("options") or {} if isinstance(engine, dict) else {}
+    return str(engine_options.get("model") or SMOLLM2)
+
+
+def _sampling_temperature(config: Any) -> float:
+    sampling = getattr(getattr(config, "experiment", None), "sampling", None) or {}
+    return float(sampling.get("temperature", 1.0)) or 1.0

@@ -1,0 +1,202 @@
+"""The embedded ``torch`` trainer on the real SmolLM2 model and the real engine.
+
+What a trainer must never get wrong: the learner sees exactly the sampled ids, computes the
+same logprobs the sampler reported, trains only where the mask is 1, moves a positively
+advantaged sequence up and a negative one down, and hands over exactly what it trained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+import torch
+from rollhub.episode import Episode, EpisodeGroup
+from rollhub.errors import ConfigError
+from rollhub.sampling import SamplingParams
+from rollhub.trace import TraceRecord
+from rollhub.trainer import TrainingBatch
+from rollhub_gateway.engines.transformers_engine import TransformersBackend, TransformersOptions
+from rollhub_torch.sequences import prompt_groups
+from rollhub_torch.trainer import TorchTrainer, TorchTrainerOptions
+
+pytestmark = pytest.mark.slow
+
+T = 0.7
+TAIL = "<|im_end|>\n<|im_start|>tool\n9637<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.fixture(scope="module")
+def engine() -> TransformersBackend:
+    backend = TransformersBackend(TransformersOptions(max_batch_size=8, threads=1))
+    backend._load()
+    yield backend
+    assert backend.engine is not None
+    backend.engine.stop()
+
+
+@pytest.fixture(scope="module")
+def episodes(engine: TransformersBackend) -> list[Episode]:
+    """Six two-turn episodes of one prompt, sampled by the real engine; the tool result
+    between the turns is environment text (mask 0)."""
+    tok = engine.tokenizer
+    prompt = tok.encode(
+        "<|im_start|>system\nUse the calculator for arithmetic.<|im_end|>\n"
+        "<|im_start|>user\nWhat is 23 * 419?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    tail = tok.encode(TAIL)
+    params = SamplingParams(max_tokens=12, temperature=T)
+
+    async def sample() -> list[Episode]:
+        first = await asyncio.gather(*(engine.generate(prompt, params) for _ in range(6)))
+        second = await asyncio.gather(
+            *(engine.generate(prompt + g.token_ids + tail, params) for g in first)
+        )
+        out = []
+        for i, (g, g2) in enumerate(zip(first, second, strict=True)):
+            record = TraceRecord(
+                session_id=f"s{i}", prompt_ids=prompt,
+                response_ids=g.token_ids + tail + g2.token_ids,
+                response_mask=[1] * len(g.token_ids) + [0] * len(tail) + [1] * len(g2.token_ids),
+                response_logprobs=g.logprobs + [0.0] * len(tail) + g2.logprobs,
+            )
+            out.append(Episode(f"e{i}", "g", f"s{i}", i, "ok", traces=[record], reward=float(i % 2)))
+        return out
+
+    return asyncio.run(sample())
+
+
+def _trainer(**options) -> TorchTrainer:
+    trainer = TorchTrainer(TorchTrainerOptions(temperature=T, threads=1, **options))
+    asyncio.run(trainer.start())
+    return trainer
+
+
+def _sequence_logprob(trainer: TorchTrainer, record: TraceRecord) -> float:
+    """Σ log p(sampled token) over the mask-1 tokens, from one whole forward pass."""
+    full = torch.tensor([record.prompt_ids + record.response_ids])
+    with torch.no_grad():
+        logits = trainer.model(input_ids=full).logits[0].float() / T
+    lps = torch.log_softmax(logits, -1)
+    p = len(record.prompt_ids)
+    return sum(
+        float(lps[p + j - 1, t])
+        for j, (t, m) in enumerate(zip(record.response_ids, record.response_mask, strict=True))
+        if m
+    )
+
+
+def test_the_learner_recomputes_the_samplers_logprobs(episodes: list[Episode]) -> None:
+    trainer = _trainer(learning_rate=0.0)
+    groups, stats = prompt_groups([(e, 1.0) for e in episodes])
+    assert len(groups) == 1 and len(groups[0].responses) == 6  # one prompt, forwarded once
+    assert stats.trained_tokens == sum(sum(r.response_mask) for e in episodes for r in e.traces)
+    assert stats.masked_tokens == 6 * len(trainer_tail_ids(episodes))
+    metrics = trainer._train(groups, stats.trained_tokens)
+    assert abs(metrics["sampler_learner_kl"]) < 1e-4
+    assert math.isclose(metrics["loss"], -1.0, abs_tol=1e-3)  # ratio 1 on every token
+
+
+def trainer_tail_ids(episodes: list[Episode]) -> list[int]:
+    record = episodes[0].traces[0]
+    return [t for t, m in zip(record.response_ids, record.response_mask, strict=True) if not m]
+
+
+def test_grouped_forward_gives_the_gradient_of_whole_records(episodes: list[Episode]) -> None:
+    trainer = _trainer(learning_rate=0.0, grad_clip_norm=0.0)  # clipping would rescale
+    pairs = [(e, 1.0 if e.reward else -1.0) for e in episodes]
+    groups, stats = prompt_groups(pairs)
+    trainer._train(groups, stats.trained_tokens)
+    grouped = {k: p.grad.clone() for k, p in trainer.trained.items()}
+    trainer.optimizer.zero_grad(set_to_none=True)
+    # the same loss, one record at a time over its whole sequence
+    for episode, adv in pairs:
+        record = episode.traces[0]
+        full = torch.tensor([record.prompt_ids + record.response_ids])
+        logits = trainer.model(input_ids=full).logits[0].float() / T
+        lps = torch.log_softmax(logits, -1)
+        p = len(record.prompt_ids)
+        loss = torch.zeros(())
+        for j, (t, m, old) in enumerate(zip(record.response_ids, record.response_mask,
+                                            record.response_logprobs, strict=True)):
+            if m:
+                loss = loss - torch.exp(lps[p + j - 1, t] - old) * adv
+        (loss / stats.trained_tokens).backward()
+    for name, grad in grouped.items():
+        ref = trainer.trained[name].grad
+        assert torch.allclose(grad, ref, atol=1e-5, rtol=1e-3), name
+
+
+def test_one_step_moves_good_samples_up_and_bad_ones_down(episodes: list[Episode]) -> None:
+    trainer = _trainer(learning_rate=2e-4)
+    advantages = {e.episode_id: (1.0 if e.reward else -1.0) for e in episodes}
+    before = {e.episode_id: _sequence_logprob(trainer, e.traces[0]) for e in episodes}
+    frozen = {k: p.detach().clone() for k, p in trainer.model.named_parameters()
+              if k not in trainer.trained}
+    batch = TrainingBatch(0, [EpisodeGroup("g", {}, episodes)], advantages, weight_version=0)
+    result = asyncio.run(trainer.step(batch))
+    assert result.weight_version == 1
+    assert set(result.policy) == set(trainer.trained)  # exactly what was trained
+    assert any("layers.29." in k for k in result.policy) and "model.norm.weight" in result.policy
+    assert not any("layers.21." in k for k in result.policy)  # below the top 8: frozen
+    for k, p in trainer.model.named_parameters():
+        if k in frozen:
+            assert torch.equal(p, frozen[k]), k
+    after = {e.episode_id: _sequence_logprob(trainer, e.traces[0]) for e in episodes}
+    up = [after[k] - before[k] for k, a in advantages.items() if a > 0]
+    down = [after[k] - before[k] for k, a in advantages.items() if a < 0]
+    assert sum(up) / len(up) > 0 > sum(down) / len(down)
+    assert result.metrics["datums"] == 6 and result.metrics["masked_tokens"] > 0
+
+
+def test_learning_rate_zero_changes_nothing_and_publishes_nothing(episodes: list[Episode]) -> None:
+    trainer = _trainer(learning_rate=0.0)
+    weights = {k: p.detach().clone() for k, p in trainer.trained.items()}
+    advantages = {e.episode_id: (1.0 if e.reward else -1.0) for e in episodes}
+    batch = TrainingBatch(0, [EpisodeGroup("g", {}, episodes)], advantages, weight_version=3)
+    result = asyncio.run(trainer.step(batch))
+    assert result.weight_version == 4 and result.policy is None
+    for k, p in trainer.trained.items():
+        assert torch.equal(p, weights[k]), k
+
+
+def test_a_checkpoint_restores_weights_and_optimizer(tmp_path, episodes: list[Episode]) -> None:
+    trainer = _trainer(learning_rate=1e-4)
+    advantages = {e.episode_id: (1.0 if e.reward else -1.0) for e in episodes}
+    asyncio.run(trainer.step(TrainingBatch(0, [EpisodeGroup("g", {}, episodes)], advantages, 0)))
+    state = asyncio.run(trainer.save_state(tmp_path))
+    assert (tmp_path / "policy.safetensors").exists() and state["steps_done"] == 1
+    fresh = _trainer(learning_rate=1e-4)
+    asyncio.run(fresh.load_state(tmp_path, state))
+    assert fresh.steps_done == 1
+    for k, p in trainer.trained.items():
+        assert torch.equal(p, fresh.trained[k]), k
+    assert asyncio.run(fresh.initial_policy()) is not None  # a resumed run republishes
+    other = _trainer(learning_rate=1e-4, train_layers=4)
+    with pytest.raises(ConfigError, match="train_layers"):
+        asyncio.run(other.load_state(tmp_path, state))
+
+
+def test_the_engine_loads_a_checkpoint_policy(tmp_path, episodes: list[Episode]) -> None:
+    trainer = _trainer(learning_rate=5e-4)
+    advantages = {e.episode_id: (1.0 if e.reward else -1.0) for e in episodes}
+    asyncio.run(trainer.step(TrainingBatch(0, [EpisodeGroup("g", {}, episodes)], advantages, 0)))
+    asyncio.run(trainer.save_state(tmp_path))
+    loaded = TransformersBackend(
+        TransformersOptions(weights=str(tmp_path / "policy.safetensors"), threads=1)
+    )
+    loaded._load()
+    try:
+        params = dict(loaded.model.named_parameters())
+        for k, p in trainer.trained.items():
+            assert torch.equal(params[k], p.detach()), k
+    finally:
+        loaded.engine.stop()
+    with pytest.raises(ConfigError, match="weights"):
+        TransformersBackend(TransformersOptions(weights=str(tmp_path / "missing.safetensors")))._load()
+
+
+def test_train_layers_beyond_the_model_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="train_layers=99"):
+        _trainer(train_layers=99)
