@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
     ensure_env(kind)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     if kind == "run":
-        config = rest[0] if rest and not rest[0].startswith("-") else "examples/math/rollhub.toml"
+        config = rest[0] if rest and not rest[0].startswith("-") else "examples/math/train.toml"
         extra = rest[1:] if rest and not rest[0].startswith("-") else rest
         cmd = [str(BIN / "rollhub"), "run", config, *extra]
     else:

@@ -7,7 +7,7 @@
 episodes/s and the hub process's own CPU time per episode (the pipeline's overhead: request
 building, hooks, client, store reads, rewards, export rows).
 
-``embedded``: ``examples/math/rollhub.toml`` as the README's main job runs it (local
+``embedded``: ``examples/math/rollouts.toml`` as the README's main job runs it (local
 workers, in-process gateway, SmolLM2-135M on the CPU) — episodes/s and sampled tokens/s.
 """
 
@@ -71,7 +71,7 @@ def bench_noop(prompts: int, samples: int, workers: int, concurrency: int) -> di
 def bench_embedded(prompts: int, samples: int) -> dict:
     from rollhub.config import load_config
 
-    cfg = load_config(ROOT / "examples/math/rollhub.toml")
+    cfg = load_config(ROOT / "examples/math/rollouts.toml")
     cfg.experiment.n_samples = samples
     from rollhub.dataset import load_jsonl_dataset
 

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ComponentSection",
+    "EvalConfig",
     "ExperimentConfig",
     "LoggingConfig",
     "PluginsConfig",
@@ -191,6 +192,17 @@ class TrainingConfig(_Strict):
     )
 
 
+class EvalConfig(_Strict):
+    """``[eval]``: held-out prompts scored by ``rollhub eval``, and by a training run before
+    its first step and after its last (the same engine, base weights then trained ones)."""
+
+    dataset: str | None = Field(None, description="JSONL of held-out prompts (None: no eval)")
+    max_prompts: int | None = Field(None, ge=1, description="use only the first N prompts")
+    n_samples: int = Field(4, ge=1, description="samples per prompt (pass@k uses k = n)")
+    before_training: bool = Field(True, description="a training run scores the base policy")
+    after_training: bool = Field(True, description="a training run scores its final policy")
+
+
 class LoggingConfig(_Strict):
     """Standard-library logging settings.
 
@@ -225,6 +237,7 @@ class RollhubConfig(_Strict):
     trainer: TrainerSection = Field(default_factory=TrainerSection)
     rewards: RewardsConfig = Field(default_factory=RewardsConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
 

@@ -219,15 +219,26 @@ def split_sampling(sampling: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     return direct, extra
 
 
-def solve(client: OpenAI, model: str, task: MathTask, sampling: dict[str, Any]) -> dict[str, Any]:
+def solve(
+    client: OpenAI,
+    model: str,
+    task: MathTask,
+    sampling: dict[str, Any],
+    *,
+    system_prompt: str = SYSTEM_PROMPT,
+    shots: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Run the tool loop for one problem and score the final answer.
 
-    A model server that cannot take tools (HTTP 400 about ``tools``, as a gateway serving a
-    chat template without tool support answers) gets the problem without the calculator.
+    ``shots`` are worked examples (earlier user/assistant/tool messages) placed between the
+    system prompt and the question. A model server that cannot take tools (HTTP 400 about
+    ``tools``, as a gateway serving a chat template without tool support answers) gets the
+    problem without the calculator.
     """
     direct, extra = split_sampling(sampling)
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "system", "content": system_prompt},
+        *(shots or []),
         {"role": "user", "content": task.question},
     ]
     tools: list[dict[str, Any]] | None = [CALCULATOR_TOOL]
@@ -264,8 +275,10 @@ def solve(client: OpenAI, model: str, task: MathTask, sampling: dict[str, Any]) 
             tool_errors += output.startswith("error:")
             messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
     predicted = extract_answer(final_text)
+    score = reward(predicted, task.answer)
     return {
-        "rewards": reward(predicted, task.answer),
+        "rewards": score,
+        "success": score == 1.0,
         "answer": predicted,
         "expected": task.answer,
         "turns": turns,

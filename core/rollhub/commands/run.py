@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         "plots.png",
         "metrics.jsonl",
         "training.png",
+        "eval.json",
         "checkpoints",
     ):
         if (run_dir / name).exists():
@@ -239,13 +240,24 @@ async def train(
     outputs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The training loop over ``payloads``; leaves metrics, checkpoints and training.png."""
+    from rollhub.dataset import load_jsonl_dataset
+    from rollhub.evaluation import evaluate
     from rollhub.report import can_plot
     from rollhub.training.loop import TrainingLoop
     from rollhub.training.plot import plot_training
 
     cfg = hub.config
+    evals: dict[str, Any] = {}
+    held_out = (
+        load_jsonl_dataset(cfg.path(cfg.eval.dataset), limit=cfg.eval.max_prompts)
+        if cfg.eval.dataset else []
+    )
     await hub.start()
     try:
+        if held_out and cfg.eval.before_training and not resume:
+            print(f"evaluating the base policy on {len(held_out)} held-out prompts", flush=True)
+            hub.set_weight_version(0)  # the base weights are version 0 of the run
+            evals["before"] = await evaluate(hub, held_out, cfg.eval.n_samples, label="base")
         sinks = build_sinks(hub, run_dir)
         loop = TrainingLoop(
             hub,
@@ -260,14 +272,42 @@ async def train(
         finally:
             if can_plot():
                 plot_training(run_dir / "metrics.jsonl", run_dir / "training.png")
+        if held_out and cfg.eval.after_training:
+            print(f"evaluating the trained policy on {len(held_out)} held-out prompts", flush=True)
+            evals["after"] = await evaluate(
+                hub, held_out, cfg.eval.n_samples, label=f"step {summary['steps']}"
+            )
     finally:
         (outputs if outputs is not None else {}).update(await hub.close())
+    if evals:
+        summary["eval"] = {k: v.as_dict() for k, v in evals.items()}
+        (run_dir / "eval.json").write_text(json.dumps(summary["eval"], indent=2))
+    _print_before_after(loop.history, evals)
     last = summary["last"] or {}
     print(
         f"trained {summary['steps']}/{summary['total_steps']} steps; weight version "
         f"{summary['weight_version']}; last reward {last.get('reward_mean')}"
     )
     return summary
+
+
+def _print_before_after(history: list[dict[str, Any]], evals: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from rollhub.training.before_after import before_after_rows
+
+    rows = before_after_rows(history, evals.get("before"), evals.get("after"))
+    if not rows:
+        return
+    table = Table(title="before / after training")
+    for name in ("", "metric", "before", "after"):
+        table.add_column(name, justify="right" if name in ("before", "after") else "left")
+    shown = None
+    for section, metric, before, after in rows:
+        table.add_row(section if section != shown else "", metric, before, after)
+        shown = section
+    Console().print(table)
 
 
 def build_sinks(hub: Any, run_dir: Path) -> list[Any]:

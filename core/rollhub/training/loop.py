@@ -6,7 +6,9 @@ One step::
     score    failure policy (hub) → advantages per group (training.advantage)
     train    trainer.step(TrainingBatch) → StepResult(new version, metrics, policy)
     publish  hub.publish_policy(policy, version): the gateway's backend swaps between turns
-    record   metrics.jsonl, metric sinks, rollhub_training_step hook, progress line
+    record   metrics.jsonl, metric sinks, rollhub_training_step hook, progress line;
+             every episode of the step to episodes.jsonl (export schema + step, advantage,
+             trained)
     save     a checkpoint every training.checkpoint_every steps (and after the last)
 
 Prompts are laid out once as a schedule (``epochs`` passes, each shuffled with
@@ -154,6 +156,7 @@ class TrainingLoop:
         if ckpt is None:
             log.warning("no checkpoint in %s: starting from step 0", self.run_dir)
             self._truncate_metrics(0)
+            self._truncate_episodes(0)
             return
         if ckpt.dataset != self.fingerprint:
             raise UsageError(
@@ -163,6 +166,7 @@ class TrainingLoop:
         await trainer.load_state(ckpt.trainer_dir, ckpt.trainer)
         self.steps_done, self.weight_version = ckpt.steps_done, ckpt.weight_version
         self._truncate_metrics(ckpt.steps_done)
+        self._truncate_episodes(ckpt.steps_done)
         log.info("resuming at step %d, weight version %d", ckpt.steps_done, ckpt.weight_version)
 
     def _truncate_metrics(self, step: int) -> None:
@@ -175,6 +179,38 @@ class TrainingLoop:
         for row in self.history:
             rewritten.write(row)
         rewritten.close()
+
+    def _truncate_episodes(self, step: int) -> None:
+        """Drop the episodes of steps that will run again."""
+        from rollhub.export import JsonlAppender, read_rows
+
+        path = self.run_dir / "episodes.jsonl"
+        if not path.exists():
+            return
+        kept = [r for r in read_rows(path) if r.get("step", -1) < step]
+        rewritten = JsonlAppender(path)
+        for row in kept:
+            rewritten.write(row)
+        rewritten.close()
+
+    def _keep_episodes(self, batch: TrainingBatch) -> None:
+        """Append the step's episodes with the step, their advantage and whether they were
+        trained, so a run can be looked at episode by episode afterwards."""
+        from rollhub.export import JsonlAppender, episode_to_row
+
+        out = JsonlAppender(self.run_dir / "episodes.jsonl", append=True)
+        try:
+            trained = {e.episode_id for e, _ in batch.trainable()}
+            for episode in batch.episodes:
+                row = episode_to_row(episode, self.hub.exp_id)
+                row.update(
+                    step=batch.step,
+                    advantage=batch.advantages.get(episode.episode_id),
+                    trained=episode.episode_id in trained,
+                )
+                out.write(row)
+        finally:
+            out.close()
 
     async def _steps(self, trainer: Any, bar: RolloutProgress, t0: float) -> None:
         window = self.config.experiment.max_staleness or 0
@@ -213,6 +249,7 @@ class TrainingLoop:
                     "time_train_s": round(t_end - t_train, 3),
                     "elapsed_s": round(t_end - t0, 3),
                 }
+                self._keep_episodes(batch)
                 await self._record(s, metrics, bar)
                 every = self.config.training.checkpoint_every
                 if every and ((s + 1) % every == 0 or s + 1 == self.total_steps):

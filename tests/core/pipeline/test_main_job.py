@@ -16,7 +16,7 @@ from rollhub.report import summarize
 from tests.core.pipeline import recording_plugin
 
 ROOT = Path(__file__).resolve().parents[3]
-CONFIG = ROOT / "examples" / "math" / "rollhub.toml"
+CONFIG = ROOT / "examples" / "math" / "rollouts.toml"
 
 pytestmark = pytest.mark.slow
 

@@ -1,0 +1,149 @@
+"""``rollhub eval CONFIG``: score a policy on held-out prompts.
+
+What is evaluated:
+
+- the base model of the config's token source (default);
+- a training run's checkpoint, ``--checkpoint RUN_DIR`` (its latest) or
+  ``--checkpoint RUN_DIR/checkpoints/step-N``: its trained parameters are loaded over the
+  gateway's ``transformers`` engine;
+- any OpenAI-compatible endpoint, ``--base-url URL --model-id NAME`` (no token capture).
+
+The prompts are ``[eval] dataset`` (or ``--dataset``), each sampled ``[eval] n_samples``
+times (``-n``). The report (pass@1, pass@k, mean reward, tool-call rate, turns, failures
+by cause) is printed and written as JSON: next to the checkpoint's run, or ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rollhub.config import RollhubConfig, TokenSourceSection, TrainerSection, load_config
+from rollhub.errors import ConfigError, UsageError
+
+__all__ = ["add_arguments", "resolve_checkpoint", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare this subcommand's arguments."""
+    parser.add_argument("config", help="rollhub.toml (agent, token source, [eval] dataset)")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--checkpoint", help="RUN_DIR (its latest checkpoint) or a step-N folder")
+    what.add_argument("--base-url", help="an OpenAI-compatible endpoint to evaluate instead")
+    parser.add_argument("--model-id", help="model name at --base-url")
+    parser.add_argument("--dataset", help="held-out prompts (default: [eval] dataset)")
+    parser.add_argument("-n", "--n-samples", type=int, help="samples per prompt (pass@k: k = n)")
+    parser.add_argument("--max-prompts", type=int, help="only the first N prompts")
+    parser.add_argument("--out", help="report file (default: next to the checkpoint, or the "
+                        "experiment's output_dir)")
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """The checkpoint folder of ``RUN_DIR`` (its latest) or of ``RUN_DIR/checkpoints/step-N``.
+
+    :raises UsageError: nothing there holds trained parameters.
+    """
+    p = Path(path)
+    if (p / "checkpoints" / "latest").exists():
+        p = p / "checkpoints" / (p / "checkpoints" / "latest").read_text().strip()
+    weights = p / "trainer" / "policy.safetensors"
+    if not weights.exists():
+        raise UsageError(
+            f"--checkpoint {path}: no trained parameters at {weights}; give a run directory "
+            f"of the torch trainer or one of its checkpoints/step-N folders"
+        )
+    return p
+
+
+def evaluated_config(cfg: RollhubConfig, args: argparse.Namespace) -> tuple[RollhubConfig, str]:
+    """The config to evaluate with, and the label of what is evaluated."""
+    cfg.trainer = TrainerSection(name="export")  # nothing trains or exports here
+    if args.dataset:
+        cfg.eval.dataset = str(Path(args.dataset).resolve())
+    if args.n_samples:
+        cfg.eval.n_samples = args.n_samples
+    if args.max_prompts:
+        cfg.eval.max_prompts = args.max_prompts
+    if not cfg.eval.dataset:
+        raise ConfigError(
+            "no held-out prompts: set [eval] dataset in the config or pass --dataset",
+            field="eval.dataset",
+        )
+    if args.base_url:
+        if not args.model_id:
+            raise UsageError("--base-url needs --model-id (the model name at that endpoint)")
+        cfg.token_source = TokenSourceSection(
+            name="none", base_url=args.base_url, model_id=args.model_id
+        )
+        return cfg, args.model_id
+    if args.checkpoint:
+        ckpt = resolve_checkpoint(args.checkpoint)
+        options = dict(cfg.token_source.options)
+        engine = dict(options.get("engine") or {})
+        if cfg.token_source.name != "gateway" or engine.get("name", "transformers") != "transformers":
+            raise ConfigError(
+                "--checkpoint loads trained parameters into the gateway's transformers engine; "
+                "set [token_source] name = \"gateway\" with engine = { name = \"transformers\" }",
+                field="token_source.engine",
+            )
+        engine["options"] = {**(engine.get("options") or {}),
+                             "weights": str(ckpt / "trainer" / "policy.safetensors")}
+        options["engine"] = {"name": "transformers", **engine}
+        cfg.token_source = TokenSourceSection(name="gateway", **options)
+        return cfg, str(ckpt)
+    return cfg, "base"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the subcommand; return the exit code."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from rollhub.commands.checks import check_run_config
+    from rollhub.dataset import load_jsonl_dataset
+
+    cfg, label = evaluated_config(load_config(args.config), args)
+    host = check_run_config(cfg)
+    assert cfg.eval.dataset is not None
+    payloads = load_jsonl_dataset(
+        cfg.path(cfg.eval.dataset), id_field=cfg.experiment.id_field, limit=cfg.eval.max_prompts
+    )
+    if args.out:
+        out = Path(args.out)
+    elif args.checkpoint:
+        ckpt = resolve_checkpoint(args.checkpoint)
+        out = ckpt.parent.parent / f"eval-{ckpt.name}.json"
+    else:
+        out = cfg.path(cfg.experiment.output_dir) / f"eval-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    report = asyncio.run(_evaluate(cfg, host, payloads, label, out.parent))
+    table = Table(title=f"eval: {label}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in report.items():
+        table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+    Console().print(table)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"\nreport: {out}")
+    failed = sum(report["failures"].values())
+    return 1 if report["samples"] and failed == report["samples"] else 0
+
+
+async def _evaluate(
+    cfg: RollhubConfig, host: Any, payloads: list[dict[str, Any]], label: str, run_dir: Path
+) -> dict[str, Any]:
+    from rollhub.evaluation import evaluate
+    from rollhub.hub import AsyncHub
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    hub = AsyncHub(cfg, host=host, run_dir=run_dir)
+    await hub.start()
+    try:
+        report = await evaluate(hub, payloads, cfg.eval.n_samples, label=label)
+    finally:
+        await hub.close()
+    return report.as_dict()

@@ -1,0 +1,88 @@
+"""Scoring a policy on held-out prompts: pass@1, pass@k, reward, tool use, failures.
+
+:func:`evaluate` runs ``n`` samples of each prompt through a started hub, with whatever
+policy its token source samples from at that moment (the base weights, a checkpoint's, a
+model endpoint), and summarises them in an :class:`EvalReport`. ``rollhub eval`` and a
+training run's before/after evaluation (``[eval]``) both use it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rollhub.episode import Episode, pass_at_k
+
+__all__ = ["EvalReport", "evaluate", "summarize_episodes"]
+
+
+@dataclass
+class EvalReport:
+    """One policy's scores on one prompt set.
+
+    :param label: what was evaluated ("base", "step 12", a checkpoint path, a model name).
+    :param k: the samples per prompt; ``pass_at_k`` is pass@k for this k.
+    :param failures: episodes that did not end ``ok``, counted by cause (status, error type).
+    """
+
+    label: str
+    prompts: int
+    samples: int
+    k: int
+    pass_at_1: float
+    pass_at_k: float
+    reward_mean: float | None
+    tool_call_rate: float
+    turns_mean: float
+    failures: dict[str, int] = field(default_factory=dict)
+    weight_version: int | None = None
+    elapsed_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return asdict(self)
+
+
+def summarize_episodes(
+    label: str, by_prompt: Mapping[str, Sequence[Episode]], k: int,
+    weight_version: int | None = None, elapsed_s: float = 0.0,
+) -> EvalReport:
+    """The report of finished episodes grouped by prompt (a failed episode counts as not
+    solved, so pass@k never rises by dropping failures)."""
+    episodes = [e for group in by_prompt.values() for e in group]
+    ok = [e for e in episodes if e.ok]
+    p1 = [pass_at_k(len(g), sum(e.success for e in g), 1) for g in by_prompt.values() if g]
+    pk = [pass_at_k(len(g), sum(e.success for e in g), min(k, len(g)))
+          for g in by_prompt.values() if g]
+    rewards = [float(e.reward) for e in ok if e.reward is not None]
+    failures = Counter(
+        f"{e.status}:{e.error.type}" if e.error else str(e.status) for e in episodes if not e.ok
+    )
+    return EvalReport(
+        label=label,
+        prompts=len(by_prompt),
+        samples=len(episodes),
+        k=k,
+        pass_at_1=round(sum(p1) / len(p1), 4) if p1 else 0.0,
+        pass_at_k=round(sum(pk) / len(pk), 4) if pk else 0.0,
+        reward_mean=round(sum(rewards) / len(rewards), 4) if rewards else None,
+        tool_call_rate=round(sum(e.num_tool_call_turns > 0 for e in ok) / len(ok), 4) if ok else 0.0,
+        turns_mean=round(sum(e.num_turns for e in ok) / len(ok), 3) if ok else 0.0,
+        failures=dict(failures),
+        weight_version=weight_version,
+        elapsed_s=round(elapsed_s, 2),
+    )
+
+
+async def evaluate(
+    hub: Any, payloads: Sequence[Mapping[str, Any]], n: int, *, label: str
+) -> EvalReport:
+    """Run ``n`` samples of every prompt through ``hub`` and score them."""
+    t0 = time.monotonic()
+    by_prompt: dict[str, list[Episode]] = {}
+    async for group in hub.iter_groups(payloads, n):
+        by_prompt[group.group_id] = list(group.episodes)
+    return summarize_episodes(label, by_prompt, n, hub.weight_version, time.monotonic() - t0)

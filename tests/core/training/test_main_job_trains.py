@@ -1,0 +1,113 @@
+"""The README's main job, short: ``rollhub run examples/math/train.toml`` trains the
+calculator agent for 2 steps with the embedded torch trainer, then ``rollhub eval`` scores
+its checkpoint. Real worker processes, the real gateway and engine, SmolLM2 on the CPU.
+
+Asserted: the weight version advanced, turns of step 2 were sampled by version 1, some
+episode called the tool through the template's tool syntax and the tool's reply sits in
+its record with mask 0, the held-out evaluation ran before and after, and ``rollhub eval``
+wrote its report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rollhub.export import read_rows
+from rollhub_gateway.models import SMOLLM2, load_tokenizer
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[3]
+CONFIG = ROOT / "examples" / "math" / "train.toml"
+ROLLHUB = Path(sys.executable).parent / "rollhub"
+
+SHORT = {
+    "ROLLHUB_TRAINING__STEPS": "2",
+    "ROLLHUB_TRAINING__BATCH_GROUPS": "2",
+    "ROLLHUB_TRAINING__CHECKPOINT_EVERY": "2",
+    "ROLLHUB_EXPERIMENT__N_SAMPLES": "4",
+    "ROLLHUB_EVAL__MAX_PROMPTS": "2",
+    "ROLLHUB_EVAL__N_SAMPLES": "2",
+    # a learning rate high enough that two steps surely change the weights
+    "ROLLHUB_TRAINER__LEARNING_RATE": "1e-4",
+}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("mainjob")
+    env = {**os.environ, **SHORT, "ROLLHUB_STORE__URL": f'"file://{tmp / "store"}"'}
+    out = subprocess.run(
+        [str(ROLLHUB), "run", str(CONFIG), "--run-dir", str(tmp / "run"), "--no-progress"],
+        env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "before / after training" in out.stdout
+    assert "step 2/2" in out.stdout
+    return tmp / "run"
+
+
+def test_the_policy_was_trained_and_published(trained: Path) -> None:
+    rows = [json.loads(line) for line in (trained / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1]
+    assert rows[-1]["weight_version"] == 2
+    for key in ("success_rate", "tool_call_rate", "turns_mean", "trained_tokens",
+                "masked_tokens", "sampler_learner_kl"):
+        assert key in rows[0], key
+    assert (trained / "training.png").stat().st_size > 0
+    assert (trained / "checkpoints" / "latest").read_text().strip() == "step-000002"
+    assert (trained / "checkpoints" / "step-000002" / "trainer" / "policy.safetensors").exists()
+
+
+def test_every_episode_is_kept_and_step_two_was_sampled_by_version_one(trained: Path) -> None:
+    rows = read_rows(trained / "episodes.jsonl")
+    assert len(rows) == 2 * 2 * 4
+    assert {r["step"] for r in rows} == {0, 1}
+    second = [r for r in rows if r["step"] == 1 and r["status"] == "ok"]
+    versions = {t["weight_version"] for r in second for rec in r["traces"] for t in rec["turns"]}
+    assert versions == {1}
+    first = [r for r in rows if r["step"] == 0 and r["status"] == "ok"]
+    assert {t["weight_version"] for r in first for rec in r["traces"] for t in rec["turns"]} == {0}
+
+
+def test_a_tool_call_whose_result_is_masked_out(trained: Path) -> None:
+    tok = load_tokenizer(SMOLLM2)
+    found = 0
+    for row in read_rows(trained / "episodes.jsonl"):
+        for rec in row["traces"]:
+            if not any(t["finish_reason"] == "tool_calls" for t in rec["turns"]):
+                continue
+            sampled = tok.decode([i for i, m in zip(rec["response_ids"], rec["response_mask"],
+                                                    strict=True) if m])
+            masked = tok.decode([i for i, m in zip(rec["response_ids"], rec["response_mask"],
+                                                   strict=True) if not m])
+            assert "<tool_call>" in sampled  # the template's tool syntax, sampled
+            assert "<|im_start|>tool\n" in masked  # the tool's reply: environment tokens
+            found += 1
+    assert found, "no episode called the calculator"
+
+
+def test_the_held_out_set_was_scored_before_and_after(trained: Path) -> None:
+    report = json.loads((trained / "eval.json").read_text())
+    assert report["before"]["weight_version"] == 0 and report["after"]["weight_version"] == 2
+    for side in ("before", "after"):
+        assert report[side]["prompts"] == 2 and report[side]["samples"] == 4
+        assert 0.0 <= report[side]["pass_at_1"] <= report[side]["pass_at_k"] <= 1.0
+
+
+def test_rollhub_eval_scores_the_checkpoint(trained: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "ROLLHUB_STORE__URL": f'"file://{tmp_path / "store"}"'}
+    out = subprocess.run(
+        [str(ROLLHUB), "eval", str(CONFIG), "--checkpoint", str(trained), "-n", "2",
+         "--max-prompts", "2"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    report = json.loads((trained / "eval-step-000002.json").read_text())
+    assert report["label"].endswith("step-000002") and report["samples"] == 4
+    assert set(report) >= {"pass_at_1", "pass_at_k", "reward_mean", "tool_call_rate", "failures"}
