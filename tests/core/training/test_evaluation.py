@@ -1,0 +1,126 @@
+"""Scoring held-out prompts, the before/after table and ``rollhub eval``'s arguments."""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+
+import pytest
+from rollhub.commands.eval import evaluated_config, resolve_checkpoint
+from rollhub.config import parse_config
+from rollhub.episode import Episode, ErrorInfo
+from rollhub.errors import ConfigError, UsageError
+from rollhub.evaluation import EvalReport, summarize_episodes
+from rollhub.trace import TraceRecord, TurnSpan
+from rollhub.trainer import TrainingBatch
+from rollhub.training.before_after import before_after_rows
+from rollhub.training.loop import batch_metrics
+
+
+def _episode(i: int, reward: float | None, *, tool: bool = False, status: str = "ok",
+             success: bool | None = None) -> Episode:
+    turns = [TurnSpan(turn_index=0, start=0, end=2, finish_reason="tool_calls" if tool else "stop")]
+    mask = [1, 1]
+    if tool:  # a tool reply (3 tokens) and a second turn
+        turns.append(TurnSpan(turn_index=1, start=5, end=6, finish_reason="stop"))
+        mask = [1, 1, 0, 0, 0, 1]
+    record = TraceRecord(session_id=f"s{i}", prompt_ids=[1, 2], response_ids=list(range(len(mask))),
+                         response_mask=mask, response_logprobs=[-0.1 * m for m in mask],
+                         turns=turns)
+    result = {} if success is None else {"success": success}
+    return Episode(f"e{i}", "g", f"s{i}", i, status, result=result, reward=reward,
+                   traces=[record] if status == "ok" else [],
+                   error=None if status == "ok" else ErrorInfo("Boom", "agent failed"))
+
+
+def test_summary_counts_failures_as_unsolved_and_reports_tool_use() -> None:
+    by_prompt = {
+        "p1": [_episode(0, 1.0, tool=True), _episode(1, 0.0)],
+        "p2": [_episode(2, 0.0, tool=True), _episode(3, None, status="agent_error")],
+    }
+    report = summarize_episodes("base", by_prompt, k=2, weight_version=0)
+    assert report.prompts == 2 and report.samples == 4
+    assert report.pass_at_1 == pytest.approx(0.25)  # p1: 1 of 2, p2: 0 of 2
+    assert report.pass_at_k == pytest.approx(0.5)  # p1 solved within 2, p2 not
+    assert report.reward_mean == pytest.approx(1 / 3, abs=1e-3)
+    assert report.tool_call_rate == pytest.approx(2 / 3, abs=1e-3)  # of the 3 that ran
+    assert report.turns_mean == pytest.approx(5 / 3, abs=1e-3)
+    assert report.failures == {"agent_error:Boom": 1}
+
+
+def test_an_agent_reported_success_wins_over_the_reward() -> None:
+    report = summarize_episodes("x", {"p": [_episode(0, 0.5, success=True)]}, k=1)
+    assert report.pass_at_1 == 1.0
+    report = summarize_episodes("x", {"p": [_episode(0, 1.0, success=False)]}, k=1)
+    assert report.pass_at_1 == 0.0
+
+
+def test_batch_metrics_count_success_tool_calls_turns_and_masked_tokens() -> None:
+    from rollhub.episode import EpisodeGroup
+
+    eps = [_episode(0, 1.0, tool=True), _episode(1, 0.0), _episode(2, None, status="timeout")]
+    batch = TrainingBatch(0, [EpisodeGroup("g", {}, eps)], {"e0": 1.0, "e1": -1.0}, 0)
+    m = batch_metrics(batch)
+    assert m["success_rate"] == 0.5 and m["tool_call_rate"] == 0.5 and m["turns_mean"] == 1.5
+    assert m["masked_tokens"] == 3  # the tool reply of e0
+
+
+def test_before_after_rows_compare_first_and_last_steps_and_the_evals() -> None:
+    history = [{"reward_mean": r, "success_rate": r, "tool_call_rate": 0.5, "turns_mean": 1.5}
+               for r in (0.1, 0.2, 0.3, 0.7, 0.8, 0.9)]
+    report = EvalReport("base", 4, 8, 2, 0.25, 0.5, 0.25, 0.5, 1.5)
+    after = EvalReport("step 6", 4, 8, 2, 0.75, 1.0, 0.75, 1.0, 2.0)
+    rows = before_after_rows(history, report, after)
+    by_metric = {(section.split(":")[0], metric): (b, a) for section, metric, b, a in rows}
+    assert by_metric[("training", "reward")] == ("0.200", "0.800")
+    assert by_metric[("held-out eval (4 prompts × 2)", "pass@1")] == ("0.250", "0.750")
+    assert before_after_rows([], None, None) == []
+
+
+def _args(**kw) -> argparse.Namespace:
+    base = dict(dataset=None, n_samples=None, max_prompts=None, base_url=None, model_id=None,
+                checkpoint=None)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def _config(tmp_path, eval_section: str = 'dataset = "held.jsonl"'):
+    return parse_config(tomllib.loads(f"""
+[token_source]
+name = "gateway"
+engine = {{ name = "transformers" }}
+[trainer]
+name = "torch"
+learning_rate = 1e-5
+[eval]
+{eval_section}
+"""), env={}, base_dir=tmp_path)
+
+
+def test_eval_needs_held_out_prompts(tmp_path) -> None:
+    with pytest.raises(ConfigError, match=r"\[eval\] dataset") as err:
+        evaluated_config(_config(tmp_path, ""), _args())
+    assert err.value.field == "eval.dataset"
+
+
+def test_eval_of_a_checkpoint_loads_its_weights_into_the_engine(tmp_path) -> None:
+    step = tmp_path / "run" / "checkpoints" / "step-000004"
+    (step / "trainer").mkdir(parents=True)
+    (step / "trainer" / "policy.safetensors").write_bytes(b"x")
+    (tmp_path / "run" / "checkpoints" / "latest").write_text("step-000004")
+    assert resolve_checkpoint(tmp_path / "run") == step
+    assert resolve_checkpoint(step) == step
+    cfg, label = evaluated_config(_config(tmp_path), _args(checkpoint=str(tmp_path / "run")))
+    assert label == str(step) and cfg.trainer.name == "export"
+    engine = cfg.token_source.options["engine"]
+    assert engine["options"]["weights"] == str(step / "trainer" / "policy.safetensors")
+    with pytest.raises(UsageError, match="no trained parameters"):
+        resolve_checkpoint(tmp_path)
+
+
+def test_eval_of_an_endpoint_needs_its_model_name(tmp_path) -> None:
+    with pytest.raises(UsageError, match="--model-id"):
+        evaluated_config(_config(tmp_path), _args(base_url="http://127.0.0.1:9/v1"))
+    cfg, label = evaluated_config(
+        _config(tmp_path), _args(base_url="http://127.0.0.1:9/v1", model_id="m", n_samples=3)
+    )
+    assert cfg.token_source.name == "none" and label == "m" and cfg.eval.n_samples == 3
