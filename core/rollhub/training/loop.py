@@ -105,6 +105,7 @@ class TrainingLoop:
         self.steps_done = 0
         self.weight_version = 0
         self.history: list[dict[str, Any]] = []
+        self._sampling = IdleClock()
 
     def batch_payloads(self, step: int) -> list[Mapping[str, Any]]:
         """The prompts step ``step`` trains on."""
@@ -226,6 +227,7 @@ class TrainingLoop:
 
         producer = asyncio.ensure_future(produce())
         pending: list[asyncio.Task[EpisodeGroup]] = []
+        t_last = t0
         try:
             for s in range(first, self.total_steps):
                 t_wait = time.monotonic()
@@ -238,6 +240,9 @@ class TrainingLoop:
                 _check_result(result, batch)
                 await self.hub.publish_policy(result.policy, result.weight_version)
                 t_end = time.monotonic()
+                wall = max(t_end - t_last, 1e-9)
+                sampler_idle = self._sampling.idle_between(t_last, t_end)
+                t_last = t_end
                 async with done:
                     self.steps_done, self.weight_version = s + 1, result.weight_version
                     done.notify_all()
@@ -247,6 +252,10 @@ class TrainingLoop:
                     "weight_version": result.weight_version,
                     "time_sample_s": round(t_train - t_wait, 3),
                     "time_train_s": round(t_end - t_train, 3),
+                    "time_step_s": round(wall, 3),
+                    # what overlapping sampling and training (max_staleness > 0) wins back
+                    "trainer_idle_frac": round((t_train - t_wait) / wall, 4),
+                    "sampler_idle_frac": round(sampler_idle / wall, 4),
                     "elapsed_s": round(t_end - t0, 3),
                 }
                 self._keep_episodes(batch)
@@ -264,7 +273,11 @@ class TrainingLoop:
             await asyncio.gather(producer, *leftovers, return_exceptions=True)
 
     async def _group(self, payload: Mapping[str, Any]) -> EpisodeGroup:
-        return await self.hub.run_group(payload, self.config.experiment.n_samples)
+        self._sampling.enter()
+        try:
+            return await self.hub.run_group(payload, self.config.experiment.n_samples)
+        finally:
+            self._sampling.leave()
 
     def _batch(self, step: int, groups: list[EpisodeGroup]) -> TrainingBatch:
         advantages: dict[str, float] = {}
@@ -287,6 +300,39 @@ class TrainingLoop:
     async def _checkpoint(self, trainer: Any) -> None:
         ckpt = Checkpoint(self.steps_done, self.weight_version, self.fingerprint)
         await write_checkpoint(self.run_dir / "checkpoints", ckpt, trainer.save_state)
+
+
+class IdleClock:
+    """When nothing was in flight: the sampler's idle time over any window.
+
+    Groups enter and leave; the clock keeps the idle intervals (none in flight) so that
+    :meth:`idle_between` can tell how much of a step's window the sampler sat idle.
+    """
+
+    def __init__(self) -> None:
+        self.active = 0
+        self._since: float | None = time.monotonic()  # idle from creation
+        self._spans: list[tuple[float, float]] = []
+
+    def enter(self) -> None:
+        """A group starts sampling."""
+        if self.active == 0 and self._since is not None:
+            self._spans.append((self._since, time.monotonic()))
+            self._since = None
+        self.active += 1
+
+    def leave(self) -> None:
+        """A group finished (or was cancelled)."""
+        self.active -= 1
+        if self.active == 0:
+            self._since = time.monotonic()
+
+    def idle_between(self, start: float, end: float) -> float:
+        """Seconds within ``[start, end]`` with no group in flight; forgets older spans."""
+        spans = [*self._spans, *([(self._since, end)] if self._since is not None else [])]
+        idle = sum(max(0.0, min(b, end) - max(a, start)) for a, b in spans)
+        self._spans = [(a, b) for a, b in self._spans if b > end]
+        return idle
 
 
 async def _next_batch(
@@ -335,13 +381,14 @@ def batch_metrics(batch: TrainingBatch) -> dict[str, Any]:
         if len({e.reward for e in g.episodes if e.trainable}) <= 1
     )
     n_ok = len(ok) or 1
+    traced = any(e.traces for e in ok)  # without token capture nothing says how turns ended
     return {
         "reward_mean": mean,
         "reward_std": std,
         "success_rate": round(sum(e.success for e in ok) / n_ok, 4) if ok else None,
         "tool_call_rate": round(sum(e.num_tool_call_turns > 0 for e in ok) / n_ok, 4)
-        if ok else None,
-        "turns_mean": round(sum(e.num_turns for e in ok) / n_ok, 3) if ok else None,
+        if traced else None,
+        "turns_mean": round(sum(e.num_turns for e in ok) / n_ok, 3) if traced else None,
         "masked_tokens": sum(e.num_masked_tokens for e in episodes if e.trainable),
         "episodes": len(episodes),
         "episodes_failed": sum(1 for e in episodes if not e.ok),
