@@ -1,12 +1,13 @@
-"""``training.png``: mean reward and loss per step, read back from ``metrics.jsonl``."""
+"""``training.png`` and run comparisons: per-step curves read back from ``metrics.jsonl``."""
 
 from __future__ import annotations
 
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
-__all__ = ["plot_training", "read_metrics"]
+__all__ = ["plot_runs", "plot_training", "read_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -24,35 +25,79 @@ def read_metrics(path: Path) -> list[dict]:
     return rows
 
 
-def plot_training(metrics_path: Path, out: Path) -> Path | None:
-    """Draw reward (mean ± std band) and loss per step; None when matplotlib is missing."""
+def _pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend, or None when matplotlib is missing."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ModuleNotFoundError:
-        log.warning("no training.png: matplotlib is not installed (pip install 'rollhub[plot]')")
+        log.warning("no plot: matplotlib is not installed (pip install 'rollhub[plot]')")
+        return None
+    return plt
+
+
+def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
+    pts = [(r["step"] + 1, float(r[key])) for r in rows if isinstance(r.get(key), int | float)]
+    return ([s for s, _ in pts], [v for _, v in pts]) if pts else ([], [])
+
+
+def plot_training(metrics_path: Path, out: Path) -> Path | None:
+    """Draw, per step: reward (mean ± std), task success, tool-call rate, turns per
+    episode, tokens trained and masked, and the loss. None when matplotlib is missing."""
+    plt = _pyplot()
+    if plt is None:
         return None
     rows = read_metrics(metrics_path)
-    steps = [r["step"] for r in rows]
-    fig, (ax_r, ax_l) = plt.subplots(1, 2, figsize=(10, 3.6))
-    reward = [r.get("reward_mean") for r in rows]
-    pts = [(s, m, r.get("reward_std") or 0.0) for s, m, r in zip(steps, reward, rows, strict=True)
-           if m is not None]
-    if pts:
-        xs, ms, sd = zip(*pts, strict=True)
-        ax_r.plot(xs, ms, marker="o", ms=3, label="mean reward")
-        ax_r.fill_between(xs, [m - d for m, d in zip(ms, sd, strict=True)],
-                          [m + d for m, d in zip(ms, sd, strict=True)], alpha=0.2, label="± std")
-        ax_r.legend(loc="best", fontsize=8)
-    ax_r.set(title="reward per step", xlabel="step", ylabel="reward")
-    loss = [(s, r["loss"]) for s, r in zip(steps, rows, strict=True) if r.get("loss") is not None]
-    if loss:
-        ax_l.plot(*zip(*loss, strict=True), marker="o", ms=3, color="tab:red")
-    ax_l.set(title="loss per step", xlabel="step", ylabel="loss")
-    for ax in (ax_r, ax_l):
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6.4))
+    ax = axes[0][0]
+    xs, ms = _series(rows, "reward_mean")
+    if xs:
+        sd = [float(r.get("reward_std") or 0.0) for r in rows if r.get("reward_mean") is not None]
+        ax.plot(xs, ms, marker="o", ms=3, label="mean reward")
+        ax.fill_between(xs, [m - d for m, d in zip(ms, sd, strict=True)],
+                        [m + d for m, d in zip(ms, sd, strict=True)], alpha=0.2, label="± std")
+        ax.legend(loc="best", fontsize=8)
+    ax.set(title="reward", xlabel="step")
+    for ax, key, title in ((axes[0][1], "success_rate", "task success"),
+                           (axes[0][2], "tool_call_rate", "tool-call rate"),
+                           (axes[1][0], "turns_mean", "turns per episode")):
+        ax.plot(*_series(rows, key), marker="o", ms=3)
+        ax.set(title=title, xlabel="step")
+    ax = axes[1][1]
+    for key, label in (("trained_tokens", "trained (sampled)"), ("masked_tokens", "masked (tools)")):
+        ax.plot(*_series(rows, key), marker="o", ms=3, label=label)
+    ax.legend(loc="best", fontsize=8)
+    ax.set(title="tokens per step", xlabel="step")
+    ax = axes[1][2]
+    ax.plot(*_series(rows, "loss"), marker="o", ms=3, color="tab:red")
+    ax.set(title="loss", xlabel="step")
+    for ax in axes.flat:
         ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_runs(runs: dict[str, Path], out: Path,
+              keys: tuple[str, ...] = ("success_rate", "tool_call_rate", "reward_mean")) -> Path | None:
+    """Several runs on the same per-step curves (e.g. trained seeds against an lr = 0
+    control); ``runs`` maps a label to a run directory or its ``metrics.jsonl``."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.4 * len(keys), 3.6), squeeze=False)
+    for label, path in runs.items():
+        rows = read_metrics(path / "metrics.jsonl" if path.is_dir() else path)
+        style = "--" if "control" in label else "-"
+        for ax, key in zip(axes[0], keys, strict=True):
+            ax.plot(*_series(rows, key), style, marker="o", ms=3, label=label)
+    for ax, key in zip(axes[0], keys, strict=True):
+        ax.set(title=key.replace("_", " "), xlabel="step")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(loc="best", fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)

@@ -80,7 +80,10 @@ class BatchEngine:
         self.logprobs_mode: LogprobsMode = logprobs_mode
         self.threads = threads
         self.weight_version = weight_version
-        self.stats = {"decode_steps": 0, "prefills": 0, "tokens": 0, "peak_batch": 0}
+        self.stats: dict[str, float] = {
+            "decode_steps": 0, "prefills": 0, "tokens": 0, "peak_batch": 0,
+            "busy_s": 0.0,  # wall time inside prefills and decoding steps
+        }
         self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens else None
         self._policy: tuple[dict[str, Any], int | None] | None = None
         self._pending: deque[Row] = deque()
@@ -167,6 +170,7 @@ class BatchEngine:
                         self._cond.wait()
                     if self._stopping:
                         break
+                busy = time.perf_counter()
                 try:
                     self._drop([r for r in self._rows if r.aborted], "abort")
                     if self._policy is not None and not self._rows:
@@ -175,6 +179,7 @@ class BatchEngine:
                         self._admit()
                     if self._rows:
                         self._decode_step()
+                    self.stats["busy_s"] += time.perf_counter() - busy
                 except Exception as exc:  # a failed pass fails its rows, not the engine
                     log.exception("engine step failed")
                     err = GatewayError(
