@@ -230,8 +230,8 @@ class BatchEngine:
     def _admit(self) -> None:
         while len(self._rows) < self.max_batch_size:
             with self._cond:
-                if not self._pending:
-                    return
+                if not self._pending or self._policy is not None:
+                    return  # new weights wait for the batch to drain: admit nobody
                 row = self._pending.popleft()
             if row.aborted:
                 self._finish(row, "abort")
