@@ -15,7 +15,8 @@ MAX_ID_CHARS = 180
 
 
 def load_jsonl_dataset(
-    path: str | Path, *, id_field: str = "id", limit: int | None = None
+    path: str | Path, *, id_field: str = "id", limit: int | None = None,
+    field: str = "experiment.dataset",
 ) -> list[dict[str, Any]]:
     """Read payloads from a JSONL file; every line must be an object with ``id_field``.
 
@@ -25,7 +26,7 @@ def load_jsonl_dataset(
     p = Path(path)
     if not p.is_file():
         raise ConfigError(
-            f"dataset {str(p)!r} (experiment.dataset) does not exist", field="experiment.dataset"
+            f"dataset {str(p)!r} ({field}) does not exist", field=field
         )
     payloads: list[dict[str, Any]] = []
     seen: set[str] = set()
@@ -37,11 +38,11 @@ def load_jsonl_dataset(
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ConfigError(
-                    f"{p}:{lineno}: not valid JSON: {exc.msg}", field="experiment.dataset"
+                    f"{p}:{lineno}: not valid JSON: {exc.msg}", field=field
                 ) from None
             if not isinstance(obj, dict):
                 raise ConfigError(
-                    f"{p}:{lineno}: each line must be a JSON object", field="experiment.dataset"
+                    f"{p}:{lineno}: each line must be a JSON object", field=field
                 )
             pid = obj.get(id_field)
             if pid is None or str(pid) == "":
@@ -49,19 +50,19 @@ def load_jsonl_dataset(
                     f"{p}:{lineno}: no {id_field!r} field (experiment.id_field names the prompt id)",
                     field="experiment.id_field",
                 )
-            _check_id(str(pid), p, lineno, id_field)
+            _check_id(str(pid), p, lineno, id_field, field)
             if str(pid) in seen:
-                raise ConfigError(f"{p}:{lineno}: duplicate id {pid!r}", field="experiment.dataset")
+                raise ConfigError(f"{p}:{lineno}: duplicate id {pid!r}", field=field)
             seen.add(str(pid))
             payloads.append(obj)
             if limit is not None and len(payloads) >= limit:
                 break
     if not payloads:
-        raise ConfigError(f"dataset {str(p)!r} has no prompts", field="experiment.dataset")
+        raise ConfigError(f"dataset {str(p)!r} has no prompts", field=field)
     return payloads
 
 
-def _check_id(pid: str, path: Path, lineno: int, id_field: str) -> None:
+def _check_id(pid: str, path: Path, lineno: int, id_field: str, field: str) -> None:
     """Ids become one part of store keys (``exp/ID/session.json``) and of session ids
     (``ID-<sample>-<12 hex>``): refuse what cannot be, before any worker starts."""
     from rollhub.rollout import validate_key_part
@@ -73,5 +74,5 @@ def _check_id(pid: str, path: Path, lineno: int, id_field: str) -> None:
     except ValueError as exc:
         raise ConfigError(
             f"{path}:{lineno}: id {pid[:60]!r} cannot name a result: {exc}; rename it",
-            field="experiment.dataset",
+            field=field,
         ) from None

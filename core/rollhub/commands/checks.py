@@ -54,6 +54,8 @@ def check_run_config(cfg: RollhubConfig, host: PluginHost | None = None) -> Plug
     if isinstance(app, str):
         check_app_ref(app, cfg.base_dir, field="runtime.app")
     _check_writable_dir(cfg.path(cfg.experiment.output_dir), "experiment.output_dir")
+    if cfg.eval.dataset:
+        load_held_out(cfg)
     if cfg.logging.file:
         _check_writable_dir(cfg.path(cfg.logging.file).parent, "logging.file")
     return host
@@ -70,6 +72,15 @@ def load_payloads(cfg: RollhubConfig) -> list[dict[str, Any]]:
         cfg.path(cfg.experiment.dataset),
         id_field=cfg.experiment.id_field,
         limit=cfg.experiment.max_prompts,
+    )
+
+
+def load_held_out(cfg: RollhubConfig) -> list[dict[str, Any]]:
+    """The ``[eval] dataset`` payloads (every line checked, ``[eval] max_prompts`` applied)."""
+    assert cfg.eval.dataset is not None
+    return load_jsonl_dataset(
+        cfg.path(cfg.eval.dataset), id_field=cfg.experiment.id_field,
+        limit=cfg.eval.max_prompts, field="eval.dataset",
     )
 
 

@@ -103,15 +103,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from rollhub.commands.checks import check_run_config
-    from rollhub.dataset import load_jsonl_dataset
+    from rollhub.commands.checks import check_run_config, load_held_out
 
     cfg, label = evaluated_config(load_config(args.config), args)
     host = check_run_config(cfg)
-    assert cfg.eval.dataset is not None
-    payloads = load_jsonl_dataset(
-        cfg.path(cfg.eval.dataset), id_field=cfg.experiment.id_field, limit=cfg.eval.max_prompts
-    )
+    payloads = load_held_out(cfg)
     if args.out:
         out = Path(args.out)
     elif args.checkpoint:

@@ -240,7 +240,7 @@ async def train(
     outputs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The training loop over ``payloads``; leaves metrics, checkpoints and training.png."""
-    from rollhub.dataset import load_jsonl_dataset
+    from rollhub.commands.checks import load_held_out
     from rollhub.evaluation import evaluate
     from rollhub.report import can_plot
     from rollhub.training.loop import TrainingLoop
@@ -248,10 +248,7 @@ async def train(
 
     cfg = hub.config
     evals: dict[str, Any] = {}
-    held_out = (
-        load_jsonl_dataset(cfg.path(cfg.eval.dataset), limit=cfg.eval.max_prompts)
-        if cfg.eval.dataset else []
-    )
+    held_out = load_held_out(cfg) if cfg.eval.dataset else []
     await hub.start()
     try:
         if held_out and cfg.eval.before_training and not resume:
