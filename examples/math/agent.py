@@ -293,17 +293,24 @@ def solve(
     }
 
 
-@app.rollout_entrypoint
-def math_agent(payload: dict[str, Any], context: RolloutContext) -> dict[str, Any]:
-    """The rollout handler: validate the payload, build the client from ``_rollout``, solve."""
-    task = MathTask.model_validate(payload)  # a bad payload becomes a stored error result
+def rollout_client(context: RolloutContext) -> tuple[OpenAI, str, dict[str, Any]]:
+    """``(client, model, sampling)`` from the ``_rollout`` object the trainer sent."""
     rollout = context.rollout
     assert rollout is not None
     if not rollout.base_url or not rollout.model_id:
         raise ValueError("_rollout.base_url and _rollout.model_id are required by this agent")
     api_key = rollout.api_key.get_secret_value() if rollout.api_key else "EMPTY"
-    with OpenAI(base_url=rollout.base_url, api_key=api_key, max_retries=2) as client:
-        return solve(client, rollout.model_id, task, rollout.sampling)
+    client = OpenAI(base_url=rollout.base_url, api_key=api_key, max_retries=2)
+    return client, rollout.model_id, rollout.sampling
+
+
+@app.rollout_entrypoint
+def math_agent(payload: dict[str, Any], context: RolloutContext) -> dict[str, Any]:
+    """The rollout handler: validate the payload, build the client from ``_rollout``, solve."""
+    task = MathTask.model_validate(payload)  # a bad payload becomes a stored error result
+    client, model, sampling = rollout_client(context)
+    with client:
+        return solve(client, model, task, sampling)
 
 
 def main(argv: list[str] | None = None) -> None:

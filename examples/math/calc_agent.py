@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent import MathTask, solve
-from openai import OpenAI
+from agent import MathTask, rollout_client, solve
 from rollhub.app import RolloutApp, RolloutContext
 
 app = RolloutApp()
@@ -54,13 +53,6 @@ SHOTS: list[dict[str, Any]] = [
 def calc_agent(payload: dict[str, Any], context: RolloutContext) -> dict[str, Any]:
     """Validate the problem, build the client from ``_rollout``, run the tool loop."""
     task = MathTask.model_validate({"max_turns": MAX_TURNS, **payload})
-    rollout = context.rollout
-    assert rollout is not None
-    if not rollout.base_url or not rollout.model_id:
-        raise ValueError("_rollout.base_url and _rollout.model_id are required by this agent")
-    api_key = rollout.api_key.get_secret_value() if rollout.api_key else "EMPTY"
-    with OpenAI(base_url=rollout.base_url, api_key=api_key, max_retries=2) as client:
-        return solve(
-            client, rollout.model_id, task, rollout.sampling,
-            system_prompt=SYSTEM_PROMPT, shots=SHOTS,
-        )
+    client, model, sampling = rollout_client(context)
+    with client:
+        return solve(client, model, task, sampling, system_prompt=SYSTEM_PROMPT, shots=SHOTS)
