@@ -223,8 +223,12 @@ class BatchEngine:
             **past,
             **self._keep_kw,
         )
+        layers_out = self._out_cache(out).layers
+        if cache is not None and any(getattr(lay, "is_sliding", False) for lay in layers_out):
+            # a sliding-window layer keeps only its last positions: nothing to reuse
+            self.prefix_cache = cache = None
         if cache is not None:
-            cache.store(prompt_ids, [(lay.keys, lay.values) for lay in self._out_cache(out).layers])
+            cache.store(prompt_ids, [(lay.keys, lay.values) for lay in layers_out])
         return out
 
     def _admit(self) -> None:
