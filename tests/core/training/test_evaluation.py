@@ -125,21 +125,3 @@ def test_eval_of_an_endpoint_needs_its_model_name(tmp_path) -> None:
     )
     assert cfg.token_source.name == "none" and label == "m" and cfg.eval.n_samples == 3
 
-
-def test_the_idle_clock_counts_only_time_with_nothing_in_flight(monkeypatch) -> None:
-    from rollhub.training import loop
-
-    now = [100.0]
-    monkeypatch.setattr(loop.time, "monotonic", lambda: now[0])
-    clock = loop.IdleClock()  # idle from 100
-    now[0] = 103.0
-    clock.enter()  # busy from 103
-    now[0] = 104.0
-    clock.enter()
-    now[0] = 106.0
-    clock.leave()
-    now[0] = 107.0
-    clock.leave()  # idle from 107
-    # windows come in order, one per step
-    assert clock.idle_between(100.0, 102.5) == pytest.approx(2.5)
-    assert clock.idle_between(102.5, 110.0) == pytest.approx(0.5 + 3.0)

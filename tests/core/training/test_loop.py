@@ -207,3 +207,22 @@ def test_config_check_validates_metric_sinks(tmp_path):
     unused = _config(tmp_path, sinks={"mlflow": {}})
     with pytest.raises(ConfigError, match="does not name"):
         check_config(host, parse_config(unused, env={}))
+
+
+def test_the_idle_clock_counts_only_time_with_nothing_in_flight(monkeypatch) -> None:
+    from rollhub.training import loop
+
+    now = [100.0]
+    monkeypatch.setattr(loop.time, "monotonic", lambda: now[0])
+    clock = loop.IdleClock()  # idle from 100
+    now[0] = 103.0
+    clock.enter()  # busy from 103
+    now[0] = 104.0
+    clock.enter()
+    now[0] = 106.0
+    clock.leave()
+    now[0] = 107.0
+    clock.leave()  # idle from 107
+    # windows come in order, one per step
+    assert clock.idle_between(100.0, 102.5) == pytest.approx(2.5)
+    assert clock.idle_between(102.5, 110.0) == pytest.approx(0.5 + 3.0)
