@@ -53,6 +53,11 @@ class TinkerTrainerOptions(TrainerOptions):
     """``[trainer]`` options of the ``tinker`` trainer."""
 
     base_url: str | None = Field(None, description="Tinker API root; None: the hosted service")
+    local_server: bool = Field(
+        False,
+        description="start rollhub's Tinker-compatible server on this machine for the run "
+        "(tinker-local: set up on first use, health-checked, stopped when the run ends)",
+    )
     api_key: SecretStr | None = Field(None, description="None: TINKER_API_KEY, else a dummy key")
     base_model: str | None = Field(
         None, description="base model name; None: the server's only model (self-hosted servers)"
@@ -93,12 +98,21 @@ class TinkerTrainer(Trainer):
         self.training_client: Any = None
         self.sampling_client: Any = None
         self.steps_done = 0
+        self.server: Any = None  # the LocalTinkerServer this trainer started
 
     async def start(self) -> None:
         """Connect and create the LoRA training client."""
         import tinker
 
         opts = self.options
+        if opts.local_server:
+            if opts.base_url:
+                raise ConfigError(
+                    "trainer.local_server starts a server of its own; drop trainer.base_url "
+                    "(or set local_server = false to use the server at base_url)",
+                    field="trainer.local_server",
+                )
+            opts = self.options = opts.model_copy(update={"base_url": await self._start_server()})
         key = opts.api_key.get_secret_value() if opts.api_key else os.environ.get("TINKER_API_KEY")
         if key is None and opts.base_url is None:
             raise ConfigError(
@@ -115,11 +129,28 @@ class TinkerTrainer(Trainer):
             self.training_client = await self.service.create_lora_training_client_async(
                 base_model=self.base_model, rank=opts.lora_rank, seed=opts.seed
             )
-        except tinker.TinkerError as exc:
-            raise TinkerTrainingError(
-                f"tinker at {opts.base_url or 'the hosted service'} refused the training client "
-                f"for {self.base_model or opts.base_model!r}: {exc}"
-            ) from exc
+        except BaseException as exc:
+            if self.server is not None:  # the server this trainer started goes with it
+                await self.close()
+            if isinstance(exc, tinker.TinkerError):
+                raise TinkerTrainingError(
+                    f"tinker at {opts.base_url or 'the hosted service'} refused the training "
+                    f"client for {self.base_model or opts.base_model!r}: {exc}"
+                ) from exc
+            raise
+
+    async def _start_server(self) -> str:
+        """Set up (first use) and start ``tinker-local`` with its state in the run
+        directory, so a resumed run finds its saved states; its URL."""
+        from rollhub_tinker.local_server import LocalTinkerServer
+
+        state = (self.run_dir or Path.cwd()) / "tinker-local"
+        self.server = LocalTinkerServer(state_dir=state, max_lora_rank=max(8, self.options.lora_rank))
+        print(f"starting the local Tinker server (state in {state}; the first use sets up "
+              f"its environment, a few minutes)", flush=True)
+        url = await asyncio.to_thread(self.server.start)
+        log.info("tinker-local server pid %s ready at %s", self.server.pid, url)
+        return str(url)
 
     async def _only_model(self) -> str:
         caps = await self.service.get_server_capabilities_async()
@@ -199,6 +230,9 @@ class TinkerTrainer(Trainer):
         holder = getattr(self.service, "_session_holder", None)
         if holder is not None:
             holder.close()
+        if self.server is not None:
+            server, self.server = self.server, None
+            await asyncio.to_thread(server.stop)
         return {"steps": self.steps_done}
 
     async def _call(self, what: str, awaitable: Any) -> Any:
