@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from rollhub.registry import ComponentContext
 from rollhub_tinker.local_server import SetupInfo
-from rollhub_tinker.trainer import TinkerTrainer, TinkerTrainerOptions, TinkerTrainingError
+from rollhub_tinker.trainer import TinkerTrainer, TinkerTrainerOptions
 
 from tests.plugins.tinker import local_server as fixtures
 from tests.plugins.tinker.test_local_server import _processes_mentioning
@@ -61,11 +61,18 @@ def test_the_trainer_starts_its_server_once_and_stops_it(
 
 
 def test_a_failed_start_stops_the_server_it_started(
-    tinker_local_env: SetupInfo, tmp_path: Path
+    tinker_local_env: SetupInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    trainer = _trainer(tmp_path, base_model="no/such-model")
-    with pytest.raises(TinkerTrainingError, match="no/such-model"):
+    # the server is up, then asking it for its model fails: the trainer must not leave it
+    async def refuse(self: TinkerTrainer) -> str:
+        assert self.server is not None and self.server.running
+        raise RuntimeError("the server answered nonsense")
+
+    monkeypatch.setattr(TinkerTrainer, "_only_model", refuse)
+    trainer = _trainer(tmp_path)
+    with pytest.raises(RuntimeError, match="nonsense"):
         asyncio.run(trainer.start())
+    assert trainer.server is None
     assert _gone(str(tmp_path / "tinker-local"))
 
 
