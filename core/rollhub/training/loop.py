@@ -156,8 +156,7 @@ class TrainingLoop:
         ckpt = latest_checkpoint(self.run_dir)
         if ckpt is None:
             log.warning("no checkpoint in %s: starting from step 0", self.run_dir)
-            self._truncate_metrics(0)
-            self._truncate_episodes(0)
+            self._truncate(0)
             return
         if ckpt.dataset != self.fingerprint:
             raise UsageError(
@@ -166,33 +165,14 @@ class TrainingLoop:
             )
         await trainer.load_state(ckpt.trainer_dir, ckpt.trainer)
         self.steps_done, self.weight_version = ckpt.steps_done, ckpt.weight_version
-        self._truncate_metrics(ckpt.steps_done)
-        self._truncate_episodes(ckpt.steps_done)
+        self._truncate(ckpt.steps_done)
         log.info("resuming at step %d, weight version %d", ckpt.steps_done, ckpt.weight_version)
 
-    def _truncate_metrics(self, step: int) -> None:
-        """Drop rows of steps that will run again (logged after the checkpoint)."""
-        from rollhub.export import JsonlAppender
-
-        path = self.run_dir / "metrics.jsonl"
-        self.history = [r for r in read_metrics(path) if r.get("step", -1) < step]
-        rewritten = JsonlAppender(path)  # truncates, then writes back the rows kept
-        for row in self.history:
-            rewritten.write(row)
-        rewritten.close()
-
-    def _truncate_episodes(self, step: int) -> None:
-        """Drop the episodes of steps that will run again."""
-        from rollhub.export import JsonlAppender, read_rows
-
-        path = self.run_dir / "episodes.jsonl"
-        if not path.exists():
-            return
-        kept = [r for r in read_rows(path) if r.get("step", -1) < step]
-        rewritten = JsonlAppender(path)
-        for row in kept:
-            rewritten.write(row)
-        rewritten.close()
+    def _truncate(self, step: int) -> None:
+        """Drop the rows of steps that will run again (logged after the checkpoint) from
+        ``metrics.jsonl`` and ``episodes.jsonl``; the metrics kept become the history."""
+        self.history = _keep_steps_before(self.run_dir / "metrics.jsonl", step)
+        _keep_steps_before(self.run_dir / "episodes.jsonl", step)
 
     def _keep_episodes(self, batch: TrainingBatch) -> None:
         """Append the step's episodes with the step, their advantage and whether they were
@@ -300,6 +280,19 @@ class TrainingLoop:
     async def _checkpoint(self, trainer: Any) -> None:
         ckpt = Checkpoint(self.steps_done, self.weight_version, self.fingerprint)
         await write_checkpoint(self.run_dir / "checkpoints", ckpt, trainer.save_state)
+
+
+def _keep_steps_before(path: Path, step: int) -> list[dict[str, Any]]:
+    """Rewrite a JSONL file of per-step rows with only the rows of steps before ``step``."""
+    from rollhub.export import JsonlAppender
+
+    kept = [r for r in read_metrics(path) if r.get("step", -1) < step]
+    if path.exists():
+        rewritten = JsonlAppender(path)  # truncates, then writes back the rows kept
+        for row in kept:
+            rewritten.write(row)
+        rewritten.close()
+    return kept
 
 
 class IdleClock:

@@ -152,6 +152,9 @@ async def test_resume_continues_at_the_checkpoint(tmp_path):
         await TrainingLoop(hub, payloads, run_dir=tmp_path / "run").run()
     first = [json.loads(x)["id"] for x in log.read_text().splitlines()]
     log.unlink()
+    # a killed run logged step 2's episodes after its last checkpoint: they run again
+    with (tmp_path / "run" / "episodes.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 2, "episode_id": "sampled-before-the-kill"}) + "\n")
 
     cfg["training"]["steps"] = None  # now the whole dataset
     hub = make_hub(cfg, _Plugin(), run_dir=tmp_path / "run")
@@ -167,6 +170,10 @@ async def test_resume_continues_at_the_checkpoint(tmp_path):
     assert summary["weight_version"] == 3
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]
+    path = tmp_path / "run" / "episodes.jsonl"
+    episodes = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [r["step"] for r in episodes] == [0] * 8 + [1] * 8 + [2] * 8  # 2 groups x 4 a step
+    assert "sampled-before-the-kill" not in {r["episode_id"] for r in episodes}
 
 
 async def test_resume_refuses_another_dataset_and_a_fresh_run_refuses_an_old_dir(tmp_path):
