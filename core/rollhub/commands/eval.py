@@ -47,9 +47,10 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
     :raises UsageError: nothing there holds trained parameters.
     """
-    p = Path(path)
-    if (p / "checkpoints" / "latest").exists():
-        p = p / "checkpoints" / (p / "checkpoints" / "latest").read_text().strip()
+    from rollhub.training.checkpoint import latest_checkpoint
+
+    latest = latest_checkpoint(Path(path))
+    p = latest.directory if latest is not None and latest.directory is not None else Path(path)
     weights = p / "trainer" / "policy.safetensors"
     if not weights.exists():
         raise UsageError(
@@ -111,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
     elif args.checkpoint:
-        ckpt = resolve_checkpoint(args.checkpoint)
+        ckpt = Path(label)  # evaluated_config resolved it
         out = ckpt.parent.parent / f"eval-{ckpt.name}.json"
     else:
         out = cfg.path(cfg.experiment.output_dir) / f"eval-{time.strftime('%Y%m%d-%H%M%S')}.json"
