@@ -107,14 +107,14 @@ class Episode:
         mask keeps them out of training."""
         return sum(len(t.response_ids) - t.num_sampled for t in self.traces)
 
-    @property
-    def success(self) -> bool:
+    def solved(self, success_threshold: float = 1.0) -> bool:
         """Whether the task was solved: the result's boolean ``success`` when the agent
-        reports one, else a reward of at least 1.0."""
+        reports one, else a reward of at least ``success_threshold`` (``[rewards]
+        success_threshold``, the same bar pass@k uses)."""
         flag = (self.result or {}).get("success")
         if isinstance(flag, bool):
             return flag and self.ok
-        return self.ok and self.reward is not None and self.reward >= 1.0
+        return self.ok and self.reward is not None and self.reward >= success_threshold
 
 
 @dataclass

@@ -48,15 +48,15 @@ class EvalReport:
 
 def summarize_episodes(
     label: str, by_prompt: Mapping[str, Sequence[Episode]], k: int,
-    weight_version: int | None = None, elapsed_s: float = 0.0,
+    weight_version: int | None = None, elapsed_s: float = 0.0, success_threshold: float = 1.0,
 ) -> EvalReport:
     """The report of finished episodes grouped by prompt (a failed episode counts as not
     solved, so pass@k never rises by dropping failures)."""
     episodes = [e for group in by_prompt.values() for e in group]
     ok = [e for e in episodes if e.ok]
-    p1 = [pass_at_k(len(g), sum(e.success for e in g), 1) for g in by_prompt.values() if g]
-    pk = [pass_at_k(len(g), sum(e.success for e in g), min(k, len(g)))
-          for g in by_prompt.values() if g]
+    solved = {key: sum(e.solved(success_threshold) for e in g) for key, g in by_prompt.items()}
+    p1 = [pass_at_k(len(g), solved[key], 1) for key, g in by_prompt.items() if g]
+    pk = [pass_at_k(len(g), solved[key], min(k, len(g))) for key, g in by_prompt.items() if g]
     rewards = [float(e.reward) for e in ok if e.reward is not None]
     failures = Counter(
         f"{e.status}:{e.error.type}" if e.error else str(e.status) for e in episodes if not e.ok
@@ -85,4 +85,7 @@ async def evaluate(
     by_prompt: dict[str, list[Episode]] = {}
     async for group in hub.iter_groups(payloads, n):
         by_prompt[group.group_id] = list(group.episodes)
-    return summarize_episodes(label, by_prompt, n, hub.weight_version, time.monotonic() - t0)
+    return summarize_episodes(
+        label, by_prompt, n, hub.weight_version, time.monotonic() - t0,
+        success_threshold=hub.config.rewards.success_threshold,
+    )

@@ -227,7 +227,7 @@ class TrainingLoop:
                     self.steps_done, self.weight_version = s + 1, result.weight_version
                     done.notify_all()
                 metrics = {
-                    **batch_metrics(batch),
+                    **batch_metrics(batch, self.config.rewards.success_threshold),
                     **result.metrics,
                     "weight_version": result.weight_version,
                     "time_sample_s": round(t_train - t_wait, 3),
@@ -353,7 +353,7 @@ def _check_result(result: Any, batch: TrainingBatch) -> None:
         )
 
 
-def batch_metrics(batch: TrainingBatch) -> dict[str, Any]:
+def batch_metrics(batch: TrainingBatch, success_threshold: float = 1.0) -> dict[str, Any]:
     """Reward, token, failure and staleness figures of one batch (trainer-neutral)."""
     episodes = batch.episodes
     ok = [e for e in episodes if e.ok and e.reward is not None]
@@ -378,7 +378,8 @@ def batch_metrics(batch: TrainingBatch) -> dict[str, Any]:
     return {
         "reward_mean": mean,
         "reward_std": std,
-        "success_rate": round(sum(e.success for e in ok) / n_ok, 4) if ok else None,
+        "success_rate": round(sum(e.solved(success_threshold) for e in ok) / n_ok, 4)
+        if ok else None,
         "tool_call_rate": round(sum(e.num_tool_call_turns > 0 for e in ok) / n_ok, 4)
         if traced else None,
         "turns_mean": round(sum(e.num_turns for e in ok) / n_ok, 3) if traced else None,

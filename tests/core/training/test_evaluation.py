@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import tomllib
 
 import pytest
@@ -55,6 +56,18 @@ def test_an_agent_reported_success_wins_over_the_reward() -> None:
     assert report.pass_at_1 == 0.0
 
 
+def test_success_follows_the_configured_threshold() -> None:
+    # no flag from the agent: the reward decides, at [rewards] success_threshold
+    half = {"p": [_episode(0, 0.5), _episode(1, 0.2)]}
+    assert summarize_episodes("x", half, k=2).pass_at_1 == 0.0
+    assert summarize_episodes("x", half, k=2, success_threshold=0.5).pass_at_1 == 0.5
+    from rollhub.episode import EpisodeGroup
+
+    batch = TrainingBatch(0, [EpisodeGroup("g", {}, half["p"])], {}, 0)
+    assert batch_metrics(batch)["success_rate"] == 0.0
+    assert batch_metrics(batch, success_threshold=0.5)["success_rate"] == 0.5
+
+
 def test_batch_metrics_count_success_tool_calls_turns_and_masked_tokens() -> None:
     from rollhub.episode import EpisodeGroup
 
@@ -103,10 +116,15 @@ def test_eval_needs_held_out_prompts(tmp_path) -> None:
 
 
 def test_eval_of_a_checkpoint_loads_its_weights_into_the_engine(tmp_path) -> None:
-    step = tmp_path / "run" / "checkpoints" / "step-000004"
-    (step / "trainer").mkdir(parents=True)
-    (step / "trainer" / "policy.safetensors").write_bytes(b"x")
-    (tmp_path / "run" / "checkpoints" / "latest").write_text("step-000004")
+    from rollhub.training.checkpoint import Checkpoint, write_checkpoint
+
+    async def save(directory):  # what the torch trainer's save_state leaves
+        (directory / "policy.safetensors").write_bytes(b"x")
+        return {"steps_done": 4}
+
+    step = asyncio.run(write_checkpoint(tmp_path / "run" / "checkpoints",
+                                        Checkpoint(4, 4, "1:abc"), save))
+    assert step.name == "step-000004"
     assert resolve_checkpoint(tmp_path / "run") == step
     assert resolve_checkpoint(step) == step
     cfg, label = evaluated_config(_config(tmp_path), _args(checkpoint=str(tmp_path / "run")))
