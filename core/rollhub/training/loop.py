@@ -33,9 +33,7 @@ from typing import Any
 
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
-from rollhub.hook_calls import call_all
 from rollhub.hub import AsyncHub, group_id_of
-from rollhub.progress import RolloutProgress
 from rollhub.trainer import StepResult, TrainingBatch
 from rollhub.training.advantages import group_advantages
 from rollhub.training.checkpoint import (
@@ -45,7 +43,8 @@ from rollhub.training.checkpoint import (
     write_checkpoint,
 )
 from rollhub.training.plot import read_metrics
-from rollhub.training.sinks import JsonlSink, MetricSink
+from rollhub.training.recorder import StepRecorder
+from rollhub.training.sinks import MetricSink
 
 __all__ = ["TrainingLoop", "batch_metrics", "schedule"]
 
@@ -92,7 +91,7 @@ class TrainingLoop:
         self.run_dir = run_dir
         self.resume = resume
         self.progress_enabled = progress
-        self.sinks: list[MetricSink] = [JsonlSink(run_dir=run_dir), *sinks]
+        self.extra_sinks = list(sinks)
         tr = self.config.training
         self.order = schedule(
             self.payloads, epochs=tr.epochs, shuffle=tr.shuffle, seed=self.config.experiment.seed
@@ -123,21 +122,15 @@ class TrainingLoop:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         await self._restore(trainer)
         await self.hub.publish_policy(await trainer.initial_policy(), self.weight_version)
-        for sink in self.sinks:
-            sink.start()
-        t0 = time.monotonic()
+        self.recorder = StepRecorder(
+            self.hub, self.run_dir, total_steps=self.total_steps, sinks=self.extra_sinks,
+            history=self.history, progress=self.progress_enabled,
+        )
         try:
-            with RolloutProgress(
-                self.total_steps, enabled=self.progress_enabled, description="steps"
-            ) as bar:
-                bar.done = bar.resumed = self.steps_done
-                await self._steps(trainer, bar, t0)
+            with self.recorder:
+                await self._steps(trainer, time.monotonic())
         finally:
-            for sink in self.sinks:
-                try:
-                    sink.close()
-                except Exception as exc:  # a sink failing to flush must not hide the run's end
-                    log.warning("metric sink %s failed to close: %s", sink.name, exc)
+            self.history = self.recorder.history
         return {
             "steps": self.steps_done,
             "total_steps": self.total_steps,
@@ -174,26 +167,7 @@ class TrainingLoop:
         self.history = _keep_steps_before(self.run_dir / "metrics.jsonl", step)
         _keep_steps_before(self.run_dir / "episodes.jsonl", step)
 
-    def _keep_episodes(self, batch: TrainingBatch) -> None:
-        """Append the step's episodes with the step, their advantage and whether they were
-        trained, so a run can be looked at episode by episode afterwards."""
-        from rollhub.export import JsonlAppender, episode_to_row
-
-        out = JsonlAppender(self.run_dir / "episodes.jsonl", append=True)
-        try:
-            trained = {e.episode_id for e, _ in batch.trainable()}
-            for episode in batch.episodes:
-                row = episode_to_row(episode, self.hub.exp_id)
-                row.update(
-                    step=batch.step,
-                    advantage=batch.advantages.get(episode.episode_id),
-                    trained=episode.episode_id in trained,
-                )
-                out.write(row)
-        finally:
-            out.close()
-
-    async def _steps(self, trainer: Any, bar: RolloutProgress, t0: float) -> None:
+    async def _steps(self, trainer: Any, t0: float) -> None:
         window = self.config.experiment.max_staleness or 0
         done = asyncio.Condition()
         queue: asyncio.Queue[list[asyncio.Task[EpisodeGroup]]] = asyncio.Queue()
@@ -238,8 +212,7 @@ class TrainingLoop:
                     "sampler_idle_frac": round(sampler_idle / wall, 4),
                     "elapsed_s": round(t_end - t0, 3),
                 }
-                self._keep_episodes(batch)
-                await self._record(s, metrics, bar)
+                await self.recorder.record(batch, metrics)
                 every = self.config.training.checkpoint_every
                 if every and ((s + 1) % every == 0 or s + 1 == self.total_steps):
                     await self._checkpoint(trainer)
@@ -264,18 +237,6 @@ class TrainingLoop:
         for g in groups:
             advantages.update(group_advantages(g, self.config.training.advantage))
         return TrainingBatch(step, groups, advantages, self.weight_version)
-
-    async def _record(self, step: int, metrics: dict[str, Any], bar: RolloutProgress) -> None:
-        self.history.append({"step": step, **metrics})
-        for sink in self.sinks:
-            sink.log(step, metrics)
-        await call_all(self.hub.hook.rollhub_training_step, step=step, metrics=metrics, hub=self.hub)
-        bar.finished("ok")
-        line = _progress_line(step, self.total_steps, metrics)
-        bar.note(line.split("  ", 1)[1])
-        log.info("%s", line)
-        if not bar.enabled:
-            print(line, flush=True)
 
     async def _checkpoint(self, trainer: Any) -> None:
         ckpt = Checkpoint(self.steps_done, self.weight_version, self.fingerprint)
@@ -393,17 +354,3 @@ def batch_metrics(batch: TrainingBatch, success_threshold: float = 1.0) -> dict[
         "staleness_max": max(lags) if lags else 0,
         "staleness_mean": round(sum(lags) / len(lags), 4) if lags else 0.0,
     }
-
-
-def _progress_line(step: int, total: int, m: Mapping[str, Any]) -> str:
-    def num(key: str, fmt: str) -> str:
-        value = m.get(key)
-        return format(value, fmt) if isinstance(value, int | float) else "-"
-
-    return (
-        f"step {step + 1}/{total}  reward {num('reward_mean', '.3f')}"
-        f"  success {num('success_rate', '.2f')}  tool calls {num('tool_call_rate', '.2f')}"
-        f"  turns {num('turns_mean', '.2f')}  loss {num('loss', '.4g')}"
-        f"  tokens {m['sampled_tokens']}  staleness {m['staleness_max']}"
-        f"  failed {m['episodes_failed']}  {m['time_sample_s'] + m['time_train_s']:.1f}s"
-    )

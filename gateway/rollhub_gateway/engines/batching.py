@@ -15,7 +15,10 @@ per step, with an attention mask that hides the padding and explicit position id
   the thread never touches an event loop itself, so callers on any loop can share it.
 - New weights (:meth:`BatchEngine.load_policy`) are copied in when the batch is empty:
   rows already decoding finish on the weights they started with, new rows wait, and every
-  generation reports the version of the weights that sampled all of it.
+  generation reports the version of the weights that sampled all of it. A policy may also
+  be a whole module (a trainer's own model, trained in place): the engine then samples
+  from that module itself, and each later version only drops the states of the old
+  weights.
 """
 
 from __future__ import annotations
@@ -37,9 +40,16 @@ from .token_sampling import LogprobsMode, sample_token
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BatchEngine", "Row"]
+__all__ = ["BatchEngine", "Row", "is_module"]
 
 Emit = Callable[[TokenChunk | Generation | BaseException], None]
+
+
+def is_module(policy: Any) -> bool:
+    """Whether a policy is a whole model (sampled from as it is) rather than tensors."""
+    return callable(policy) and hasattr(policy, "named_parameters") and hasattr(
+        policy, "get_input_embeddings"
+    )
 
 
 @dataclass(eq=False)
@@ -94,9 +104,9 @@ class BatchEngine:
         self._stopping = False
         self._thread: threading.Thread | None = None
         # transformers renamed ``past_key_values`` to ``cache`` during 5.x; speak both
-        params = inspect.signature(model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._keep_kw = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        self._cache_kw = "past_key_values"
+        self._keep_kw: dict[str, int] = {}
+        self._use_model(model)
 
     # -- control (any thread) -------------------------------------------------------------
 
@@ -114,25 +124,38 @@ class BatchEngine:
             self._pending.append(row)
             self._cond.notify()
 
-    def load_policy(self, tensors: dict[str, Any], weight_version: int | None) -> None:
-        """Copy ``tensors`` (parameter name → new value) into the model once the batch drains.
+    def load_policy(self, policy: Any, weight_version: int | None) -> None:
+        """Take a new policy once the batch drains.
 
+        ``policy`` is either parameter name → new value (copied into the model) or a causal
+        LM module with the same vocabulary (sampled from as it is, no copy: a trainer that
+        updates it in place publishes it again, with the new version, after each step).
         Rows decoding now finish on the current weights; rows submitted after this call
-        are admitted only after the copy, and report ``weight_version``.
+        are admitted only after the hand-over, and report ``weight_version``.
 
-        :raises GatewayError: a name the model does not have, or a shape that differs.
+        :raises GatewayError: a name the model does not have, a shape that differs, or a
+            module with another vocabulary.
         """
-        params = dict(self.model.named_parameters())
-        for name, value in tensors.items():
-            if name not in params:
-                raise GatewayError(f"policy names a parameter the model lacks: {name!r}",
-                                   engine="transformers")
-            if tuple(value.shape) != tuple(params[name].shape):
+        if is_module(policy):
+            ours = self.model.get_input_embeddings().num_embeddings
+            theirs = policy.get_input_embeddings().num_embeddings
+            if ours != theirs:
                 raise GatewayError(
-                    f"policy tensor {name!r} has shape {tuple(value.shape)}, the model's is "
-                    f"{tuple(params[name].shape)}", engine="transformers")
+                    f"the policy module's vocabulary has {theirs} ids, the engine's model "
+                    f"{ours}: it must be the same model family", engine="transformers")
+        else:
+            params = dict(self.model.named_parameters())
+            for name, value in policy.items():
+                if name not in params:
+                    raise GatewayError(f"policy names a parameter the model lacks: {name!r}",
+                                       engine="transformers")
+                if tuple(value.shape) != tuple(params[name].shape):
+                    raise GatewayError(
+                        f"policy tensor {name!r} has shape {tuple(value.shape)}, the model's is "
+                        f"{tuple(params[name].shape)}", engine="transformers")
+            policy = dict(policy)
         with self._cond:
-            self._policy = (dict(tensors), weight_version)
+            self._policy = (policy, weight_version)
             self._cond.notify()
 
     def abort(self, row: Row) -> None:
@@ -200,14 +223,24 @@ class BatchEngine:
             policy, self._policy = self._policy, None
         if policy is None:
             return
-        tensors, version = policy
-        params = dict(self.model.named_parameters())
-        for name, value in tensors.items():
-            params[name].copy_(value)
+        new, version = policy
+        if is_module(new):
+            if new is not self.model:
+                self._use_model(new)
+        else:
+            params = dict(self.model.named_parameters())
+            for name, value in new.items():
+                params[name].copy_(value)
         self.weight_version = version
         if self.prefix_cache is not None:
             self.prefix_cache.clear()  # states of the old weights
         self.stats["policies"] = self.stats.get("policies", 0) + 1
+
+    def _use_model(self, model: Any) -> None:
+        self.model = model
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._keep_kw = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
 
     def _prefill(self, prompt_ids: list[int]) -> Any:
         """Forward the prompt, or only what follows its longest cached prefix."""

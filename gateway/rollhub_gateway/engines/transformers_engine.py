@@ -26,7 +26,7 @@ from rollhub.sampling import (
 )
 
 from ..models import SMOLLM2, load_causal_lm
-from .batching import BatchEngine, Row
+from .batching import BatchEngine, Row, is_module
 from .token_sampling import LogprobsMode
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class TransformersBackend(SamplingBackend):
         self.max_positions: int | None = None
         self.vocab_size: int | None = None
         self._start_lock = asyncio.Lock()
-        self._policy: tuple[dict[str, Any], int] | None = None
+        self._policy: tuple[Any, int] | None = None
 
     async def start(self) -> None:
         """Load the model and start the worker thread.
@@ -122,26 +122,35 @@ class TransformersBackend(SamplingBackend):
         )
         if self._policy is not None:
             engine.load_policy(*self._policy)
+            if is_module(self._policy[0]):
+                self.model = self._policy[0]
             self._policy = None
         engine.start()
         self.engine = engine
 
     def update_policy(self, policy: Any, weight_version: int) -> None:
-        """Copy a trainer's new weights in (``policy``: parameter name → tensor, e.g. the
-        trained subset of the model's ``state_dict``) once the rows decoding now finish;
-        the turns sampled after it report ``weight_version``.
+        """Take a trainer's new policy once the rows decoding now finish; the turns sampled
+        after it report ``weight_version``.
 
-        :raises UsageError: ``policy`` is not a mapping of parameter names to tensors.
+        ``policy`` is either parameter name → tensor (e.g. the trained subset of the model's
+        ``state_dict``), copied into the engine's model, or a causal LM module of the same
+        family, which the engine then samples from itself (a trainer's own model, trained in
+        place: no copy; publishing it again with a new version drops the key/value states
+        of the old weights). The trainer must not step that module while a turn samples.
+
+        :raises UsageError: ``policy`` is neither.
         """
-        if not isinstance(policy, Mapping):
+        if not (isinstance(policy, Mapping) or is_module(policy)):
             raise UsageError(
                 f"the transformers engine takes a policy as a mapping of parameter names to "
-                f"tensors, got {type(policy).__name__}"
+                f"tensors or as a causal LM module, got {type(policy).__name__}"
             )
         if self.engine is None:
-            self._policy = (dict(policy), weight_version)  # applied when the model loads
+            self._policy = (policy, weight_version)  # applied when the model loads
         else:
-            self.engine.load_policy(dict(policy), weight_version)
+            self.engine.load_policy(policy, weight_version)
+        if is_module(policy):
+            self.model = policy
 
     def _row(self, prompt_ids: list[int], params: SamplingParams, emit: Any) -> Row:
         import torch

@@ -160,3 +160,38 @@ async def test_new_weights_wait_for_rows_in_flight_and_stamp_the_new_version(
         engine.update_policy({"no.such.weight": original}, 8)
     with pytest.raises(Exception, match="mapping"):
         engine.update_policy(object(), 8)
+
+
+async def test_a_module_policy_is_sampled_from_as_it_is_and_in_place_steps_show(
+    engine: TransformersBackend,
+) -> None:
+    from rollhub_gateway.models import load_causal_lm
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = engine.tokenizer
+    prompt = tok.encode(f"<|im_start|>user\n{QUESTIONS[1]}<|im_end|>\n<|im_start|>assistant\n")
+    greedy = SamplingParams(max_tokens=16, temperature=0.0, extra={"ignore_eos": True})
+    own = engine.model
+    before = await engine.generate(prompt, greedy)
+    trained, _ = load_causal_lm(engine.options.model)  # a trainer's own copy
+    try:
+        engine.update_policy(trained, 3)
+        same = await engine.generate(prompt, greedy)
+        assert engine.engine.model is trained and engine.model is trained  # no copy
+        assert same.weight_version == 3 and same.token_ids == before.token_ids
+        with torch.no_grad():  # a trainer's step, in place, then the new version published
+            trained.model.norm.weight.neg_()
+        engine.update_policy(trained, 4)
+        misses = engine.engine.prefix_cache.stats["misses"]
+        after = await engine.generate(prompt, greedy)
+        assert after.weight_version == 4 and after.token_ids != before.token_ids
+        # the states of version 3 were dropped: the same prompt was a miss
+        assert engine.engine.prefix_cache.stats["misses"] == misses + 1
+    finally:
+        engine.update_policy(own, 0)
+        await engine.generate(prompt, SamplingParams(max_tokens=1, temperature=0.0))
+    assert engine.engine.model is own
+    other = LlamaForCausalLM(LlamaConfig(vocab_size=100, hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2))
+    with pytest.raises(Exception, match="vocabulary"):
+        engine.update_policy(other, 9)

@@ -1,0 +1,124 @@
+"""What a training run leaves per step, whoever drives the loop.
+
+The core's loop (:mod:`rollhub.training.loop`) and a trainer that drives its own loop
+(``Trainer.drives``, e.g. TRL) record a step the same way: every episode of the step to
+``episodes.jsonl`` (export schema + step, advantage, trained), the step's metrics to
+``metrics.jsonl`` and the metric sinks, the ``rollhub_training_step`` hook, and a progress
+line. One recorder per run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rollhub.hook_calls import call_all
+from rollhub.progress import RolloutProgress
+from rollhub.trainer import TrainingBatch
+from rollhub.training.sinks import JsonlSink, MetricSink
+
+__all__ = ["StepRecorder", "progress_line"]
+
+log = logging.getLogger(__name__)
+
+
+class StepRecorder:
+    """Records training steps of one run.
+
+    :param hub: the run's hub (experiment id, hooks).
+    :param run_dir: where ``metrics.jsonl`` and ``episodes.jsonl`` go.
+    :param total_steps: the steps the run will take (for the progress bar and lines).
+    :param sinks: metric sinks besides ``metrics.jsonl`` (always written).
+    :param history: the rows of steps already recorded (a resumed run).
+    :param progress: draw a progress bar (None: only on a terminal).
+    """
+
+    def __init__(
+        self,
+        hub: Any,
+        run_dir: Path,
+        *,
+        total_steps: int,
+        sinks: Sequence[MetricSink] = (),
+        history: Sequence[Mapping[str, Any]] = (),
+        progress: bool | None = None,
+    ) -> None:
+        self.hub = hub
+        self.run_dir = run_dir
+        self.total_steps = total_steps
+        self.sinks: list[MetricSink] = [JsonlSink(run_dir=run_dir), *sinks]
+        self.history: list[dict[str, Any]] = [dict(r) for r in history]
+        self.bar = RolloutProgress(total_steps, enabled=progress, description="steps")
+
+    def __enter__(self) -> StepRecorder:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for sink in self.sinks:
+            sink.start()
+        self.bar.__enter__()
+        self.bar.done = self.bar.resumed = len(self.history)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.__exit__(*exc)
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception as err:  # a sink failing to flush must not hide the run's end
+                log.warning("metric sink %s failed to close: %s", sink.name, err)
+
+    async def record(self, batch: TrainingBatch, metrics: dict[str, Any]) -> None:
+        """Keep the step's episodes and metrics; tell the hooks, the bar and the log."""
+        self.keep_episodes(batch)
+        step = batch.step
+        self.history.append({"step": step, **metrics})
+        for sink in self.sinks:
+            sink.log(step, metrics)
+        await call_all(self.hub.hook.rollhub_training_step, step=step, metrics=metrics, hub=self.hub)
+        self.bar.finished("ok")
+        line = progress_line(step, self.total_steps, metrics)
+        self.bar.note(line.split("  ", 1)[1])
+        log.info("%s", line)
+        if not self.bar.enabled:
+            print(line, flush=True)
+
+    def keep_episodes(self, batch: TrainingBatch) -> None:
+        """Append the step's episodes with the step, their advantage and whether they were
+        trained, so a run can be looked at episode by episode afterwards."""
+        from rollhub.export import JsonlAppender, episode_to_row
+
+        out = JsonlAppender(self.run_dir / "episodes.jsonl", append=True)
+        try:
+            trained = {e.episode_id for e, _ in batch.trainable()}
+            for episode in batch.episodes:
+                row = episode_to_row(episode, self.hub.exp_id)
+                row.update(
+                    step=batch.step,
+                    advantage=batch.advantages.get(episode.episode_id),
+                    trained=episode.episode_id in trained,
+                )
+                out.write(row)
+        finally:
+            out.close()
+
+
+def progress_line(step: int, total: int, m: Mapping[str, Any]) -> str:
+    """One line per step: reward, success, tool use, loss, tokens, staleness, time."""
+
+    def num(key: str, fmt: str) -> str:
+        value = m.get(key)
+        return format(value, fmt) if isinstance(value, int | float) else "-"
+
+    if "time_sample_s" in m:
+        seconds = m["time_sample_s"] + m.get("time_train_s", 0.0)
+    else:
+        seconds = m.get("time_step_s")
+    return (
+        f"step {step + 1}/{total}  reward {num('reward_mean', '.3f')}"
+        f"  success {num('success_rate', '.2f')}  tool calls {num('tool_call_rate', '.2f')}"
+        f"  turns {num('turns_mean', '.2f')}  loss {num('loss', '.4g')}"
+        f"  tokens {m.get('sampled_tokens', '-')}  staleness {m.get('staleness_max', '-')}"
+        f"  failed {m.get('episodes_failed', '-')}"
+        + (f"  {seconds:.1f}s" if isinstance(seconds, int | float) else "")
+    )
