@@ -1,6 +1,6 @@
 """The trainer interface: what a backend plugin does with finished episode groups.
 
-Two kinds of trainer meet the hub:
+Three kinds of trainer meet the hub:
 
 - A **consumer** (``trains = False``, e.g. ``export``) takes each finished group through
   :meth:`Trainer.consume` during one pass over the dataset.
@@ -9,6 +9,10 @@ Two kinds of trainer meet the hub:
   with their advantages) and gets a :class:`StepResult` back: the new weight version, the
   step's metrics, and the new policy for the sampling side (e.g. a Tinker sampling client),
   which the hub passes to the token source's sampling backend between turns.
+- A **driving trainer** (``drives = True``, e.g. ``trl``) runs its own loop: ``rollhub run``
+  starts the hub and hands the trainer a :class:`DrivenRun` (the started hub, the dataset,
+  a step recorder); the trainer's loop asks the hub for episode groups and records each
+  step, and :meth:`Trainer.drive` returns when training is done.
 
 Constructor contract: ``cls(options, *, context=...)`` with the validated ``Options`` and
 a :class:`~rollhub.registry.ComponentContext` (``context.run_dir`` is where outputs go,
@@ -21,14 +25,18 @@ from __future__ import annotations
 from abc import ABC
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
 from rollhub.episode import Episode, EpisodeGroup
 from rollhub.registry import ComponentContext
 
-__all__ = ["StepResult", "Trainer", "TrainerOptions", "TrainingBatch"]
+if TYPE_CHECKING:
+    from rollhub.hub import AsyncHub
+    from rollhub.training.recorder import StepRecorder
+
+__all__ = ["DrivenRun", "StepResult", "Trainer", "TrainerOptions", "TrainingBatch"]
 
 
 class TrainerOptions(BaseModel):
@@ -85,6 +93,27 @@ class StepResult:
     policy: Any = None
 
 
+@dataclass
+class DrivenRun:
+    """What ``rollhub run`` hands a trainer that drives its own loop.
+
+    :param hub: the started hub; its loop is the one :meth:`Trainer.drive` is awaited on
+        (a trainer whose loop runs on another thread submits to it with
+        ``asyncio.run_coroutine_threadsafe``).
+    :param payloads: the dataset (``experiment.dataset``, ``max_prompts`` applied).
+    :param recorder: records each step (``metrics.jsonl``, ``episodes.jsonl``, the metric
+        sinks, the progress bar); ``recorder.total_steps`` is how many steps to train.
+    :param run_dir: the run directory (the trainer's own outputs go here).
+    :param resume: ``rollhub run --resume``: continue from the run directory's state.
+    """
+
+    hub: AsyncHub
+    payloads: list[dict[str, Any]]
+    recorder: StepRecorder
+    run_dir: Path
+    resume: bool = False
+
+
 class Trainer(ABC):
     """Consumes episode groups. Subclasses set ``name`` and ``Options``."""
 
@@ -92,6 +121,8 @@ class Trainer(ABC):
     Options: ClassVar[type[TrainerOptions]] = TrainerOptions
     #: True for trainers driven by the training loop (:meth:`step`), False for consumers.
     trains: ClassVar[bool] = False
+    #: True for trainers that run their own loop against the hub (:meth:`drive`).
+    drives: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -129,6 +160,16 @@ class Trainer(ABC):
     async def step(self, batch: TrainingBatch) -> StepResult:
         """Train on one batch; return the new version, metrics and policy."""
         raise NotImplementedError(f"trainer {self.name!r} does not train (trains = False)")
+
+    # Driving trainers -----------------------------------------------------------------------
+
+    async def drive(self, run: DrivenRun) -> dict[str, Any]:
+        """Run the trainer's own loop over ``run.payloads`` until done.
+
+        :returns: ``{"steps", "total_steps", "weight_version", "last"}`` (``last``: the last
+            step's metrics), as the core's loop reports them.
+        """
+        raise NotImplementedError(f"trainer {self.name!r} does not drive (drives = False)")
 
     async def save_state(self, directory: Path) -> dict[str, Any]:
         """Save what resuming needs under ``directory``; return JSON-ready state."""

@@ -222,7 +222,7 @@ async def run_experiment(
     trainer_cls, _ = build_options(
         hub.host.registry, "trainer", cfg.trainer.name, cfg.trainer.options, section="trainer"
     )
-    if getattr(trainer_cls, "trains", False):
+    if getattr(trainer_cls, "trains", False) or getattr(trainer_cls, "drives", False):
         return await train(hub, payloads, run_dir, resume=resume, outputs=outputs)
     if resume:
         raise UsageError(
@@ -256,16 +256,16 @@ async def train(
             hub.set_weight_version(0)  # the base weights are version 0 of the run
             evals["before"] = await evaluate(hub, held_out, cfg.eval.n_samples, label="base")
         sinks = build_sinks(hub, run_dir)
-        loop = TrainingLoop(
-            hub,
-            payloads,
-            run_dir=run_dir,
-            sinks=sinks,
-            resume=resume,
-            progress=None if cfg.experiment.progress else False,
-        )
+        progress = None if cfg.experiment.progress else False
         try:
-            summary = await loop.run()
+            if hub.trainer.drives:
+                summary, history = await _drive(hub, payloads, run_dir, sinks, resume, progress)
+            else:
+                loop = TrainingLoop(
+                    hub, payloads, run_dir=run_dir, sinks=sinks, resume=resume, progress=progress
+                )
+                summary = await loop.run()
+                history = loop.history
         finally:
             if can_plot():
                 plot_training(run_dir / "metrics.jsonl", run_dir / "training.png")
@@ -279,13 +279,47 @@ async def train(
     if evals:
         summary["eval"] = {k: v.as_dict() for k, v in evals.items()}
         (run_dir / "eval.json").write_text(json.dumps(summary["eval"], indent=2))
-    _print_before_after(loop.history, evals)
+    _print_before_after(history, evals)
     last = summary["last"] or {}
     print(
         f"trained {summary['steps']}/{summary['total_steps']} steps; weight version "
         f"{summary['weight_version']}; last reward {last.get('reward_mean')}"
     )
     return summary
+
+
+async def _drive(
+    hub: Any,
+    payloads: list[dict[str, Any]],
+    run_dir: Path,
+    sinks: list[Any],
+    resume: bool,
+    progress: bool | None,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Hand the run to a trainer that drives its own loop; it records its steps."""
+    from rollhub.trainer import DrivenRun
+    from rollhub.training.loop import planned_steps
+    from rollhub.training.plot import read_metrics
+    from rollhub.training.recorder import StepRecorder
+
+    if not resume and (run_dir / "metrics.jsonl").exists():
+        raise UsageError(
+            f"{run_dir} already holds a run; resume it with --resume or pick a new run directory"
+        )
+    history = read_metrics(run_dir / "metrics.jsonl") if resume else []
+    recorder = StepRecorder(
+        hub, run_dir, total_steps=planned_steps(hub.config, len(payloads)), sinks=sinks,
+        history=history, progress=progress,
+    )
+    try:
+        with recorder:
+            summary = await hub.trainer.drive(
+                DrivenRun(hub=hub, payloads=payloads, recorder=recorder, run_dir=run_dir,
+                          resume=resume)
+            )
+    finally:
+        history = recorder.history
+    return summary, history
 
 
 def _print_before_after(history: list[dict[str, Any]], evals: dict[str, Any]) -> None:

@@ -46,7 +46,7 @@ from rollhub.training.plot import read_metrics
 from rollhub.training.recorder import StepRecorder
 from rollhub.training.sinks import MetricSink
 
-__all__ = ["TrainingLoop", "batch_metrics", "schedule"]
+__all__ = ["TrainingLoop", "batch_metrics", "planned_steps", "schedule"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,13 @@ def schedule(
             random.Random(seed + epoch).shuffle(items)
         order.extend(items)
     return order
+
+
+def planned_steps(config: Any, prompts: int) -> int:
+    """Steps a run trains: ``training.steps``, or every prompt of every epoch once."""
+    tr = config.training
+    total = math.ceil(prompts * tr.epochs / tr.batch_groups)
+    return min(total, tr.steps) if tr.steps else total
 
 
 class TrainingLoop:
@@ -96,8 +103,7 @@ class TrainingLoop:
         self.order = schedule(
             self.payloads, epochs=tr.epochs, shuffle=tr.shuffle, seed=self.config.experiment.seed
         )
-        total = math.ceil(len(self.order) / tr.batch_groups)
-        self.total_steps = min(total, tr.steps) if tr.steps else total
+        self.total_steps = planned_steps(self.config, len(self.payloads))
         self.fingerprint = dataset_fingerprint(
             [group_id_of(p, self.config.experiment.id_field) for p in self.payloads]
         )

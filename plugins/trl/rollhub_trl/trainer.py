@@ -1,0 +1,324 @@
+"""The ``trl`` trainer: TRL's ``GRPOTrainer`` drives, rollhub supplies the episodes.
+
+``rollhub run`` starts the hub (agent workers, result store, the in-process gateway) and
+awaits :meth:`TrlTrainer.drive`, which runs ``GRPOTrainer.train()`` on a thread:
+
+- TRL's dataset is the config's ``experiment.dataset`` (each row as JSON text in the
+  ``prompt`` column); TRL samples and shuffles it (``seed = experiment.seed``);
+- its ``rollout_func`` (:class:`rollhub_trl.rollout.HubRollout`) runs one group of
+  ``experiment.n_samples`` episodes per prompt through the hub and returns their exact ids,
+  logprobs and ``env_mask``; its reward function returns the episodes' rewards;
+- one optimizer step per ``training.batch_groups`` prompts (``per_device_train_batch_size
+  = n_samples``, ``gradient_accumulation_steps = batch_groups``), ``training.steps`` steps;
+- on the CPU the gateway's ``transformers`` engine samples from TRL's model itself (the
+  module is published to the engine once; no copy). After each optimizer step the weight
+  version becomes TRL's ``global_step`` and is published again, so the next turns are
+  stamped with it and the engine drops key/value states of the old weights;
+- each step is recorded like the core loop's: ``metrics.jsonl`` (rollhub's batch figures
+  plus TRL's logs: ``loss``, ``grad_norm``, ``trl_*``), ``episodes.jsonl`` with TRL's own
+  advantage per episode, the metric sinks and the progress bar.
+
+With ``use_vllm = true`` (a GPU machine), TRL's vLLM generates behind the gateway's vLLM
+engine and TRL syncs its weights itself; only the version is published here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from pydantic import Field
+from rollhub.errors import ConfigError
+from rollhub.registry import ComponentContext
+from rollhub.trainer import DrivenRun, Trainer, TrainerOptions
+
+from rollhub_trl.rollout import (
+    EPISODE_FIELD,
+    HubRollout,
+    as_prompt,
+    rollhub_reward,
+)
+
+__all__ = ["RESERVED_ARGS", "TrlTrainer", "TrlTrainerOptions"]
+
+log = logging.getLogger(__name__)
+
+#: GRPOConfig fields rollhub sets from the config (the error names where they live)
+RESERVED_ARGS = {
+    "num_generations": "experiment.n_samples",
+    "per_device_train_batch_size": "experiment.n_samples",
+    "gradient_accumulation_steps": "training.batch_groups",
+    "steps_per_generation": "training.batch_groups",
+    "max_steps": "training.steps",
+    "seed": "experiment.seed",
+    "temperature": "experiment.sampling.temperature",
+    "output_dir": "the run directory",
+    "learning_rate": "trainer.learning_rate",
+    "use_vllm": "trainer.use_vllm",
+    "logging_steps": "rollhub (every step is recorded)",
+}
+
+
+class TrlTrainerOptions(TrainerOptions):
+    """``[trainer]`` options of the ``trl`` trainer; ``[trainer.args]`` passes the rest of
+    TRL's ``GRPOConfig`` through (``loss_type``, ``beta``, ``epsilon``, ``scale_rewards``,
+    ``max_grad_norm``, ``weight_decay``, ...)."""
+
+    model: str | None = Field(
+        None,
+        description="'smollm2-135m-instruct' or a local model directory; None: the gateway "
+        "engine's model",
+    )
+    learning_rate: float = Field(1e-5, ge=0, description="0 trains nothing (a control run)")
+    train_layers: int | None = Field(
+        8, ge=1,
+        description="train the top N decoder layers and the final norm (None: every parameter)",
+    )
+    use_vllm: bool = Field(
+        False, description="GPU: TRL's vLLM generates (behind the gateway's vllm engine)"
+    )
+    threads: int | None = Field(None, ge=1, description="torch intra-op threads")
+    args: dict[str, Any] = Field(
+        default_factory=dict, description="more GRPOConfig fields, passed to TRL as given"
+    )
+
+
+class TrlTrainer(Trainer):
+    """TRL's GRPOTrainer, driving; see the module doc."""
+
+    name = "trl"
+    Options = TrlTrainerOptions
+    options: TrlTrainerOptions
+    drives = True
+
+    def __init__(
+        self, options: TrlTrainerOptions | None = None, *,
+        context: ComponentContext | None = None, **kw: Any,
+    ) -> None:
+        super().__init__(options, context=context, **kw)
+        reserved = sorted(set(self.options.args) & set(RESERVED_ARGS))
+        if reserved:
+            key = reserved[0]
+            raise ConfigError(
+                f"trainer.args.{key} is set by rollhub from {RESERVED_ARGS[key]}; set it there",
+                field=f"trainer.args.{key}",
+            )
+        self.trl_trainer: Any = None
+        self.rollout: HubRollout | None = None
+
+    async def drive(self, run: DrivenRun) -> dict[str, Any]:
+        """Build TRL's trainer on the hub and train; see the module doc."""
+        loop = asyncio.get_running_loop()
+        hub, recorder = run.hub, run.recorder
+        cfg = hub.config
+        model, tokenizer = await asyncio.to_thread(self._load_model, cfg)
+        self.rollout = rollout = HubRollout(
+            hub, loop,
+            filler_id=int(tokenizer.eos_token_id),
+            success_threshold=cfg.rewards.success_threshold,
+            advantage=cfg.training.advantage,
+            sampling_model=lambda: self.trl_trainer.model if self.trl_trainer else model,
+        )
+        trl_trainer = self.trl_trainer = await asyncio.to_thread(
+            self._build, run, model, tokenizer, rollout, loop
+        )
+        start = recorder.history[-1]["step"] + 1 if recorder.history else 0
+        if not self.options.use_vllm:
+            await hub.publish_policy(trl_trainer.model, start)
+        else:
+            hub.set_weight_version(start)
+        try:
+            await asyncio.to_thread(
+                trl_trainer.train, resume_from_checkpoint=True if run.resume else None
+            )
+        except BaseException:
+            rollout.stopping = True  # a cancelled run: TRL's thread stops at its next batch
+            raise
+        final = run.run_dir / "model"
+        await asyncio.to_thread(trl_trainer.save_model, str(final))
+        return {
+            "steps": trl_trainer.state.global_step,
+            "total_steps": recorder.total_steps,
+            "weight_version": hub.weight_version,
+            "last": recorder.history[-1] if recorder.history else None,
+            "model": str(final),
+        }
+
+    def _load_model(self, cfg: Any) -> tuple[Any, Any]:
+        import torch
+        from rollhub_gateway.models import load_causal_lm
+
+        if self.options.threads:
+            torch.set_num_threads(self.options.threads)
+        name = self.options.model or _engine_model(cfg)
+        try:
+            model, tokenizer = load_causal_lm(name)
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            raise ConfigError(
+                f"model={name!r} could not be loaded offline: {exc}", field="trainer.model"
+            ) from exc
+        n = self.options.train_layers
+        if n is not None:
+            decoder = model.get_decoder()
+            if n > len(decoder.layers):
+                raise ConfigError(
+                    f"train_layers={n} but the model has {len(decoder.layers)} decoder layers",
+                    field="trainer.train_layers",
+                )
+            model.requires_grad_(False)
+            for layer in decoder.layers[len(decoder.layers) - n :]:
+                layer.requires_grad_(True)
+            decoder.norm.requires_grad_(True)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        return model, tokenizer
+
+    def _build(
+        self, run: DrivenRun, model: Any, tokenizer: Any, rollout: HubRollout,
+        loop: asyncio.AbstractEventLoop,
+    ) -> Any:
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is the point
+        from datasets import Dataset
+        from trl import GRPOConfig
+
+        cfg = run.hub.config
+        n, groups = cfg.experiment.n_samples, cfg.training.batch_groups
+        if n < 2:
+            raise ConfigError(
+                "experiment.n_samples must be at least 2 for TRL's GRPO (advantages are "
+                "relative to the group)", field="experiment.n_samples",
+            )
+        every = cfg.training.checkpoint_every
+        kwargs: dict[str, Any] = {
+            # CPU defaults; [trainer.args] may change them
+            "bf16": False,
+            "gradient_checkpointing": False,
+            "report_to": "none",
+            "save_strategy": "steps" if every else "no",
+            "save_steps": every or 500,
+            "disable_tqdm": True,
+            "lr_scheduler_type": "constant",  # as the torch trainer: a curve is comparable
+            **self.options.args,
+            "output_dir": str(run.run_dir / "trl"),
+            "learning_rate": self.options.learning_rate,
+            "num_generations": n,
+            "per_device_train_batch_size": n,
+            "gradient_accumulation_steps": groups,
+            "steps_per_generation": groups,
+            "max_steps": run.recorder.total_steps,
+            "seed": cfg.experiment.seed,
+            "temperature": float((cfg.experiment.sampling or {}).get("temperature", 1.0)) or 1.0,
+            "logging_steps": 1,
+            "use_vllm": self.options.use_vllm,
+            "use_cpu": not self.options.use_vllm,
+        }
+        try:
+            args = GRPOConfig(**kwargs)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"trainer.args: TRL's GRPOConfig refused them: {exc}",
+                              field="trainer.args") from exc
+        dataset = Dataset.from_list([{"prompt": as_prompt(p)} for p in run.payloads])
+        trainer = _grpo_trainer_class()(
+            model=model,
+            reward_funcs=[rollhub_reward],
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            rollout_func=rollout,
+            callbacks=[_StepCallback(self, run, loop)],
+        )
+        from transformers import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)  # the recorder prints one line per step
+        return trainer
+
+
+def _grpo_trainer_class() -> type:
+    """GRPOTrainer that keeps each generation batch's advantages for the step record."""
+    from trl import GRPOTrainer
+
+    class RollhubGRPOTrainer(GRPOTrainer):  # type: ignore[misc,valid-type]
+        last_scored: dict[str, Any] | None = None
+
+        def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+            out = super()._generate_and_score_completions(inputs)
+            self.last_scored = out
+            rollout = self.rollout_func
+            if isinstance(rollout, HubRollout) and rollout.pending:
+                pending = rollout.pending[-1]
+                ids = [x.get(EPISODE_FIELD) for x in inputs]
+                trainable = {e.episode_id for e in pending.batch.episodes if e.trainable}
+                pending.batch.advantages = {
+                    eid: float(a) for eid, a in zip(ids, out["advantages"].tolist(), strict=True)
+                    if eid in trainable
+                }
+            return out
+
+    return RollhubGRPOTrainer
+
+
+def _step_callback_base() -> type:
+    from transformers import TrainerCallback
+
+    return TrainerCallback
+
+
+class _StepCallback(_step_callback_base()):  # type: ignore[misc]
+    """Publishes the new weight version after each optimizer step and records the step
+    with TRL's logs once they arrive."""
+
+    def __init__(self, owner: TrlTrainer, run: DrivenRun, loop: asyncio.AbstractEventLoop):
+        self.owner, self.run, self.loop = owner, run, loop
+        self.t_step = time.monotonic()
+
+    def _on_loop(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.t_step = time.monotonic()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        hub, trainer = self.run.hub, self.owner.trl_trainer
+        version = int(state.global_step)
+        if self.owner.options.use_vllm:
+            hub.set_weight_version(version)  # TRL syncs vLLM's weights itself
+        else:
+            self._on_loop(hub.publish_policy(trainer.model, version))
+        rollout = self.owner.rollout
+        if rollout is not None and rollout.stopping:
+            control.should_training_stop = True
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+        rollout = self.owner.rollout
+        if rollout is None or not rollout.pending or not logs or "loss" not in logs:
+            return  # TRL's end-of-training summary, or nothing sampled yet
+        pending = rollout.pending.pop(0)
+        metrics = dict(pending.metrics)
+        for key, value in logs.items():
+            if not isinstance(value, int | float):
+                continue
+            if key in ("loss", "grad_norm", "learning_rate", "entropy"):
+                metrics[key] = value
+            elif key not in ("epoch", "step"):
+                metrics["trl_" + key.replace("/", "_")] = value
+        now = time.monotonic()
+        metrics["weight_version"] = int(state.global_step)
+        metrics["time_step_s"] = round(now - self.t_step, 3)
+        metrics["time_train_s"] = round(max(0.0, metrics["time_step_s"] - metrics["time_sample_s"]), 3)
+        self._on_loop(self.run.recorder.record(pending.batch, metrics))
+
+
+def _engine_model(config: Any) -> str:
+    """The model the gateway's transformers engine loads (TRL must train that one)."""
+    from rollhub_gateway.models import SMOLLM2
+
+    options = dict(getattr(getattr(config, "token_source", None), "options", None) or {})
+    engine = options.get("engine") or {}
+    engine_options = (engine.get("options") or {}) if isinstance(engine, dict) else {}
+    return str(engine_options.get("model") or SMOLLM2)
+
