@@ -44,6 +44,18 @@ from rollhub_trl.rollout import (
 
 __all__ = ["RESERVED_ARGS", "TrlTrainer", "TrlTrainerOptions"]
 
+
+def _checkpointing_field() -> str:
+    """transformers 5 renamed ``gradient_checkpointing`` to ``activation_checkpointing``."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    return "activation_checkpointing" if "activation_checkpointing" in names else (
+        "gradient_checkpointing"
+    )
+
 log = logging.getLogger(__name__)
 
 #: GRPOConfig fields rollhub sets from the config (the error names where they live)
@@ -178,15 +190,14 @@ class TrlTrainer(Trainer):
             tokenizer.pad_token = tokenizer.eos_token
         return model, tokenizer
 
-    def _build(
-        self, run: DrivenRun, model: Any, tokenizer: Any, rollout: HubRollout,
-        loop: asyncio.AbstractEventLoop,
-    ) -> Any:
-        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is the point
-        from datasets import Dataset
+    def grpo_config(self, cfg: Any, run_dir: Any, total_steps: int) -> Any:
+        """TRL's ``GRPOConfig`` for this run: rollhub's settings over ``[trainer.args]``.
+
+        :raises ConfigError: ``experiment.n_samples`` below 2, or TRL refused an argument.
+        """
         from trl import GRPOConfig
 
-        cfg = run.hub.config
+        checkpointing = _checkpointing_field()
         n, groups = cfg.experiment.n_samples, cfg.training.batch_groups
         if n < 2:
             raise ConfigError(
@@ -197,20 +208,20 @@ class TrlTrainer(Trainer):
         kwargs: dict[str, Any] = {
             # CPU defaults; [trainer.args] may change them
             "bf16": False,
-            "gradient_checkpointing": False,
+            checkpointing: False,  # recomputing activations only costs time on a CPU
             "report_to": "none",
             "save_strategy": "steps" if every else "no",
             "save_steps": every or 500,
             "disable_tqdm": True,
-            "lr_scheduler_type": "constant",  # as the torch trainer: a curve is comparable
+            "lr_scheduler_type": "constant",  # as the torch trainer: curves are comparable
             **self.options.args,
-            "output_dir": str(run.run_dir / "trl"),
+            "output_dir": str(run_dir / "trl"),
             "learning_rate": self.options.learning_rate,
             "num_generations": n,
             "per_device_train_batch_size": n,
             "gradient_accumulation_steps": groups,
             "steps_per_generation": groups,
-            "max_steps": run.recorder.total_steps,
+            "max_steps": total_steps,
             "seed": cfg.experiment.seed,
             "temperature": float((cfg.experiment.sampling or {}).get("temperature", 1.0)) or 1.0,
             "logging_steps": 1,
@@ -218,10 +229,19 @@ class TrlTrainer(Trainer):
             "use_cpu": not self.options.use_vllm,
         }
         try:
-            args = GRPOConfig(**kwargs)
+            return GRPOConfig(**kwargs)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"trainer.args: TRL's GRPOConfig refused them: {exc}",
                               field="trainer.args") from exc
+
+    def _build(
+        self, run: DrivenRun, model: Any, tokenizer: Any, rollout: HubRollout,
+        loop: asyncio.AbstractEventLoop,
+    ) -> Any:
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is the point
+        from datasets import Dataset
+
+        args = self.grpo_config(run.hub.config, run.run_dir, run.recorder.total_steps)
         dataset = Dataset.from_list([{"prompt": as_prompt(p)} for p in run.payloads])
         trainer = _grpo_trainer_class()(
             model=model,
@@ -243,7 +263,9 @@ def _grpo_trainer_class() -> type:
     from trl import GRPOTrainer
 
     class RollhubGRPOTrainer(GRPOTrainer):  # type: ignore[misc,valid-type]
+        #: the last generation batch as TRL's loss consumes it, and its episodes in order
         last_scored: dict[str, Any] | None = None
+        rollout_order: list[str] = []
 
         def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
             out = super()._generate_and_score_completions(inputs)
@@ -252,6 +274,7 @@ def _grpo_trainer_class() -> type:
             if isinstance(rollout, HubRollout) and rollout.pending:
                 pending = rollout.pending[-1]
                 ids = [x.get(EPISODE_FIELD) for x in inputs]
+                self.rollout_order = ids
                 trainable = {e.episode_id for e in pending.batch.episodes if e.trainable}
                 pending.batch.advantages = {
                     eid: float(a) for eid, a in zip(ids, out["advantages"].tolist(), strict=True)

@@ -1,0 +1,168 @@
+"""Two real TRL GRPO steps on SmolLM2 from multi-turn calculator episodes.
+
+``examples/math/train-trl.toml`` shortened (2 steps of 2 prompts × 4 samples), run in this
+process the way ``rollhub run`` runs it: real agent worker processes, the in-process
+gateway, the transformers engine sampling from TRL's own model, TRL's ``GRPOTrainer``.
+
+Asserted: TRL changed the trained weights (and only those); a completion with a positive
+advantage became more likely; the tensors TRL's loss was computed on hold exactly the ids
+the gateway recorded, and its tool mask is exactly the records' mask (tool replies 0);
+turns of step 2 carry weight version 1; the engine sampled from TRL's module itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from rollhub.commands.checks import check_run_config, load_payloads
+from rollhub.commands.run import train
+from rollhub.config import load_config
+from rollhub.export import read_rows
+from rollhub.hub import AsyncHub
+from rollhub_gateway.models import SMOLLM2, load_causal_lm, load_tokenizer
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[3]
+CONFIG = ROOT / "examples" / "math" / "train-trl.toml"
+T = 0.7
+
+SHORT = {
+    "ROLLHUB_TRAINING__STEPS": "2",
+    "ROLLHUB_TRAINING__BATCH_GROUPS": "2",
+    "ROLLHUB_TRAINING__CHECKPOINT_EVERY": "0",
+    "ROLLHUB_EXPERIMENT__N_SAMPLES": "4",
+    "ROLLHUB_EVAL__MAX_PROMPTS": "2",
+    "ROLLHUB_EVAL__N_SAMPLES": "2",
+    # high enough that two steps surely move the weights
+    "ROLLHUB_TRAINER__LEARNING_RATE": "1e-4",
+}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("trl")
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in {**SHORT, "ROLLHUB_STORE__URL": f'"file://{tmp / "store"}"'}.items():
+            mp.setenv(key, value)
+        cfg = load_config(CONFIG)
+    cfg.experiment.progress = False
+    host = check_run_config(cfg)
+    payloads = load_payloads(cfg)
+    run_dir = tmp / "run"
+    run_dir.mkdir()
+    hub = AsyncHub(cfg, host=host, run_dir=run_dir)
+    engines: list[Any] = []
+    rose: list[float] = []
+
+    async def go() -> dict[str, Any]:
+        original = hub.publish_policy
+
+        async def spy(policy: Any, version: int) -> None:
+            # what the engine samples from when the next policy arrives, and that policy
+            engines.append((hub.token_source.gateway.backend.engine.model, policy, version))
+            if version == 1:  # right after TRL's first optimizer step, before any other
+                batch = hub.trainer.rollout.pending[0].batch
+                for e, advantage in batch.trainable():
+                    if advantage > 0 and e.traces:
+                        rose.append(_gain(policy, e.traces[-1].model_dump()))
+            await original(policy, version)
+
+        hub.publish_policy = spy  # type: ignore[method-assign]
+        return await train(hub, payloads, run_dir, resume=False)
+
+    summary = asyncio.run(go())
+    trl = hub.trainer.trl_trainer
+    return {"summary": summary, "dir": run_dir, "trl": trl, "engines": engines, "rose": rose}
+
+
+def test_trl_stepped_twice_and_the_engine_sampled_from_its_module(run: dict[str, Any]) -> None:
+    trl = run["trl"]
+    assert run["summary"]["steps"] == 2 and trl.state.global_step == 2
+    published = run["engines"]
+    assert [v for _, _, v in published] == [0, 1, 2]
+    assert all(policy is trl.model for _, policy, _ in published)  # the module, not a copy
+    # the episodes of steps 1 and 2 were sampled by TRL's module itself
+    assert all(engine is trl.model for engine, _, _ in published[1:])
+    rows = [json.loads(line) for line in (run["dir"] / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1]
+    assert [r["weight_version"] for r in rows] == [1, 2]
+    for key in ("loss", "grad_norm", "reward_mean", "success_rate", "tool_call_rate",
+                "trained_tokens", "masked_tokens", "trl_records_dropped"):
+        assert key in rows[0], key
+    assert (run["dir"] / "training.png").stat().st_size > 0
+    assert json.loads((run["dir"] / "eval.json").read_text())["after"]["weight_version"] == 2
+
+
+def test_only_the_trained_layers_changed(run: dict[str, Any]) -> None:
+    base, _ = load_causal_lm(SMOLLM2)
+    before = dict(base.named_parameters())
+    changed = {
+        name for name, p in run["trl"].model.named_parameters()
+        if not torch.equal(p.detach(), before[name].detach())
+    }
+    assert changed, "TRL's steps changed no weight"
+    assert all(".layers.2" in n or "model.norm" in n for n in changed), sorted(changed)[:5]
+    assert "model.embed_tokens.weight" not in changed
+
+
+def _gain(model: Any, record: dict[str, Any]) -> float:
+    """log p(the record's sampled tokens) under ``model`` minus under the sampler."""
+    full = torch.tensor([record["prompt_ids"] + record["response_ids"]])
+    with torch.no_grad():
+        lps = torch.log_softmax(model(input_ids=full).logits[0].float() / T, -1)
+    p = len(record["prompt_ids"])
+    now = sum(
+        float(lps[p + j - 1, t])
+        for j, (t, m) in enumerate(zip(record["response_ids"], record["response_mask"], strict=True))
+        if m
+    )
+    sampler = sum(lp for lp, m in zip(record["response_logprobs"], record["response_mask"],
+                                      strict=True) if m)
+    return now - sampler
+
+
+def test_a_positively_advantaged_completion_became_more_likely(run: dict[str, Any]) -> None:
+    gains = run["rose"]  # completions of step 1 with advantage > 0, after its update
+    assert gains, "no completion of step 1 had a positive advantage"
+    assert sum(gains) / len(gains) > 0, gains
+
+
+def test_trls_loss_saw_exactly_the_sampled_ids_and_the_records_mask(run: dict[str, Any]) -> None:
+    scored = run["trl"].last_scored  # what TRL's loss consumed in step 2
+    second = [r for r in read_rows(run["dir"] / "episodes.jsonl") if r["step"] == 1]
+    assert len(second) == scored["completion_ids"].shape[0] == 8
+    by_id = {r["episode_id"]: r for r in second}
+    order = [by_id[i] for i in run["trl"].rollout_order]
+    tok = load_tokenizer(SMOLLM2)
+    tool_replies = 0
+    for i, row in enumerate(order):
+        rec = row["traces"][-1]
+        n = int(scored["completion_mask"][i].sum())
+        completion = scored["completion_ids"][i, :n].tolist()
+        prompt = scored["prompt_ids"][i][scored["prompt_mask"][i].bool()].tolist()
+        mask = scored["tool_mask"][i, :n].tolist()
+        assert completion == rec["response_ids"]
+        assert prompt == rec["prompt_ids"]
+        assert mask == rec["response_mask"]
+        masked = tok.decode([t for t, m in zip(completion, mask, strict=True) if not m])
+        if "<|im_start|>tool\n" in masked:
+            tool_replies += 1
+            sampled = tok.decode([t for t, m in zip(completion, mask, strict=True) if m])
+            assert "<tool_call>" in sampled and "<|im_start|>tool" not in sampled
+    assert tool_replies, "no episode of step 2 got a tool reply"
+
+
+def test_turns_of_step_two_carry_version_one(run: dict[str, Any]) -> None:
+    rows = read_rows(run["dir"] / "episodes.jsonl")
+    for step, version in ((0, 0), (1, 1)):
+        ok = [r for r in rows if r["step"] == step and r["status"] == "ok"]
+        assert ok
+        assert {t["weight_version"] for r in ok for rec in r["traces"] for t in rec["turns"]} == {
+            version
+        }

@@ -1,0 +1,214 @@
+"""The rollout function's conversion rules and the trainer's config checks (no training).
+
+The hub side runs for real: a started :class:`~rollhub.hub.AsyncHub` with the in-process
+runtime and a scripted agent, called from another thread the way TRL calls
+``rollout_func``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from rollhub.episode import Episode
+from rollhub.errors import ConfigError, RollhubError
+from rollhub.registry import ComponentContext
+from rollhub.trace import TraceRecord, TurnSpan
+from rollhub_trl.rollout import (
+    HubRollout,
+    _runs,
+    as_prompt,
+    episode_sample,
+    payload_of,
+    rollhub_reward,
+)
+from rollhub_trl.trainer import TrlTrainer, TrlTrainerOptions
+
+EOS = 2
+
+
+def _record(prompt: list[int], response: list[int], mask: list[int], version: int = 0,
+            branch: int = 0) -> TraceRecord:
+    return TraceRecord(
+        session_id="s", branch_id=branch, prompt_ids=prompt, response_ids=response,
+        response_mask=mask,
+        response_logprobs=[-0.5 if m else 0.0 for m in mask],
+        turns=[TurnSpan(turn_index=0, start=0, end=len(response), weight_version=version)],
+    )
+
+
+def _episode(status: str = "ok", reward: float | None = 1.0, traces: list[TraceRecord] | None = None,
+             trainable: bool = True) -> Episode:
+    e = Episode("e", "g", "s", 0, status, reward=reward, traces=traces or [])  # type: ignore[arg-type]
+    e.trainable = trainable
+    return e
+
+
+def test_a_multi_turn_episode_keeps_its_ids_logprobs_and_mask() -> None:
+    rec = _record([5, 6, 7], [10, 11, 90, 91, 12, EOS], [1, 1, 0, 0, 1, 1])
+    s = episode_sample(_episode(traces=[rec]), EOS)
+    assert s.prompt_ids == [5, 6, 7] and s.completion_ids == [10, 11, 90, 91, 12, EOS]
+    assert s.env_mask == [1, 1, 0, 0, 1, 1]  # the tool reply (90, 91) is not trained
+    assert s.logprobs == [-0.5, -0.5, 0.0, 0.0, -0.5, -0.5]
+    assert s.reward == 1.0 and s.records_dropped == 0
+
+
+def test_a_fork_gives_trl_its_last_record_and_counts_the_others() -> None:
+    first = _record([5, 6], [10, EOS], [1, 1])
+    last = _record([5, 8], [12, 13, EOS], [1, 1, 1], branch=1)
+    s = episode_sample(_episode(traces=[first, last]), EOS)
+    assert s.prompt_ids == [5, 8] and s.completion_ids == [12, 13, EOS]
+    assert s.records_dropped == 1
+
+
+@pytest.mark.parametrize(
+    ("episode", "reward"),
+    [
+        (_episode(status="agent_error", reward=None, trainable=False), None),
+        # excluded by the failure policy (e.g. drop_group): no baseline, no gradient
+        (_episode(reward=1.0, traces=[_record([5], [9, EOS], [1, 1])], trainable=False), None),
+        # zero_reward: a failed episode counts in the baseline with 0 but never trains
+        (_episode(status="timeout", reward=0.0, traces=[_record([5], [9], [1])]), 0.0),
+        (_episode(reward=1.0, traces=[]), 1.0),  # no token capture: nothing to train on
+    ],
+)
+def test_an_episode_that_may_not_train_is_a_masked_filler(episode: Episode, reward: Any) -> None:
+    s = episode_sample(episode, EOS)
+    assert s.prompt_ids == [EOS] and s.completion_ids == [EOS] and s.env_mask == [0]
+    assert s.reward == reward
+
+
+def test_a_record_whose_arrays_disagree_is_refused() -> None:
+    rec = _record([5], [9, 10], [1, 1])
+    rec.response_logprobs = [-0.1]
+    with pytest.raises(RollhubError, match="must align"):
+        episode_sample(_episode(traces=[rec]), EOS)
+
+
+def test_runs_of_equal_prompts_are_groups() -> None:
+    a, b = as_prompt({"id": "a", "q": 1}), as_prompt({"q": 2, "id": "b"})
+    assert _runs([a, a, a, b, b, a]) == [({"id": "a", "q": 1}, 3), ({"id": "b", "q": 2}, 2),
+                                         ({"id": "a", "q": 1}, 1)]
+    assert payload_of({"id": "x"}) == {"id": "x"}
+    with pytest.raises(RollhubError, match="not a rollhub dataset row"):
+        payload_of("What is 2 + 2?")
+
+
+def test_the_reward_function_hands_trl_the_episode_rewards() -> None:
+    assert rollhub_reward(["p"] * 3, ["c"] * 3, rollhub_reward=[1.0, None, 0.0]) == [1.0, None, 0.0]
+
+
+class _Hub:
+    """The two things the rollout function uses of a hub, recording the calls."""
+
+    def __init__(self) -> None:
+        self.weight_version = 3
+        self.calls: list[tuple[dict[str, Any], int, str]] = []
+
+    async def run_group(self, payload: dict[str, Any], n: int) -> Any:
+        from rollhub.episode import EpisodeGroup
+
+        self.calls.append((payload, n, threading.current_thread().name))
+        episodes = []
+        for i in range(n):
+            rec = _record([1, 2], [3 + i, EOS], [1, 1], version=3)
+            episodes.append(Episode(f"{payload['id']}-{i}", payload["id"], f"s{i}", i, "ok",
+                                    reward=float(i % 2), traces=[rec]))
+        return EpisodeGroup(payload["id"], payload, episodes)
+
+
+def test_the_rollout_function_runs_groups_on_the_hubs_loop_from_trls_thread() -> None:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="hub-loop", daemon=True)
+    thread.start()
+    hub = _Hub()
+
+    class Model:
+        training = True
+
+        def eval(self) -> None:
+            Model.training = False
+            assert not hub.calls  # sampling starts in eval mode
+
+        def train(self, mode: bool = True) -> None:
+            Model.training = mode
+
+    class State:
+        global_step = 3
+
+    class Trainer:
+        state = State()
+
+    try:
+        rollout = HubRollout(hub, loop, filler_id=EOS, sampling_model=Model)
+        a, b = as_prompt({"id": "a"}), as_prompt({"id": "b"})
+        out = rollout([a, a, b, b], Trainer())
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+    assert [(p["id"], n, t) for p, n, t in hub.calls] == [("a", 2, "hub-loop"), ("b", 2, "hub-loop")]
+    assert Model.training is True  # TRL's mode restored
+    assert out["completion_ids"] == [[3, EOS], [4, EOS], [3, EOS], [4, EOS]]
+    assert out["env_mask"] == [[1, 1]] * 4 and out["rollhub_reward"] == [0.0, 1.0, 0.0, 1.0]
+    assert out["rollhub_episode_id"] == ["a-0", "a-1", "b-0", "b-1"]
+    pending = rollout.pending[-1]
+    assert pending.batch.step == 3 and pending.batch.weight_version == 3
+    assert pending.metrics["episodes"] == 4 and pending.metrics["trained_tokens"] == 8
+    rollout.stopping = True
+    with pytest.raises(RollhubError, match="stopping"):
+        rollout([a], Trainer())
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({"num_generations": 4}, "trainer.args.num_generations"),
+        ({"learning_rate": 1.0}, "trainer.args.learning_rate"),
+        ({"output_dir": "/tmp/x"}, "trainer.args.output_dir"),
+    ],
+)
+def test_fields_rollhub_sets_are_refused_in_trainer_args(args: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")) as err:
+        TrlTrainer(TrlTrainerOptions(args=args), context=ComponentContext(exp_id="x"))
+    assert err.value.field == field
+
+
+def _cfg(**env: str) -> Any:
+    from pathlib import Path
+
+    from rollhub.config import load_config
+
+    root = Path(__file__).resolve().parents[3]
+    return load_config(root / "examples" / "math" / "train-trl.toml",
+                       env={f"ROLLHUB_{k}": v for k, v in env.items()})
+
+
+def test_the_grpo_config_follows_the_rollhub_config(tmp_path) -> None:
+    cfg = _cfg()
+    trainer = TrlTrainer(TrlTrainerOptions(learning_rate=3e-5, args={"beta": 0.04, "epsilon": 0.3}),
+                         context=ComponentContext(exp_id="x", config=cfg))
+    args = trainer.grpo_config(cfg, tmp_path, total_steps=10)
+    assert (args.num_generations, args.per_device_train_batch_size) == (8, 8)
+    assert args.gradient_accumulation_steps == args.steps_per_generation == 4
+    assert args.max_steps == 10 and args.learning_rate == 3e-5 and args.temperature == 0.7
+    assert (args.beta, args.epsilon, args.loss_type) == (0.04, 0.3, "dapo")
+    assert args.output_dir == str(tmp_path / "trl") and not args.use_vllm
+
+
+def test_an_argument_trl_refuses_names_trainer_args(tmp_path) -> None:
+    cfg = _cfg()
+    trainer = TrlTrainer(TrlTrainerOptions(args={"no_such_field": 1}),
+                         context=ComponentContext(exp_id="x", config=cfg))
+    with pytest.raises(ConfigError, match="no_such_field") as err:
+        trainer.grpo_config(cfg, tmp_path, total_steps=1)
+    assert err.value.field == "trainer.args"
+
+
+def test_a_group_of_one_is_refused(tmp_path) -> None:
+    cfg = _cfg(EXPERIMENT__N_SAMPLES="1")
+    trainer = TrlTrainer(TrlTrainerOptions(), context=ComponentContext(exp_id="x", config=cfg))
+    with pytest.raises(ConfigError, match="at least 2") as err:
+        trainer.grpo_config(cfg, tmp_path, total_steps=1)
+    assert err.value.field == "experiment.n_samples"
