@@ -26,6 +26,10 @@ def _summary(run: Path) -> dict[str, object]:
     from rollhub.training.plot import read_metrics
 
     rows = read_metrics(run / "metrics.jsonl")
+    clock = 0.0
+    for row in rows:  # runs recorded before steps carried elapsed_s: sum the step times
+        clock += float(row.get("time_step_s") or 0.0)
+        row.setdefault("elapsed_s", round(clock, 3))
     evals = json.loads((run / "eval.json").read_text()) if (run / "eval.json").exists() else {}
     reached = None
     for i in range(2, len(rows)):
@@ -42,6 +46,8 @@ def _summary(run: Path) -> dict[str, object]:
         "reached": reached,
         "steps": len(rows),
         "train_s": rows[-1]["elapsed_s"] if rows else None,
+        "sample_s": statistics.median(float(r.get("time_sample_s") or 0) for r in rows),
+        "trainer_s": statistics.median(float(r.get("time_train_s") or 0) for r in rows),
     }
 
 
@@ -57,14 +63,15 @@ def main() -> None:
     runs = {label: Path(path) for label, path in (r.split("=", 1) for r in args.runs)}
     sums = {label: _summary(path) for label, path in runs.items()}
     print("| run | success, steps 1-3 | success, last 3 | tool calls, 1-3 → last 3 | "
-          "held-out pass@1 before → after | success ≥ 0.6 (3-step mean) | training wall |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+          "held-out pass@1 before → after | success ≥ 0.6 (3-step mean) | training wall | step: sample + train (median) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, s in sums.items():
         reached = s["reached"]
         when = f"step {reached[0]} ({reached[1] / 60:.1f} min)" if reached else "never"
         print(f"| {label} | {_f(s['first3'])} | {_f(s['last3'])} | {_f(s['tool_first3'])} → "
               f"{_f(s['tool_last3'])} | {_f(s['eval_before'])} → {_f(s['eval_after'])} | "
-              f"{when} | {float(s['train_s']) / 60:.1f} min |")
+              f"{when} | {float(s['train_s']) / 60:.1f} min | "
+              f"{float(s['sample_s']):.0f} s + {float(s['trainer_s']):.0f} s |")
     trained = [float(s["last3"]) for k, s in sums.items() if "control" not in k]
     control = [float(s["last3"]) for k, s in sums.items() if "control" in k]
     if len(trained) > 1 and control:

@@ -216,7 +216,6 @@ class TrainingLoop:
                     # what overlapping sampling and training (max_staleness > 0) wins back
                     "trainer_idle_frac": round((t_train - t_wait) / wall, 4),
                     "sampler_idle_frac": round(sampler_idle / wall, 4),
-                    "elapsed_s": round(t_end - t0, 3),
                 }
                 await self.recorder.record(batch, metrics)
                 every = self.config.training.checkpoint_every

@@ -10,6 +10,7 @@ line. One recorder per run.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,9 +52,13 @@ class StepRecorder:
         self.sinks: list[MetricSink] = [JsonlSink(run_dir=run_dir), *sinks]
         self.history: list[dict[str, Any]] = [dict(r) for r in history]
         self.bar = RolloutProgress(total_steps, enabled=progress, description="steps")
+        # a resumed run's clock goes on from where its last recorded step left it
+        self._elapsed_before = float(self.history[-1].get("elapsed_s", 0.0)) if self.history else 0.0
+        self._t0 = time.monotonic()
 
     def __enter__(self) -> StepRecorder:
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._t0 = time.monotonic()
         for sink in self.sinks:
             sink.start()
         self.bar.__enter__()
@@ -69,7 +74,11 @@ class StepRecorder:
                 log.warning("metric sink %s failed to close: %s", sink.name, err)
 
     async def record(self, batch: TrainingBatch, metrics: dict[str, Any]) -> None:
-        """Keep the step's episodes and metrics; tell the hooks, the bar and the log."""
+        """Keep the step's episodes and metrics; tell the hooks, the bar and the log.
+
+        ``elapsed_s`` (wall time since the run started, across resumes) is added here.
+        """
+        metrics = {**metrics, "elapsed_s": round(self._elapsed_before + time.monotonic() - self._t0, 3)}
         self.keep_episodes(batch)
         step = batch.step
         self.history.append({"step": step, **metrics})

@@ -170,6 +170,9 @@ async def test_resume_continues_at_the_checkpoint(tmp_path):
     assert summary["weight_version"] == 3
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]
+    # the run's clock goes on across the resume (it restarted at 0 before)
+    clock = [r["elapsed_s"] for r in rows]
+    assert clock == sorted(clock) and clock[2] > clock[1] > 0
     path = tmp_path / "run" / "episodes.jsonl"
     episodes = [json.loads(x) for x in path.read_text().splitlines()]
     assert [r["step"] for r in episodes] == [0] * 8 + [1] * 8 + [2] * 8  # 2 groups x 4 a step
