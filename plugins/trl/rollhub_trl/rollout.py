@@ -137,7 +137,7 @@ class HubRollout:
         if self.stopping:
             raise RollhubError("the run is stopping: no new episodes")
         step = int(getattr(getattr(trainer, "state", None), "global_step", self.calls))
-        runs = _runs(prompts)
+        runs = _runs(prompts, getattr(trainer, "num_generations", None))
         model = self.sampling_model() if self.sampling_model else None
         was_training = bool(model is not None and model.training)
         t0 = time.monotonic()
@@ -174,11 +174,13 @@ class HubRollout:
         return list(await asyncio.gather(*(self.hub.run_group(p, n) for p, n in runs)))
 
 
-def _runs(prompts: Sequence[Any]) -> list[tuple[dict[str, Any], int]]:
-    """Consecutive equal prompts → ``(payload, count)``: one group each."""
+def _runs(prompts: Sequence[Any], size: int | None = None) -> list[tuple[dict[str, Any], int]]:
+    """Consecutive equal prompts → ``(payload, count)``: one group each, of at most ``size``
+    (TRL's ``num_generations``): a row drawn at the end of one epoch and again at the start
+    of the next is two groups, as TRL's advantages count them."""
     runs: list[tuple[Any, int]] = []
     for prompt in prompts:
-        if runs and runs[-1][0] == prompt:
+        if runs and runs[-1][0] == prompt and (size is None or runs[-1][1] < size):
             runs[-1] = (prompt, runs[-1][1] + 1)
         else:
             runs.append((prompt, 1))

@@ -91,6 +91,8 @@ def test_runs_of_equal_prompts_are_groups() -> None:
     a, b = as_prompt({"id": "a", "q": 1}), as_prompt({"q": 2, "id": "b"})
     assert _runs([a, a, a, b, b, a]) == [({"id": "a", "q": 1}, 3), ({"id": "b", "q": 2}, 2),
                                          ({"id": "a", "q": 1}, 1)]
+    # one row at the end of an epoch and at the start of the next: two groups of TRL's size
+    assert _runs([b, b, b, b], size=2) == [({"id": "b", "q": 2}, 2)] * 2
     assert payload_of({"id": "x"}) == {"id": "x"}
     with pytest.raises(RollhubError, match="not a rollhub dataset row"):
         payload_of("What is 2 + 2?")
