@@ -30,7 +30,7 @@ import os
 import time
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from rollhub.errors import ConfigError
 from rollhub.registry import ComponentContext
 from rollhub.trainer import DrivenRun, Trainer, TrainerOptions
@@ -97,6 +97,19 @@ class TrlTrainerOptions(TrainerOptions):
         default_factory=dict, description="more GRPOConfig fields, passed to TRL as given"
     )
 
+    @field_validator("args")
+    @classmethod
+    def _not_rollhubs(cls, args: dict[str, Any]) -> dict[str, Any]:
+        reserved = sorted(set(args) & set(RESERVED_ARGS))
+        if reserved:
+            key = reserved[0]
+            raise ValueError(f"{key} is set by rollhub from {RESERVED_ARGS[key]}; set it there")
+        if args.get("num_iterations", 1) != 1:
+            raise ValueError(
+                "num_iterations must be 1: rollhub records one step per generation batch"
+            )
+        return args
+
 
 class TrlTrainer(Trainer):
     """TRL's GRPOTrainer, driving; see the module doc."""
@@ -111,13 +124,6 @@ class TrlTrainer(Trainer):
         context: ComponentContext | None = None, **kw: Any,
     ) -> None:
         super().__init__(options, context=context, **kw)
-        reserved = sorted(set(self.options.args) & set(RESERVED_ARGS))
-        if reserved:
-            key = reserved[0]
-            raise ConfigError(
-                f"trainer.args.{key} is set by rollhub from {RESERVED_ARGS[key]}; set it there",
-                field=f"trainer.args.{key}",
-            )
         self.trl_trainer: Any = None
         self.rollout: HubRollout | None = None
 

@@ -164,17 +164,33 @@ def test_the_rollout_function_runs_groups_on_the_hubs_loop_from_trls_thread() ->
 
 
 @pytest.mark.parametrize(
-    ("args", "field"),
+    ("arg", "says"),
     [
-        ({"num_generations": 4}, "trainer.args.num_generations"),
-        ({"learning_rate": 1.0}, "trainer.args.learning_rate"),
-        ({"output_dir": "/tmp/x"}, "trainer.args.output_dir"),
+        ("num_generations = 4", "num_generations is set by rollhub from experiment.n_samples"),
+        ("learning_rate = 1.0", "learning_rate is set by rollhub from trainer.learning_rate"),
+        ('output_dir = "/tmp/x"', "output_dir is set by rollhub from the run directory"),
+        ("num_iterations = 2", "num_iterations must be 1"),
     ],
 )
-def test_fields_rollhub_sets_are_refused_in_trainer_args(args: dict[str, Any], field: str) -> None:
-    with pytest.raises(ConfigError, match=field.replace(".", r"\.")) as err:
-        TrlTrainer(TrlTrainerOptions(args=args), context=ComponentContext(exp_id="x"))
-    assert err.value.field == field
+def test_config_check_refuses_what_rollhub_sets_in_trainer_args(
+    arg: str, says: str, tmp_path, capsys
+) -> None:
+    from pathlib import Path
+
+    from rollhub.cli import main
+
+    math = Path(__file__).resolve().parents[3] / "examples" / "math"
+    toml = tmp_path / "rollhub.toml"
+    toml.write_text(
+        f'[experiment]\nname = "x"\ndataset = "{math / "data" / "calc-train.jsonl"}"\n'
+        f'[runtime]\nname = "local"\napp = "{math / "calc_agent.py"}:app"\n'
+        f'[trainer]\nname = "trl"\n[trainer.args]\nbeta = 0.0\n{arg}\n'
+    )
+    assert main(["config", "check", str(toml)]) != 0
+    err = capsys.readouterr().err
+    assert "trainer.args" in err and says in err, err
+    toml.write_text(toml.read_text().replace(arg, ""))
+    assert main(["config", "check", str(toml)]) == 0
 
 
 def _cfg(**env: str) -> Any:
