@@ -82,11 +82,47 @@ def converted_dir(model: str) -> Path | None:
     return root / "models" / f"{source.stem}-{source.stat().st_size}"
 
 
-def load_causal_lm(model: str, *, dtype: str = "float32") -> tuple[Any, Any]:
+def load_causal_lm(
+    model: str, *, dtype: str = "float32", field: str | None = None
+) -> tuple[Any, Any]:
     """``(model, tokenizer)`` for a config word or local directory, loaded offline.
 
     A GGUF model is converted once and then loaded from the cache of :func:`converted_dir`.
+
+    :param field: the config field that named ``model``: a model that cannot be loaded is
+        then a :class:`ConfigError` naming it.
     """
+    if field is None:
+        return _load_causal_lm(model, dtype)
+    try:
+        return _load_causal_lm(model, dtype)
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"model={model!r} could not be loaded offline: {exc}", field=field) from exc
+
+
+def train_top_layers(model: Any, n: int | None, *, field: str = "trainer.train_layers") -> None:
+    """Make only the top ``n`` decoder layers and the final norm trainable (None: all).
+
+    :raises ConfigError: the model has fewer than ``n`` decoder layers.
+    """
+    decoder = model.get_decoder()
+    layers = decoder.layers
+    if n is None:
+        model.requires_grad_(True)
+        return
+    if n > len(layers):
+        raise ConfigError(
+            f"train_layers={n} but the model has {len(layers)} decoder layers", field=field
+        )
+    model.requires_grad_(False)
+    for layer in layers[len(layers) - n :]:
+        layer.requires_grad_(True)
+    decoder.norm.requires_grad_(True)
+
+
+def _load_causal_lm(model: str, dtype: str) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

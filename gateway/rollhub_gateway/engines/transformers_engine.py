@@ -96,14 +96,7 @@ class TransformersBackend(SamplingBackend):
         if opts.threads:
             torch.set_num_threads(opts.threads)
         log.info("loading %s for the transformers engine", opts.model)
-        try:
-            model, tokenizer = load_causal_lm(opts.model, dtype=opts.dtype)
-        except (OSError, ValueError) as exc:
-            if isinstance(exc, ConfigError):
-                raise
-            raise ConfigError(
-                f"model={opts.model!r} could not be loaded offline: {exc}", field="model"
-            ) from exc
+        model, tokenizer = load_causal_lm(opts.model, dtype=opts.dtype, field="model")
         model.eval()
         model.requires_grad_(False)
         if opts.weights:

@@ -111,36 +111,15 @@ class TorchTrainer(Trainer):
 
     def _load(self) -> None:
         import torch
-        from rollhub_gateway.models import load_causal_lm
+        from rollhub_gateway.models import load_causal_lm, train_top_layers
 
         if self.options.threads:
             torch.set_num_threads(self.options.threads)
         torch.manual_seed(self.options.seed)
-        try:
-            model, _ = load_causal_lm(self.model_name)
-        except (OSError, ValueError) as exc:
-            if isinstance(exc, ConfigError):
-                raise
-            raise ConfigError(
-                f"model={self.model_name!r} could not be loaded offline: {exc}",
-                field="trainer.model",
-            ) from exc
+        model, _ = load_causal_lm(self.model_name, field="trainer.model")
         model.train()
-        model.requires_grad_(False)
+        train_top_layers(model, self.options.train_layers)
         decoder = model.get_decoder()
-        layers = decoder.layers
-        n = self.options.train_layers
-        if n is not None and n > len(layers):
-            raise ConfigError(
-                f"train_layers={n} but the model has {len(layers)} decoder layers",
-                field="trainer.train_layers",
-            )
-        if n is None:
-            model.requires_grad_(True)
-        else:
-            for layer in layers[len(layers) - n :]:
-                layer.requires_grad_(True)
-            decoder.norm.requires_grad_(True)
         self.trained = {k: p for k, p in model.named_parameters() if p.requires_grad}
         opts = self.options
         self.optimizer = torch.optim.AdamW(
@@ -154,7 +133,7 @@ class TorchTrainer(Trainer):
             "torch trainer: %s, %d of %d parameters trained (%s)", self.model_name,
             sum(p.numel() for p in self.trained.values()),
             sum(p.numel() for p in model.parameters()),
-            "every layer" if n is None else f"top {n} layers",
+            "every layer" if opts.train_layers is None else f"top {opts.train_layers} layers",
         )
 
     def policy(self) -> dict[str, Any]:

@@ -167,31 +167,13 @@ class TrlTrainer(Trainer):
 
     def _load_model(self, cfg: Any) -> tuple[Any, Any]:
         import torch
-        from rollhub_gateway.models import load_causal_lm
+        from rollhub_gateway.models import load_causal_lm, train_top_layers
 
         if self.options.threads:
             torch.set_num_threads(self.options.threads)
         name = self.options.model or _engine_model(cfg)
-        try:
-            model, tokenizer = load_causal_lm(name)
-        except (OSError, ValueError) as exc:
-            if isinstance(exc, ConfigError):
-                raise
-            raise ConfigError(
-                f"model={name!r} could not be loaded offline: {exc}", field="trainer.model"
-            ) from exc
-        n = self.options.train_layers
-        if n is not None:
-            decoder = model.get_decoder()
-            if n > len(decoder.layers):
-                raise ConfigError(
-                    f"train_layers={n} but the model has {len(decoder.layers)} decoder layers",
-                    field="trainer.train_layers",
-                )
-            model.requires_grad_(False)
-            for layer in decoder.layers[len(decoder.layers) - n :]:
-                layer.requires_grad_(True)
-            decoder.norm.requires_grad_(True)
+        model, tokenizer = load_causal_lm(name, field="trainer.model")
+        train_top_layers(model, self.options.train_layers)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         return model, tokenizer

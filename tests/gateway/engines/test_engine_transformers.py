@@ -190,3 +190,34 @@ def test_the_engine_loaded_a_complete_converted_copy(smollm: TransformersBackend
     names = {p.name for p in where.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= names
     assert smollm.eos_ids == {2} and smollm.tokenizer.chat_template
+
+
+def test_a_model_that_cannot_load_names_the_config_field(tmp_path) -> None:
+    from rollhub.errors import ConfigError
+    from rollhub_gateway.models import load_causal_lm
+
+    (tmp_path / "config.json").write_text("{}")  # a directory that is not a model
+    with pytest.raises(ConfigError) as err:
+        load_causal_lm(str(tmp_path), field="trainer.model")
+    assert err.value.field == "trainer.model" and str(tmp_path) in str(err.value)
+
+
+def test_only_the_top_layers_and_the_norm_train(smollm: TransformersBackend) -> None:
+    import copy
+
+    from rollhub.errors import ConfigError
+    from rollhub_gateway.models import train_top_layers
+
+    model = copy.deepcopy(smollm.model)
+    layers = model.get_decoder().layers
+    train_top_layers(model, 2)
+    trained = {k.split(".layers.")[-1].split(".")[0] for k, p in model.named_parameters()
+               if p.requires_grad and ".layers." in k}
+    assert trained == {str(len(layers) - 2), str(len(layers) - 1)}
+    assert model.get_decoder().norm.weight.requires_grad
+    assert not model.get_input_embeddings().weight.requires_grad
+    train_top_layers(model, None)
+    assert all(p.requires_grad for p in model.parameters())
+    with pytest.raises(ConfigError, match="train_layers=99") as err:
+        train_top_layers(model, 99)
+    assert err.value.field == "trainer.train_layers"
