@@ -12,6 +12,7 @@ import ast
 import importlib.util
 import logging
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -159,8 +160,14 @@ def _check_store(cfg: RollhubConfig, host: PluginHost) -> None:
 
 
 def _check_writable_dir(path: Path, field: str) -> None:
-    """``path`` is, or can be created as, a directory this process may write in."""
-    probe = Path(path).absolute()
+    """``path`` is, or can be created as, a directory this process may write in.
+
+    Tried, not inferred: root passes every permission check, and a directory such as
+    ``/proc`` refuses new entries whatever the permissions say. What the probe creates is
+    removed again.
+    """
+    target = Path(path).absolute()
+    probe = target
     while not probe.exists():
         if probe.parent == probe:
             break
@@ -171,8 +178,24 @@ def _check_writable_dir(path: Path, field: str) -> None:
             f"file; choose another path",
             field=field,
         )
-    if not os.access(probe, os.W_OK | os.X_OK):
+    missing = [d for d in (target, *target.parents) if not d.exists()]
+    created: list[Path] = []
+    try:
+        for directory in reversed(missing):
+            directory.mkdir()
+            created.append(directory)
+        fd, name = tempfile.mkstemp(dir=target, prefix=".rollhub-write-probe-")
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
         raise ConfigError(
-            f"{field}: cannot write in {str(probe)!r} (permission denied); choose a writable path",
+            f"{field}: cannot create or write in {str(target)!r} ({exc.strerror or exc}); "
+            "choose a writable path",
             field=field,
-        )
+        ) from None
+    finally:
+        for directory in reversed(created):
+            try:
+                directory.rmdir()
+            except OSError:
+                pass  # something else wrote there meanwhile: it is not ours to remove

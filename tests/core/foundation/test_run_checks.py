@@ -62,6 +62,16 @@ def _output_under_file(cfg: Path) -> None:
     _edit(cfg, 'output_dir = "runs"', 'output_dir = "blocker/runs"')
 
 
+def _store_under_proc(cfg: Path) -> None:
+    # a directory every check of permissions passes (root may "write" anywhere) that
+    # refuses to hold one: only trying to create it tells
+    _edit(cfg, 'url = "file://store"', 'url = "file:///proc/rollhub-store"')
+
+
+def _output_under_proc(cfg: Path) -> None:
+    _edit(cfg, 'output_dir = "runs"', 'output_dir = "/proc/rollhub-runs"')
+
+
 def _unknown_trainer(cfg: Path) -> None:
     cfg.write_text(cfg.read_text() + '\n[trainer]\nname = "nosuch"\n')
 
@@ -82,6 +92,8 @@ CASES = [
     (_s3_no_bucket, "store.url", "names no bucket"),
     (_store_under_file, "store.url", "is a file"),
     (_output_under_file, "experiment.output_dir", "is a file"),
+    (_store_under_proc, "store.url", "cannot create or write in '/proc/rollhub-store'"),
+    (_output_under_proc, "experiment.output_dir", "cannot create or write in '/proc/rollhub-runs'"),
     (_unknown_trainer, "trainer.name", "no trainer named 'nosuch'"),
     (_bad_trainer_option, "trainer.formats", "csv"),
 ]
