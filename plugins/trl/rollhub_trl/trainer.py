@@ -273,19 +273,23 @@ def _grpo_trainer_class() -> type:
     return RollhubGRPOTrainer
 
 
-def _step_callback_base() -> type:
-    from transformers import TrainerCallback
-
-    return TrainerCallback
-
-
-class _StepCallback(_step_callback_base()):  # type: ignore[misc]
+class _StepCallback:
     """Publishes the new weight version after each optimizer step and records the step
-    with TRL's logs once they arrive."""
+    with TRL's logs once they arrive.
+
+    transformers calls a callback's ``on_*`` methods by name; the ones not written here come
+    from :meth:`__getattr__` (the class stays importable without transformers, so that
+    registering the plugin imports nothing heavy).
+    """
 
     def __init__(self, owner: TrlTrainer, run: DrivenRun, loop: asyncio.AbstractEventLoop):
         self.owner, self.run, self.loop = owner, run, loop
         self.t_step = time.monotonic()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("on_"):
+            return lambda *args, **kw: None
+        raise AttributeError(name)
 
     def _on_loop(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()

@@ -230,3 +230,24 @@ def test_a_group_of_one_is_refused(tmp_path) -> None:
     with pytest.raises(ConfigError, match="at least 2") as err:
         trainer.grpo_config(cfg, tmp_path, total_steps=1)
     assert err.value.field == "experiment.n_samples"
+
+
+def test_rollhub_plugins_lists_the_trl_trainer_and_its_options(capsys) -> None:
+    import json
+
+    from rollhub.cli import main
+
+    assert main(["plugins"]) == 0
+    assert any(line.split()[:3] == ["trainer", "trl", "trl"]
+               for line in capsys.readouterr().out.splitlines())
+    assert main(["plugins", "trainer", "trl", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert listing["distribution"] == "rollhub-trl"
+    options = {o["name"]: o for o in listing["options"]}
+    assert {"model", "learning_rate", "train_layers", "use_vllm", "threads", "args"} <= set(options)
+    assert options["learning_rate"]["default"] == 1e-5 and options["train_layers"]["default"] == 8
+    assert "GRPOConfig" in options["args"]["description"]
+    assert main(["plugins", "trainer"]) == 2
+    assert "rollhub plugins trainer " in capsys.readouterr().err
+    assert main(["plugins", "trainer", "nosuch"]) == 2
+    assert "nosuch" in capsys.readouterr().err
