@@ -190,6 +190,22 @@ class TrainingConfig(_Strict):
     sinks: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="options per metric sink ([training.sinks.wandb])"
     )
+    keep_episodes: Literal["all"] | float = Field(
+        "all",
+        description='episodes kept in episodes.jsonl: "all", or a fraction in (0, 1] chosen '
+        "deterministically by episode id (0.1 keeps about one in ten)",
+    )
+
+    @field_validator("keep_episodes", mode="before")
+    @classmethod
+    def _keep_fraction(cls, value: Any) -> Any:
+        if value == "all":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError('must be "all" or a fraction in (0, 1], e.g. 0.1')
+        if not 0 < value <= 1:
+            raise ValueError('must be a fraction in (0, 1] (or "all"), e.g. 0.1')
+        return float(value)
 
 
 class EvalConfig(_Strict):

@@ -9,6 +9,7 @@ line. One recorder per run.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -20,7 +21,7 @@ from rollhub.progress import RolloutProgress
 from rollhub.trainer import TrainingBatch
 from rollhub.training.sinks import JsonlSink, MetricSink
 
-__all__ = ["StepRecorder", "progress_line"]
+__all__ = ["StepRecorder", "keeps_episode", "progress_line"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,8 @@ class StepRecorder:
     :param sinks: metric sinks besides ``metrics.jsonl`` (always written).
     :param history: the rows of steps already recorded (a resumed run).
     :param progress: draw a progress bar (None: only on a terminal).
+    :param keep: ``"all"`` episodes, or the fraction of them kept in ``episodes.jsonl``
+        (None: ``[training] keep_episodes`` of the hub's config, default ``"all"``).
     """
 
     def __init__(
@@ -45,8 +48,13 @@ class StepRecorder:
         sinks: Sequence[MetricSink] = (),
         history: Sequence[Mapping[str, Any]] = (),
         progress: bool | None = None,
+        keep: str | float | None = None,
     ) -> None:
         self.hub = hub
+        if keep is None:
+            training = getattr(getattr(hub, "config", None), "training", None)
+            keep = getattr(training, "keep_episodes", "all")
+        self.keep: str | float = keep
         self.run_dir = run_dir
         self.total_steps = total_steps
         self.sinks: list[MetricSink] = [JsonlSink(run_dir=run_dir), *sinks]
@@ -94,13 +102,18 @@ class StepRecorder:
 
     def keep_episodes(self, batch: TrainingBatch) -> None:
         """Append the step's episodes with the step, their advantage and whether they were
-        trained, so a run can be looked at episode by episode afterwards."""
+        trained, so a run can be looked at episode by episode afterwards.
+
+        With a fraction ``keep``, only the episodes :func:`keeps_episode` picks are written
+        (the same ones on every run and resume: the choice hashes the episode id)."""
         from rollhub.export import JsonlAppender, episode_to_row
 
         out = JsonlAppender(self.run_dir / "episodes.jsonl", append=True)
         try:
             trained = {e.episode_id for e, _ in batch.trainable()}
             for episode in batch.episodes:
+                if not keeps_episode(episode.episode_id, self.keep):
+                    continue
                 row = episode_to_row(episode, self.hub.exp_id)
                 row.update(
                     step=batch.step,
@@ -110,6 +123,18 @@ class StepRecorder:
                 out.write(row)
         finally:
             out.close()
+
+
+def keeps_episode(episode_id: str, keep: str | float) -> bool:
+    """Whether an episode is kept when ``keep`` (``"all"`` or a fraction in (0, 1]) of them are.
+
+    Deterministic: the first 8 bytes of the id's BLAKE2b hash, read as a number in [0, 1),
+    are compared with the fraction, so about ``keep`` of all episodes are kept.
+    """
+    if keep == "all" or float(keep) >= 1.0:
+        return True
+    digest = hashlib.blake2b(episode_id.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 < float(keep)
 
 
 def progress_line(step: int, total: int, m: Mapping[str, Any]) -> str:
