@@ -32,7 +32,7 @@ INPUTS = (
     ROOT / "plugins" / "verl" / "pyproject.toml",
 )
 #: tests of the verl side that may skip here, and why
-MAY_SKIP = {"test_one_grpo_step_on_gpu": "needs CUDA"}
+MAY_SKIP = {"test_one_grpo_step_on_gpu": "needs CUDA and vLLM"}
 
 
 def fingerprint() -> str:
