@@ -1,0 +1,19 @@
+"""Hook implementations of rollhub-view (entry point ``rollhub`` → this module).
+
+Adds ``rollhub view RUN_DIR [RUN_DIR ...]``; nothing is imported until the command runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rollhub import hookimpl
+
+
+@hookimpl
+def rollhub_add_commands(commands: Any) -> None:
+    """``rollhub view``."""
+    commands.add(
+        "view", "rollhub_view.cli",
+        "see runs in the browser: curves, episodes, every sampled token (live while training)",
+    )

@@ -1,0 +1,231 @@
+"""Token ids to text with the run's tokenizer, and one episode laid out for the page.
+
+The tokenizer is ``rollhub_gateway.models.load_tokenizer(model)`` (offline), loaded once
+per model in a background thread. Without rollhub-gateway, or when the model cannot be
+loaded, the page shows token ids instead of text.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from typing import Any
+
+__all__ = ["Decoder", "decoder_for", "episode_view", "parse_chat"]
+
+log = logging.getLogger(__name__)
+
+#: how long an episode request waits for a tokenizer still loading
+LOAD_WAIT_S = 60.0
+
+
+class Decoder:
+    """Decodes the token ids of one model (or leaves them as ids when it cannot).
+
+    :param model: ``[token_source] model`` of the run (a config word or a directory).
+    """
+
+    def __init__(self, model: str | None) -> None:
+        self.model = model
+        self.error: str | None = None if model else "the run's config names no model"
+        self._tok: Any = None
+        self._pieces: dict[int, str] = {}
+        self._ready = threading.Event()
+        self._started = False
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Begin loading the tokenizer in the background (once)."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        if not self.model:
+            self._ready.set()
+            return
+        threading.Thread(target=self._load, name=f"tokenizer-{self.model}", daemon=True).start()
+
+    def _load(self) -> None:
+        try:
+            self._tok = _load_tokenizer(str(self.model))
+        except ImportError:
+            self.error = "rollhub-gateway is not installed: showing token ids"
+        except Exception as exc:  # any failure to load: ids are still worth showing
+            self.error = f"tokenizer of {self.model!r} not loaded ({exc}): showing token ids"
+            log.warning("%s", self.error)
+        finally:
+            self._ready.set()
+
+    def ready(self, timeout: float = LOAD_WAIT_S) -> bool:
+        """Wait for the tokenizer; True when token text is available."""
+        self.start()
+        self._ready.wait(timeout)
+        return self._tok is not None
+
+    def pieces(self, ids: list[int]) -> list[str] | None:
+        """The text of each token on its own (None without a tokenizer)."""
+        if not self.ready():
+            return None
+        out = []
+        cache = self._pieces
+        for i in ids:
+            piece = cache.get(i)
+            if piece is None:
+                piece = cache[i] = self._tok.decode([i])
+            out.append(piece)
+        return out
+
+    def text(self, ids: list[int]) -> str | None:
+        """The ids decoded together (None without a tokenizer)."""
+        if not ids:
+            return ""
+        if not self.ready():
+            return None
+        return str(self._tok.decode(ids))
+
+
+def _load_tokenizer(model: str) -> Any:
+    """The gateway's tokenizer of ``model``; its converted copy first when one is cached."""
+    from rollhub_gateway.models import converted_dir, load_tokenizer
+
+    try:
+        cache = converted_dir(model)
+    except Exception:  # not a GGUF model, or not resolvable here: the plain loader says why
+        cache = None
+    if cache is not None and (cache / "tokenizer.json").is_file():
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(cache))
+    return load_tokenizer(model)
+
+
+_DECODERS: dict[str | None, Decoder] = {}
+_DECODERS_LOCK = threading.Lock()
+
+
+def decoder_for(model: str | None) -> Decoder:
+    """The shared decoder of a model (loading starts now)."""
+    with _DECODERS_LOCK:
+        dec = _DECODERS.get(model)
+        if dec is None:
+            dec = _DECODERS[model] = Decoder(model)
+    dec.start()
+    return dec
+
+
+_CHATML = re.compile(r"<\|im_start\|>([^\n]*)\n(.*?)(?:<\|im_end\|>\n?|$)", re.S)
+
+
+def parse_chat(text: str) -> list[dict[str, str]]:
+    """Messages of a ChatML-rendered text (``<|im_start|>role ... <|im_end|>``).
+
+    Text in another template is one message of role ``text``.
+    """
+    if "<|im_start|>" not in text:
+        return [{"role": "text", "content": text}] if text else []
+    out = []
+    head = text.split("<|im_start|>", 1)[0]
+    if head.strip():
+        out.append({"role": "text", "content": head})
+    for m in _CHATML.finditer(text):
+        out.append({"role": m.group(1).strip() or "?", "content": m.group(2)})
+    if out and not out[-1]["content"] and not text.endswith("<|im_end|>\n"):
+        out.pop()  # the generation prompt ("<|im_start|>assistant\n"): the reply follows
+    return out
+
+
+def _json_field(row: dict[str, Any], key: str) -> Any:
+    value = row.get(key)
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _trace_view(trace: dict[str, Any], dec: Decoder) -> dict[str, Any]:
+    prompt = list(trace.get("prompt_ids") or [])
+    resp = list(trace.get("response_ids") or [])
+    mask = list(trace.get("response_mask") or [0] * len(resp))
+    lps = list(trace.get("response_logprobs") or [None] * len(resp))
+    spans = sorted(trace.get("turns") or [], key=lambda t: t.get("start", 0))
+    turn_of: list[int | None] = [None] * len(resp)
+    version_of: list[int | None] = [None] * len(resp)
+    for t in spans:
+        for i in range(max(0, t.get("start", 0)), min(len(resp), t.get("end", 0))):
+            turn_of[i] = t.get("turn_index")
+            version_of[i] = t.get("weight_version")
+    turns = []
+    prev_end = 0
+    for k, t in enumerate(spans):
+        start, end = t.get("start", 0), t.get("end", 0)
+        seen = prompt + resp[:start] if k == 0 else resp[prev_end:start]
+        text_in = dec.text(seen)
+        text_out = dec.text(resp[start:end])
+        turns.append({
+            **{key: t.get(key) for key in ("turn_index", "start", "end", "finish_reason",
+                                           "weight_version", "drift", "ill_formed",
+                                           "masked_tokens")},
+            "input_ids": None if text_in is not None else seen,
+            "input_messages": parse_chat(text_in) if text_in is not None else None,
+            "output_ids": None if text_out is not None else resp[start:end],
+            "output_text": text_out,
+        })
+        prev_end = end
+    tail = resp[prev_end:]
+    ids = prompt + resp
+    pieces = dec.pieces(ids)
+    metadata = _json_field(trace, "metadata") or {}
+    return {
+        "branch_id": trace.get("branch_id", 0),
+        "parent_branch_id": trace.get("parent_branch_id"),
+        "fork_turn": trace.get("fork_turn"),
+        "finish_reason": trace.get("finish_reason"),
+        "model_id": trace.get("model_id"),
+        "metadata": metadata if isinstance(metadata, dict) else {},
+        "turns": turns,
+        "after_last_turn": dec.text(tail) if tail else "",
+        "tokens": {
+            "ids": ids,
+            "text": pieces,
+            # p: prompt, s: sampled (mask 1, trained), e: environment (mask 0: tool results,
+            # template; not trained)
+            "kind": ["p"] * len(prompt) + ["s" if m else "e" for m in mask],
+            "logprob": [None] * len(prompt) + [None if x is None else round(float(x), 5)
+                                               for x in lps],
+            "turn": [None] * len(prompt) + turn_of,
+            "version": [None] * len(prompt) + version_of,
+        },
+    }
+
+
+def episode_view(row: dict[str, Any], dec: Decoder, n: int) -> dict[str, Any]:
+    """One export row as the episode page shows it: fields, turns, tokens, error."""
+    metrics = _json_field(row, "metrics") or {}
+    result = _json_field(row, "result")
+    traceback = row.get("error_traceback")
+    if not traceback and isinstance(metrics, dict):
+        traceback = metrics.get("traceback") or metrics.get("error_traceback")
+    error = None
+    if row.get("error_type") or row.get("error_message"):
+        error = {"type": row.get("error_type"), "message": row.get("error_message"),
+                 "traceback": traceback}
+    traces = [_trace_view(t, dec) for t in row.get("traces") or []]
+    return {
+        "n": n,
+        **{k: row.get(k) for k in ("episode_id", "group_id", "session_id", "sample_index",
+                                   "status", "trainable", "trained", "reward", "advantage",
+                                   "weight_version", "step", "num_turns",
+                                   "num_sampled_tokens", "elapsed_s", "exp_id")},
+        "reward_components": _json_field(row, "reward_components") or {},
+        "payload": _json_field(row, "payload"),
+        "result": result,
+        "metrics": metrics,
+        "error": error,
+        "traces": traces,
+        "decoded": dec._tok is not None,
+        "decoder_note": dec.error,
+    }
