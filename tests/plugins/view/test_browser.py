@@ -1,0 +1,194 @@
+"""The page in headless Chromium, on a real run made by the main job's short form.
+
+Overview, filtering the episode table, one episode's tokens (tool-result tokens shown as
+not trained), the group view, a live update while the run is written, comparing runs, and
+model text holding ``<script>`` rendered as text. Screenshots of the views go to
+docs/view/ when ROLLHUB_VIEW_SCREENSHOTS=1 (else to the test's temporary directory).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from rollhub_view.synthetic import write_synthetic_run
+from rollhub_view.tokens import decoder_for
+
+pytestmark = pytest.mark.slow
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "view"
+
+
+def _wait(driver, script: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = driver.execute_script(script)
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for: {script}"
+        time.sleep(0.05)
+
+
+def _open(driver, url: str, ready: str) -> None:
+    driver.get(url)
+    _wait(driver, f"return document.body.dataset.ready === '{ready}'")
+
+
+def _charts_drawn(driver) -> int:
+    return _wait(driver, """
+        const charts = [...document.querySelectorAll('#charts [data-chart]')];
+        return charts.length && charts.every(c => c.classList.contains('js-plotly-plot'))
+            ? charts.length : 0;""")
+
+
+def _shot(driver, name: str, tmp_path: Path) -> Path:
+    folder = DOCS if os.environ.get("ROLLHUB_VIEW_SCREENSHOTS") == "1" else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    assert driver.save_screenshot(str(path))
+    assert path.stat().st_size > 10_000
+    return path
+
+
+def _tool_episode(run: Path) -> int:
+    for n, line in enumerate((run / "episodes.jsonl").read_text().splitlines()):
+        row = json.loads(line)
+        if any(t["finish_reason"] == "tool_calls" and 0 in tr["response_mask"]
+               for tr in row["traces"] for t in tr["turns"]):
+            return n
+    pytest.fail("no episode of the real run called the calculator")
+
+
+def test_overview_of_a_real_run(serve, real_run: Path, browser, tmp_path: Path):
+    s = serve(real_run)
+    _open(browser, f"{s.url}/#overview", "overview")
+    assert _charts_drawn(browser) >= 6
+    chip = browser.execute_script("return document.querySelector('#runs .chip').textContent")
+    assert "step 2/2" in chip and "16 episodes" in chip
+    titles = browser.execute_script(
+        "return [...document.querySelectorAll('#charts [data-chart]')].map(c => c.dataset.chart)")
+    for title in ("Reward (mean)", "Task success", "Tool-call rate", "Loss", "Tokens per step",
+                  "Seconds per step"):
+        assert title in titles
+    points = browser.execute_script(
+        "return document.querySelector('[data-chart=\"Reward (mean)\"]').data[0].x")
+    assert points == [1, 2]
+    _shot(browser, "overview", tmp_path)
+
+
+def test_filter_the_episodes_and_open_one_with_its_masked_tool_result(
+        serve, real_run: Path, browser, tmp_path: Path):
+    s = serve(real_run)
+    _open(browser, f"{s.url}/#episodes", "episodes")
+    assert browser.find_element("id", "ep-count").text == "16 of 16 episodes"
+    from selenium.webdriver.support.ui import Select
+
+    Select(browser.find_element("css selector", "#filters select[name=step]")).select_by_value("1")
+    _wait(browser, "return document.getElementById('ep-count').textContent.startsWith('8 of 16')")
+    steps = browser.execute_script(
+        "return [...document.querySelectorAll('#episodes-table tbody tr')]"
+        ".map(tr => tr.children[1].textContent)")
+    assert steps == ["2"] * 8
+    browser.find_element("css selector", "#filters input[name=q]").send_keys("calc-train")
+    _wait(browser, "return document.getElementById('ep-count').textContent.startsWith('8 of 16')")
+    _shot(browser, "episodes", tmp_path)
+
+    n = _tool_episode(real_run)
+    browser.find_element("css selector", "#filters button[type=reset]").click()
+    _wait(browser, "return document.getElementById('ep-count').textContent.startsWith('16 of')")
+    browser.find_element("css selector", f"#episodes-table tbody tr[data-n='{n}']").click()
+    _wait(browser, "return document.body.dataset.ready === 'episode'")
+    assert browser.current_url.endswith(f"#episode/0/{n}")
+    tokens = browser.execute_script("""
+        const t = k => [...document.querySelectorAll('#view-episode .tokens .tok.' + k)];
+        return {env: t('e').map(s => [s.textContent, s.dataset.trained, s.title]),
+                sampled: t('s').map(s => [s.textContent, s.dataset.trained, s.title]),
+                prompt: t('p').length};""")
+    env_text = "".join(t[0] for t in tokens["env"])
+    assert "<|im_start|>tool" in env_text  # the calculator's reply, as the trainer got it
+    assert all(t[1] == "0" and "not trained" in t[2] for t in tokens["env"])
+    assert all(t[1] == "1" and "logprob" in t[2] and "weights v" in t[2]
+               for t in tokens["sampled"])
+    assert "<tool_call>" in "".join(t[0] for t in tokens["sampled"])
+    assert tokens["prompt"] > 50
+    heads = browser.execute_script(
+        "return [...document.querySelectorAll('#view-episode .turn-head')].map(h => h.textContent)")
+    assert heads and all("weights v" in h and "drift" in h for h in heads)
+    _shot(browser, "episode", tmp_path)
+
+    browser.find_element("partial link text", "see the group side by side").click()
+    _wait(browser, "return document.body.dataset.ready === 'group'")
+    assert browser.execute_script("return document.querySelectorAll('.group > .section').length") == 4
+
+
+def test_a_run_being_written_updates_live(serve, real_run: Path, browser, tmp_path: Path):
+    run = shutil.copytree(real_run, tmp_path / "live")
+    s = serve(run)
+    _open(browser, f"{s.url}/#overview", "overview")
+    _charts_drawn(browser)
+    browser.execute_script("window.__sameDocument = true")
+    metrics = (run / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(x) for x in (run / "episodes.jsonl").read_text().splitlines()]
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({**json.loads(metrics[-1]), "step": 2, "reward_mean": 0.5}) + "\n")
+    with (run / "episodes.jsonl").open("a") as f:
+        for r in rows[-8:]:
+            f.write(json.dumps({**r, "step": 2, "episode_id": r["episode_id"] + "-again"}) + "\n")
+    _wait(browser, "return document.querySelector('#runs .chip').textContent.includes('24 episodes')",
+          timeout=15)
+    _wait(browser, "const d = document.querySelector('[data-chart=\"Reward (mean)\"]').data;"
+                   "return d && d[0].x.length === 3", timeout=15)
+    assert browser.execute_script("return window.__sameDocument") is True  # no reload
+    browser.execute_script("location.hash = '#episodes'")
+    _wait(browser, "return document.getElementById('ep-count').textContent.startsWith('24 of 24')")
+
+
+def test_runs_are_compared_on_the_same_curves(serve, real_run: Path, browser, tmp_path: Path):
+    other = write_synthetic_run(tmp_path / "other", steps=4, groups=2, group_size=4)
+    s = serve(real_run, other)
+    _open(browser, f"{s.url}/#overview", "overview")
+    _charts_drawn(browser)
+    names = browser.execute_script(
+        "return document.querySelector('[data-chart=\"Reward (mean)\"]').data.map(t => t.name)")
+    assert names == [real_run.name, "other"]
+
+
+def test_model_text_with_script_renders_as_text(serve, real_run: Path, browser, tmp_path: Path):
+    run = shutil.copytree(real_run, tmp_path / "xss")
+    dec = decoder_for(json.loads((run / "config.json").read_text())["token_source"]["model"])
+    assert dec.ready(), dec.error
+    evil = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+    row = json.loads((run / "episodes.jsonl").read_text().splitlines()[_tool_episode(run)])
+    trace = row["traces"][0]
+    first = trace["turns"][0]
+    ids = dec._tok.encode(evil, add_special_tokens=False)
+    cut = first["end"]
+    trace["response_ids"] = ids + trace["response_ids"][cut:]
+    trace["response_mask"] = [1] * len(ids) + trace["response_mask"][cut:]
+    trace["response_logprobs"] = [-0.5] * len(ids) + trace["response_logprobs"][cut:]
+    shift = len(ids) - cut
+    trace["turns"] = [dict(first, end=len(ids))] + [
+        dict(t, start=t["start"] + shift, end=t["end"] + shift) for t in trace["turns"][1:]]
+    row.update(episode_id="evil", payload=json.dumps({"question": evil}),
+               result=json.dumps({"final_message": evil}), error_type="ToolError",
+               error_message=evil)
+    with (run / "episodes.jsonl").open("a") as f:
+        f.write(json.dumps(row) + "\n")
+    s = serve(run)
+    n = httpx.get(f"{s.url}/api/runs").json()["runs"][0]["episodes"] - 1
+    _open(browser, f"{s.url}/#episode/0/{n}", "episode")
+    browser.find_element("css selector", "#view-episode details summary").click()
+    time.sleep(0.3)
+    assert browser.execute_script("return window.__pwned") is None
+    assert browser.execute_script("return document.querySelectorAll('#view-episode script, "
+                                  "#view-episode img').length") == 0
+    text = browser.execute_script("return document.getElementById('view-episode').innerText")
+    assert "<script>window.__pwned = 1</script>" in text  # the sampled reply, as text
+    assert text.count("onerror") >= 2  # the error message and the task, as text
+    _open(browser, f"{s.url}/#episodes", "episodes")
+    assert browser.execute_script("return window.__pwned") is None
