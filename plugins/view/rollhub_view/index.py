@@ -157,10 +157,16 @@ def _summary_or_none(offset: int, length: int, value: Any) -> Summary | None:
     return summarize_row(-1, offset, length, value) if isinstance(value, dict) else None
 
 
-def _sort_key(field: str) -> Any:
-    def key(s: Summary) -> tuple[int, Any]:
-        value = getattr(s, field)
-        return (1, 0) if value is None else (0, value)  # missing values last
+def _sort_key(field: str, descending: bool) -> Any:
+    """A key that puts missing values last in either order (one sort, no second pass)."""
+    if descending:
+        def key(s: Summary) -> tuple[bool, Any]:
+            value = getattr(s, field)
+            return (value is not None, value)
+    else:
+        def key(s: Summary) -> tuple[bool, Any]:
+            value = getattr(s, field)
+            return (value is None, value)
 
     return key
 
@@ -250,9 +256,7 @@ class EpisodeIndex:
         rows = self.rows
         hits = [s for s in rows if q.matches(s)]
         if q.sort != "n" or q.descending:
-            hits.sort(key=_sort_key(q.sort), reverse=q.descending)
-            if q.descending:  # keep missing values last either way
-                hits.sort(key=lambda s: getattr(s, q.sort) is None)
+            hits.sort(key=_sort_key(q.sort, q.descending), reverse=q.descending)
         start = q.page * q.size
         return {
             "total": len(hits),

@@ -67,7 +67,7 @@ async function plot(div, traces, layout) {
   const base = { margin: { l: 50, r: 10, t: 30, b: 35 }, title: { text: layout.title, font: { size: 13 } },
                  legend: { orientation: "h", y: -0.2 }, font: { size: 11 } };
   if (div.querySelector(".placeholder")) div.replaceChildren();
-  Plotly.react(div, traces, { ...base, ...layout, title: base.title }, { displaylogo: false, displayModeBar: false, responsive: true });
+  await Plotly.react(div, traces, { ...base, ...layout, title: base.title }, { displaylogo: false, displayModeBar: false, responsive: true });
 }
 
 // ---- runs, chips, live polling ----------------------------------------------------------
@@ -151,6 +151,7 @@ async function renderOverview(live) {
   const all = await Promise.all(runs.map((r, i) => r.kind === "training" ? fetchMetrics(i) : Promise.resolve([])));
   const stats = await Promise.all(runs.map((r, i) => api(`/api/runs/${i}/stats`)));
   const charts = $("#charts");
+  const drawn = [];
   const wanted = CHARTS.filter(([, keys]) => all.some(rows => rows.some(row => keys.some(k => metricValue(row, k) !== null))));
   // one div per chart, kept across live updates so plotly only redraws
   for (const [title, keys] of wanted) {
@@ -164,14 +165,14 @@ async function renderOverview(live) {
                     name: runs.length > 1 ? `${r.name}${keys.length > 1 ? " · " + k : ""}` : k,
                     line: { color: COLORS[i % COLORS.length], dash: ["solid", "dot", "dash"][j % 3] } });
     }));
-    plot(div, traces, { title, xaxis: { title: { text: "step" } } });
+    drawn.push(plot(div, traces, { title, xaxis: { title: { text: "step" } } }));
   }
   document.body.dataset.charts = String(wanted.length);
   const box = $("#stats");
   const add = (key, title, traces, layout) => {
     let div = box.querySelector(`[data-chart="${key}"]`);
     if (!div) { div = el("div", { class: "chart", "data-chart": key }, el("div", { class: "placeholder" }, `${title}: loading chart…`)); box.append(div); }
-    plot(div, traces, { title, ...layout });
+    drawn.push(plot(div, traces, { title, ...layout }));
   };
   const causeTraces = stats.map((s, i) => ({ type: "bar", name: runs[i].name, x: Object.keys(s.causes), y: Object.values(s.causes), marker: { color: COLORS[i % COLORS.length] } }));
   add("causes", `Failures by cause (${stats.reduce((a, s) => a + Object.values(s.causes).reduce((x, y) => x + y, 0), 0)})`,
@@ -183,6 +184,8 @@ async function renderOverview(live) {
     add("latency", "Rollout latency (s)", stats.map((s, i) => ({ type: "bar", name: `${runs[i].name} p50 ${fmt(s.latency.p50, 2)} p90 ${fmt(s.latency.p90, 2)}`, x: s.latency_histogram.edges, y: s.latency_histogram.counts, marker: { color: COLORS[i % COLORS.length] } })), { xaxis: { title: { text: "seconds" } } });
   }
   document.body.dataset.ready = "overview";
+  performance.mark("rollhub:overview");
+  Promise.all(drawn).then(() => { performance.mark("rollhub:charts"); document.body.dataset.charted = "1"; });
 }
 
 // ---- episodes table -----------------------------------------------------------------
@@ -310,6 +313,7 @@ async function renderEpisode(run, n) {
   ep.traces.forEach(tr => parts.push(traceSection(tr, ep, false)));
   box.replaceChildren(...parts);
   document.body.dataset.ready = "episode";
+  performance.mark("rollhub:episode");
 }
 async function renderGroup(run, step, gid) {
   const box = $("#view-group");
