@@ -279,6 +279,7 @@ def make_app(state: ViewState, *, allowed_hosts: list[str] | None = None) -> Sta
     routes = [
         Route("/", guarded(page)),
         Route("/static/{name}", guarded(static)),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
         Route("/api/runs", guarded(runs)),
         Route("/api/poll", guarded(poll)),
         Route("/api/runs/{run:int}/metrics", guarded(metrics)),

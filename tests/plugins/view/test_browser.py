@@ -119,7 +119,9 @@ def test_filter_the_episodes_and_open_one_with_its_masked_tool_result(
     heads = browser.execute_script(
         "return [...document.querySelectorAll('#view-episode .turn-head')].map(h => h.textContent)")
     assert heads and all("weights v" in h and "drift" in h for h in heads)
+    browser.execute_script("document.querySelector('#view-episode .trace').scrollIntoView()")
     _shot(browser, "episode", tmp_path)
+    browser.execute_script("window.scrollTo(0, 0)")
 
     browser.find_element("partial link text", "see the group side by side").click()
     _wait(browser, "return document.body.dataset.ready === 'group'")

@@ -148,8 +148,9 @@ async function renderOverview(live) {
   const runs = S.runs;
   const cards = $("#run-cards");
   cards.replaceChildren(...runs.map(runCard));
+  loadPlotly();  // in parallel with the numbers
+  const statsAsked = Promise.all(runs.map((r, i) => api(`/api/runs/${i}/stats`)));
   const all = await Promise.all(runs.map((r, i) => r.kind === "training" ? fetchMetrics(i) : Promise.resolve([])));
-  const stats = await Promise.all(runs.map((r, i) => api(`/api/runs/${i}/stats`)));
   const charts = $("#charts");
   const drawn = [];
   const wanted = CHARTS.filter(([, keys]) => all.some(rows => rows.some(row => keys.some(k => metricValue(row, k) !== null))));
@@ -165,9 +166,10 @@ async function renderOverview(live) {
                     name: runs.length > 1 ? `${r.name}${keys.length > 1 ? " · " + k : ""}` : k,
                     line: { color: COLORS[i % COLORS.length], dash: ["solid", "dot", "dash"][j % 3] } });
     }));
-    drawn.push(plot(div, traces, { title, xaxis: { title: { text: "step" } } }));
+    drawn.push(plot(div, traces, { title, xaxis: { title: { text: "step" }, tickformat: "d" } }));
   }
   document.body.dataset.charts = String(wanted.length);
+  const stats = await statsAsked;
   const box = $("#stats");
   const add = (key, title, traces, layout) => {
     let div = box.querySelector(`[data-chart="${key}"]`);
@@ -268,7 +270,9 @@ function tokenView(t, skipPrompt) {
 }
 function messages(list, ids) {
   if (!list) return el("pre", {}, `token ids: ${JSON.stringify(ids)}`);
-  return list.map(m => el("div", { class: `msg role-${m.role}` }, el("div", { class: "msg-role" }, m.role), el("div", { class: "msg-body" }, m.content)));
+  return list.map(m => m.role === "system"  // long and the same every time: folded
+    ? el("details", { class: "msg role-system" }, el("summary", { class: "msg-role" }, `system (${m.content.length} characters)`), el("div", { class: "msg-body" }, m.content))
+    : el("div", { class: `msg role-${m.role}` }, el("div", { class: "msg-role" }, m.role), el("div", { class: "msg-body" }, m.content)));
 }
 function traceSection(tr, ep, compact) {
   const meta = tr.metadata || {};
