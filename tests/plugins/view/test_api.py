@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from rollhub.cli import build_parser
 from rollhub_view.synthetic import episode_row, metrics_row
 
@@ -161,3 +162,39 @@ def test_a_missing_run_directory_is_a_usage_error(tmp_path: Path):
     out = subprocess.run([str(Path(sys.executable).parent / "rollhub"), "view",
                           str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "is not a directory" in out.stderr
+
+
+def test_a_forked_branch_is_its_own_section(serve, tmp_path: Path):
+    run = tmp_path / "run"
+    run.mkdir()
+    rng = random.Random(5)
+    rows = []
+    while not any(len(r["traces"]) > 1 for r in rows):
+        rows.append(episode_row(0, len(rows), 0, rng))
+    (run / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = serve(run)
+    ep = httpx.get(f"{s.url}/api/runs/0/episodes/{len(rows) - 1}").json()
+    main, fork = ep["traces"]
+    assert (main["branch_id"], fork["branch_id"], fork["parent_branch_id"], fork["fork_turn"]) == (
+        0, 1, 0, 1)
+    assert [t["drift"] for t in fork["turns"]] == ["fork"]
+
+
+def test_a_parquet_export_is_read_too(serve, tmp_path: Path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    run = tmp_path / "rollouts"
+    run.mkdir()
+    rng = random.Random(6)
+    rows = [episode_row(0, g, i, rng) for g in range(3) for i in range(2)]
+    for r in rows:
+        r.pop("step")
+    pq.write_table(pa.Table.from_pylist(rows), run / "episodes.parquet")
+    s = serve(run)
+    body = httpx.get(f"{s.url}/api/runs/0/episodes").json()
+    assert body["total"] == 6 and body["rows"][0]["step"] is None
+    ep = httpx.get(f"{s.url}/api/runs/0/episodes/5").json()
+    assert ep["episode_id"] == rows[5]["episode_id"]
+    group = httpx.get(f"{s.url}/api/runs/0/group", params={"group": rows[0]["group_id"]}).json()
+    assert len(group["episodes"]) == 2
