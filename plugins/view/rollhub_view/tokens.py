@@ -58,6 +58,11 @@ class Decoder:
         finally:
             self._ready.set()
 
+    @property
+    def tokenizer(self) -> Any:
+        """The loaded tokenizer, or None (not loaded yet, or it could not be)."""
+        return self._tok
+
     def ready(self, timeout: float = LOAD_WAIT_S) -> bool:
         """Wait for the tokenizer; True when token text is available."""
         self.start()
@@ -226,6 +231,6 @@ def episode_view(row: dict[str, Any], dec: Decoder, n: int) -> dict[str, Any]:
         "metrics": metrics,
         "error": error,
         "traces": traces,
-        "decoded": dec._tok is not None,
+        "decoded": dec.tokenizer is not None,
         "decoder_note": dec.error,
     }

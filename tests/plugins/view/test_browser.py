@@ -168,7 +168,7 @@ def test_model_text_with_script_renders_as_text(serve, real_run: Path, browser, 
     row = json.loads((run / "episodes.jsonl").read_text().splitlines()[_tool_episode(run)])
     trace = row["traces"][0]
     first = trace["turns"][0]
-    ids = dec._tok.encode(evil, add_special_tokens=False)
+    ids = dec.tokenizer.encode(evil, add_special_tokens=False)
     cut = first["end"]
     trace["response_ids"] = ids + trace["response_ids"][cut:]
     trace["response_mask"] = [1] * len(ids) + trace["response_mask"][cut:]
