@@ -98,11 +98,11 @@ class RunDir:
         """``"training"`` (per-step metrics) or ``"rollouts"`` (episodes, no steps)."""
         if (self.path / "metrics.jsonl").exists():
             return "training"
-        cfg = self.config()
-        trainer = (cfg.get("trainer") or {}).get("name")
-        if "training" in cfg and trainer not in (None, "export"):
-            return "training"
-        return "rollouts"
+        if (self.path / "summary.json").exists() or (self.path / "episodes.parquet").exists():
+            return "rollouts"
+        # neither yet: a run that just started; the export trainer only exports
+        trainer = (self.config().get("trainer") or {}).get("name")
+        return "rollouts" if trainer in (None, "export") else "training"
 
     def model(self) -> str | None:
         """``[token_source] model`` of the run's config (decodes its token ids)."""

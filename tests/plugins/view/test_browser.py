@@ -194,3 +194,28 @@ def test_model_text_with_script_renders_as_text(serve, real_run: Path, browser, 
     assert text.count("onerror") >= 2  # the error message and the task, as text
     _open(browser, f"{s.url}/#episodes", "episodes")
     assert browser.execute_script("return window.__pwned") is None
+
+
+def test_a_rollouts_only_run_has_reward_group_and_latency_charts(serve, browser, tmp_path: Path):
+    import random
+
+    from rollhub_view.synthetic import episode_row
+
+    run = tmp_path / "rollouts"
+    run.mkdir()
+    rng = random.Random(8)
+    rows = [{k: v for k, v in episode_row(0, g, i, rng).items() if k != "step"}
+            for g in range(6) for i in range(4)]
+    (run / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "summary.json").write_text(json.dumps({"episodes": len(rows), "episodes_per_s": 2.5}))
+    s = serve(run)
+    _open(browser, f"{s.url}/#overview", "overview")
+    drawn = _wait(browser, """
+        const charts = [...document.querySelectorAll('#stats [data-chart]')];
+        return charts.every(c => c.classList.contains('js-plotly-plot'))
+            && charts.map(c => c.dataset.chart);""")
+    assert drawn == ["causes", "rewards", "groups", "latency"]
+    counts = browser.execute_script(
+        "return document.querySelector('[data-chart=\"rewards\"]').data[0].y")
+    assert sum(counts) == sum(r["status"] == "ok" for r in rows)
+    assert browser.execute_script("return document.querySelectorAll('#charts [data-chart]').length") == 0
