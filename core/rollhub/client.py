@@ -58,7 +58,13 @@ class AsyncRolloutClient:
     :param callback_host: address to bind the callback server and to advertise.
     :param submit_attempts: tries per submission for transient errors (throttling, 5xx,
         connection refused); permanent errors are not retried.
-    :param submit_backoff: delays between those tries.
+    :param submit_backoff: delays between those tries (and before a new session).
+    :param session_attempts: runtime sessions per rollout when the infrastructure fails
+        under it (its worker died or was unreachable, the runtime lost the session): the
+        rollout is submitted again under a new session id, within its deadline. An agent's
+        exception, any reward, a timeout and a cancellation are never retried. 1: never.
+    :param on_new_session: ``await on_new_session(old_request, new_request)`` before such a
+        resubmission (the hub opens a fresh token-capture session there).
     :param poll_initial_s: first store poll (default 2 s with callbacks, 50 ms without).
     :param poll_max_s: longest gap between store polls.
     :param close_runtime: also close the runtime in :meth:`close`.
@@ -82,6 +88,8 @@ class AsyncRolloutClient:
         callback_host: str = "127.0.0.1",
         submit_attempts: int = 5,
         submit_backoff: Backoff | None = None,
+        session_attempts: int = 2,
+        on_new_session: Callable[[RolloutRequest, RolloutRequest], Awaitable[None]] | None = None,
         poll_initial_s: float | None = None,
         poll_max_s: float | None = None,
         close_runtime: bool = False,
@@ -105,6 +113,11 @@ class AsyncRolloutClient:
             )
         if submit_attempts < 1:
             raise ConfigError(f"submit_attempts={submit_attempts!r} must be >= 1")
+        if session_attempts < 1:
+            raise ConfigError(
+                f"session_attempts={session_attempts!r} must be >= 1 (1: never resubmit)",
+                field="session_attempts",
+            )
         self.runtime = runtime
         self.store = store
         self.exp_id = exp_id
@@ -129,6 +142,8 @@ class AsyncRolloutClient:
             poll_initial_s=poll_initial_s,
             poll_max_s=poll_max_s,
             max_result_bytes=max_result_bytes,
+            session_attempts=session_attempts,
+            on_new_session=on_new_session,
         )
         self._server: CallbackServer | None = None
         self._started = False
@@ -141,7 +156,8 @@ class AsyncRolloutClient:
 
     @property
     def stats(self) -> dict[str, int]:
-        """Counters: submitted, store reads, callbacks received, sessions lost."""
+        """Counters: submitted, store reads, callbacks received, sessions lost, submission
+        retries, rollouts resubmitted under a new session."""
         stats = dict(self._watch.stats)
         stats["callbacks"] = self._server.received if self._server else 0
         return stats

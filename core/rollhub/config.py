@@ -84,6 +84,12 @@ class ExperimentConfig(_Strict):
     n_samples: int = Field(4, ge=1, description="samples per prompt (the GRPO group size)")
     concurrency: int = Field(16, ge=1, description="rollouts in flight at once")
     timeout_s: float = Field(600.0, gt=0, description="deadline of one rollout")
+    session_attempts: int = Field(
+        2, ge=1,
+        description="runtime sessions per rollout when the infrastructure fails under it (a "
+        "dead or unreachable worker, a lost session); agent errors, timeouts and "
+        "cancellations are never retried; 1: never",
+    )
     output_dir: str = Field("runs", description="where run directories are created")
     seed: int = 0
     sampling: dict[str, Any] = Field(

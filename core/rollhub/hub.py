@@ -141,6 +141,8 @@ class AsyncHub:
             self.store,
             exp_id=self.exp_id,
             submit=self._submit,
+            session_attempts=cfg.experiment.session_attempts,
+            on_new_session=self._new_capture,
             progress=False,
         )
         await self.client.start()
@@ -229,6 +231,9 @@ class AsyncHub:
                 request, timeout=self.config.experiment.timeout_s
             )
             outcome = await future.result_async()
+            episode.session_id = outcome.session_id  # the last runtime session's
+            if outcome.dead_sessions:
+                episode.metrics["dead_sessions"] = [dict(d) for d in outcome.dead_sessions]
             episode.status = outcome.status
             episode.result = outcome.result
             episode.error = outcome.error
@@ -253,6 +258,18 @@ class AsyncHub:
                 await self._close_capture(episode)
         episode.metrics.setdefault("elapsed_s", episode.elapsed)
         return episode
+
+    async def _new_capture(self, old: RolloutRequest, new: RolloutRequest) -> None:
+        """A rollout goes to a new runtime session: its old capture session (the dead
+        attempt's turns) is dropped and a fresh one opened for the new session."""
+        try:
+            await self.token_source.close_session(old.rollout.session_id, drop=True)
+        except Exception as exc:  # the new attempt must not wait on the old one's cleanup
+            log.warning("dropping capture session %s failed: %s", old.rollout.session_id, exc)
+        capture = await self.token_source.open_session(
+            new.rollout.session_id, sampling=new.rollout.sampling
+        )
+        _fill_capture(new.rollout, capture)
 
     async def _close_capture(self, episode: Episode) -> None:
         try:

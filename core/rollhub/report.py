@@ -65,6 +65,9 @@ def summarize(
         "failed": len(eps) - status.get("ok", 0),
         "by_status": dict(sorted(status.items())),
         "trainable": sum(1 for e in eps if e.trainable),
+        # rollouts moved to a new runtime session after an infrastructure fault
+        "resubmitted": sum(1 for e in eps if e.metrics.get("dead_sessions")),
+        "dead_sessions": sum(len(e.metrics.get("dead_sessions") or ()) for e in eps),
         "reward_imputed": sum(1 for e in eps if e.metrics.get("reward_imputed")),
         "reward_mean": mean,
         "reward_std": std,

@@ -22,7 +22,9 @@ class RolloutOutcome:
 
     ``result`` is the agent's dict (without rollhub's metadata) when a document was
     stored; ``document`` is the stored document as read. ``error`` says why a rollout that
-    is not ``ok`` failed.
+    is not ``ok`` failed. ``attempts`` counts submission tries; ``dead_sessions`` lists
+    the runtime sessions lost to infrastructure faults before the last one (each a
+    ``session_id`` and a ``cause``), whose turns are never part of the result.
     """
 
     session_id: str
@@ -37,6 +39,7 @@ class RolloutOutcome:
     accepted_at: float | None = None
     finished_at: float | None = None
     attempts: int = 0
+    dead_sessions: tuple[dict[str, str], ...] = ()
     resumed: bool = False
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -76,6 +79,8 @@ class RolloutFuture:
         self.result_key = request.rollout.result_key
         self.receipt: SubmitReceipt | None = None
         self.attempts = 0
+        #: runtime sessions this rollout lost to infrastructure faults: session_id, cause
+        self.dead_sessions: list[dict[str, str]] = []
         self.submitted_at: float | None = None
         self._loop = loop
         self._watch = watch

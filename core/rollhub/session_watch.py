@@ -3,15 +3,23 @@
 A rollout waits for whichever signal comes first: a completion notice from the agent app
 (see :mod:`rollhub.callbacks`), the runtime reporting its session lost, or a store poll on
 the :func:`poll_schedule`. Then the store is read once and the future resolved once.
+
+Infrastructure faults are not the agent's: a session the runtime lost (its worker died,
+its microVM went away) and a submission no worker took after every retry are tried again
+under a new session, up to ``session_attempts`` sessions per rollout, within the rollout's
+deadline. What the agent did (an exception, any reward), a timeout and a cancellation are
+never retried. The future then carries the last session's id and result key; the dead
+sessions and their causes are kept in :attr:`RolloutOutcome.dead_sessions`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rollhub.errors import StoreError
@@ -53,6 +61,18 @@ class _Lost(Exception):
     """The runtime reported the session gone and no result is in the store."""
 
 
+class _NotTaken(Exception):
+    """No worker took the submission after every transient retry."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+class _Resolved(Exception):
+    """The rollout's outcome is already set (a permanent submission error)."""
+
+
 class _TooLarge(Exception):
     """The stored result is over the client's ``max_result_bytes``."""
 
@@ -87,6 +107,8 @@ class SessionWatch:
         poll_initial_s: float | None,
         poll_max_s: float | None,
         max_result_bytes: int | None = None,
+        session_attempts: int = 1,
+        on_new_session: Callable[[Any, Any], Awaitable[None]] | None = None,
     ) -> None:
         self._make_future = make_future
         self._make_outcome = make_outcome
@@ -97,11 +119,13 @@ class SessionWatch:
         self._submit_backoff = submit_backoff
         self._poll = poll_schedule(callbacks=callbacks, initial_s=poll_initial_s, max_s=poll_max_s)
         self._max_result_bytes = max_result_bytes
+        self._session_attempts = session_attempts
+        self._on_new_session = on_new_session
         self._loop: asyncio.AbstractEventLoop | None = None
         self._live: dict[str, Any] = {}
         self._signals: dict[str, asyncio.Future[tuple[str, Any]]] = {}
         self._background: set[asyncio.Task[Any]] = set()
-        self.stats = {"submitted": 0, "store_reads": 0, "lost": 0, "retries": 0}
+        self.stats = {"submitted": 0, "store_reads": 0, "lost": 0, "retries": 0, "resubmitted": 0}
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Bind to the client's loop and listen for lost sessions."""
@@ -155,9 +179,14 @@ class SessionWatch:
         sid = fut.session_id
         try:
             async with asyncio.timeout(timeout):
-                if not await self._submit_with_retries(fut):
-                    return
-                doc = await self._await_document(fut)
+                while True:
+                    try:
+                        await self._submit_with_retries(fut)
+                        doc = await self._await_document(fut)
+                        break
+                    except (_Lost, _NotTaken) as exc:
+                        if not await self._new_session(fut, str(exc)):
+                            raise
             self._resolve_document(fut, doc)
         except TimeoutError:
             doc = await self._at_deadline(fut)
@@ -165,14 +194,18 @@ class SessionWatch:
                 self._resolve_document(fut, doc)
             else:
                 self.end_early(fut, "timeout", f"no result within {timeout} s", stop=False)
+        except _Resolved:
+            pass
+        except _NotTaken as exc:
+            self._resolve(fut, "submit_error", error=_error_from(exc.exc))
         except _Lost as exc:
             self._resolve(fut, "agent_error", error=_error("SessionLost", str(exc)))
         except _TooLarge as exc:
             self._resolve(fut, "agent_error", error=_error("ResultTooLarge", str(exc)))
-            self._in_background(self._runtime.finish(sid))
+            self._in_background(self._runtime.finish(fut.session_id))
         except _StoreFailed as exc:
             self._resolve(fut, "store_error", error=_error("StoreError", str(exc)))
-            self._in_background(self._runtime.finish(sid))
+            self._in_background(self._runtime.finish(fut.session_id))
         except asyncio.CancelledError:
             if not fut.done():  # the client is shutting down, not an early end of ours
                 self.end_early(fut, "cancelled", "the rollout client closed")
@@ -183,18 +216,55 @@ class SessionWatch:
         finally:
             if not fut._submitted.done():
                 fut._submitted.set_result(None)
-            self._live.pop(sid, None)
-            self._signals.pop(sid, None)
+            for key in {sid, fut.session_id}:
+                self._live.pop(key, None)
+                self._signals.pop(key, None)
 
-    async def _submit_with_retries(self, fut: Any) -> bool:
-        fut.submitted_at = time.time()
-        self.stats["submitted"] += 1
+    async def _new_session(self, fut: Any, cause: str) -> bool:
+        """Move ``fut`` to a new session after an infrastructure fault; False: none left."""
+        if len(fut.dead_sessions) + 1 >= self._session_attempts:
+            return False
+        old = fut.request
+        old_sid = old.rollout.session_id
+        fut.dead_sessions.append({"session_id": old_sid, "cause": cause})
+        self.stats["resubmitted"] += 1
+        # a session reported lost may still be running somewhere: it must not write later
+        self._in_background(self._runtime.cancel(old_sid))
+        k = len(fut.dead_sessions)
+        base = fut.dead_sessions[0]["session_id"]
+        new = dataclasses.replace(
+            old,
+            rollout=old.rollout.model_copy(update={"session_id": f"{base}-r{k}"}),
+            extras=dict(old.extras),
+        )
+        log.info("session %s: %s; trying again as %s", old_sid, cause, new.rollout.session_id)
+        await asyncio.sleep(_SESSION_BACKOFF.delay(k - 1))
+        if self._on_new_session is not None:
+            await self._on_new_session(old, new)
+        loop = asyncio.get_running_loop()
+        self._live.pop(old_sid, None)
+        self._signals.pop(old_sid, None)
+        fut.request, fut.session_id = new, new.rollout.session_id
+        fut.result_key, fut.receipt = new.rollout.result_key, None
+        self._live[fut.session_id] = fut
+        self._signals[fut.session_id] = loop.create_future()
+        return True
+
+    async def _submit_with_retries(self, fut: Any) -> None:
+        """Submit ``fut``'s request, retrying transient errors.
+
+        :raises _NotTaken: every try failed transiently (an infrastructure fault).
+        """
+        if fut.submitted_at is None:
+            fut.submitted_at = time.time()
+            self.stats["submitted"] += 1
         for attempt in range(self._attempts):
-            fut.attempts = attempt + 1
+            fut.attempts += 1
             try:
                 fut.receipt = await self._submit(fut.request)
-                fut._submitted.set_result(None)
-                return True
+                if not fut._submitted.done():
+                    fut._submitted.set_result(None)
+                return
             except Exception as exc:
                 transient = is_transient(exc)
                 if transient and attempt + 1 < self._attempts:
@@ -207,8 +277,6 @@ class SessionWatch:
                     log.info("submit %s failed (%s); retry in %.2fs", fut.session_id, exc, wait)
                     await asyncio.sleep(wait)
                     continue
-                if transient:  # it may have started despite the error: stop it
-                    self._in_background(self._runtime.cancel(fut.session_id))
                 log.warning(
                     "submit %s failed after %d attempt(s): %s: %s",
                     fut.session_id,
@@ -216,9 +284,11 @@ class SessionWatch:
                     type(exc).__name__,
                     exc,
                 )
+                if transient:  # it may have started despite the error: stop it
+                    self._in_background(self._runtime.cancel(fut.session_id))
+                    raise _NotTaken(exc) from exc
                 self._resolve(fut, "submit_error", error=_error_from(exc))
-                return False
-        return False  # pragma: no cover
+                raise _Resolved from exc
 
     async def _await_document(self, fut: Any) -> dict[str, Any]:
         sid, key = fut.session_id, fut.result_key
@@ -337,6 +407,7 @@ class SessionWatch:
             accepted_at=fut.receipt.submitted_at if fut.receipt else None,
             finished_at=time.time(),
             attempts=fut.attempts,
+            dead_sessions=tuple(fut.dead_sessions),
             **fields,
         )
         fut._outcome.set_result(outcome)
@@ -363,6 +434,8 @@ class SessionWatch:
         self._runtime.remove_session_lost(self.lost)
 
 
+#: delays before a rollout's next session: short, the runtime has live workers already
+_SESSION_BACKOFF = Backoff(initial=0.1, factor=2.0, maximum=2.0)
 #: how long a rollout past its deadline waits for its session to stop
 _STOP_WAIT_S = 3.0
 #: stored error types that are not the agent's failure

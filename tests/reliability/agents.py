@@ -1,9 +1,11 @@
 """Misbehaving agents for the reliability suite; each app is picked by attribute name.
 
-``noop``: answers at once (or sleeps ``seconds``). ``chatty``: writes ``stdout_bytes`` to
-stdout and ``stderr_bytes`` to stderr (``newline`` false: no line end) per rollout.
+``noop``: answers at once (or sleeps ``seconds``; raises with ``fail``). ``chatty``: writes
+``stdout_bytes`` to stdout and ``stderr_bytes`` to stderr (``newline`` false: no line end)
+per rollout.
 ``hanging``: a sync handler on a 4-thread pool; ``mode=hang`` blocks for ``seconds``.
 ``full_disk``: stores into ``full://DIR``, a store whose writes fail with ENOSPC.
+``dies_once``: one model call, then the first session SIGKILLs its own worker.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ async def _noop(payload: dict[str, Any]) -> dict[str, Any]:
 
     if payload.get("seconds"):
         await asyncio.sleep(float(payload["seconds"]))
+    if payload.get("fail"):
+        raise RuntimeError("the agent failed on purpose")
     return {"rewards": 1.0, "x": payload.get("x"), "pid": os.getpid()}
 
 
@@ -90,3 +94,26 @@ huge = RolloutApp()
 @huge.rollout_entrypoint
 def _huge(payload: dict[str, Any]) -> dict[str, Any]:
     return {"rewards": 1.0, "blob": "x" * int(payload.get("bytes", 0))}
+
+
+dies_once = RolloutApp()
+
+
+@dies_once.rollout_entrypoint
+def _dies_once(payload: dict[str, Any], context: Any) -> dict[str, Any]:
+    """One model call through ``_rollout``; the first session to get here kills its worker
+    (``marker`` records that it happened), later ones answer with the reply."""
+    from openai import OpenAI
+
+    rollout = context.rollout
+    api_key = rollout.api_key.get_secret_value() if rollout.api_key else "EMPTY"
+    client = OpenAI(base_url=rollout.base_url, api_key=api_key, max_retries=0)
+    reply = client.chat.completions.create(
+        model=rollout.model_id, messages=[{"role": "user", "content": "hello"}], max_tokens=8
+    )
+    marker = payload["marker"]
+    if not os.path.exists(marker):
+        with open(marker, "w") as fh:
+            fh.write(context.rollout.session_id)
+        os.kill(os.getpid(), 9)  # the worker dies after its turn was captured
+    return {"rewards": 1.0, "reply": reply.choices[0].message.content}

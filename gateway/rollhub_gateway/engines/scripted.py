@@ -54,8 +54,9 @@ class ScriptedBackend(SamplingBackend):
 
     def __init__(
         self,
-        script: Iterable[Script] = (),
         options: ScriptedOptions | None = None,
+        *,
+        script: Iterable[Script] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(options, **kwargs)

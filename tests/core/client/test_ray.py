@@ -107,10 +107,20 @@ async def test_dead_actor_loses_its_sessions_and_is_replaced(ray_client, ray_run
     actor = ray_runtime._where[fut.session_id]
     started = ray_runtime.actors_started
     t0 = time.monotonic()
+    first_sid = fut.session_id
     ray.kill(actor.handle, no_restart=True)
+    # the lost session is seen at once and the rollout goes to a new session on a live actor
+    while fut.session_id == first_sid and time.monotonic() - t0 < 10:
+        await asyncio.sleep(0.05)
+    assert fut.session_id == f"{first_sid}-r1"
+    while fut.session_id not in ray_runtime._where and time.monotonic() - t0 < 10:
+        await asyncio.sleep(0.05)
+    assert ray_runtime._where[fut.session_id] is not actor
+    fut.cancel()
     outcome = await fut.result_async(timeout=30)
-    assert outcome.status == "agent_error" and outcome.error.type == "SessionLost"
-    assert time.monotonic() - t0 < 10
+    assert outcome.status == "cancelled"
+    (dead,) = outcome.dead_sessions
+    assert dead["session_id"] == first_sid and "lost" in dead["cause"]
     deadline = time.monotonic() + 20
     while ray_runtime.actors_started == started and time.monotonic() < deadline:
         await asyncio.sleep(0.1)

@@ -139,7 +139,7 @@ async def test_refusal_in_the_callers_format_and_counted(tmp_path):
     cfg = GatewayConfig(admin_token="adm", log_turns=False)
     model = _model(path)
     r = model.renderer
-    gw = Gateway(ScriptedBackend([[*r.encode("hello"), r.stop_ids[0]]]), model, cfg)
+    gw = Gateway(ScriptedBackend(script=[[*r.encode("hello"), r.stop_ids[0]]]), model, cfg)
     await gw.start()
     key = gw.open_session("s").key
     await openai.AsyncOpenAI(base_url=gw.base_url, api_key=key).chat.completions.create(

@@ -150,7 +150,7 @@ GATEWAY_CHILD = textwrap.dedent(
         return r.encode(text) + [end]
 
     port = int(sys.argv[2]) if len(sys.argv) > 2 else None
-    gw = ThreadedGateway(Gateway(ScriptedBackend([answer] * 10), model,
+    gw = ThreadedGateway(Gateway(ScriptedBackend(script=[answer] * 10), model,
                                  GatewayConfig(admin_token="adm", log_turns=False)), port=port)
     gw.start()
     print(json.dumps({"url": gw.url}), flush=True)

@@ -68,7 +68,7 @@ async def test_a_10mb_request_is_400_before_any_work(gateway, scripted, ids, pro
 async def test_a_big_request_leaves_healthz_and_other_sessions_alone(chat_model, ids):
     """A ~3 MB prompt (about a million tokens, allowed by its session's policy) is prepared
     off the loop; meanwhile small calls of other sessions and /healthz keep their latency."""
-    backend = ScriptedBackend([ids("short")] * 5000)
+    backend = ScriptedBackend(script=[ids("short")] * 5000)
     gw = Gateway(backend, chat_model, GatewayConfig(admin_token="a", log_turns=False))
     await gw.start()
     try:

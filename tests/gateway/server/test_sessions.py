@@ -200,7 +200,7 @@ async def test_sessions_survive_a_restart_through_the_journal(
         )  # fmt: skip
 
     cfg = GatewayConfig(admin_token="a", log_turns=False)
-    first = ScriptedBackend([ids("before restart")])
+    first = ScriptedBackend(script=[ids("before restart")])
     gw = Gateway(first, model(), cfg)
     await gw.start()
     s = gw.open_session("keep")
@@ -208,7 +208,7 @@ async def test_sessions_survive_a_restart_through_the_journal(
     r = await client.chat.completions.create(model="m", messages=USER)
     await gw.close()
 
-    second = ScriptedBackend([ids("after restart")])
+    second = ScriptedBackend(script=[ids("after restart")])
     gw2 = Gateway(second, model(), cfg)
     await gw2.start()
     try:
@@ -256,7 +256,7 @@ async def test_agents_keep_their_key_across_a_restart(tmp_path, tokenizer, tools
         )  # fmt: skip
 
     cfg = GatewayConfig(admin_token="a", log_turns=False)
-    first = ScriptedBackend([ids("before restart")])
+    first = ScriptedBackend(script=[ids("before restart")])
     gw = Gateway(first, model(), cfg)
     await gw.start()
     s = gw.open_session("keep", policy={"max_tokens_cap": 40})
@@ -266,7 +266,7 @@ async def test_agents_keep_their_key_across_a_restart(tmp_path, tokenizer, tools
     port = int(gw.url.rsplit(":", 1)[1])
     await gw.close()
 
-    second = ScriptedBackend([ids("after restart")])
+    second = ScriptedBackend(script=[ids("after restart")])
     gw2 = Gateway(second, model(), cfg)
     await gw2.start(port=port)  # the agent's base URL stays valid
     try:
@@ -287,9 +287,9 @@ async def test_agents_keep_their_key_across_a_restart(tmp_path, tokenizer, tools
         await gw2.close()
 
     # a restarted gateway whose hub reads traces first: reopened from the journal too
-    gw3 = Gateway(ScriptedBackend([ids("x")]), model(), cfg)
+    gw3 = Gateway(ScriptedBackend(script=[ids("x")]), model(), cfg)
     s3 = gw3.open_session("other")
     gw3.sessions.get("other").conversation.model.journal.close()
-    gw4 = Gateway(ScriptedBackend([ids("y")]), model(), cfg)
+    gw4 = Gateway(ScriptedBackend(script=[ids("y")]), model(), cfg)
     assert gw4.traces("other") == [] and "other" in gw4.sessions
     assert gw4.sessions.by_key(s3.key).session_id == "other"

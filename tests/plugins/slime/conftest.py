@@ -193,7 +193,7 @@ def script(tokenizer: Any) -> Script:
 @contextlib.contextmanager
 def serve_sglang(script: Script) -> Iterator[SGLangState]:
     """Serve the loopback SGLang server on its own loop thread for the block."""
-    engine = ScriptedBackend([script.respond] * 1000)
+    engine = ScriptedBackend(script=[script.respond] * 1000)
     state = SGLangState()
     thread = LoopThread("sglang-loopback")
 
