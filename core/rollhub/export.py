@@ -16,6 +16,7 @@ reward               float64, null when the rollout failed or gave no reward
 reward_components    string (JSON object name → float)
 error_type           string, null
 error_message        string, null
+error_traceback      string, null — the agent's traceback, when it raised
 weight_version       int64, null
 submitted_at         float64 (epoch s)
 finished_at          float64 (epoch s)
@@ -81,6 +82,7 @@ def episode_to_row(episode: Episode, exp_id: str) -> dict[str, Any]:
         "reward_components": json.dumps(episode.reward_components, sort_keys=True),
         "error_type": episode.error.type if episode.error else None,
         "error_message": episode.error.message if episode.error else None,
+        "error_traceback": episode.error.traceback if episode.error else None,
         "weight_version": episode.weight_version,
         "submitted_at": episode.submitted_at,
         "finished_at": episode.finished_at,
@@ -115,7 +117,9 @@ def episode_from_row(row: dict[str, Any]) -> Episode:
         t["metadata"] = json.loads(t["metadata"]) if isinstance(t.get("metadata"), str) else {}
         traces.append(TraceRecord.model_validate(t))
     error = (
-        ErrorInfo(row["error_type"], row["error_message"] or "") if row.get("error_type") else None
+        ErrorInfo(row["error_type"], row["error_message"] or "", row.get("error_traceback"))
+        if row.get("error_type")
+        else None
     )
     return Episode(
         episode_id=row["episode_id"],
@@ -211,6 +215,7 @@ def arrow_schema() -> Any:
             ("reward_components", pa.string()),
             ("error_type", pa.string()),
             ("error_message", pa.string()),
+            ("error_traceback", pa.string()),
             ("weight_version", pa.int64()),
             ("submitted_at", pa.float64()),
             ("finished_at", pa.float64()),

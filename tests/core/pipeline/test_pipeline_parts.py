@@ -126,6 +126,7 @@ def test_export_round_trip(tmp_path, suffix):
     assert [e.session_id for e in back] == ["s0", "s1", "s2"]
     assert back[0].traces[0] == eps[0].traces[0]
     assert back[1].error.type == "ValueError" and back[1].reward is None
+    assert back[1].error.traceback == "tb" and back[0].error is None  # the traceback is kept
     assert back[2].reward == 0.25 and back[2].payload == eps[2].payload
 
 
