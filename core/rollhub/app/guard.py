@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse
 from rollhub.app.auth import verify_request
 from rollhub.rollout import ROLLOUT_KEY
 
-__all__ = ["ALLOWED_STORES_ENV", "RequestGuard"]
+__all__ = ["ALLOWED_STORES_ENV", "RequestGuard", "is_loopback"]
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 ALLOWED_STORES_ENV = "ROLLHUB_ALLOWED_STORES"
 
 
-def _is_loopback(host: str | None) -> bool:
+def is_loopback(host: str | None) -> bool:
+    """Whether ``host`` is a loopback address or ``localhost`` (None or empty: no)."""
     if not host:
         return False
     if host == "localhost":
@@ -82,7 +83,7 @@ class RequestGuard:
         if self.secret is not None:
             return self.check_signature(request, b"")
         peer = request.client.host if request.client else None
-        if _is_loopback(peer):
+        if is_loopback(peer):
             return None
         return JSONResponse(
             {
@@ -102,7 +103,7 @@ class RequestGuard:
         peer = (request.client.host if request.client else "") or ""
         if host == peer.lower() or host in self.callback_hosts:
             return None
-        if _is_loopback(host) and _is_loopback(peer):
+        if is_loopback(host) and is_loopback(peer):
             return None
         field = f"{ROLLOUT_KEY}.callback_url"
         return JSONResponse(

@@ -8,15 +8,15 @@ serves until Ctrl-C.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
 import socket
 import sys
 import time
 
+from rollhub.app.guard import is_loopback
 from rollhub.errors import UsageError
 
-__all__ = ["DEFAULT_PORT", "add_arguments", "is_loopback", "run"]
+__all__ = ["DEFAULT_PORT", "add_arguments", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -31,16 +31,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"port to listen on (default {DEFAULT_PORT}; 0: any free one)")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1, this machine only)")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is a loopback address or ``localhost``."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def run(args: argparse.Namespace) -> int:
