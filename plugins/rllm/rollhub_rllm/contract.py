@@ -1,12 +1,17 @@
 """What rollhub-rllm relies on in rLLM and rllm-model-gateway, kept as data.
 
-rLLM is not on PyPI, so its types cannot be imported in tests. The facts below were read
-from ``rllm-org/rllm`` at :data:`RLLM_COMMIT` (``rllm/engine/remote_runtime/protocol.py``,
-``rllm/workflows/workflow.py``, ``rllm/engine/remote_agent_flow_engine.py``,
-``rllm/types.py``) and from the PyPI release ``rllm-model-gateway`` :data:`GATEWAY_VERSION`.
-The mirror types in
-:mod:`rollhub_rllm.protocol` are checked against them by the tests, and against rLLM's own
-classes whenever ``rllm`` is importable.
+The facts below were read from ``rllm-org/rllm`` at :data:`RLLM_COMMIT`
+(``rllm/engine/remote_runtime/protocol.py``, ``rllm/workflows/workflow.py``,
+``rllm/engine/remote_agent_flow_engine.py``, ``rllm/types.py``) and from the PyPI release
+``rllm-model-gateway`` :data:`GATEWAY_VERSION`. What the tests check:
+
+- the mirror types of :mod:`rollhub_rllm.protocol`, the remote runtime's methods and the
+  episode export against this record, on every run;
+- :data:`GATEWAY_TRACE_FIELDS` and :data:`GATEWAY_VERSION` against the installed
+  ``rllm-model-gateway``, on every run;
+- the rest of the record against rLLM's own classes only where ``rllm`` is importable.
+  rLLM is not on PyPI, so a plain test environment skips that check; run it with an rLLM
+  checkout of :data:`RLLM_COMMIT` on ``PYTHONPATH``.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import sys
 import types
 from pathlib import Path
@@ -165,7 +166,8 @@ def test_outcomes_map_to_rllm_termination_reasons(status, result, finished, reas
 
 
 def test_mirrors_match_the_pinned_rllm_contract():
-    assert contract.RLLM_COMMIT.startswith("9beb6e0f")
+    """The mirror types and this runtime's methods are what the record says rLLM's are
+    (``test_contract.py`` checks the record against rLLM's classes where rLLM is importable)."""
     sub_fields = {f.name: f.type for f in dataclasses.fields(TaskSubmission)}
     assert sub_fields == contract.TASK_SUBMISSION_FIELDS
     res = {}
@@ -182,7 +184,7 @@ def test_mirrors_match_the_pinned_rllm_contract():
     for name, (is_async, params) in contract.REMOTE_RUNTIME_METHODS.items():
         method = getattr(RollhubRemoteRuntime, name)
         assert asyncio.iscoroutinefunction(method) is is_async
-        assert tuple(method.__code__.co_varnames[1 : 1 + len(params)]) == params
+        assert tuple(inspect.signature(method).parameters)[1:] == params
 
 
 def test_install_teaches_rllms_factory_the_rollhub_backend(tmp_path, monkeypatch):
