@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import json
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ STUB = HERE / "slime_stub"
 MODEL = "smollm2-135m-instruct"
 TEMPLATE = HERE.parents[2] / "examples" / "math" / "chatml_tools.jinja"
 AGENT = HERE / "agents" / "tool_agent.py"
+#: facts read from slime's source at the targeted commit (see test_contract.py)
+RECORD: dict[str, Any] = json.loads((HERE / "slime_624b824.json").read_text())
 
 
 @pytest.fixture(autouse=True)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
+import torch
 from rollhub.errors import ConfigError
 from rollhub_slime.rewards import EPS, post_process_rewards
 
-from tests.plugins.slime.conftest import make_args
+from tests.plugins.slime.conftest import RECORD, make_args
 
 
 def sample(group, rollout, reward, *, index=None, removed=False):
@@ -24,26 +23,36 @@ def sample(group, rollout, reward, *, index=None, removed=False):
 
 
 def grpo(values):
-    """Mean and sample std (n - 1) of a group, as slime's torch code computes them."""
-    mean = sum(values) / len(values)
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-    return mean, std
+    """Mean and std of one group as slime's default computes them: torch, ``Tensor.std``."""
+    t = torch.tensor(values, dtype=torch.float)
+    return t.mean().item(), t.std().item()
+
+
+def slime_default(args, raw):
+    """slime's default reward post-process on a batch of equal groups, in slime's torch
+    operations (``slime/ray/rollout.py::RolloutManager._post_process_rewards``)."""
+    rewards = torch.tensor(raw, dtype=torch.float).reshape(-1, args.n_samples_per_prompt)
+    rewards = rewards - rewards.mean(dim=-1, keepdim=True)
+    return (rewards / (rewards.std(dim=-1, keepdim=True) + 1e-6)).flatten().tolist()
 
 
 def test_plain_groups_match_slime_default():
-    samples = [sample(0, 0, 1.0), sample(0, 1, 0.0), sample(1, 2, 0.5), sample(1, 3, 1.5)]
-    raw, out = post_process_rewards(make_args(), samples)
-    assert raw == [1.0, 0.0, 0.5, 1.5]
-    m0, s0 = grpo([1.0, 0.0])
-    m1, s1 = grpo([0.5, 1.5])
-    assert out == pytest.approx(
-        [
-            (1.0 - m0) / (s0 + EPS),
-            (0.0 - m0) / (s0 + EPS),
-            (0.5 - m1) / (s1 + EPS),
-            (1.5 - m1) / (s1 + EPS),
-        ]
-    )
+    samples = [sample(0, 0, 1.0), sample(0, 1, 0.0), sample(1, 2, 0.25), sample(1, 3, 1.5)]
+    args = make_args()
+    raw, out = post_process_rewards(args, samples)
+    assert raw == [1.0, 0.0, 0.25, 1.5]
+    assert out == pytest.approx(slime_default(args, raw), abs=1e-6)
+
+
+def test_switches_and_epsilon_are_the_recorded_ones():
+    facts = RECORD["grpo_estimators"]
+    assert EPS == facts["eps"]
+    samples = [sample(0, 0, 1.0), sample(0, 1, 0.0), sample(0, 2, 0.5)]
+    for estimator in ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline", "ppo", "rloo"):
+        _, out = post_process_rewards(make_args(advantage_estimator=estimator), samples)
+        centred, scaled = estimator in facts["centred"], estimator in facts["scaled"]
+        expected = [0.5, -0.5, 0.0] if centred else [1.0, 0.0, 0.5]
+        assert out == pytest.approx([v / (0.5 + EPS) if scaled else v for v in expected])
 
 
 def test_fan_out_counts_each_rollout_once():
@@ -74,20 +83,12 @@ def test_removed_samples_get_zero_and_stay_out_of_the_statistics():
     assert out == pytest.approx([(1 - mean) / (std + EPS), (0 - mean) / (std + EPS), 0.0])
 
 
-def test_switches_follow_slime():
+def test_normalisation_switches_follow_slime():
     samples = [sample(0, 0, 1.0), sample(0, 1, 0.0), sample(0, 2, 0.5)]
-    centred = [0.5, -0.5, 0.0]
-    for estimator in ("reinforce_plus_plus_baseline",):
-        _, out = post_process_rewards(make_args(advantage_estimator=estimator), samples)
-        assert out == pytest.approx(centred)
     _, out = post_process_rewards(make_args(grpo_std_normalization=False), samples)
-    assert out == pytest.approx(centred)
-    for args in (make_args(rewards_normalization=False), make_args(advantage_estimator="ppo")):
-        raw, out = post_process_rewards(args, samples)
-        assert raw == out == [1.0, 0.0, 0.5]
-    for estimator in ("gspo", "cispo"):
-        _, scaled = post_process_rewards(make_args(advantage_estimator=estimator), samples)
-        assert scaled == pytest.approx([c / (0.5 + EPS) for c in centred])
+    assert out == pytest.approx([0.5, -0.5, 0.0])
+    raw, out = post_process_rewards(make_args(rewards_normalization=False), samples)
+    assert raw == out == [1.0, 0.0, 0.5]
 
 
 def test_single_rollout_group_and_missing_ids():
