@@ -21,15 +21,14 @@ which the launch helper sets.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from pathlib import Path
 from typing import Any
 
 from rollhub.episode import Episode, EpisodeGroup
 from rollhub.errors import ConfigError, RolloutFailed
 from rollhub.hub import AsyncHub
 
+from rollhub_slime.eval_data import eval_groups
 from rollhub_slime.runner import process_hub
 from rollhub_slime.samples import episode_to_samples, payload_of
 from rollhub_slime.trainer import SlimeOptions
@@ -118,7 +117,7 @@ async def train_rollout(
 
 
 async def eval_rollout(hub: AsyncHub, options: SlimeOptions, args: Any, rollout_id: int) -> Any:
-    """Run slime's eval datasets (``--eval-prompt-data``) through ``hub``.
+    """Run slime's eval datasets (``--eval-prompt-data``, JSONL or Parquet) through ``hub``.
 
     :returns: ``RolloutFnEvalOutput(data={name: {rewards, truncated, samples}})``; failed
         rollouts count with reward 0.
@@ -128,9 +127,7 @@ async def eval_rollout(hub: AsyncHub, options: SlimeOptions, args: Any, rollout_
 
     data: dict[str, dict[str, Any]] = {}
     for cfg in getattr(args, "eval_datasets", None) or []:
-        n = cfg.n_samples_per_eval_prompt or getattr(args, "n_samples_per_eval_prompt", 1) or 1
-        prompts = _eval_prompts(cfg, args, Sample)
-        groups = [[_copy_with_index(p, i * n + j) for j in range(n)] for i, p in enumerate(prompts)]
+        groups = eval_groups(cfg, args, Sample)
         finished = await asyncio.gather(*(_run_group(hub, options, g) for g in groups))
         samples = [
             s
@@ -193,43 +190,3 @@ def _metrics(finished: list[EpisodeGroup], per_group: list[list[list[Any]]]) -> 
     if rewards:  # slime hands metrics to its trackers, which take numbers only
         metrics["rollhub/reward_mean"] = sum(rewards) / len(rewards)
     return metrics
-
-
-def _eval_prompts(cfg: Any, args: Any, sample_cls: type) -> list[Any]:
-    """Prompt samples of one slime eval dataset (JSONL), keyed like slime's own loader."""
-    input_key = cfg.input_key or getattr(args, "input_key", "input")
-    label_key = cfg.label_key or getattr(args, "label_key", None)
-    metadata_key = cfg.metadata_key or getattr(args, "metadata_key", "metadata")
-    path = Path(cfg.path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ConfigError(
-            f"eval dataset {cfg.name!r}: cannot read {str(path)!r}: {exc}", field="eval_prompt_data"
-        ) from exc
-    out = []
-    for i, line in enumerate(line for line in lines if line.strip()):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(
-                f"eval dataset {cfg.name!r}: line {i + 1} of {path} is not JSON: {exc}",
-                field="eval_prompt_data",
-            ) from exc
-        out.append(
-            sample_cls(
-                group_index=i,
-                prompt=row.get(input_key, ""),
-                label=row.get(label_key) if label_key else None,
-                metadata=dict(row.get(metadata_key) or {}),
-            )
-        )
-    return out
-
-
-def _copy_with_index(sample: Any, index: int) -> Any:
-    import copy
-
-    s = copy.deepcopy(sample)
-    s.index = index
-    return s

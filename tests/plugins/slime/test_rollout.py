@@ -21,6 +21,7 @@ from rollhub_slime.runner import CONFIG_ENV, close_process_hub, config_for_slime
 from tests.plugins.slime.conftest import (
     AGENT,
     MODEL,
+    RECORD,
     TEMPLATE,
     ListDataSource,
     Script,
@@ -243,7 +244,7 @@ def test_eval_runs_slime_eval_datasets(args, tmp_path):
 
     assert isinstance(out, RolloutFnEvalOutput)
     result = out.data["mini"]
-    assert sorted(result) == ["rewards", "samples", "truncated"]
+    assert list(result) == RECORD["eval_result_keys"]
     assert result["rewards"] == [1.0, 1.0, 0.0, 0.0]  # "6" is not in "The sum is 5."
     assert result["truncated"] == [False] * 4
     assert [s.index for s in result["samples"]] == [0, 1, 2, 3]
