@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from rollhub.episode import Episode, EpisodeGroup
@@ -31,6 +33,7 @@ from rollhub.hub import AsyncHub
 from rollhub_slime.eval_data import eval_groups
 from rollhub_slime.runner import process_hub
 from rollhub_slime.samples import episode_to_samples, payload_of
+from rollhub_slime.step_hooks import StepHooks, check_slime_flags, filter_decision
 from rollhub_slime.trainer import SlimeOptions
 
 log = logging.getLogger(__name__)
@@ -48,11 +51,13 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
     :param evaluation: run the eval datasets instead of a training step.
     :returns: ``RolloutFnTrainOutput`` or, for evaluation, ``RolloutFnEvalOutput``.
     """
+    hooks = StepHooks.from_args(args)  # refuse what cannot be honoured before the hub starts
     runner = process_hub(args)
     if evaluation:
         return runner.run(eval_rollout(runner.hub, runner.options, args, rollout_id))
-    groups = data_source.get_samples(args.rollout_batch_size)
-    return runner.run(train_rollout(runner.hub, runner.options, args, rollout_id, groups))
+    return runner.run(
+        train_rollout(runner.hub, runner.options, args, rollout_id, data_source, hooks)
+    )
 
 
 async def generate(
@@ -67,6 +72,7 @@ async def generate(
     :returns: ``list[Sample]`` (``generate_returns_list``, the default) or, when off, a
         single ``Sample`` unless the episode forked.
     """
+    check_slime_flags(args)
     # first use builds and starts the hub, which blocks: keep that off slime's event loop
     runner = await asyncio.to_thread(process_hub, args)
     options = runner.options
@@ -84,36 +90,115 @@ async def generate(
 
 
 async def train_rollout(
-    hub: AsyncHub, options: SlimeOptions, args: Any, rollout_id: int, groups: list[list[Any]]
+    hub: AsyncHub,
+    options: SlimeOptions,
+    args: Any,
+    rollout_id: int,
+    data_source: Any,
+    hooks: StepHooks | None = None,
 ) -> Any:
-    """Run one training step's prompt groups through ``hub``; return ``RolloutFnTrainOutput``.
+    """Run one training step through ``hub``, as slime's own rollout loop does.
 
+    Prompt groups are fetched ``--over-sampling-batch-size`` at a time and run as hub
+    groups; each finished group passes ``--dynamic-sampling-filter-path`` or is dropped
+    (and more are fetched), until ``--rollout-batch-size`` groups are chosen. Groups still
+    running then are cancelled. A group whose every rollout failed is chosen without
+    filtering and yields no samples, so a failing agent cannot make the step fetch forever.
+    The chosen groups are sorted by index; ``--rollout-sample-filter-path`` and
+    ``--rollout-all-samples-process-path`` then run as in slime.
+
+    :param data_source: slime's data source (``get_samples(k) -> list[list[Sample]]``).
+    :param hooks: the step arguments, loaded (default: from ``args``).
+    :returns: ``RolloutFnTrainOutput``.
     :raises RolloutFailed: no rollout of the step produced a trainable token.
     """
     from slime.rollout.base_types import RolloutFnTrainOutput
 
+    hooks = hooks or StepHooks.from_args(args)
     hub.set_weight_version(rollout_id)
-    finished = await asyncio.gather(*(_run_group(hub, options, g) for g in groups))
-    per_group = [
-        [_samples(ep, base, options) for ep, base in zip(group.episodes, bases, strict=True)]
-        for group, bases in zip(finished, groups, strict=True)
-    ]
-    fanned = any(len(s) > 1 for group in per_group for s in group)
-    batch: list[list[Any]] = []
-    for group in per_group:
-        kept = [s for s in group if s]
-        if kept:
-            batch.append(kept if fanned else [s[0] for s in kept])
-    metrics = _metrics(finished, per_group)
+    pending: dict[asyncio.Future[EpisodeGroup], list[Any]] = {}
+    chosen: list[_Finished] = []
+    finished: list[_Finished] = []
+    drops: Counter[str] = Counter()
+    remaining, exhausted = 0, False
+    try:
+        while len(chosen) < hooks.rollout_batch_size and (pending or not exhausted):
+            while remaining < hooks.rollout_batch_size and not exhausted:
+                fetched = data_source.get_samples(hooks.over_sampling_batch_size)
+                exhausted = not fetched
+                for bases in fetched:
+                    pending[asyncio.ensure_future(_run_group(hub, options, bases))] = bases
+                    remaining += 1
+            if not pending:
+                break
+            done, _ = await asyncio.wait(set(pending), return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                bases = pending.pop(task)
+                group = task.result()
+                item = _Finished(
+                    group,
+                    bases,
+                    [_samples(ep, b, options) for ep, b in zip(group.episodes, bases, strict=True)],
+                )
+                finished.append(item)
+                if len(chosen) >= hooks.rollout_batch_size:
+                    continue
+                if item.shaped():
+                    keep, reason = filter_decision(hooks, args, item.shaped(), remaining=remaining)
+                    if not keep:
+                        remaining -= 1
+                        drops[reason or ""] += 1
+                        continue
+                chosen.append(item)
+    finally:
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    chosen.sort(key=_Finished.index)
+    fanned = any(item.forked() for item in chosen)
+    batch = [item.shaped(nested=fanned) for item in chosen if item.shaped()]
+    metrics = _metrics([c.group for c in chosen], [c.per_episode for c in chosen])
+    metrics["rollhub/groups_run"] = len(finished) + len(pending)
+    metrics["rollhub/filtered"] = sum(drops.values())
+    metrics.update({f"rollout/dynamic_filter/drop_{r}": n for r, n in drops.items() if r})
     if not batch:
-        first = next((e.error for g in finished for e in g.episodes if e.error), None)
+        first = next((e.error for c in finished for e in c.group.episodes if e.error), None)
         raise RolloutFailed(
             f"no rollout of step {rollout_id} produced tokens to train on "
             f"({metrics['rollhub/episodes']} episodes); first error: "
             f"{first.type + ': ' + first.message if first else 'none recorded'}",
             rollout_id=rollout_id,
         )
+    if hooks.sample_filter is not None:
+        hooks.sample_filter(args, batch)
+    if hooks.all_samples_process is not None:
+        every = sorted((item for item in finished if item.shaped()), key=_Finished.index)
+        hooks.all_samples_process(args, [item.shaped() for item in every], data_source)
     return RolloutFnTrainOutput(samples=batch, metrics=metrics)
+
+
+@dataclass
+class _Finished:
+    """A finished prompt group: the hub's group, slime's prompt samples, the new samples."""
+
+    group: EpisodeGroup
+    bases: list[Any]
+    per_episode: list[list[Any]]
+
+    def index(self) -> int:
+        return _int(self.bases[0].index)
+
+    def forked(self) -> bool:
+        return any(len(s) > 1 for s in self.per_episode)
+
+    def shaped(self, nested: bool | None = None) -> list[Any]:
+        """The group as slime's loop holds it: ``list[Sample]``, or one list per rollout
+        when a rollout forked (``nested``: force either); failed rollouts left out."""
+        kept = [s for s in self.per_episode if s]
+        nest = self.forked() if nested is None else nested
+        return kept if nest else [s[0] for s in kept]
 
 
 async def eval_rollout(hub: AsyncHub, options: SlimeOptions, args: Any, rollout_id: int) -> Any:

@@ -51,6 +51,12 @@ def make_args(**overrides: Any) -> SimpleNamespace:
     values: dict[str, Any] = {
         "rollout_batch_size": 2,
         "n_samples_per_prompt": 2,
+        "over_sampling_batch_size": None,  # slime's parser then sets rollout_batch_size
+        "dynamic_sampling_filter_path": None,
+        "partial_rollout": False,
+        "mask_offpolicy_in_partial_rollout": False,
+        "rollout_sample_filter_path": None,
+        "rollout_all_samples_process_path": None,
         "sglang_router_ip": None,
         "sglang_router_port": None,
         "router_policy": None,

@@ -217,6 +217,48 @@ def test_step_where_every_rollout_failed(args):
         generate_rollout(make_args(**{**vars(args), "rollout_batch_size": 1}), 6, source)
 
 
+def test_over_sampling_and_dynamic_filter_as_slimes_loop(args):
+    from tests.plugins.slime import hooks
+
+    right, wrong = "[plain] What is 2 + 3?", "[plain] What is 3 + 3?"
+    source = ListDataSource(
+        [prompt("plain", right), prompt("plain", wrong, "6"), prompt("plain", wrong, "6")], 2
+    )
+    over = {**vars(args), "rollout_batch_size": 2, "over_sampling_batch_size": 3}
+    step = make_args(
+        **{
+            **over,
+            "dynamic_sampling_filter_path": "tests.plugins.slime.hooks.keep_correct",
+            "rollout_sample_filter_path": "tests.plugins.slime.hooks.remove_second",
+            "rollout_all_samples_process_path": "tests.plugins.slime.hooks.remember_all",
+        }
+    )
+    hooks.SEEN.clear()
+    out = generate_rollout(step, 8, source)
+
+    # groups 1 and 2 are dropped, so a second over-sampling batch (3..5) is fetched; the
+    # step ends once groups 0 and 3 are in, sorted by index as slime sorts them
+    assert source.offset == 6
+    assert [[s.group_index for s in g] for g in out.samples] == [[0, 0], [3, 3]]
+    assert [s.reward for g in out.samples for s in g] == [1.0] * 4
+    assert [[s.remove_sample for s in g] for g in out.samples] == [[False, True]] * 2
+    assert out.metrics["rollout/dynamic_filter/drop_wrong"] >= 2
+    assert out.metrics["rollhub/episodes"] == 4  # the chosen groups' episodes
+    [seen] = hooks.SEEN
+    indices = [g[0].group_index for g in seen]
+    assert indices == sorted(indices) and {0, 1, 2, 3} <= set(indices)
+
+    # keep_when_insufficient: a wrong group is kept rather than fetching another batch
+    hook = "tests.plugins.slime.hooks.keep_correct_with_fallback"
+    fallback = make_args(**{**over, "dynamic_sampling_filter_path": hook})
+    source = ListDataSource(
+        [prompt("plain", right), prompt("plain", wrong, "6"), prompt("plain", wrong, "6")], 2
+    )
+    out = generate_rollout(fallback, 9, source)
+    assert source.offset == 3 and len(out.samples) == 2
+    assert sorted(g[0].reward for g in out.samples) == [0.0, 1.0]
+
+
 def test_eval_runs_slime_eval_datasets(args, tmp_path):
     from slime.rollout.base_types import RolloutFnEvalOutput
 
