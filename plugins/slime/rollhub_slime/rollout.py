@@ -2,8 +2,9 @@
 
 Two entry points, for the two ways slime lets a user take over rollouts:
 
-- :func:`generate_rollout` for ``--rollout-function-path``: takes ``rollout_batch_size``
-  prompt groups from slime's data source, runs each as one hub group of
+- :func:`generate_rollout` for ``--rollout-function-path``: fetches prompt groups from
+  slime's data source as slime's own loop does (over-sampling, dynamic filter; see
+  :mod:`rollhub_slime.step_hooks`), runs each as one hub group of
   ``n_samples_per_prompt`` episodes and returns ``RolloutFnTrainOutput``; with
   ``evaluation=True`` it runs slime's ``--eval-*`` datasets and returns
   ``RolloutFnEvalOutput``.
