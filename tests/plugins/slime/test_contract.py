@@ -167,3 +167,6 @@ def test_installed_slime_matches_the_record(monkeypatch):
     assert [[m.name, m.value] for m in types.Sample.Status] == RECORD["sample"]["status"]
     train = [f.name for f in dataclasses.fields(base_types.RolloutFnTrainOutput)]
     assert train == [f[0] for f in RECORD["rollout_fn_train_output"]["fields"]]
+    filters = importlib.import_module("slime.rollout.filter_hub.base_types")
+    output = [f.name for f in dataclasses.fields(filters.DynamicFilterOutput)]
+    assert output == [f[0] for f in RECORD["dynamic_filter_output"]["fields"]]
