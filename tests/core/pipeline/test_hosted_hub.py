@@ -240,7 +240,7 @@ def test_close_hubs_on_the_hubs_own_loop_is_refused(hosting, tmp_path):
 
 
 EXIT_SCRIPT = """
-import asyncio, sys, threading
+import asyncio, os, signal, sys, threading
 from pathlib import Path
 sys.path.insert(0, {root!r})
 from rollhub.hosted_hub import loop_hub, process_hub
@@ -259,18 +259,24 @@ threading.Thread(target=worker.run_forever, daemon=True).start()
 asyncio.run_coroutine_threadsafe(loop_hub("worker-loop", hub(AsyncHub, "worker-loop")), worker).result()
 main = asyncio.new_event_loop()  # a loop that has stopped, not closed
 main.run_until_complete(loop_hub("stopped-loop", hub(AsyncHub, "stopped-loop")))
+child = os.fork()  # a forked child that exits normally leaves its parent's hubs alone
+if child == 0:
+    signal.alarm(20)  # a child hanging at exit dies instead of outliving the test
+    sys.exit(0)
+print("child", os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]))
 print("exiting")
 """
 
 
 def test_hubs_are_closed_when_a_subprocess_exits_normally(tmp_path):
-    """The close paths await asyncio.to_thread, as real ones do: that must still work at exit."""
+    """The close paths await asyncio.to_thread, as real ones do: that must still work at exit.
+    A forked child's exit must not try to close (or hang on) its parent's hubs."""
     script = tmp_path / "host.py"
     script.write_text(textwrap.dedent(EXIT_SCRIPT.format(root=str(ROOT), tmp=str(tmp_path))))
     done = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path
     )
-    assert done.returncode == 0 and done.stdout == "exiting\n", done.stderr
+    assert done.returncode == 0 and done.stdout == "child 0\nexiting\n", done.stderr
     for key in ("own-thread", "worker-loop", "stopped-loop"):
         marker = tmp_path / f"{key}.closed"
         assert marker.exists() and marker.read_text() == "closed", (key, done.stderr)
