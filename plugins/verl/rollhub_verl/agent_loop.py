@@ -24,7 +24,7 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from rollhub.episode import EpisodeGroup
@@ -98,7 +98,7 @@ class RollhubAgentLoop(AgentLoopBase):
             apply_failure_policy(
                 EpisodeGroup(group_id, payload, [episode]), hub.config.rewards.on_failure
             )
-        collation = "v1" if self.config.trainer.get("use_v1", True) else "v0"
+        collation: Literal["v1", "v0"] = "v1" if self.config.trainer.get("use_v1", True) else "v0"
         parts = episode_parts(
             episode,
             self.budget,
