@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from rollhub.components import build_component, component_context, open_config_store
 from rollhub.config import RollhubConfig
 from rollhub.episode import Episode, EpisodeGroup, ErrorInfo
 from rollhub.errors import RewardError, RollhubError, TokenRetrievalError, UsageError
@@ -35,7 +36,6 @@ from rollhub.hook_calls import call_all, call_first
 from rollhub.loop_thread import LoopThread, ensure_no_running_loop
 from rollhub.plugin_settings import check_config
 from rollhub.plugins import PluginHost, build_host
-from rollhub.registry import ComponentContext
 from rollhub.rollout import RolloutConfig, RolloutRequest, SubmitReceipt
 from rollhub.staleness import StalenessGate
 
@@ -107,30 +107,20 @@ class AsyncHub:
             await self.token_source.publish_policy(policy, version)
         self.set_weight_version(version)
 
-    def _build(self, kind: str, section: str, name: str, options: Mapping[str, Any]) -> Any:
-        context = ComponentContext(
-            base_dir=self.config.base_dir, run_dir=self.run_dir, exp_id=self.exp_id,
-            config=self.config,
-        )
-        return self.host.registry.build(kind, name, options, section=section, context=context)
-
     async def start(self) -> AsyncHub:
         """Build and start the runtime, store, token source, trainer and client."""
         if self._started:
             return self
         from rollhub.client import AsyncRolloutClient
-        from rollhub.stores import open_store
 
         cfg = self.config
         check_config(self.host, cfg)
-        self.store = open_store(
-            _absolute_store_url(cfg), registry=self.host.registry, **cfg.store.options
-        )
-        self.runtime = self._build("runtime", "runtime", cfg.runtime.name, cfg.runtime.options)
-        self.token_source = self._build(
-            "token_source", "token_source", cfg.token_source.name, cfg.token_source.options
-        )
-        self.trainer = self._build("trainer", "trainer", cfg.trainer.name, cfg.trainer.options)
+        registry = self.host.registry
+        context = component_context(cfg, run_dir=self.run_dir, exp_id=self.exp_id)
+        self.store = open_config_store(cfg, registry)
+        self.runtime = build_component(registry, cfg, "runtime", context)
+        self.token_source = build_component(registry, cfg, "token_source", context)
+        self.trainer = build_component(registry, cfg, "trainer", context)
         await self.token_source.start()
         if self._gate.current is not None:
             self.token_source.set_weight_version(self._gate.current)
@@ -407,6 +397,20 @@ class Hub:
         """Yield groups in completion order. Leaving the loop early cancels the rest."""
         yield from self._loop.iterate(self._hub.iter_groups(payloads, n))
 
+    # Async handle, for code on another event loop of the process (see rollhub.hosted_hub)
+
+    @property
+    def async_hub(self) -> AsyncHub:
+        """The :class:`AsyncHub` this twin drives. It lives on :attr:`loop_thread`: run its
+        coroutines there (``await hub.loop_thread.run_async(hub.async_hub.run_episode(...))``
+        from another event loop), never on another loop."""
+        return self._hub
+
+    @property
+    def loop_thread(self) -> LoopThread:
+        """The loop thread the hub runs on."""
+        return self._loop
+
 
 def _make_async_hub(config: RollhubConfig, host: PluginHost | None, run_dir: Path | None) -> AsyncHub:
     return AsyncHub(config, host=host, run_dir=run_dir)
@@ -467,12 +471,3 @@ def _fill_capture(rollout: RolloutConfig, capture: Any) -> None:
         rollout.api_key = SecretStr(capture.api_key)
     if capture.model_id is not None:
         rollout.model_id = capture.model_id
-
-
-def _absolute_store_url(cfg: RollhubConfig) -> str:
-    """``file://`` URLs relative to the config file become absolute (workers run elsewhere)."""
-    url = cfg.store.url
-    if url.startswith("file://"):
-        path = url[len("file://") :]
-        return "file://" + str(cfg.path(path).resolve())
-    return url

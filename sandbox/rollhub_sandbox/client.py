@@ -15,20 +15,19 @@
 The async classes are the truth. :class:`SandboxClient` and :class:`Sandbox` have the same
 methods in the same order and run the async ones on a private event-loop thread; called
 inside a running event loop they raise :class:`~rollhub.errors.UsageError` (they would block
-it) and point at the async API.
+it) and point at the async API. The thread (the core's
+:class:`~rollhub.loop_thread.LoopThread`) starts on first use.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
-from rollhub.errors import UsageError
+from rollhub.loop_thread import LoopThread
 
 from rollhub_sandbox.errors import SandboxArgumentError
 from rollhub_sandbox.provider import ProviderSandbox, SandboxProvider, build_provider
@@ -44,8 +43,6 @@ from rollhub_sandbox.shell import (
 log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_TTL", "AsyncSandbox", "AsyncSandboxClient", "Sandbox", "SandboxClient"]
-
-T = TypeVar("T")
 
 #: Seconds a sandbox lives unless destroyed first.
 DEFAULT_TTL = 3600.0
@@ -227,50 +224,14 @@ def _check_ttl(ttl: float) -> float:
 # ------------------------------------------------------------------------------------------
 
 
-class _LoopThread:
-    """An event loop on a daemon thread that sync methods hand their coroutines to."""
-
-    def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def run(self, what: str, coro: Coroutine[Any, Any, T]) -> T:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            coro.close()
-            raise UsageError(
-                f"{what} blocks, and was called inside a running event loop; use the async "
-                f"API there (AsyncSandboxClient, or client.start_async()/attach_async())"
-            )
-        return asyncio.run_coroutine_threadsafe(coro, self._ensure()).result()
-
-    def _ensure(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=loop.run_forever, name="rollhub-sandbox-loop",
-                                          daemon=True)
-                thread.start()
-                self._loop, self._thread = loop, thread
-            return self._loop
-
-    def stop(self) -> None:
-        with self._lock:
-            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
-        if loop is not None and thread is not None:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=10)
-            loop.close()
+#: what a sync call made inside a running event loop is told to use instead
+ASYNC_HINT = "use the async API there (AsyncSandboxClient, or client.start_async()/attach_async())"
 
 
 class Sandbox:
     """Synchronous twin of :class:`AsyncSandbox` (same methods, same order)."""
 
-    def __init__(self, inner: AsyncSandbox, runner: _LoopThread) -> None:
+    def __init__(self, inner: AsyncSandbox, runner: LoopThread) -> None:
         self._async = inner
         self._runner = runner
 
@@ -296,24 +257,25 @@ class Sandbox:
              timeout: float | None = None, stdin: bytes | str | None = None,
              max_output: int | None = None) -> ExecResult:
         """See :meth:`AsyncSandbox.exec`."""
-        return self._runner.run("Sandbox.exec", self._async.exec(
-            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, max_output=max_output))
+        return self._runner.run(self._async.exec(
+            command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, max_output=max_output),
+            what="Sandbox.exec")
 
     def write_file(self, path: str, data: bytes | str) -> None:
         """See :meth:`AsyncSandbox.write_file`."""
-        self._runner.run("Sandbox.write_file", self._async.write_file(path, data))
+        self._runner.run(self._async.write_file(path, data), what="Sandbox.write_file")
 
     def read_file(self, path: str) -> bytes:
         """See :meth:`AsyncSandbox.read_file`."""
-        return self._runner.run("Sandbox.read_file", self._async.read_file(path))
+        return self._runner.run(self._async.read_file(path), what="Sandbox.read_file")
 
     def upload(self, local_dir: str | Path, remote_dir: str = ".") -> None:
         """See :meth:`AsyncSandbox.upload`."""
-        self._runner.run("Sandbox.upload", self._async.upload(local_dir, remote_dir))
+        self._runner.run(self._async.upload(local_dir, remote_dir), what="Sandbox.upload")
 
     def destroy(self) -> None:
         """See :meth:`AsyncSandbox.destroy`."""
-        self._runner.run("Sandbox.destroy", self._async.destroy())
+        self._runner.run(self._async.destroy(), what="Sandbox.destroy")
 
     def __enter__(self) -> Sandbox:
         return self
@@ -349,7 +311,7 @@ class SandboxClient:
     def __init__(self, provider: str | type[SandboxProvider] | SandboxProvider = "local", *,
                  registry: Any | None = None, **options: Any) -> None:
         self._async = AsyncSandboxClient(provider, registry=registry, **options)
-        self._runner = _LoopThread()
+        self._runner = LoopThread("rollhub-sandbox-loop", hint=ASYNC_HINT)
 
     @property
     def provider(self) -> SandboxProvider:
@@ -358,7 +320,8 @@ class SandboxClient:
 
     def create(self, source: str | None = None, *, ttl: float = DEFAULT_TTL) -> Sandbox:
         """See :meth:`AsyncSandboxClient.create`."""
-        inner = self._runner.run("SandboxClient.create", self._async.create(source, ttl=ttl))
+        inner = self._runner.run(self._async.create(source, ttl=ttl),
+                                 what="SandboxClient.create")
         return Sandbox(inner, self._runner)
 
     def start(self, source: str | None = None, *, ttl: float = DEFAULT_TTL) -> _SyncStart:
@@ -367,17 +330,18 @@ class SandboxClient:
 
     def attach(self, sandbox_id: str) -> Sandbox:
         """See :meth:`AsyncSandboxClient.attach`."""
-        inner = self._runner.run("SandboxClient.attach", self._async.attach(sandbox_id))
+        inner = self._runner.run(self._async.attach(sandbox_id),
+                                 what="SandboxClient.attach")
         return Sandbox(inner, self._runner)
 
     def reap(self) -> list[str]:
         """See :meth:`AsyncSandboxClient.reap`."""
-        return self._runner.run("SandboxClient.reap", self._async.reap())
+        return self._runner.run(self._async.reap(), what="SandboxClient.reap")
 
     def close(self) -> None:
         """Release the provider's resources and stop the private loop thread."""
         try:
-            self._runner.run("SandboxClient.close", self._async.aclose())
+            self._runner.run(self._async.aclose(), what="SandboxClient.close")
         finally:
             self._runner.stop()
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import pickle
 import socket
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -212,9 +212,15 @@ async def test_isolation_auto_and_unavailable(root: Path, monkeypatch: pytest.Mo
         assert (await sb.exec("echo plain")).stdout == "plain\n"
 
 
-def test_sync_loop_thread_stops_on_close(root: Path) -> None:
+def test_sync_loop_thread_starts_on_use_and_stops_on_close(root: Path) -> None:
+    def loop_threads() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "rollhub-sandbox-loop"}
+
+    before = loop_threads()  # other clients' threads
     c = SandboxClient("local", root=str(root))
+    assert loop_threads() == before  # nothing runs until a sync call needs it
     with c.start(ttl=60) as sb:
         sb.exec("true")
+        (mine,) = loop_threads() - before
     c.close()
-    assert asyncio.get_event_loop_policy() is not None  # nothing left running in this thread
+    assert not mine.is_alive() and loop_threads() <= before

@@ -35,10 +35,11 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 from rollhub.client import AsyncRolloutClient, RolloutOutcome
-from rollhub.config import RollhubConfig, build_options, load_config, parse_config
+from rollhub.components import build_component, component_context, open_config_store
+from rollhub.config import RollhubConfig, load_config, parse_config
 from rollhub.errors import ConfigError, UsageError
 from rollhub.loop_thread import LoopThread
 from rollhub.plugins import PluginHost, build_host
@@ -50,7 +51,7 @@ __all__ = ["RollhubRemoteRuntime", "install", "key_part", "task_result"]
 
 log = logging.getLogger(__name__)
 
-ConfigLike = RollhubConfig | Mapping[str, Any] | str | os.PathLike[str]
+ConfigLike: TypeAlias = RollhubConfig | Mapping[str, Any] | str | os.PathLike[str]
 
 
 class RollhubRemoteRuntime:
@@ -88,7 +89,7 @@ class RollhubRemoteRuntime:
         self._host = host
         self._loop: LoopThread | None = None
         self._client: AsyncRolloutClient | None = None
-        self._types = rllm_types()
+        self._types: tuple[type, Any] = rllm_types()  # (RemoteTaskResult, TerminationReason)
 
     # The RemoteAgentRuntime protocol -------------------------------------------------------
 
@@ -120,13 +121,7 @@ class RollhubRemoteRuntime:
         coro = self._run_all(
             list(submissions), self.session_timeout if timeout is None else timeout
         )
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop.loop:
-            return await coro
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop.loop))
+        return await self._loop.run_async(coro)
 
     def shutdown(self) -> None:
         """Cancel what still runs, stop the rollhub runtime and the private loop. Idempotent."""
@@ -142,19 +137,12 @@ class RollhubRemoteRuntime:
     # Internals ------------------------------------------------------------------------------
 
     async def _start(self) -> None:
-        from rollhub.stores import open_store
-
         cfg = self.config
         host = self._host or build_host(modules=cfg.plugins.modules, search_dir=cfg.base_dir)
-        url = cfg.store.url
-        if url.startswith("file://"):  # workers may run elsewhere: make it absolute
-            url = "file://" + str(cfg.path(url[len("file://") :]).resolve())
-        store = open_store(url, registry=host.registry, **cfg.store.options)
-        cls, opts = build_options(
-            host.registry, "runtime", cfg.runtime.name, cfg.runtime.options, section="runtime"
-        )
-        runtime = (
-            cls(opts, base_dir=cfg.base_dir) if opts is not None else cls(base_dir=cfg.base_dir)
+        # the hub's own path: registry, ComponentContext, absolute file:// store
+        store = open_config_store(cfg, host.registry)
+        runtime = build_component(
+            host.registry, cfg, "runtime", component_context(cfg, exp_id=self.exp_id)
         )
         defaults: dict[str, Any] = {"api_key": self.api_key}
         if self.model_id:

@@ -1,11 +1,11 @@
 """One rollhub hub per slime process, started on first use and kept on its own loop thread.
 
 slime calls the rollout function synchronously from its rollout manager and the custom
-generate function from its own asyncio loop. Both reach the same
-:class:`~rollhub.hub.AsyncHub`, which lives on a private :class:`~rollhub.loop_thread.
-LoopThread`: the rollout function blocks on it, the generate function awaits it through
-``asyncio.wrap_future``, so the hub's runtime, gateway and client are never shared between
-event loops.
+generate function from its own asyncio loop. Both reach the same core
+:class:`~rollhub.hub.Hub`, hosted by :func:`rollhub.hosted_hub.process_hub` (closed when
+the process exits): the rollout function blocks on it, the generate function awaits it
+through the hub's async handle, so the hub's runtime, gateway and client are never shared
+between event loops.
 
 The ``rollhub.toml`` path comes from ``args.rollhub_config`` (slime sets attributes from
 ``--custom-config-path``; :mod:`rollhub_slime.launch` writes that file) or from the
@@ -16,18 +16,15 @@ engine, and the gateway's ``model`` (slime's ``--hf-checkpoint``) when the file 
 
 from __future__ import annotations
 
-import asyncio
-import atexit
 import logging
 import os
-import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from rollhub import hosted_hub
 from rollhub.config import RollhubConfig, load_config
 from rollhub.errors import ConfigError
-from rollhub.hub import AsyncHub
-from rollhub.loop_thread import LoopThread
+from rollhub.hub import AsyncHub, Hub
 
 from rollhub_slime.trainer import SlimeOptions
 
@@ -38,6 +35,7 @@ T = TypeVar("T")
 __all__ = [
     "CONFIG_ARG",
     "CONFIG_ENV",
+    "HUB_KEY",
     "SlimeHub",
     "apply_slime_args",
     "close_process_hub",
@@ -50,52 +48,37 @@ CONFIG_ENV = "ROLLHUB_SLIME_CONFIG"
 #: slime argument (set through --custom-config-path) naming the rollhub.toml
 CONFIG_ARG = "rollhub_config"
 ROUTER_ENGINE = "slime-router"
+#: the hosting key of slime's hub: one per process, whatever later calls' arguments
+HUB_KEY = "rollhub_slime"
 
 
-class SlimeHub:
-    """An :class:`AsyncHub` on a private loop thread, usable from sync and foreign-async code."""
+class SlimeHub(Hub):
+    """The core's :class:`~rollhub.hub.Hub` with the names slime's rollout functions use."""
 
-    def __init__(self, config: RollhubConfig, *, host: Any = None) -> None:
-        self._thread = LoopThread("rollhub-slime")
-        self.hub: AsyncHub = self._thread.call(_make_hub, config, host)
+    @property
+    def hub(self) -> AsyncHub:
+        """The :class:`AsyncHub` (on the hub's loop thread; see :meth:`run_async`)."""
+        return self.async_hub
 
     @property
     def options(self) -> SlimeOptions:
         """The ``[trainer]`` options of the started hub."""
-        options = getattr(self.hub.trainer, "options", None)
+        options = getattr(self.async_hub.trainer, "options", None)
         if not isinstance(options, SlimeOptions):
             raise ConfigError(
-                f"trainer.name is {self.hub.config.trainer.name!r}; set [trainer] name = "
+                f"trainer.name is {self.async_hub.config.trainer.name!r}; set [trainer] name = "
                 f'"slime" in rollhub.toml to run under slime',
                 field="trainer.name",
             )
         return options
 
-    def start(self) -> SlimeHub:
-        """Start the hub's components (idempotent)."""
-        self._thread.run(self.hub.start())
-        return self
-
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine on the hub's loop and wait (from synchronous code)."""
-        return self._thread.run(coro)
+        return self.loop_thread.run(coro)
 
     async def run_async(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await a coroutine on the hub's loop from another event loop."""
-        future = asyncio.run_coroutine_threadsafe(coro, self._thread.loop)
-        return await asyncio.wrap_future(future)
-
-    def close(self) -> None:
-        """Stop the hub and its loop thread."""
-        try:
-            if self._thread.loop.is_running():
-                asyncio.run_coroutine_threadsafe(self.hub.close(), self._thread.loop).result()
-        finally:
-            self._thread.stop()
-
-
-def _make_hub(config: RollhubConfig, host: Any) -> AsyncHub:
-    return AsyncHub(config, host=host)
+        return await self.loop_thread.run_async(coro)
 
 
 def config_for_slime(args: Any, env: dict[str, str] | None = None) -> RollhubConfig:
@@ -147,34 +130,15 @@ def apply_slime_args(config: RollhubConfig, args: Any) -> None:
         options.setdefault("router_policy", policy)
 
 
-_lock = threading.Lock()
-_current: SlimeHub | None = None
-
-
 def process_hub(args: Any, *, host: Any = None) -> SlimeHub:
-    """This process's hub, built from slime's arguments and started on first use.
+    """This process's hub, built from slime's arguments and started on first use
+    (:func:`rollhub.hosted_hub.process_hub`: closed when the process exits).
 
     :param host: a plugin host (tests); default: installed plugins.
     """
-    global _current
-    with _lock:
-        if _current is None:
-            hub = SlimeHub(config_for_slime(args), host=host)
-            try:
-                hub.start()
-            except BaseException:
-                hub.close()
-                raise
-            _current = hub
-            atexit.register(close_process_hub)
-            log.info("rollhub hub started for slime (exp_id %s)", hub.hub.exp_id)
-        return _current
+    return hosted_hub.process_hub(HUB_KEY, lambda: SlimeHub(config_for_slime(args), host=host))
 
 
 def close_process_hub() -> None:
     """Stop this process's hub, if one was started (idempotent)."""
-    global _current
-    with _lock:
-        hub, _current = _current, None
-    if hub is not None:
-        hub.close()
+    hosted_hub.close_hub(HUB_KEY)

@@ -24,7 +24,7 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from rollhub.episode import EpisodeGroup
@@ -34,7 +34,7 @@ from verl.experimental.agent_loop import agent_loop as verl_agent_loop
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 
 from rollhub_verl.outputs import Budget, episode_parts, to_agent_loop_outputs
-from rollhub_verl.worker_hub import hub_for, verl_sampling
+from rollhub_verl.worker_hub import hub_for, verl_options, verl_sampling
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +73,13 @@ class RollhubAgentLoop(AgentLoopBase):
         self, sampling_params: dict[str, Any], **kwargs: Any
     ) -> AgentLoopOutput | list[AgentLoopOutput]:
         """Run the row as one episode; see the module docstring for what is returned."""
-        worker = await hub_for(
+        hub = await hub_for(
             self.rollhub_config,
             server=self.server_manager,
             budget=self.budget,
             model_dir=lambda: _model_dir(self.config),
         )
-        hub, options = worker.hub, worker.options
+        options = verl_options(hub)
         step = _as_int(kwargs.get("global_steps"))
         if step is not None and step >= 0 and (hub.weight_version or -1) < step:
             hub.set_weight_version(step)
@@ -98,7 +98,7 @@ class RollhubAgentLoop(AgentLoopBase):
             apply_failure_policy(
                 EpisodeGroup(group_id, payload, [episode]), hub.config.rewards.on_failure
             )
-        collation = "v1" if self.config.trainer.get("use_v1", True) else "v0"
+        collation: Literal["v1", "v0"] = "v1" if self.config.trainer.get("use_v1", True) else "v0"
         parts = episode_parts(
             episode,
             self.budget,

@@ -2,8 +2,10 @@
 
 verl builds a new agent-loop object for every row, in ``AgentLoopWorker`` processes that
 live for the whole training run. The hub (runtime workers, result store, in-process
-gateway) is started once per process, lazily on the first row, on the worker's event
-loop, and closed when the process exits. The gateway's sampling backend is ``verl``
+gateway) is hosted by :func:`rollhub.hosted_hub.loop_hub`: started once per process and
+config file, lazily on the first row, on the worker's event loop (verl's server client
+belongs to it, and the row's sampling binding is a context variable the hub's hooks read),
+and closed when the process exits. The gateway's sampling backend is ``verl``
 (:mod:`rollhub_verl.backend`), bound to the worker's own server client.
 
 What the worker changes in the user's ``rollhub.toml`` (everything else is as written):
@@ -16,8 +18,6 @@ What the worker changes in the user's ``rollhub.toml`` (everything else is as wr
 
 from __future__ import annotations
 
-import asyncio
-import atexit
 import contextvars
 import logging
 from collections.abc import Callable, Iterator
@@ -28,6 +28,7 @@ from typing import Any
 
 from rollhub.config import RollhubConfig, TokenSourceSection, load_config
 from rollhub.errors import ConfigError
+from rollhub.hosted_hub import loop_hub
 from rollhub.hub import AsyncHub
 from rollhub.markers import hookimpl
 
@@ -38,7 +39,7 @@ from rollhub_verl.trainer import VerlOptions, inside_agent_loop
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WorkerHub", "hub_for", "verl_sampling"]
+__all__ = ["hub_for", "hub_key", "verl_options", "verl_sampling", "worker_config"]
 
 
 @dataclass
@@ -53,19 +54,6 @@ class _Bound:
 _SAMPLING: contextvars.ContextVar[_Bound | None] = contextvars.ContextVar(
     "rollhub_verl_sampling", default=None
 )
-
-
-@dataclass
-class WorkerHub:
-    """The started hub of this process and the verl options it was built with."""
-
-    hub: AsyncHub
-    options: VerlOptions
-    loop: asyncio.AbstractEventLoop
-
-
-_HUBS: dict[str, WorkerHub] = {}
-_LOCK: asyncio.Lock | None = None
 
 
 @contextmanager
@@ -94,37 +82,36 @@ class _SessionSampling:
             binding().sessions[sid] = bound.params
 
 
+def hub_key(config_path: str | Path) -> str:
+    """The hosting key of the worker hub for ``config_path`` (one per config file)."""
+    return f"rollhub_verl:{Path(config_path).resolve()}"
+
+
 async def hub_for(
     config_path: str, *, server: Any, budget: Budget, model_dir: Callable[[], str | None]
-) -> WorkerHub:
-    """The started hub for ``config_path`` in this process (started on first use).
+) -> AsyncHub:
+    """The started hub for ``config_path`` in this process, on this worker's event loop
+    (built and started on first use; see :func:`rollhub.hosted_hub.loop_hub`).
 
     :param model_dir: verl's model as a local directory (called only to start the hub).
     """
-    global _LOCK
     bind_server(server)
-    key = str(Path(config_path).resolve())
-    found = _HUBS.get(key)
-    if found is not None:
-        return found
-    if _LOCK is None:
-        _LOCK = asyncio.Lock()
-    async with _LOCK:
-        found = _HUBS.get(key)
-        if found is not None:
-            return found
-        cfg = worker_config(load_config(key), budget=budget, model_dir=model_dir())
-        options = VerlOptions.model_validate(cfg.trainer.options)
+    path = Path(config_path).resolve()
+
+    def build() -> AsyncHub:
+        cfg = worker_config(load_config(path), budget=budget, model_dir=model_dir())
         hub = AsyncHub(cfg)
         hub.host.register(_SessionSampling(), name="rollhub_verl.session_sampling", source="code")
-        with inside_agent_loop():
-            await hub.start()
-        entry = WorkerHub(hub, options, asyncio.get_running_loop())
-        _HUBS[key] = entry
-        if len(_HUBS) == 1:
-            atexit.register(close_all_sync)
-        log.info("rollhub hub started in verl agent-loop worker for %s", key)
-        return entry
+        return hub
+
+    with inside_agent_loop():
+        return await loop_hub(hub_key(path), build)
+
+
+def verl_options(hub: AsyncHub) -> VerlOptions:
+    """The ``[trainer]`` options of a worker hub."""
+    options: VerlOptions = hub.trainer.options
+    return options
 
 
 def worker_config(cfg: RollhubConfig, *, budget: Budget, model_dir: str | None) -> RollhubConfig:
@@ -159,30 +146,3 @@ def worker_config(cfg: RollhubConfig, *, budget: Budget, model_dir: str | None) 
     cfg = cfg.model_copy(deep=True)
     cfg.token_source = TokenSourceSection(name="gateway", **opts)
     return cfg
-
-
-async def close_all() -> None:
-    """Close every hub of this process (idempotent)."""
-    while _HUBS:
-        _, entry = _HUBS.popitem()
-        try:
-            await entry.hub.close()
-        except Exception as exc:  # closing at exit: report and go on with the others
-            log.warning("closing the rollhub hub failed: %s", exc)
-
-
-def close_all_sync(timeout_s: float = 60.0) -> None:
-    """Close the hubs from outside their loop (interpreter exit)."""
-    for key, entry in list(_HUBS.items()):
-        loop = entry.loop
-        if loop.is_closed():
-            _HUBS.pop(key, None)
-            continue
-        try:
-            if loop.is_running():
-                asyncio.run_coroutine_threadsafe(entry.hub.close(), loop).result(timeout_s)
-            else:
-                loop.run_until_complete(entry.hub.close())
-        except Exception as exc:  # the process is ending; workers are reaped with it
-            log.warning("closing the rollhub hub at exit failed: %s", exc)
-        _HUBS.pop(key, None)

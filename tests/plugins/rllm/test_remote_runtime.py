@@ -9,11 +9,15 @@ import inspect
 import sys
 import types
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
+from rollhub import hookimpl
 from rollhub.client import RolloutOutcome
 from rollhub.episode import ErrorInfo
 from rollhub.errors import ConfigError, UsageError
+from rollhub.registry import ComponentContext
+from rollhub.runtimes.local import LocalRuntime
 from rollhub.testing import make_host
 from rollhub_rllm import contract
 from rollhub_rllm.gateway_process import GatewayProcess, GatewaySettings
@@ -93,6 +97,53 @@ def test_execute_before_initialize_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match=r"call initialize\(\) before execute_tasks\(\)"):
         asyncio.run(rt.execute_tasks([submission("s", {})]))
     rt.shutdown()  # nothing started: a no-op
+
+
+class ContextOnlyLocal(LocalRuntime):
+    """A runtime written against the core's constructor contract only: ``cls(options, *,
+    context)``, no ``base_dir`` keyword (the older call would fail on it)."""
+
+    name: ClassVar[str] = "context-only-local"
+    contexts: ClassVar[list[ComponentContext]] = []
+
+    def __init__(self, options: Any = None, *, context: ComponentContext) -> None:
+        super().__init__(options, base_dir=context.base_dir)
+        self.contexts.append(context)
+
+
+class ContextOnlyPlugin:
+    @hookimpl
+    def rollhub_register_components(self, registry):
+        registry.add_runtime(ContextOnlyLocal)
+
+
+def test_the_runtime_and_store_are_built_as_the_hub_builds_them(tmp_path, monkeypatch):
+    """Through the registry with a ComponentContext, and a relative file:// store resolved
+    against the config file (not the working directory)."""
+    config_dir, elsewhere = tmp_path / "config", tmp_path / "elsewhere"
+    config_dir.mkdir()
+    elsewhere.mkdir()
+    (config_dir / "rollhub.toml").write_text(
+        f'[runtime]\nname = "context-only-local"\napp = "{AGENT}:app"\nworkers = 1\n\n'
+        f'[store]\nurl = "file://results"\n'
+    )
+    monkeypatch.chdir(elsewhere)
+    ContextOnlyLocal.contexts.clear()
+    rt = RollhubRemoteRuntime(
+        config_dir / "rollhub.toml", exp_id="exp-ctx", host=make_host(ContextOnlyPlugin())
+    )
+    rt.initialize()
+    try:
+        (result,) = asyncio.run(rt.execute_tasks([submission("s-ctx", {"mode": "echo"})]))
+    finally:
+        rt.shutdown()
+    assert result.finished and result.reward == 0.5, result.error
+    (context,) = ContextOnlyLocal.contexts
+    assert (context.base_dir, context.exp_id, context.run_dir) == (config_dir, "exp-ctx", None)
+    assert context.config is rt.config
+    assert result.metadata["result_key"] == "exp-ctx/q1/s-ctx.json"
+    assert (config_dir / "results" / "exp-ctx" / "q1" / "s-ctx.json").is_file()
+    assert not (elsewhere / "results").exists()
 
 
 async def test_the_agent_talks_to_rllms_gateway_session(tmp_path, upstream, scripted, ids):

@@ -1,50 +1,23 @@
-"""The per-process hub's shutdown at interpreter exit, from outside its event loop."""
+"""The worker hub's hosting key and the row's sampling binding (the hosting itself, one
+hub per process closed at exit on its own loop, is rollhub.hosted_hub's; see
+tests/core/pipeline/test_hosted_hub.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
+import os
 
 from rollhub_verl import worker_hub
-from rollhub_verl.worker_hub import WorkerHub, close_all_sync, verl_sampling
+from rollhub_verl.worker_hub import hub_key, verl_sampling
 
 
-class FakeHub:
-    """Only what close needs: an async close that records the loop it ran on."""
-
-    def __init__(self) -> None:
-        self.closed_on: asyncio.AbstractEventLoop | None = None
-
-    async def close(self) -> dict:
-        self.closed_on = asyncio.get_running_loop()
-        return {}
-
-
-def test_hubs_are_closed_on_their_own_running_loop(monkeypatch):
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    hubs = {"a": WorkerHub(FakeHub(), None, loop)}  # type: ignore[arg-type]
-    monkeypatch.setattr(worker_hub, "_HUBS", hubs)
-    hub = hubs["a"].hub
-    try:
-        close_all_sync(timeout_s=10)
-        assert hub.closed_on is loop and hubs == {}
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
-        loop.close()
-
-
-def test_a_stopped_loop_is_run_to_close_and_a_closed_one_skipped(monkeypatch):
-    idle, gone = asyncio.new_event_loop(), asyncio.new_event_loop()
-    gone.close()
-    hubs = {"idle": WorkerHub(FakeHub(), None, idle), "gone": WorkerHub(FakeHub(), None, gone)}  # type: ignore[arg-type]
-    monkeypatch.setattr(worker_hub, "_HUBS", hubs)
-    first, second = hubs["idle"].hub, hubs["gone"].hub
-    close_all_sync()
-    assert first.closed_on is idle and second.closed_on is None and hubs == {}
-    idle.close()
+def test_one_hosting_key_per_config_file(tmp_path, monkeypatch):
+    (tmp_path / "a").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    key = hub_key(tmp_path / "rollhub.toml")
+    assert (
+        key == hub_key("../rollhub.toml") == hub_key(os.path.join("..", "a", "..", "rollhub.toml"))
+    )
+    assert key.startswith("rollhub_verl:") and key != hub_key(tmp_path / "other.toml")
 
 
 def test_sampling_binding_lasts_as_long_as_the_block():

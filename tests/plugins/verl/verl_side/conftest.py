@@ -169,9 +169,9 @@ def stack(verl_config: Callable[..., Any], model_dir: Path, tmp_path_factory) ->
 @pytest_asyncio.fixture(scope="session", loop_scope="session", autouse=True)
 async def _close_hubs():
     yield
-    from rollhub_verl.worker_hub import close_all
+    from rollhub.hosted_hub import aclose_hubs
 
-    await close_all()
+    await aclose_hubs()
 
 
 def rows_parquet(path: Path, rows: list[dict[str, Any]]) -> Path:

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rollhub_verl.worker_hub import _HUBS
+from rollhub.hosted_hub import hosted_hub
+from rollhub.hub import AsyncHub
+from rollhub_verl.worker_hub import hub_key
 
 from .conftest import RESPONSE_LENGTH, row, rows_parquet
 from .drive import dataset_rows, make_loop, run_v0, run_v1, sampling_params, tq_worker
@@ -82,7 +84,9 @@ async def run_loop(worker, config, r: dict[str, Any], *, uid: str, step: int, se
     return await loop.run(sampling_params(config), **kwargs)
 
 
-async def test_single_turn_output_field_by_field(v0_worker, v1_config, rows, tokenizer, stack):
+async def test_single_turn_output_field_by_field(
+    v0_worker, v1_config, rows, tokenizer, stack, toml
+):
     stack.set_step(3)
     before = len(stack.calls())
     outputs = await run_loop(v0_worker, v1_config, rows["single0"], uid="u-single", step=3)
@@ -112,15 +116,16 @@ async def test_single_turn_output_field_by_field(v0_worker, v1_config, rows, tok
     # sticky routing: verl's balancer saw the capture session id as request_id
     session = extra["rollhub_episode_id"]
     assert session in stack.balancer._request_id_to_server
-    hub = next(iter(_HUBS.values())).hub
-    assert hub.weight_version == 3
+    hub = hosted_hub(hub_key(toml))
+    assert isinstance(hub, AsyncHub) and hub.weight_version == 3
 
 
 async def test_multi_turn_tool_episode(v0_worker, v1_config, rows, tokenizer, stack, toml):
-    hub = _HUBS[str(toml.resolve())].hub
+    hub = hosted_hub(hub_key(toml))
+    assert isinstance(hub, AsyncHub)
     stack.set_step(5)  # the replicas already hold newer weights than the row's step
     (out,) = await run_loop(v0_worker, v1_config, rows["tool1"], uid="u-tool", step=4)
-    assert _HUBS[str(toml.resolve())].hub is hub  # one hub per process, reused by every row
+    assert hosted_hub(hub_key(toml)) is hub  # one hub per process, reused by every row
     call_ids = reply_ids(tokenizer, TOOL_CALL)
     final_ids = reply_ids(tokenizer, "6 times 7 is 42.\nAnswer: 42")
     n_call, n_final = len(call_ids), len(final_ids)
