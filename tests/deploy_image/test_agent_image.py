@@ -198,7 +198,10 @@ def test_the_deployed_image_serves_a_rollout(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     started = time.monotonic()
-    tag, build_s = build_agent_image(engine, arch, tmp_path)
+    try:
+        tag, build_s = build_agent_image(engine, arch, tmp_path)
+    except EngineMissing as exc:  # no base image and nothing to make one with
+        pytest.skip(str(exc))
     image = json.loads(engine("image", "inspect", tag).stdout)[0]
     assert image["Architecture"] == arch
     assert image["Config"]["User"] == str(APP_UID)

@@ -14,6 +14,7 @@ import pytest
 from rollhub import cli
 from rollhub.deploy import wheels as wheels_module
 from rollhub.deploy.aws import AwsCalls
+from rollhub.deploy.dockerfile import inspect_project, render_agent_dockerfile
 
 from tests.core.deploy.conftest import (
     CONTROL,
@@ -132,14 +133,12 @@ def test_agentcore_refreshes_the_wheels_before_the_build(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     root, version = requirements_project, importlib.metadata.version("rollhub")
-    assert cli.main(["deploy", "init", "--project", str(root)]) == 0
-    for path in (root / "wheels").iterdir():
-        path.unlink()
-    capsys.readouterr()
+    project = inspect_project(root, app="agent.py:app")
+    (root / "Dockerfile").write_text(render_agent_dockerfile(project))
     # a dry run says what it would bundle and writes nothing
     assert cli.main(["deploy", "agentcore", "--project", str(root), *AGENT, "--dry-run"]) == 0
     assert "rollhub (rollhub[s3]>=0.1): would bundle in" in capsys.readouterr().out
-    assert list((root / "wheels").iterdir()) == []
+    assert not (root / "wheels").exists()
     aws, rid = stubbed_clients, "my_agent-AbCdEf1234"
     aws.ecr_stub.add_response(
         "describe_repositories", {"repositories": [{"repositoryName": "my-agent"}]}
