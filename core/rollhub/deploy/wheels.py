@@ -38,7 +38,7 @@ import sys
 import tempfile
 import tomllib
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -149,8 +149,11 @@ def project_requirements(root: Path, files: tuple[str, ...]) -> list[RollhubRequ
             lines.extend(map(str, data.get("project", {}).get("dependencies", [])))
         elif path.is_file():
             lines.extend(path.read_text(encoding="utf-8", errors="replace").splitlines())
-    found = [r for r in map(parse_rollhub_requirement, lines) if r is not None]
-    return list({r.name: r for r in reversed(found)}.values())[::-1]
+    unique: dict[str, RollhubRequirement] = {}
+    for req in map(parse_rollhub_requirement, lines):
+        if req is not None:
+            unique.setdefault(req.name, req)  # reported by the first line naming it
+    return list(unique.values())
 
 
 def plan_wheels(requirements: list[RollhubRequirement]) -> list[WheelChoice]:
@@ -171,10 +174,7 @@ def plan_wheels(requirements: list[RollhubRequirement]) -> list[WheelChoice]:
             for line in metadata.distribution(req.name).requires or []:
                 dep = parse_rollhub_requirement(line)
                 if dep is not None and dep.name not in choices:
-                    pending.append(
-                        RollhubRequirement(dep.name, dep.specifier, dep.url, f"{dep.text} "
-                                           f"(required by {req.name})")
-                    )  # fmt: skip
+                    pending.append(replace(dep, text=f"{dep.text} (required by {req.name})"))
     return list(choices.values())
 
 
