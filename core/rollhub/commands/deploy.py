@@ -1,8 +1,10 @@
 """``rollhub deploy``: ship an agent (or a sandbox image) to AWS Bedrock AgentCore Runtime.
 
-- ``rollhub deploy init``: write a Dockerfile and .dockerignore for a ``RolloutApp`` agent.
-- ``rollhub deploy agentcore --image-tag REPO:TAG --role-arn ARN``: build (linux/arm64),
-  push to ECR, create or update the runtime, wait until READY, print its ARN.
+- ``rollhub deploy init``: write a Dockerfile and .dockerignore for a ``RolloutApp`` agent,
+  and the wheels of the rollhub distributions it uses into ``wheels/``.
+- ``rollhub deploy agentcore --image-tag REPO:TAG --role-arn ARN``: refresh those wheels,
+  build (linux/arm64), push to ECR, create or update the runtime, wait until READY, print
+  its ARN.
 - ``rollhub deploy sandbox --base-image IMAGE --image-tag … --role-arn …``: the same for
   any image wrapped with the sandbox health shim.
 
@@ -35,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "init",
         help="write a Dockerfile and .dockerignore for an agent that uses RolloutApp",
         description="Write a Dockerfile (linux/arm64, non-root, port 8080) and .dockerignore "
-        "into the agent's project; dependencies come from the project's own files.",
+        "into the agent's project; dependencies come from the project's own files, rollhub "
+        "from wheels put into PROJECT/wheels (it is not on the public package index).",
     )
     init.add_argument("--project", default=".", help="the agent project directory (default .)")
     init.add_argument(
@@ -114,6 +117,13 @@ def _init(args: argparse.Namespace) -> int:
         raise UsageError(f"{str(dockerfile)!r} exists; pass --force to overwrite it")
     dockerfile.write_text(render_agent_dockerfile(project), encoding="utf-8")
     print(f"wrote {dockerfile} (python {project.python}, dependencies via {project.installer})")
+    if project.uses_wheels:
+        _bundle_wheels(project.root, project.dependency_files, dry_run=False)
+    elif project.declares_rollhub:
+        print(
+            f"the image installs rollhub as {project.installer}'s lock says; rollhub is not on "
+            f"the public package index, so lock it from a source the build can reach"
+        )
     ignore = project.root / ".dockerignore"
     if ignore.exists():
         print(f"kept the existing {ignore}; make sure it excludes .env files and keys")
@@ -182,6 +192,8 @@ def _deploy(args: argparse.Namespace, *, sandbox: bool) -> int:
                 f"{str(dockerfile)!r} does not exist; write one with "
                 f"`rollhub deploy init --project {args.project}`"
             )
+        if _installs_from_wheels(dockerfile):
+            _bundle_wheels(context, _dependency_files(context), dry_run=args.dry_run)
     plan = DeployPlan(
         image=image,
         runtime=spec,
@@ -204,6 +216,35 @@ def _deploy(args: argparse.Namespace, *, sandbox: bool) -> int:
     print(f"runtime {spec.name} {verb}: {result.runtime_arn}")
     print(_toml_snippet(result.runtime_arn, sandbox=sandbox))
     return 0
+
+
+def _installs_from_wheels(dockerfile: Path) -> bool:
+    """Whether the Dockerfile installs from the bundled wheels (as `deploy init` writes it)."""
+    from rollhub.deploy.dockerfile import FIND_LINKS
+
+    return FIND_LINKS in dockerfile.read_text(encoding="utf-8", errors="replace")
+
+
+def _dependency_files(root: Path) -> tuple[str, ...]:
+    """The file the image's ``pip install`` reads: a requirements file, else pyproject.toml."""
+    from rollhub.deploy.dockerfile import REQUIREMENTS_FILES
+
+    found = next((name for name in REQUIREMENTS_FILES if (root / name).is_file()), None)
+    return (found,) if found else ("pyproject.toml",)
+
+
+def _bundle_wheels(root: Path, files: tuple[str, ...], *, dry_run: bool) -> None:
+    """Decide where the image gets each rollhub distribution; write the bundled wheels."""
+    from rollhub.deploy.wheels import WHEELS_DIR, plan_wheels, project_requirements, write_wheels
+
+    choices = plan_wheels(project_requirements(root, files))
+    target = root / WHEELS_DIR
+    verb = "would bundle" if dry_run else "bundled"
+    for choice in choices:
+        where = f"{verb} in {target}" if choice.bundled else "not bundled"
+        print(f"  {choice.name} ({choice.requirement}): {where}: {choice.reason}")
+    if not dry_run:
+        write_wheels(choices, root)
 
 
 def _sandbox_context(args: argparse.Namespace, temporary: str | None) -> tuple[Path, Path]:

@@ -11,6 +11,14 @@ project's own files, in the first form found:
 ``pyproject.toml``  ``pip install .`` (ranges resolved at build time)
 =================  ============================================================
 
+rollhub is not on the public package index: with a requirements file or a bare
+``pyproject.toml`` the image installs rollhub's wheels from ``./wheels`` in the build
+context (:mod:`rollhub.deploy.wheels` puts them there). With a lock, the lock decides.
+
+The base image and the platform are build arguments (``BASE_IMAGE``, ``PLATFORM``; defaults
+``python:3.X-slim`` and ``linux/arm64``), so the same file builds a native image for a local
+test or starts from a base image kept in a private registry.
+
 Nothing secret goes into the image: no ``ENV``/``ARG`` with credentials, and the
 ``.dockerignore`` written beside it keeps ``.env`` files, keys and AWS config out of the
 build context. Credentials reach the agent at run time: the model API key travels in each
@@ -25,6 +33,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from rollhub.deploy.wheels import CONSTRAINTS, WHEELS_DIR
 from rollhub.errors import ConfigError
 
 __all__ = [
@@ -43,6 +52,8 @@ PORT = 8080
 APP_UID = 10001
 
 REQUIREMENTS_FILES = ("requirements.lock", "requirements.txt")
+#: pip's options that install rollhub from the bundled wheels, at their bundled versions.
+FIND_LINKS = f"--find-links ./{WHEELS_DIR} -c ./{WHEELS_DIR}/{CONSTRAINTS}"
 
 #: build-context exclusions: secrets first, then what only bloats the image.
 DOCKERIGNORE = """\
@@ -74,7 +85,9 @@ AMD64_NOTE = """\
 # build runs under emulation: register QEMU once, then build for arm64, e.g.
 #   docker run --privileged --rm tonistiigi/binfmt --install arm64
 #   docker buildx build --platform linux/arm64 -t IMAGE --load .
-# (`rollhub deploy agentcore` passes --platform linux/arm64 to docker, finch or podman.)"""
+# (`rollhub deploy agentcore` passes --platform linux/arm64 to docker, finch or podman.)
+# A native image for a local test: --build-arg PLATFORM=linux/amd64 (and --platform).
+# BASE_IMAGE: a Python base image from your own registry instead of Docker Hub's."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,11 @@ class AgentProject:
     python: str
     declares_rollhub: bool
 
+    @property
+    def uses_wheels(self) -> bool:
+        """Whether the image installs rollhub from ``./wheels`` (not for uv/poetry locks)."""
+        return self.installer in {"requirements", "pyproject"}
+
 
 def inspect_project(root: str | Path, *, app: str, python: str | None = None) -> AgentProject:
     """Find how the project at ``root`` declares its dependencies and where its app is.
@@ -115,6 +133,7 @@ def inspect_project(root: str | Path, *, app: str, python: str | None = None) ->
     pyproject = base / "pyproject.toml"
     data = _read_pyproject(pyproject) if pyproject.is_file() else {}
     requirements = next((n for n in REQUIREMENTS_FILES if (base / n).is_file()), None)
+    files: tuple[str, ...]
     if (base / "uv.lock").is_file() and data:
         installer, files = "uv", ("pyproject.toml", "uv.lock")
     elif (base / "poetry.lock").is_file() and data:
@@ -219,9 +238,11 @@ def _install_steps(project: AgentProject) -> list[str]:
         ]
     if project.installer == "requirements":
         lines = [
-            f"# Dependencies pinned in the project's {project.dependency_files[0]}.",
+            f"# Dependencies pinned in the project's {project.dependency_files[0]}; rollhub from",
+            f"# the wheels `rollhub deploy` bundles in ./{WHEELS_DIR} (it is not on the public index).",
+            f"COPY {WHEELS_DIR}/ ./{WHEELS_DIR}/",
             f"COPY {files} ./",
-            f"RUN pip install -r {project.dependency_files[0]}",
+            f"RUN pip install {FIND_LINKS} -r {project.dependency_files[0]}",
             "COPY . .",
         ]
         if project.has_pyproject:
@@ -229,9 +250,10 @@ def _install_steps(project: AgentProject) -> list[str]:
         return lines
     return [
         "# Dependencies from the project's pyproject.toml (ranges resolved at build time;",
-        "# commit a uv.lock or requirements.txt for repeatable images).",
+        "# commit a uv.lock or requirements.txt for repeatable images); rollhub from the",
+        f"# wheels `rollhub deploy` bundles in ./{WHEELS_DIR} (it is not on the public index).",
         "COPY . .",
-        "RUN pip install .",
+        f"RUN pip install {FIND_LINKS} .",
     ]
 
 
@@ -241,7 +263,9 @@ def render_agent_dockerfile(project: AgentProject) -> str:
         "# syntax=docker/dockerfile:1",
         "# Written by `rollhub deploy init`: the agent's RolloutApp served for AgentCore Runtime.",
         AMD64_NOTE,
-        f"FROM --platform=linux/arm64 python:{project.python}-slim",
+        f"ARG BASE_IMAGE=python:{project.python}-slim",
+        "ARG PLATFORM=linux/arm64",
+        "FROM --platform=${PLATFORM} ${BASE_IMAGE}",
         "",
         "ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \\",
         "    PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1",

@@ -68,14 +68,33 @@ def _env_names(args: str) -> list[str]:
 
 
 def stages(instructions: list[Instruction]) -> list[list[Instruction]]:
-    """Instructions grouped by build stage (each starts at FROM)."""
+    """Instructions grouped by build stage (each starts at FROM; ARGs before it are global)."""
     groups: list[list[Instruction]] = []
     for ins in instructions:
         if ins.keyword == "FROM":
             groups.append([])
+        if not groups and ins.keyword == "ARG":
+            continue
         assert groups, f"line {ins.line}: {ins.keyword} before FROM"
         groups[-1].append(ins)
     return groups
+
+
+def global_args(instructions: list[Instruction]) -> dict[str, str]:
+    """Defaults of the ARGs declared before the first FROM (the ones FROM lines may use)."""
+    found: dict[str, str] = {}
+    for ins in instructions:
+        if ins.keyword == "FROM":
+            break
+        if ins.keyword == "ARG":
+            name, _, default = ins.args.partition("=")
+            found[name.strip()] = default.strip()
+    return found
+
+
+def expand(text: str, args: dict[str, str]) -> str:
+    """``${NAME}`` and ``$NAME`` replaced by the ARG defaults (a build without --build-arg)."""
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: args.get(m[1] or m[2], m[0]), text)
 
 
 def check_agentcore_image(text: str, *, require_non_root: bool = True) -> list[str]:
@@ -83,11 +102,12 @@ def check_agentcore_image(text: str, *, require_non_root: bool = True) -> list[s
     problems: list[str] = []
     instructions = parse(text)
     groups = stages(instructions)
+    defaults = global_args(instructions)
     if not groups:
         return ["no FROM"]
     for group in groups:
         frm = group[0]
-        if "--platform=linux/arm64" not in frm.args.split():
+        if "--platform=linux/arm64" not in expand(frm.args, defaults).split():
             problems.append(f"line {frm.line}: FROM without --platform=linux/arm64")
     final = groups[-1]
     keywords = [i.keyword for i in final]
@@ -132,7 +152,7 @@ def copies_before_install(text: str) -> list[str]:
     sources: list[str] = []
     for ins in final:
         if ins.keyword == "RUN" and re.search(
-            r"(uv sync|poetry install|pip install (-r|\.))", ins.args
+            r"(uv sync|poetry install|pip install( --?[a-z-]+ \S+)* (-r|\.))", ins.args
         ):
             return sources
         if ins.keyword == "COPY":

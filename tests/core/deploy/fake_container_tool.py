@@ -31,6 +31,9 @@ def main(argv: list[str]) -> int:
             return 1
         record["dockerfile"] = Path(dockerfile).read_text()
         record["context_files"] = sorted(p.name for p in Path(context).iterdir())
+        wheels = Path(context) / "wheels"
+        if wheels.is_dir():
+            record["wheels"] = sorted(p.name for p in wheels.iterdir())
     elif cmd != "push":
         sys.stderr.write(f"fake tool: unsupported command {cmd}\n")
         return 125

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import base64
+import importlib.metadata
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import pytest
 from rollhub import cli
+from rollhub.deploy import wheels as wheels_module
 from rollhub.deploy.aws import AwsCalls
+from rollhub.deploy.dockerfile import inspect_project, render_agent_dockerfile
 
 from tests.core.deploy.conftest import (
     CONTROL,
@@ -72,6 +76,89 @@ def test_agentcore_dry_run_prints_the_plan_and_the_toml(
     assert "bedrock-agentcore-control CreateAgentRuntime" in out
     assert '[runtime]\nname = "agentcore"\nruntime_arn = "arn:aws:bedrock-agentcore:' in out
     assert fake_tool.records() == []
+
+
+@pytest.fixture
+def requirements_project(tmp_path: Path) -> Path:
+    """An agent whose requirements.txt names rollhub (not on the public index)."""
+    root = tmp_path / "req-agent"
+    root.mkdir()
+    (root / "requirements.txt").write_text("rollhub[s3]>=0.1\nopenai>=1.40\n")
+    (root / "agent.py").write_text("from rollhub.app import RolloutApp\n\napp = RolloutApp()\n")
+    return root
+
+
+def test_init_bundles_the_rollhub_this_process_runs(
+    requirements_project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, version = requirements_project, importlib.metadata.version("rollhub")
+    assert cli.main(["deploy", "init", "--project", str(root)]) == 0
+    out = capsys.readouterr().out
+    wheel = root / "wheels" / f"rollhub-{version}-py3-none-any.whl"
+    assert sorted(p.name for p in (root / "wheels").iterdir()) == ["constraints.txt", wheel.name]
+    assert f"rollhub=={version}" in (root / "wheels/constraints.txt").read_text().splitlines()
+    assert f"rollhub (rollhub[s3]>=0.1): bundled in {root / 'wheels'}: {version} built from" in out
+    # the wheel holds the code this process imports (a checkout's, when one shadows the install)
+    with zipfile.ZipFile(wheel) as whl:
+        assert whl.read("rollhub/deploy/wheels.py") == Path(wheels_module.__file__).read_bytes()
+    text = (root / "Dockerfile").read_text()
+    assert "COPY wheels/ ./wheels/" in text
+    assert (
+        "RUN pip install --find-links ./wheels -c ./wheels/constraints.txt -r requirements.txt"
+        in text
+    )
+    # a pin to a published release keeps the index, and the bundled wheel goes
+    (root / "requirements.txt").write_text("rollhub==0.3.0\n")
+    assert cli.main(["deploy", "init", "--project", str(root), "--force"]) == 0
+    assert (
+        "rollhub (rollhub==0.3.0): not bundled: rollhub==0.3.0 is pinned" in capsys.readouterr().out
+    )
+    assert sorted(p.name for p in (root / "wheels").iterdir()) == ["constraints.txt"]
+    assert "==" not in (root / "wheels/constraints.txt").read_text()
+
+
+def test_init_with_a_lock_bundles_nothing(
+    agent_project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["deploy", "init", "--project", str(agent_project)]) == 0
+    assert "as uv's lock says" in capsys.readouterr().out
+    assert not (agent_project / "wheels").exists()
+    assert "--find-links" not in (agent_project / "Dockerfile").read_text()
+
+
+def test_agentcore_refreshes_the_wheels_before_the_build(
+    requirements_project: Path,
+    stubbed_clients: StubbedAws,
+    fake_tool: FakeTool,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root, version = requirements_project, importlib.metadata.version("rollhub")
+    project = inspect_project(root, app="agent.py:app")
+    (root / "Dockerfile").write_text(render_agent_dockerfile(project))
+    # a dry run says what it would bundle and writes nothing
+    assert cli.main(["deploy", "agentcore", "--project", str(root), *AGENT, "--dry-run"]) == 0
+    assert "rollhub (rollhub[s3]>=0.1): would bundle in" in capsys.readouterr().out
+    assert not (root / "wheels").exists()
+    aws, rid = stubbed_clients, "my_agent-AbCdEf1234"
+    aws.ecr_stub.add_response(
+        "describe_repositories", {"repositories": [{"repositoryName": "my-agent"}]}
+    )
+    token = base64.b64encode(b"AWS:pw").decode()
+    aws.ecr_stub.add_response(
+        "get_authorization_token",
+        {
+            "authorizationData": [
+                {"authorizationToken": token, "proxyEndpoint": f"https://{REGISTRY}"}
+            ]
+        },
+    )
+    aws.control_stub.add_response("list_agent_runtimes", {"agentRuntimes": []})
+    aws.control_stub.add_response("create_agent_runtime", created(rid))
+    argv = ["deploy", "agentcore", "--project", str(root), *AGENT, "--no-wait"]
+    assert cli.main(argv) == 0
+    aws.assert_done()
+    build = fake_tool.records()[0]
+    assert build["wheels"] == ["constraints.txt", f"rollhub-{version}-py3-none-any.whl"]
 
 
 @pytest.mark.parametrize(

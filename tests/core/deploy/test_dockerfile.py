@@ -11,9 +11,13 @@ from rollhub.errors import ConfigError
 from tests.core.deploy.dockerfile_lint import (
     check_agentcore_image,
     copies_before_install,
+    expand,
+    global_args,
     parse,
     serve_command,
 )
+
+LOCKS = ("uv", "poetry")
 
 
 def _project(root: Path, files: dict[str, str]) -> Path:
@@ -40,10 +44,15 @@ PYPROJECT = '[project]\nname = "a"\nversion = "0"\ndependencies = ["rollhub"]\n'
         (
             {"requirements.txt": "rollhub==0.1.0\n"},
             "requirements",
-            ["requirements.txt"],
-            "RUN pip install -r requirements.txt",
+            ["wheels/", "requirements.txt"],
+            "RUN pip install --find-links ./wheels -c ./wheels/constraints.txt -r requirements.txt",
         ),
-        ({}, "pyproject", ["."], "RUN pip install ."),
+        (
+            {},
+            "pyproject",
+            ["."],
+            "RUN pip install --find-links ./wheels -c ./wheels/constraints.txt .",
+        ),
     ],
 )
 def test_each_dependency_layout_passes_the_checks(
@@ -63,6 +72,18 @@ def test_each_dependency_layout_passes_the_checks(
     ]  # fmt: skip
     # the note for amd64 hosts is in the file
     assert "amd64 host" in text and "--platform linux/arm64" in text
+    # rollhub comes from the bundled wheels exactly when there is no lock to decide
+    assert ("--find-links ./wheels" in text) == project.uses_wheels == (installer not in LOCKS)
+
+
+def test_base_image_and_platform_are_build_arguments(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p", {"pyproject.toml": PYPROJECT, "agent.py": ""})
+    text = render_agent_dockerfile(inspect_project(root, app="agent.py", python="3.12"))
+    assert global_args(parse(text)) == {"BASE_IMAGE": "python:3.12-slim", "PLATFORM": "linux/arm64"}
+    (frm,) = [i for i in parse(text) if i.keyword == "FROM"]
+    assert frm.args == "--platform=${PLATFORM} ${BASE_IMAGE}"
+    # without --build-arg the build is what AgentCore runs
+    assert expand(frm.args, global_args(parse(text))) == "--platform=linux/arm64 python:3.12-slim"
 
 
 def test_requirements_with_pyproject_installs_the_project_without_deps(tmp_path: Path) -> None:
@@ -72,7 +93,10 @@ def test_requirements_with_pyproject_installs_the_project_without_deps(tmp_path:
     )
     text = render_agent_dockerfile(inspect_project(root, app="agent.py:app"))
     lines = [f"{i.keyword} {i.args}" for i in parse(text)]
-    assert lines.index("RUN pip install -r requirements.lock") < lines.index("COPY . .")
+    install = (
+        "RUN pip install --find-links ./wheels -c ./wheels/constraints.txt -r requirements.lock"
+    )
+    assert lines.index(install) < lines.index("COPY . .")
     assert "RUN pip install --no-deps ." in lines
 
 
@@ -87,7 +111,7 @@ def test_app_in_a_subdirectory_and_module_form(tmp_path: Path) -> None:
 def test_python_version_from_requires_python_or_flag(tmp_path: Path) -> None:
     files = {"agent.py": "", "pyproject.toml": PYPROJECT + 'requires-python = ">=3.12"\n'}
     root = _project(tmp_path / "p", files)
-    assert "FROM --platform=linux/arm64 python:3.12-slim" in render_agent_dockerfile(
+    assert "ARG BASE_IMAGE=python:3.12-slim" in render_agent_dockerfile(
         inspect_project(root, app="agent.py")
     )
     assert inspect_project(root, app="agent.py", python="3.13").python == "3.13"
@@ -141,7 +165,8 @@ def test_dockerignore_keeps_secrets_out() -> None:
 @pytest.mark.parametrize(
     ("edit", "problem"),
     [
-        (lambda t: t.replace("FROM --platform=linux/arm64 ", "FROM "), "--platform=linux/arm64"),
+        (lambda t: t.replace("FROM --platform=${PLATFORM} ", "FROM "), "--platform=linux/arm64"),
+        (lambda t: t.replace("PLATFORM=linux/arm64", "PLATFORM=linux/amd64"), "linux/arm64"),
         (lambda t: t.replace("USER 10001", "USER root"), "is root"),
         (lambda t: t.replace("USER 10001\n", ""), "no USER"),
         (lambda t: t.replace("EXPOSE 8080", "EXPOSE 9000"), "EXPOSE 8080"),
