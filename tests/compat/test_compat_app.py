@@ -175,3 +175,12 @@ def test_users_patch_of_the_modules_boto3(aws_env) -> None:
     kwargs = app.s3_client.put_object.call_args.kwargs
     assert kwargs["Bucket"] == "any-bucket" and kwargs["Key"] == answer.json()["result_key"]
     assert json.loads(kwargs["Body"])["echo"] == 6
+
+
+def test_unsafe_key_parts_are_refused_naming_the_field(aws_env) -> None:
+    app = _app(AgentCoreRLApp, [], sync=True)
+    rollout = {"exp_id": "runs/../other", "input_id": "q", "s3_bucket": BUCKET}
+    with serve_app(app) as url:
+        answer = httpx.post(f"{url}/invocations", json={"_rollout": rollout})
+    assert answer.status_code == 400
+    assert answer.json()["field"] == "_rollout.exp_id"

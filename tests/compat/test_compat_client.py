@@ -77,7 +77,7 @@ async def test_async_api_from_a_running_loop(agent) -> None:
 def test_timeouts_say_timeout(agent) -> None:
     client = RolloutClient(ARN, BUCKET, "exp-timeout")
     future = client.invoke({"a": 0, "b": 0, "answer": 0, "sleep": 5})
-    with pytest.raises(TimeoutError, match="Result not ready after 0.3s"):
+    with pytest.raises(TimeoutError, match=r"Result not ready after 0\.3s"):
         future.result(timeout=0.3)
     assert future.cancelled
     batch = client.run_batch([{"a": 0, "b": 0, "answer": 0, "sleep": 5}], 1, timeout=0.5)

@@ -314,7 +314,9 @@ class AgentCoreRLApp(RolloutApp):
         try:
             answer = await main(payload, context)
         except InvalidRolloutError as exc:
-            return JSONResponse({"error": exc.message, "field": exc.field}, status_code=400)
+            return JSONResponse(
+                {"error": exc.message, "field": exc.context.get("field")}, status_code=400
+            )
         except Exception as exc:  # upstream's app answers any entrypoint error with a 500
             log.exception("invocation failed")
             return JSONResponse({"error": str(exc)}, status_code=500)
