@@ -102,3 +102,22 @@ async def test_async_with_mocks(boto3) -> None:
     assert await future == {"rewards": 0.5}
     items = [item async for item in client.run_batch_async([{"p": 1}, {"p": 2}], 2)]
     assert sorted(i.index for i in items) == [0, 1] and all(i.success for i in items)
+
+
+async def test_async_errors_with_mocks(boto3) -> None:
+    _, clients = boto3
+    acr, s3 = clients["bedrock-agentcore"], clients["s3"]
+    acr.invoke_agent_runtime.side_effect = _error("ThrottlingException", "InvokeAgentRuntime")
+    acr.stop_runtime_session.side_effect = _error("ThrottlingException", "StopRuntimeSession")
+    s3.head_object.side_effect = _error("403", "HeadObject")
+    client = RolloutClient(ARN, "b", "exp")
+    with pytest.raises(ClientError, match="ThrottlingException"):
+        await client.invoke_async({"p": 1})
+    (item,) = [item async for item in client.run_batch_async([{"p": 1}], 1)]
+    assert not item.success and "ThrottlingException" in item.error
+    assert item.error.startswith("Traceback (most recent call last)")
+    future = RolloutFuture(s3, "b", "k.json", session_id="s", agentcore_client=acr,
+                           agent_runtime_arn=ARN)  # fmt: skip
+    with pytest.raises(ClientError, match="403"):
+        await future.result_async(timeout=1)
+    assert await future.cancel_async() is False and future.cancelled

@@ -4,6 +4,8 @@ through the local data plane, with SeaweedFS as S3: every outcome terminal and e
 from __future__ import annotations
 
 import importlib
+import io
+import json
 import sys
 import types
 from pathlib import Path
@@ -24,7 +26,7 @@ ROLLHUB_ARN = runtime_arn("rollhub_math")
 AGENT_SOURCE = Path(__file__).with_name("upstream_math_agent.py")
 ONE_IMPORT = (
     "from agentcore_rl_toolkit import AgentCoreRLApp",
-    "from rollhub.compat.agentcore_rl import AgentCoreRLApp",
+    "from rollhub.compat import AgentCoreRLApp",
 )
 
 
@@ -127,3 +129,26 @@ def test_client_options_reach_the_agent_with_a_warning(upstream_agent, caplog) -
     assert doc["payload"]["_rollout"]["timeout"] == 7
     assert "run_batch(payloads, max_concurrent_sessions=N)" in caplog.text
     assert future.done() and future.cancelled
+
+
+def test_upstream_trainer_script_with_one_import_changed(
+    upstream_agent, monkeypatch, capsys
+) -> None:
+    """upstream_driver.py's client, written for agentcore-rl-toolkit, with its import changed."""
+    source = Path(__file__).with_name("upstream_driver.py").read_text()
+    swap = (
+        "from agentcore_rl_toolkit import RolloutClient",
+        "from rollhub.compat import RolloutClient",
+    )
+    assert source.count(swap[0]) == 1
+    module = types.ModuleType("one_import_trainer")
+    exec(compile(source.replace(*swap), "one_import_trainer.py", "exec"), module.__dict__)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(_payloads())))
+    module.run_client(UPSTREAM_ARN, BUCKET, "exp-trainer")
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    by_index = {item["index"]: item for item in out["items"]}
+    assert sorted(by_index) == [0, 1, 2]
+    assert all(item["success"] for item in by_index.values())
+    assert by_index[0]["result"]["rewards"] == 1.0
+    assert by_index[0]["result"]["temperature_seen"] == 0.5
+    assert by_index[2]["result"]["status_code"] == 500
