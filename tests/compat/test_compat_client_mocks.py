@@ -121,3 +121,12 @@ async def test_async_errors_with_mocks(boto3) -> None:
     with pytest.raises(ClientError, match="403"):
         await future.result_async(timeout=1)
     assert await future.cancel_async() is False and future.cancelled
+
+
+def test_rollhub_native_results_shown_with_upstreams_fields(boto3) -> None:
+    _, clients = boto3
+    s3 = clients["s3"]
+    meta = {"status": "error", "error": {"type": "ValueError", "message": "bad", "traceback": "T"}}
+    s3.get_object.return_value = {"Body": io.BytesIO(json.dumps({"_rollhub": meta}).encode())}
+    doc = RolloutFuture(s3, "b", "k.json").result(timeout=1)
+    assert (doc["status_code"], doc["stop_reason"], doc["traceback"]) == (500, "bad", "T")
