@@ -53,7 +53,9 @@ def test_sync_handler_without_context_and_a_bad_return(aws_env, s3) -> None:
             docs.append(_wait_for(lambda k=answer["result_key"]: read(k)))
     assert docs[0]["echo"] == 7 and docs[0]["status_code"] == 200
     assert docs[1]["status_code"] == 500
-    assert docs[1]["stop_reason"] == "Return value must be a dict, got list"
+    assert (
+        docs[1]["stop_reason"] == "Return value must be a dict when S3 save is configured, got list"
+    )
 
 
 def test_rollhub_invocation_sees_sampling_flat(tmp_path: Path) -> None:

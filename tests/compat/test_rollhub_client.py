@@ -4,6 +4,8 @@ through the local data plane, with SeaweedFS as S3: every outcome terminal and e
 from __future__ import annotations
 
 import importlib
+import io
+import json
 import sys
 import types
 from pathlib import Path
@@ -13,7 +15,6 @@ from rollhub.client import AsyncRolloutClient
 from rollhub.compat.agentcore_local import runtime_arn
 from rollhub.compat.upstream_client import RolloutClient
 from rollhub.compat.upstream_layout import UpstreamLayoutStore
-from rollhub.errors import ConfigError, UsageError
 from rollhub.runtimes.agentcore import AgentCoreRuntime
 from rollhub.stores import open_store
 from rollhub.testing.servers import serve_app
@@ -25,7 +26,7 @@ ROLLHUB_ARN = runtime_arn("rollhub_math")
 AGENT_SOURCE = Path(__file__).with_name("upstream_math_agent.py")
 ONE_IMPORT = (
     "from agentcore_rl_toolkit import AgentCoreRLApp",
-    "from rollhub.compat.agentcore_rl import AgentCoreRLApp",
+    "from rollhub.compat import AgentCoreRLApp",
 )
 
 
@@ -113,19 +114,41 @@ async def test_rollhub_client_outcomes_exact(plane, upstream_agent) -> None:
     assert slow.session_id in stops
 
 
-def test_client_options_never_reach_rollout(upstream_agent) -> None:
-    with pytest.raises(ConfigError, match="max_concurrent_sessions= is a client option"):
-        RolloutClient(UPSTREAM_ARN, BUCKET, "exp-x", max_concurrent_sessions=4)
-    client = RolloutClient(UPSTREAM_ARN, BUCKET, "exp-x")
+def test_client_options_reach_the_agent_with_a_warning(upstream_agent, caplog) -> None:
+    # upstream sends every extra keyword as a _rollout field; so does the compat client,
+    # and it says where the option belongs
+    client = RolloutClient(UPSTREAM_ARN, BUCKET, "exp-x", max_concurrent_sessions=4)
     try:
-        with pytest.raises(ConfigError, match=r"run_batch\(payloads, max_concurrent_sessions"):
-            client.invoke({"a": 1}, max_concurrent_sessions=4)
-        with pytest.raises(UsageError, match="poll_initial_s"):
-            list(client.run_batch([{"a": 1}], 1, initial_interval=0.1))
-        future = client.invoke({"a": 1, "b": 1, "answer": 2})
-        assert future.result(timeout=30)["rewards"] == 1.0
-        assert future.done() and not future.cancelled
-        with pytest.raises(UsageError, match=r"future\.done"):
-            future.ready_to_poll()
+        assert client.extra_config == {"max_concurrent_sessions": 4}
+        future = client.invoke({"a": 1, "b": 1, "answer": 2}, timeout=7)
+        doc = future.result(timeout=30)
     finally:
         client.close()
+    assert doc["rewards"] == 1.0
+    assert doc["payload"]["_rollout"]["max_concurrent_sessions"] == 4
+    assert doc["payload"]["_rollout"]["timeout"] == 7
+    assert "run_batch(payloads, max_concurrent_sessions=N)" in caplog.text
+    assert future.done() and future.cancelled
+
+
+def test_upstream_trainer_script_with_one_import_changed(
+    upstream_agent, monkeypatch, capsys
+) -> None:
+    """upstream_driver.py's client, written for agentcore-rl-toolkit, with its import changed."""
+    source = Path(__file__).with_name("upstream_driver.py").read_text()
+    swap = (
+        "from agentcore_rl_toolkit import RolloutClient",
+        "from rollhub.compat import RolloutClient",
+    )
+    assert source.count(swap[0]) == 1
+    module = types.ModuleType("one_import_trainer")
+    exec(compile(source.replace(*swap), "one_import_trainer.py", "exec"), module.__dict__)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(_payloads())))
+    module.run_client(UPSTREAM_ARN, BUCKET, "exp-trainer")
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    by_index = {item["index"]: item for item in out["items"]}
+    assert sorted(by_index) == [0, 1, 2]
+    assert all(item["success"] for item in by_index.values())
+    assert by_index[0]["result"]["rewards"] == 1.0
+    assert by_index[0]["result"]["temperature_seen"] == 0.5
+    assert by_index[2]["result"]["status_code"] == 500

@@ -62,7 +62,7 @@ def upstream_014_agent(plane, python014: str) -> Iterator[str]:
 def test_014_client_drives_rollhub_agent(plane, python014: str) -> None:
     payloads = [{"a": i, "b": 1, "answer": i + 1 if i != 2 else 0} for i in range(4)]
     payloads.append({"a": 0, "b": 0, "answer": 0, "fail": "boom"})
-    with serve_app(rollhub_math_app.app) as url:
+    with serve_app(rollhub_math_app.make_app()) as url:
         plane.app.add_runtime(ROLLHUB_ARN, url)
         done = subprocess.run(
             [python014, DRIVER, "client", ROLLHUB_ARN, BUCKET, "exp-014"],

@@ -22,7 +22,7 @@ ARN = runtime_arn("rollhub_math")
 
 @pytest.fixture
 def served(plane):
-    with serve_app(rollhub_math_app.app) as url:
+    with serve_app(rollhub_math_app.make_app()) as url:
         plane.app.add_runtime(ARN, url)
         yield url
 
@@ -86,11 +86,11 @@ async def test_async_batch_and_future(plane, served) -> None:
     assert doc["rewards"] == 0.0
 
 
-def test_missing_upstream_field_is_a_400_naming_it(plane, served) -> None:
+def test_missing_upstream_field_is_upstreams_500_naming_it(plane, served) -> None:
     answer = httpx.post(
         f"{served}/invocations",
         json={"a": 1, "_rollout": {"exp_id": "e", "s3_bucket": BUCKET}},
         headers={"X-Amzn-Bedrock-AgentCore-Runtime-Session-Id": "s" * 40},
     )
-    assert answer.status_code == 400
-    assert answer.json()["field"] == "_rollout.input_id"
+    assert answer.status_code == 500
+    assert answer.json() == {"error": "Missing required rollout config field: 'input_id'"}

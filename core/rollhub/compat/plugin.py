@@ -14,7 +14,7 @@ their ``result_store``, so rollhub agents under the same runtime store results a
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 from rollhub.compat.upstream_layout import UpstreamLayoutStore
 from rollhub.errors import ConfigError
@@ -55,7 +55,7 @@ class UpstreamS3Store(UpstreamLayoutStore):
     @property
     def bucket(self) -> str:
         """The bucket upstream's app writes to (``_rollout.s3_bucket``)."""
-        return str(self.inner.bucket)
+        return str(cast(Any, self.inner).bucket)
 
 
 @hookimpl

@@ -1,9 +1,9 @@
-"""agentcore-rl-toolkit's ``RolloutClient`` signature, on rollhub's client.
+"""agentcore-rl-toolkit's ``RolloutClient``: change the import, keep the script.
 
-Change the import, keep the calls::
+::
 
     # from agentcore_rl_toolkit import RolloutClient
-    from rollhub.compat.upstream_client import RolloutClient
+    from rollhub.compat import RolloutClient
 
     client = RolloutClient(arn, "my-bucket", "exp1", tps_limit=25, model_id="qwen",
                            temperature=0.7)
@@ -11,41 +11,38 @@ Change the import, keep the calls::
         if item.success:
             print(item.result["rewards"])
 
-Underneath: rollhub's ``agentcore`` runtime (boto3, the region from the ARN, endpoint from
-``AWS_ENDPOINT_URL_BEDROCK_AGENTCORE`` as usual) and the ``s3://{s3_bucket}`` store read
-through :class:`~rollhub.compat.upstream_layout.UpstreamLayoutStore`, so unmodified upstream
-agents and rollhub agents both work. Results are what upstream returns: the stored dict,
-with ``status_code`` (200, or 500 for an agent failure) and ``stop_reason``.
-
-Where upstream's behaviour has no single rollhub meaning the facade raises
-:class:`~rollhub.errors.UsageError` naming the rollhub way (polling internals such as
-``ready_to_poll``), and client options never end up in ``_rollout``
-(``invoke(max_concurrent_sessions=...)`` is a :class:`~rollhub.errors.ConfigError`).
+Everything a user observes is upstream's: ``invoke`` sends ``InvokeAgentRuntime`` before it
+returns (so submission errors raise there), futures poll S3, ``_rollout`` carries the client
+defaults flat, and the boto3 clients are made with this module's ``boto3`` (so
+``patch("rollhub.compat.upstream_client.boto3")`` works as patching upstream's did). Calls
+to the runtime share rollhub's process-wide token bucket for the ARN (the one rollhub's
+``agentcore`` runtime and sandbox use). Results of rollhub-native agents are shown with
+upstream's fields. rollhub's own client (:mod:`rollhub.client`) is where terminal statuses,
+callbacks and resume live; see ``docs/migrating-from-agentcore-rl-toolkit.md``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
-from concurrent.futures import CancelledError
-from dataclasses import dataclass
 from typing import Any
 
-from rollhub.client import RolloutClient as RollhubClient
-from rollhub.client import RolloutFuture as RollhubFuture
-from rollhub.client import RolloutOutcome
-from rollhub.compat.agentcore_rl import SAMPLING_KEYS
-from rollhub.compat.upstream_layout import UpstreamLayoutStore
-from rollhub.errors import ConfigError, RolloutFailed, StoreError, SubmissionError, UsageError
+import boto3
+from botocore.config import Config
 
-__all__ = ["CLIENT_OPTIONS", "BatchItem", "RolloutClient", "RolloutFuture"]
+from rollhub.compat.upstream_batch import AsyncBatchResult, BatchResult
+from rollhub.compat.upstream_futures import RolloutFuture
+from rollhub.ratelimit import limiter_for
+
+__all__ = ["CLIENT_OPTIONS", "RolloutClient"]
 
 log = logging.getLogger(__name__)
 
-#: Options of upstream's client and batch runner → where they belong. Never ``_rollout``.
+#: Options of the client and batch runner; passed as ``_rollout`` fields they reach the
+#: agent (as with upstream), with a warning naming where they belong.
 CLIENT_OPTIONS = {
     "max_concurrent_sessions": "run_batch(payloads, max_concurrent_sessions=N)",
     "timeout": "run_batch(..., timeout=S) or future.result(timeout=S)",
@@ -57,154 +54,42 @@ CLIENT_OPTIONS = {
     "max_retry_attempts": "RolloutClient(..., max_retry_attempts=N)",
     "max_pool_connections": "RolloutClient(..., max_pool_connections=N)",
 }
-# Upstream's polling defaults; rollhub completes futures from the store on its own schedule.
-_POLL_DEFAULTS = {"initial_interval": 0.5, "max_interval": 30.0, "backoff_factor": 1.5}
 
 
-def refuse_client_options(fields: Mapping[str, Any], where: str) -> None:
-    """Raise :class:`ConfigError` when a client option was passed as a ``_rollout`` field."""
+def _warn_client_options(fields: dict[str, Any], where: str) -> None:
     for name in sorted(set(fields) & set(CLIENT_OPTIONS)):
-        raise ConfigError(
-            f"{where}: {name}= is a client option, not a _rollout field; "
-            f"pass it as {CLIENT_OPTIONS[name]}",
-            field=name,
+        log.warning(
+            "%s: %s= is sent to the agent as a _rollout field; as a client option pass it as %s",
+            where,
+            name,
+            CLIENT_OPTIONS[name],
         )
-
-
-def upstream_view(outcome: RolloutOutcome) -> dict[str, Any]:
-    """The dict upstream's ``future.result()`` returns for a stored outcome."""
-    doc = dict(outcome.document or {})
-    if outcome.status == "ok":
-        doc.setdefault("status_code", 200)
-        doc.setdefault("stop_reason", "end_turn")
-    else:
-        error = outcome.error
-        doc.setdefault("status_code", 500)
-        doc.setdefault("stop_reason", error.message if error else outcome.status)
-        if error is not None and error.traceback:
-            doc.setdefault("traceback", error.traceback)
-    return doc
-
-
-@dataclass
-class BatchItem:
-    """Upstream's batch item: ``success`` means the rollout completed with a stored result
-    (a failed agent too: its ``result["status_code"]`` is 500); ``error`` says why not.
-    """
-
-    success: bool
-    result: dict[str, Any] | None = None
-    error: str | None = None
-    index: int | None = None
-    elapsed: float | None = None
-
-
-class RolloutFuture:
-    """Upstream's future over a rollhub future: ``result()`` returns the stored dict."""
-
-    def __init__(self, inner: RollhubFuture) -> None:
-        self.inner = inner
-        self.session_id = inner.session_id
-        self.input_id = inner.input_id
-        self.result_key = inner.result_key
-        self._start = time.time()
-        self._cancelled = False
-
-    def done(self) -> bool:
-        """Whether the rollout has ended (or was cancelled); no I/O."""
-        return self._cancelled or self.inner.done()
-
-    async def done_async(self) -> bool:
-        """Same as :meth:`done` (rollhub learns of completion without being polled)."""
-        return self.done()
-
-    def elapsed(self) -> float:
-        """Seconds since this future was created."""
-        return time.time() - self._start
-
-    def cancel(self) -> bool:
-        """Cancel the rollout (its runtime session is stopped); True the first time."""
-        if self._cancelled:
-            return False
-        self._cancelled = True
-        return self.inner.cancel()
-
-    async def cancel_async(self) -> bool:
-        """Async :meth:`cancel`."""
-        return await asyncio.to_thread(self.cancel)
-
-    @property
-    def cancelled(self) -> bool:
-        """True once :meth:`cancel` was called."""
-        return self._cancelled
-
-    def result(self, timeout: float | None = None) -> dict[str, Any]:
-        """The stored result dict; waits up to ``timeout`` seconds (None: no limit).
-
-        :raises TimeoutError: no result in time (the rollout is cancelled, as upstream does).
-        :raises concurrent.futures.CancelledError: the rollout was cancelled.
-        :raises RolloutFailed: submission or the store failed (upstream raised these from
-            ``invoke`` or the S3 read).
-        """
-        if self._cancelled and not self.inner.done():
-            raise CancelledError("Future was cancelled")
-        outcome = self.inner.result(timeout=timeout)
-        return _dict_or_raise(outcome)
-
-    async def result_async(self, timeout: float | None = None) -> dict[str, Any]:
-        """Async :meth:`result`."""
-        return await asyncio.to_thread(self.result, timeout)
-
-    def ready_to_poll(self) -> bool:
-        """Not available: rollhub schedules store reads itself."""
-        raise UsageError(
-            "ready_to_poll(): rollhub futures are completed by the client (callbacks and its own "
-            "store reads); use future.done() or future.result(timeout=...)"
-        )
-
-    def time_until_next_poll(self) -> float:
-        """Not available: rollhub schedules store reads itself."""
-        raise UsageError(
-            "time_until_next_poll(): rollhub schedules store reads itself; set "
-            "poll_initial_s/poll_max_s on rollhub.client.RolloutClient if you must tune them"
-        )
-
-    def __await__(self) -> Any:
-        return self.result_async().__await__()
-
-
-def _dict_or_raise(outcome: RolloutOutcome) -> dict[str, Any]:
-    status = outcome.status
-    if status in ("ok", "agent_error") and outcome.document is not None:
-        return upstream_view(outcome)
-    message = outcome.error.message if outcome.error else status
-    if status == "timeout":
-        raise TimeoutError(f"Result not ready: {message}")
-    if status == "cancelled":
-        raise CancelledError(message)
-    if status == "submit_error":
-        raise SubmissionError(message, session_id=outcome.session_id)
-    if status == "store_error":
-        raise StoreError(message, key=outcome.result_key)
-    raise RolloutFailed(f"{status}: {message}", session_id=outcome.session_id)
 
 
 class RolloutClient:
-    """agentcore-rl-toolkit's ``RolloutClient(agent_runtime_arn, s3_bucket, exp_id, ...)``.
+    """Submit rollouts to an AgentCore runtime and read their results from S3.
 
-    :param agent_runtime_arn: the AgentCore runtime ARN (region taken from it).
-    :param s3_bucket: bucket the agents store results in.
-    :param exp_id: experiment id (first part of every result key).
-    :param max_retry_attempts: botocore retry attempts per call.
-    :param tps_limit: InvokeAgentRuntime + StopRuntimeSession calls per second.
-    :param max_pool_connections: HTTP connections to the service.
-    :param base_url: model endpoint for the agents.
-    :param model_id: model name for the agents.
-    :param endpoint_url: the data plane's URL (default: boto3's usual resolution).
-    :param extra_config: more ``_rollout`` fields; sampling ones (``temperature``, ``top_p``…)
-        are sent flat, as upstream does, and under ``sampling`` for rollhub agents.
-    :raises ConfigError: a client option among ``extra_config``, or a bad ARN or exp_id.
+    :param agent_runtime_arn: the runtime's ARN (the region is read from it).
+    :param s3_bucket: the bucket agents store results in.
+    :param exp_id: experiment id, the first part of every result key.
+    :param max_retry_attempts: botocore (adaptive) retry attempts per call.
+    :param tps_limit: ``InvokeAgentRuntime`` + ``StopRuntimeSession`` calls per second.
+    :param max_pool_connections: HTTP connections per boto3 client.
+    :param base_url: model endpoint sent to agents in ``_rollout``.
+    :param model_id: model name sent to agents in ``_rollout``.
+    :param extra_config: more ``_rollout`` fields (e.g. ``temperature=0.7``), sent flat.
+    :raises ValueError: the ARN has no region.
+
+    Not thread-safe, as upstream's: one client per thread.
     """
+
+    @staticmethod
+    def _parse_region_from_arn(arn: str) -> str:
+        """The region of ``arn:partition:service:region:account:resource``."""
+        parts = arn.split(":")
+        if len(parts) < 4 or not parts[3]:
+            raise ValueError(f"Invalid ARN format, cannot extract region: {arn}")
+        return parts[3]
 
     def __init__(
         self,
@@ -216,40 +101,94 @@ class RolloutClient:
         max_pool_connections: int = 10,
         base_url: str | None = None,
         model_id: str | None = None,
-        *,
-        endpoint_url: str | None = None,
         **extra_config: Any,
     ) -> None:
-        refuse_client_options(extra_config, "RolloutClient()")
-        from rollhub.runtimes.agentcore import AgentCoreRuntime
-        from rollhub.stores import open_store
-
-        runtime = AgentCoreRuntime(
-            runtime_arn=agent_runtime_arn,
-            tps=float(tps_limit),
-            max_attempts=max_retry_attempts,
-            max_pool_connections=max_pool_connections,
-            endpoint_url=endpoint_url,
-        )
-        store = UpstreamLayoutStore(open_store(f"s3://{s3_bucket}"))
-        defaults: dict[str, Any] = {"s3_bucket": s3_bucket, **_with_sampling(extra_config)}
-        if base_url:
-            defaults["base_url"] = base_url
-        if model_id:
-            defaults["model_id"] = model_id
+        _warn_client_options(extra_config, "RolloutClient()")
         self.agent_runtime_arn = agent_runtime_arn
         self.s3_bucket = s3_bucket
         self.exp_id = exp_id
-        self.client = RollhubClient(
-            runtime, store, exp_id=exp_id, defaults=defaults, callbacks=False, close_runtime=True
+        self.base_url = base_url
+        self.model_id = model_id
+        self.extra_config = extra_config
+        self.tps_limit = tps_limit
+        self.region = self._parse_region_from_arn(agent_runtime_arn)
+        config = Config(
+            retries={"max_attempts": max_retry_attempts, "mode": "adaptive"},
+            max_pool_connections=max_pool_connections,
+            user_agent_extra="rollhub-compat",
         )
-        self._started = False
+        self.agentcore_client = boto3.client(
+            "bedrock-agentcore", region_name=self.region, config=config
+        )
+        self.s3_client = boto3.client("s3", region_name=self.region, config=config)
+        # Shared with rollhub's agentcore runtime: the service limits calls per ARN.
+        self._rate_limiter = limiter_for(f"agentcore:{agent_runtime_arn}", float(tps_limit))
 
-    def _rollhub(self) -> RollhubClient:
-        if not self._started:
-            self.client.start()
-            self._started = True
-        return self.client
+    # Submitting --------------------------------------------------------------------------
+
+    def _parse_response(self, response: dict[str, Any]) -> dict[str, Any]:
+        """The agent's JSON answer from an ``InvokeAgentRuntime`` response."""
+        data: dict[str, Any] = json.loads(response["response"].read())
+        return data
+
+    def _build_full_payload(
+        self, payload: dict[str, Any], input_id: str, **overrides: Any
+    ) -> dict[str, Any]:
+        """``payload`` with ``_rollout``: required fields, then client defaults, then
+        ``overrides`` (last wins)."""
+        rollout: dict[str, Any] = {
+            "exp_id": self.exp_id,
+            "input_id": input_id,
+            "s3_bucket": self.s3_bucket,
+            **self.extra_config,
+        }
+        if self.base_url:
+            rollout["base_url"] = self.base_url
+        if self.model_id:
+            rollout["model_id"] = self.model_id
+        rollout.update(overrides)
+        return {**payload, "_rollout": rollout}
+
+    def _send(
+        self, payload: dict[str, Any], session_id: str, input_id: str, **overrides: Any
+    ) -> dict[str, Any]:
+        started = time.time()
+        response = self.agentcore_client.invoke_agent_runtime(
+            agentRuntimeArn=self.agent_runtime_arn,
+            runtimeSessionId=session_id,
+            payload=json.dumps(self._build_full_payload(payload, input_id, **overrides)),
+        )
+        data = self._parse_response(response)
+        log.info("invoked session %s in %.1fs", session_id, time.time() - started)
+        return data
+
+    def _future(self, data: dict[str, Any], session_id: str, input_id: str) -> RolloutFuture:
+        return RolloutFuture(
+            s3_client=self.s3_client,
+            s3_bucket=data["s3_bucket"],
+            result_key=data["result_key"],
+            session_id=session_id,
+            input_id=input_id,
+            agentcore_client=self.agentcore_client,
+            agent_runtime_arn=self.agent_runtime_arn,
+            rate_limiter=self._rate_limiter,
+        )
+
+    def _rate_limited_invoke(
+        self, payload: dict[str, Any], session_id: str, input_id: str, **overrides: Any
+    ) -> RolloutFuture:
+        """Wait for the rate limit, send ``InvokeAgentRuntime``, return the future."""
+        self._rate_limiter.acquire_sync()
+        data = self._send(payload, session_id, input_id, **overrides)
+        return self._future(data, session_id, input_id)
+
+    async def _async_rate_limited_invoke(
+        self, payload: dict[str, Any], session_id: str, input_id: str, **overrides: Any
+    ) -> RolloutFuture:
+        """:meth:`_rate_limited_invoke` without blocking the event loop."""
+        await self._rate_limiter.acquire()
+        data = await asyncio.to_thread(self._send, payload, session_id, input_id, **overrides)
+        return self._future(data, session_id, input_id)
 
     def invoke(
         self,
@@ -258,13 +197,16 @@ class RolloutClient:
         input_id: str | None = None,
         **rollout_overrides: Any,
     ) -> RolloutFuture:
-        """Start one rollout; per-call ``_rollout`` overrides win over client defaults."""
-        refuse_client_options(rollout_overrides, "invoke()")
-        fields = _with_sampling(rollout_overrides)
-        fields["input_id"] = input_id or str(uuid.uuid4())
-        if session_id:
-            fields["session_id"] = session_id
-        return RolloutFuture(self._rollhub().invoke(payload, **fields))
+        """Start one rollout and return its future once the runtime accepted it.
+
+        :param rollout_overrides: ``_rollout`` fields for this call (win over defaults).
+        :raises botocore.exceptions.ClientError: the runtime refused the invocation
+            (access denied, throttled past the retries, unknown runtime).
+        """
+        _warn_client_options(rollout_overrides, "invoke()")
+        session_id = session_id or str(uuid.uuid4())
+        input_id = input_id or str(uuid.uuid4())
+        return self._rate_limited_invoke(payload, session_id, input_id, **rollout_overrides)
 
     async def invoke_async(
         self,
@@ -273,10 +215,15 @@ class RolloutClient:
         input_id: str | None = None,
         **rollout_overrides: Any,
     ) -> RolloutFuture:
-        """Async :meth:`invoke`."""
-        return await asyncio.to_thread(
-            self.invoke, payload, session_id, input_id, **rollout_overrides
+        """Async :meth:`invoke` (the HTTP call runs in a thread)."""
+        _warn_client_options(rollout_overrides, "invoke_async()")
+        session_id = session_id or str(uuid.uuid4())
+        input_id = input_id or str(uuid.uuid4())
+        return await self._async_rate_limited_invoke(
+            payload, session_id, input_id, **rollout_overrides
         )
+
+    # Batches -----------------------------------------------------------------------------
 
     def run_batch(
         self,
@@ -287,74 +234,45 @@ class RolloutClient:
         max_interval: float = 30.0,
         backoff_factor: float = 1.5,
         log_interval: float = 30.0,
-    ) -> Iterator[BatchItem]:
-        """Yield an upstream :class:`BatchItem` per payload as each ends (completion order).
-
-        Every payload runs (no resume from earlier results) under a fresh input id, as
-        upstream does. ``log_interval`` is accepted and unused (rollhub draws progress).
-
-        :raises UsageError: polling intervals other than upstream's defaults (rollhub
-            schedules store reads itself).
-        """
-        given = {
-            "initial_interval": initial_interval,
-            "max_interval": max_interval,
-            "backoff_factor": backoff_factor,
-        }
-        for name, value in given.items():
-            if value != _POLL_DEFAULTS[name]:
-                raise UsageError(
-                    f"run_batch({name}={value!r}): rollhub completes rollouts from callbacks "
-                    f"and its own store reads; leave {name} out, or tune poll_initial_s / "
-                    f"poll_max_s on rollhub.client.RolloutClient"
-                )
-        del log_interval
-        items = list(payloads)
-        stream = self._rollhub().run_batch(
-            items,
+    ) -> BatchResult:
+        """Every payload once, at most ``max_concurrent_sessions`` at a time; iterate the
+        result for :class:`~rollhub.compat.upstream_futures.BatchItem` in completion order."""
+        return BatchResult(
+            client=self,
+            payloads=payloads,
             max_concurrent=max_concurrent_sessions,
             timeout=timeout,
-            input_ids=[str(uuid.uuid4()) for _ in items],
-            resume=False,
-            progress=False,
+            initial_interval=initial_interval,
+            max_interval=max_interval,
+            backoff_factor=backoff_factor,
+            log_interval=log_interval,
         )
-        for item in stream:
-            outcome = item.outcome
-            if outcome is None:  # only resumed items lack one, and resume is off
-                error = None if item.ok else (item.error.message if item.error else item.status)
-                yield BatchItem(item.ok, item.result, error, item.index, item.elapsed)
-                continue
-            try:
-                result = _dict_or_raise(outcome)
-            except (TimeoutError, CancelledError, RolloutFailed) as exc:
-                error = str(exc) or type(exc).__name__
-                yield BatchItem(False, error=error, index=item.index, elapsed=item.elapsed)
-                continue
-            yield BatchItem(result is not None, result, None, item.index, item.elapsed)
 
-    async def run_batch_async(
-        self, payloads: list[dict[str, Any]], max_concurrent_sessions: int, **options: Any
-    ) -> AsyncIterator[BatchItem]:
-        """Async :meth:`run_batch` (the batch runs on the client's own loop thread)."""
-        stream = iter(self.run_batch(payloads, max_concurrent_sessions, **options))
-        done = object()
-        while True:
-            item = await asyncio.to_thread(next, stream, done)
-            if item is done:
-                return
-            yield item
+    def run_batch_async(
+        self,
+        payloads: list[dict[str, Any]],
+        max_concurrent_sessions: int,
+        timeout: float = 900.0,
+        initial_interval: float = 0.5,
+        max_interval: float = 30.0,
+        backoff_factor: float = 1.5,
+        log_interval: float = 30.0,
+    ) -> AsyncBatchResult:
+        """:meth:`run_batch` for ``async for``."""
+        return AsyncBatchResult(
+            client=self,
+            payloads=payloads,
+            max_concurrent=max_concurrent_sessions,
+            timeout=timeout,
+            initial_interval=initial_interval,
+            max_interval=max_interval,
+            backoff_factor=backoff_factor,
+            log_interval=log_interval,
+        )
 
     def close(self) -> None:
-        """Stop the client (and its boto3 clients)."""
-        if self._started:
-            self.client.close()
-            self._started = False
-
-
-def _with_sampling(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """``fields`` with its sampling entries also under ``sampling`` (rollhub's place)."""
-    out = dict(fields)
-    sampling = {k: v for k, v in fields.items() if k in SAMPLING_KEYS}
-    if sampling:
-        out["sampling"] = {**(out.get("sampling") or {}), **sampling}
-    return out
+        """Close the boto3 clients' connections (upstream's client has no ``close``)."""
+        for client in (self.agentcore_client, self.s3_client):
+            closer = getattr(client, "close", None)
+            if callable(closer):
+                closer()
