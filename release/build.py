@@ -250,11 +250,11 @@ def wheel_problems(dist: Distribution, wheel: Path, version: str, names: set[str
     for pkg in dist.packages:
         if f"{pkg}/py.typed" not in members:
             problems.append(
-                f"{wheel.name}: {pkg}/py.typed is missing (add an empty "
-                f"{dist.folder.name}/{pkg}/py.typed)"
+                f"{wheel.name}: {pkg}/py.typed is missing "
+                f"(add an empty {dist.folder / pkg / 'py.typed'})"
             )
     for member, src in package_data(dist).items():
-        if member not in members:
+        if member not in members and not member.endswith("/py.typed"):
             problems.append(f"{wheel.name}: {member} is missing (from {src})")
     for group, targets in dist.entry_points.items():
         for name, target in targets.items():
