@@ -304,6 +304,13 @@ def build(
         if subprocess.run([python, "-c", f"import {tool}"], capture_output=True).returncode:
             raise ReleaseError(f"{python} has no {tool!r}: pip install build twine")
     if out.exists():
+        # only ever delete what an earlier build left there
+        strays = [p.name for p in out.iterdir() if not _is_artifact(p)]
+        if strays:
+            raise ReleaseError(
+                f"--out {out} holds other files ({', '.join(sorted(strays)[:3])}"
+                f"): pass an empty directory or one this command wrote"
+            )
         shutil.rmtree(out)
     out.mkdir(parents=True)
     for d in dists:
@@ -333,6 +340,10 @@ def build(
         raise ReleaseError("the wheels are incomplete:\n  " + "\n  ".join(problems))
     (out / STAMP).write_text(digest + "\n")
     return artifacts
+
+
+def _is_artifact(path: Path) -> bool:
+    return path.is_file() and (path.name == STAMP or path.name.endswith((".whl", ".tar.gz")))
 
 
 def _artifacts(out: Path, dists: list[Distribution]) -> list[Path]:

@@ -151,3 +151,10 @@ def test_the_source_hash_follows_the_sources(tmp_path: Path) -> None:
     (repo / "plugins" / "view" / "rollhub_view").mkdir()
     (repo / "plugins" / "view" / "rollhub_view" / "new.css").write_text("a{}")
     assert release_build.source_hash(repo) != first
+
+
+def test_build_never_deletes_an_output_directory_it_did_not_write(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(release_build.ReleaseError, match="holds other files"):
+        release_build.build(tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
