@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 from rollhub.errors import ConfigError
+from rollhub.hosted_hub import hosted_hub
 from rollhub_slime import runner
 from rollhub_slime.rollout import generate, generate_rollout
 from rollhub_slime.step_hooks import StepHooks, filter_decision
@@ -26,7 +27,7 @@ def no_hub():
     ("no rollhub.toml for slime") would have come instead of the one asserted."""
     runner.close_process_hub()
     yield
-    assert runner._current is None
+    assert hosted_hub(runner.HUB_KEY) is None
 
 
 @pytest.mark.parametrize("attr", ["partial_rollout", "mask_offpolicy_in_partial_rollout"])
