@@ -51,7 +51,7 @@ _LAZY: dict[str, str] = {
     "TokenRetrievalError": "rollhub.errors",
     "TokenSource": "rollhub.tokens",
     "TraceRecord": "rollhub.trace",
-    "Trainer": "rollhub.trainer",
+    "Trainer": "rollhub.training.trainer",
     "UnknownComponentError": "rollhub.errors",
     "UsageError": "rollhub.errors",
     "load_config": "rollhub.config",

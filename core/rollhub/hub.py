@@ -25,9 +25,13 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
+from rollhub.client import AsyncRolloutClient
 from rollhub.config import RollhubConfig
 from rollhub.episode import Episode, EpisodeGroup, ErrorInfo
 from rollhub.errors import RewardError, RollhubError, TokenRetrievalError, UsageError
@@ -36,8 +40,14 @@ from rollhub.loop_thread import LoopThread, ensure_no_running_loop
 from rollhub.plugin_settings import check_config
 from rollhub.plugins import PluginHost, build_host
 from rollhub.registry import ComponentContext
+from rollhub.rewards import apply_failure_policy, merge_reward_components
 from rollhub.rollout import RolloutConfig, RolloutRequest, SubmitReceipt
+from rollhub.runtime import Runtime
 from rollhub.staleness import StalenessGate
+from rollhub.stores import open_store
+from rollhub.stores.base import ResultStore
+from rollhub.tokens import CaptureSession, TokenSource
+from rollhub.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +55,17 @@ log = logging.getLogger(__name__)
 _PREPARED = "rollhub.prepared"
 
 __all__ = ["AsyncHub", "Hub"]
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """The components a started hub holds, built from the config by :meth:`AsyncHub.start`."""
+
+    runtime: Runtime
+    store: ResultStore
+    token_source: TokenSource
+    trainer: Trainer
+    client: AsyncRolloutClient
 
 
 class AsyncHub:
@@ -67,15 +88,46 @@ class AsyncHub:
         self.host = host or build_host(modules=config.plugins.modules, search_dir=config.base_dir)
         self.run_dir = run_dir
         self.exp_id = config.experiment.resolved_exp_id
-        self.runtime: Any = None
-        self.store: Any = None
-        self.token_source: Any = None
-        self.trainer: Any = None
-        self.client: Any = None
+        self._parts: _Parts | None = None
         self._gate = StalenessGate(config.experiment.max_staleness)
         self._slots = asyncio.Semaphore(config.experiment.concurrency)
         self._started = False
         self.stats: dict[str, Any] = {}
+
+    # Components ----------------------------------------------------------------------------
+
+    @property
+    def runtime(self) -> Runtime:
+        """Where rollouts run (``[runtime]``)."""
+        return self._require_parts().runtime
+
+    @property
+    def store(self) -> ResultStore:
+        """Where agents write their results (``[store]``)."""
+        return self._require_parts().store
+
+    @property
+    def token_source(self) -> TokenSource:
+        """Where each rollout's sampled tokens are captured (``[token_source]``)."""
+        return self._require_parts().token_source
+
+    @property
+    def trainer(self) -> Trainer:
+        """What finished groups go to (``[trainer]``)."""
+        return self._require_parts().trainer
+
+    @property
+    def client(self) -> AsyncRolloutClient:
+        """Submits rollouts to the runtime and waits for their results."""
+        return self._require_parts().client
+
+    def _require_parts(self) -> _Parts:
+        if self._parts is None:
+            raise UsageError(
+                "the hub's components exist once it has started: use "
+                "'async with AsyncHub(cfg) as hub' or await hub.start()"
+            )
+        return self._parts
 
     # Lifecycle -----------------------------------------------------------------------------
 
@@ -92,8 +144,8 @@ class AsyncHub:
     def set_weight_version(self, version: int) -> None:
         """Record a new policy version; it is stamped on new episodes and gateway turns."""
         self._gate.set_current(version)
-        if self.token_source is not None:
-            self.token_source.set_weight_version(version)
+        if self._parts is not None:
+            self._parts.token_source.set_weight_version(version)
 
     async def publish_policy(self, policy: Any, version: int) -> None:
         """Hand a new policy to the sampling side and make ``version`` current.
@@ -103,8 +155,8 @@ class AsyncHub:
         policy and keep its version. None changes only the version (weights that were
         synced into the engine out of band).
         """
-        if self.token_source is not None and policy is not None:
-            await self.token_source.publish_policy(policy, version)
+        if self._parts is not None and policy is not None:
+            await self._parts.token_source.publish_policy(policy, version)
         self.set_weight_version(version)
 
     def _build(self, kind: str, section: str, name: str, options: Mapping[str, Any]) -> Any:
@@ -118,34 +170,30 @@ class AsyncHub:
         """Build and start the runtime, store, token source, trainer and client."""
         if self._started:
             return self
-        from rollhub.client import AsyncRolloutClient
-        from rollhub.stores import open_store
-
         cfg = self.config
         check_config(self.host, cfg)
-        self.store = open_store(
-            _absolute_store_url(cfg), registry=self.host.registry, **cfg.store.options
-        )
-        self.runtime = self._build("runtime", "runtime", cfg.runtime.name, cfg.runtime.options)
-        self.token_source = self._build(
+        store = open_store(_absolute_store_url(cfg), registry=self.host.registry, **cfg.store.options)
+        runtime: Runtime = self._build("runtime", "runtime", cfg.runtime.name, cfg.runtime.options)
+        token_source: TokenSource = self._build(
             "token_source", "token_source", cfg.token_source.name, cfg.token_source.options
         )
-        self.trainer = self._build("trainer", "trainer", cfg.trainer.name, cfg.trainer.options)
-        await self.token_source.start()
+        trainer: Trainer = self._build("trainer", "trainer", cfg.trainer.name, cfg.trainer.options)
+        await token_source.start()
         if self._gate.current is not None:
-            self.token_source.set_weight_version(self._gate.current)
-        await self.runtime.start()
-        await self.trainer.start()
-        self.client = AsyncRolloutClient(
-            self.runtime,
-            self.store,
+            token_source.set_weight_version(self._gate.current)
+        await runtime.start()
+        await trainer.start()
+        client = AsyncRolloutClient(
+            runtime,
+            store,
             exp_id=self.exp_id,
             submit=self._submit,
             session_attempts=cfg.experiment.session_attempts,
             on_new_session=self._new_capture,
             progress=False,
         )
-        await self.client.start()
+        await client.start()
+        self._parts = _Parts(runtime, store, token_source, trainer, client)
         self._started = True
         await call_all(self.hook.rollhub_hub_started, hub=self)
         return self
@@ -426,41 +474,7 @@ def group_id_of(payload: Mapping[str, Any], id_field: str) -> str:
     return str(value)
 
 
-def merge_reward_components(parts: Iterable[Mapping[str, float] | None]) -> dict[str, float]:
-    """Merge reward hook results; a component named twice or a non-finite value is an error."""
-    import math
-
-    merged: dict[str, float] = {}
-    for part in parts:
-        if not part:
-            continue
-        for name, value in part.items():
-            if name in merged:
-                raise RewardError(f"reward component {name!r} was returned by two reward hooks; rename one")
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise RewardError(f"reward component {name!r} must be a finite number, got {value!r}")
-            merged[name] = float(value)
-    return merged
-
-
-def apply_failure_policy(group: EpisodeGroup, policy: str) -> None:
-    """Mark which episodes trainers learn from (``[rewards] on_failure``)."""
-    failed = [e for e in group.episodes if not e.ok or e.reward is None]
-    for e in group.episodes:
-        e.trainable = e.ok and e.reward is not None
-    if policy == "drop_group" and failed:
-        for e in group.episodes:
-            e.trainable = False
-    elif policy == "zero_reward":
-        for e in failed:
-            e.reward = 0.0
-            e.metrics["reward_imputed"] = True
-            e.trainable = True
-
-
-def _fill_capture(rollout: RolloutConfig, capture: Any) -> None:
-    from pydantic import SecretStr
-
+def _fill_capture(rollout: RolloutConfig, capture: CaptureSession) -> None:
     if capture.base_url is not None:
         rollout.base_url = capture.base_url
     if capture.api_key is not None:

@@ -21,7 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollhub.errors import PluginError, UnknownComponentError
+from pydantic import BaseModel, ValidationError
+
+from rollhub.errors import ConfigError, PluginError, UnknownComponentError
+from rollhub.validation import explain, first_loc
 
 log = logging.getLogger(__name__)
 
@@ -280,8 +283,6 @@ class ComponentRegistry:
         :raises UnknownComponentError: no such component (with the install hint).
         :raises ConfigError: its options do not validate (naming ``section.key``).
         """
-        from rollhub.config import build_options
-
         cls, opts = build_options(self, kind, name, options, section=section)
         kwargs = _context_kwargs(cls, kind, context)
         return cls(opts, **kwargs) if opts is not None else cls(**kwargs)
@@ -387,3 +388,35 @@ def _similar(a: str, b: str) -> bool:
     import difflib
 
     return difflib.SequenceMatcher(None, a, b).ratio() >= 0.6
+
+
+def build_options(
+    registry: ComponentRegistry,
+    kind: ComponentKind,
+    name: str,
+    options: Mapping[str, Any],
+    *,
+    section: str,
+) -> tuple[type, BaseModel | None]:
+    """Find a component class and validate its options from config section ``section``.
+
+    :returns: the class and its validated ``Options`` instance (None if it has no model).
+    :raises UnknownComponentError: the name is not registered (names the distribution).
+    :raises ConfigError: an option is unknown or has a bad value (names ``section.key``).
+    """
+    cls = registry.get(kind, name, field=f"{section}.name")
+    model = getattr(cls, "Options", None)
+    if model is None:
+        if options:
+            keys = ", ".join(sorted(options))
+            raise ConfigError(
+                f"{section}: {kind} {name!r} takes no options, got: {keys}", field=section
+            )
+        return cls, None
+    try:
+        return cls, model.model_validate(dict(options))
+    except ValidationError as exc:
+        raise ConfigError(
+            explain(exc, model, f"{section} ({kind} {name!r})", prefix=section),
+            field=first_loc(exc, prefix=section),
+        ) from None

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rollhub.errors import StoreError
+from rollhub.results.document import InvalidResultError, read_result
 from rollhub.retry import Backoff, is_transient
 
 __all__ = ["SessionWatch", "StoreFailure", "poll_schedule"]
@@ -348,8 +349,6 @@ class SessionWatch:
     # Resolution ---------------------------------------------------------------------------
 
     def _resolve_document(self, fut: Any, doc: dict[str, Any]) -> None:
-        from rollhub.app.result import InvalidResultError, read_result
-
         try:
             view = read_result(doc)
         except InvalidResultError as exc:

@@ -297,10 +297,10 @@ async def _drive(
     progress: bool | None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Hand the run to a trainer that drives its own loop; it records its steps."""
-    from rollhub.trainer import DrivenRun
     from rollhub.training.loop import planned_steps
     from rollhub.training.plot import read_metrics
     from rollhub.training.recorder import StepRecorder
+    from rollhub.training.trainer import DrivenRun
 
     if not resume and (run_dir / "metrics.jsonl").exists():
         raise UsageError(

@@ -15,6 +15,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from rollhub.errors import StoreError, UnknownComponentError
+from rollhub.stores.base import BUILTIN_SCHEMES
 
 if TYPE_CHECKING:
     from rollhub.plugins import PluginHost
@@ -24,13 +25,6 @@ if TYPE_CHECKING:
 __all__ = ["BUILTIN_SCHEMES", "InvalidKeyError", "check_key", "open_store", "store_scheme"]
 
 log = logging.getLogger(__name__)
-
-#: URL scheme -> "module:Class" of the stores the core ships.
-BUILTIN_SCHEMES: dict[str, str] = {
-    "file": "rollhub.stores.file:FileResultStore",
-    "s3": "rollhub.stores.s3:S3ResultStore",
-}
-
 
 class InvalidKeyError(StoreError, ValueError):
     """A store key that is empty, absolute, contains ``..``, NUL or a backslash.

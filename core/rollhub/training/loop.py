@@ -34,7 +34,6 @@ from typing import Any
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
 from rollhub.hub import AsyncHub, group_id_of
-from rollhub.trainer import StepResult, TrainingBatch
 from rollhub.training.advantages import group_advantages
 from rollhub.training.checkpoint import (
     Checkpoint,
@@ -45,6 +44,7 @@ from rollhub.training.checkpoint import (
 from rollhub.training.plot import read_metrics
 from rollhub.training.recorder import StepRecorder
 from rollhub.training.sinks import MetricSink
+from rollhub.training.step import StepResult, TrainingBatch
 
 __all__ = ["TrainingLoop", "batch_metrics", "planned_steps", "schedule"]
 
@@ -310,7 +310,7 @@ async def _next_batch(
 def _check_result(result: Any, batch: TrainingBatch) -> None:
     if not isinstance(result, StepResult):
         raise UsageError(
-            f"trainer.step must return a rollhub.trainer.StepResult, got {type(result).__name__}"
+            f"trainer.step must return a rollhub.training.StepResult, got {type(result).__name__}"
         )
     if result.weight_version <= batch.weight_version:
         raise UsageError(

@@ -18,8 +18,8 @@ from typing import Any
 
 from rollhub.hook_calls import call_all
 from rollhub.progress import RolloutProgress
-from rollhub.trainer import TrainingBatch
 from rollhub.training.sinks import JsonlSink, MetricSink
+from rollhub.training.step import TrainingBatch
 
 __all__ = ["StepRecorder", "keeps_episode", "progress_line"]
 

@@ -16,7 +16,7 @@ from pydantic import Field
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
 from rollhub.export import JsonlAppender, episode_to_row, write_rows
-from rollhub.trainer import Trainer, TrainerOptions
+from rollhub.training.trainer import Trainer, TrainerOptions
 
 log = logging.getLogger(__name__)
 
