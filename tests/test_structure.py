@@ -41,6 +41,20 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join([*base, *([node.module] if node.module else [])])
 
 
+def _imported(name: str, is_package: bool, target: str) -> set[str]:
+    """What importing ``target`` from module ``name`` runs: the target and every package
+    above it, except the packages ``name`` itself sits in (already being imported)."""
+    own = name if is_package else name.rpartition(".")[0]
+    run = set()
+    while target:
+        if target != name and not (own + ".").startswith(target + "."):
+            # a package's __init__ re-exporting its own submodules is not a cycle
+            if not (is_package and target.startswith(name + ".")):
+                run.add(target)
+        target = target.rpartition(".")[0]
+    return run
+
+
 def import_graph(package: str, folder: Path) -> dict[str, set[str]]:
     """Module -> the modules of the same package it imports (anywhere in its body)."""
     files = {_module_name(package, folder, p): p for p in sorted(folder.rglob("*.py"))}
@@ -62,11 +76,7 @@ def import_graph(package: str, folder: Path) -> dict[str, set[str]]:
             for target in targets:
                 while target and target not in files:  # ``import a.b.c`` where c is a name
                     target = target.rpartition(".")[0]
-                # a package's __init__ re-exporting its own submodules is not a cycle
-                if target and target != name and not (
-                    is_package and target.startswith(name + ".")
-                ):
-                    edges.add(target)
+                edges.update(_imported(name, is_package, target))
         graph[name] = edges
     return graph
 
@@ -115,8 +125,15 @@ def test_the_checker_sees_type_only_and_local_imports(tmp_path):
     )
     (pkg / "b.py").write_text("def f():\n    from . import a\n    return a\n")
     (pkg / "c.py").write_text("import pkg.b\n")
+    (pkg / "sub").mkdir()
+    (pkg / "sub" / "__init__.py").write_text("from pkg.c import C\n")
+    (pkg / "sub" / "d.py").write_text("")
+    (pkg / "e.py").write_text("from pkg.sub.d import D\n")
     graph = import_graph("pkg", pkg)
-    assert graph == {"pkg": set(), "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg.c": {"pkg.b"}}
+    assert graph == {
+        "pkg": set(), "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg.c": {"pkg.b"},
+        "pkg.sub": {"pkg.c"}, "pkg.sub.d": set(), "pkg.e": {"pkg.sub", "pkg.sub.d"},
+    }
     assert find_cycles(graph) == [["pkg.a", "pkg.b"]]
 
 

@@ -28,7 +28,7 @@ _LAZY: dict[str, str] = {
     "ExportError": "rollhub.errors",
     "GatewayError": "rollhub.errors",
     "Generation": "rollhub.sampling",
-    "Hub": "rollhub.hub",
+    "Hub": "rollhub.hub_sync",
     "PluginError": "rollhub.errors",
     "PluginLoadError": "rollhub.errors",
     "ResultStore": "rollhub.stores.base",

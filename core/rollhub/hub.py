@@ -14,8 +14,8 @@ terminal, so a trainer can start on the first full groups while others still run
 submitted sample ends in exactly one episode; failures are marked, never turned into a
 silent zero reward (see ``[rewards] on_failure``).
 
-:class:`AsyncHub` is the truth; :class:`Hub` is its synchronous twin for trainers that do
-not run an event loop.
+:class:`AsyncHub` is the truth; :class:`~rollhub.hub_sync.Hub` is its synchronous twin for
+trainers that do not run an event loop.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,6 @@ from rollhub.config import RollhubConfig
 from rollhub.episode import Episode, EpisodeGroup, ErrorInfo
 from rollhub.errors import RewardError, RollhubError, TokenRetrievalError, UsageError
 from rollhub.hook_calls import call_all, call_first
-from rollhub.loop_thread import LoopThread, ensure_no_running_loop
 from rollhub.plugin_settings import check_config
 from rollhub.plugins import PluginHost, build_host
 from rollhub.registry import ComponentContext
@@ -54,7 +53,7 @@ log = logging.getLogger(__name__)
 #: ``request.extras`` key set once the prepare hooks ran (a retried submit skips them)
 _PREPARED = "rollhub.prepared"
 
-__all__ = ["AsyncHub", "Hub"]
+__all__ = ["AsyncHub", "group_id_of"]
 
 
 @dataclass(frozen=True)
@@ -400,64 +399,6 @@ class AsyncHub:
     def _require_started(self) -> None:
         if not self._started:
             raise UsageError("the hub is not started: use 'async with AsyncHub(cfg) as hub' or await hub.start()")
-
-
-class Hub:
-    """Synchronous twin of :class:`AsyncHub`; runs it on a private event-loop thread."""
-
-    def __init__(self, config: RollhubConfig, *, host: PluginHost | None = None,
-                 run_dir: Path | None = None) -> None:
-        ensure_no_running_loop("Hub()")
-        self._loop = LoopThread("rollhub-hub")
-        self._hub = self._loop.call(_make_async_hub, config, host, run_dir)
-
-    @property
-    def weight_version(self) -> int | None:
-        """The policy version new rollouts are served by."""
-        return self._hub.weight_version
-
-    def set_weight_version(self, version: int) -> None:
-        """Record a new policy version."""
-        self._loop.call_soon(self._hub.set_weight_version, version)
-
-    def publish_policy(self, policy: Any, version: int) -> None:
-        """Hand a new policy to the sampling side and make ``version`` current."""
-        self._loop.run(self._hub.publish_policy(policy, version))
-
-    def start(self) -> Hub:
-        """Start every component."""
-        self._loop.run(self._hub.start())
-        return self
-
-    def close(self) -> dict[str, Any]:
-        """Stop every component and the loop thread."""
-        try:
-            return self._loop.run(self._hub.close())
-        finally:
-            self._loop.stop()
-
-    def __enter__(self) -> Hub:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def run_episode(self, payload: Mapping[str, Any], group_id: str, index: int) -> Episode:
-        """Run one sample to its terminal episode."""
-        return self._loop.run(self._hub.run_episode(payload, group_id, index))
-
-    def run_group(self, payload: Mapping[str, Any], n: int | None = None,
-                  *, group_id: str | None = None) -> EpisodeGroup:
-        """Run ``n`` samples of one prompt and return the finished group."""
-        return self._loop.run(self._hub.run_group(payload, n, group_id=group_id))
-
-    def iter_groups(self, payloads: Iterable[Mapping[str, Any]], n: int | None = None) -> Iterator[EpisodeGroup]:
-        """Yield groups in completion order. Leaving the loop early cancels the rest."""
-        yield from self._loop.iterate(self._hub.iter_groups(payloads, n))
-
-
-def _make_async_hub(config: RollhubConfig, host: PluginHost | None, run_dir: Path | None) -> AsyncHub:
-    return AsyncHub(config, host=host, run_dir=run_dir)
 
 
 # Pure helpers ------------------------------------------------------------------------------
