@@ -10,6 +10,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from types import ModuleType
 
 from rollhub.commands import COMMANDS, CommandTable
 from rollhub.errors import ConfigError, PluginError, RollhubError, UsageError
@@ -59,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _import_command(modname: str) -> object | None:
+def _import_command(modname: str) -> ModuleType | None:
     import importlib
 
     try:

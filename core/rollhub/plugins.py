@@ -339,7 +339,7 @@ class DiscoveryRegistry:
     (two components with one name are refused), so the shortcut answers as the host would.
     """
 
-    def get(self, kind: str, name: str, *, field: str | None = None) -> type:
+    def get(self, kind: str, name: str, *, field: str | None = None) -> type[Any]:
         """The class registered as ``kind`` ``name`` (see :meth:`ComponentRegistry.get`)."""
         if kind == "store" and name in BUILTIN_SCHEMES:
             modname, clsname = BUILTIN_SCHEMES[name].split(":")

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -65,6 +65,14 @@ KNOWN_DISTRIBUTIONS: dict[tuple[str, str], str] = {
     ("sandbox_provider", "docker"): "rollhub-sandbox",
     ("runtime", "ray"): "rollhub[ray]",
 }
+
+
+class ComponentLookup(Protocol):
+    """Finds a component class by kind and config word (a registry, or a view of one)."""
+
+    def get(self, kind: ComponentKind, name: str, *, field: str | None = None) -> type[Any]:
+        """The class registered as ``kind`` ``name``; raises if there is none."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -249,7 +257,7 @@ class ComponentRegistry:
 
     # Lookup -------------------------------------------------------------------------------
 
-    def get(self, kind: ComponentKind, name: str, *, field: str | None = None) -> type:
+    def get(self, kind: ComponentKind, name: str, *, field: str | None = None) -> type[Any]:
         """The class registered as ``kind`` ``name``.
 
         :param field: the config field that named it, for the error message.
@@ -314,10 +322,10 @@ class ComponentRegistry:
         dist = {**KNOWN_DISTRIBUTIONS, **self.install_hints}.get((kind, name))
         if dist is not None:
             base = dist.split("[")[0]
-            failed = [p for p, f in self.load_failures.items() if _dist_of(f) == base]
-            if failed:
-                msg += f"; plugin {failed[0]!r} from {dist} is installed but failed to load: "
-                msg += str(self.load_failures[failed[0]])
+            broken = [p for p, f in self.load_failures.items() if _dist_of(f) == base]
+            if broken:
+                msg += f"; plugin {broken[0]!r} from {dist} is installed but failed to load: "
+                msg += str(self.load_failures[broken[0]])
             elif _installed(base):
                 msg += (
                     f"; {base} is installed but this version provides no "
@@ -357,7 +365,8 @@ def _duplicate_fix(existing: ComponentInfo, plugin: str, source: str) -> str:
 
 
 def _context_kwargs(cls: type, kind: str, context: ComponentContext) -> dict[str, Any]:
-    params = inspect.signature(cls.__init__).parameters
+    # the class's own signature: its __init__'s parameters without ``self``
+    params = inspect.signature(cls).parameters
     if "context" in params:
         return {"context": context}
     open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
