@@ -336,6 +336,10 @@ class RolloutClient:
         agen = portal.call(lambda: self._async.run_batch_async(payloads, **options))
         return portal.iterate(agen)
 
+    def settle(self) -> None:
+        """Wait until cancelled rollouts have ended (their runtime sessions stopped)."""
+        self._portal().run(self._async.settle())
+
     def close(self) -> None:
         """Cancel rollouts still running, stop the server, then the loop thread."""
         if self._loop is None:
