@@ -42,7 +42,7 @@ def _cpu() -> float:
 def _noop_plugin(train_s: float = 0.0) -> Any:
     """A plugin registering a trainer that answers each step after ``train_s`` seconds."""
     from rollhub import hookimpl
-    from rollhub.trainer import StepResult, Trainer
+    from rollhub.training import StepResult, Trainer
 
     class NoopTrainer(Trainer):
         name = "noop"

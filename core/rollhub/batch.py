@@ -20,25 +20,40 @@ repeated ids get ``.1``, ``.2``… suffixes in payload order.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from rollhub.episode import ErrorInfo, Status
 from rollhub.errors import ConfigError
 from rollhub.progress import RolloutProgress
-from rollhub.rollout import validate_key_part
+from rollhub.results.document import read_result, read_status
+from rollhub.rollout import content_input_id, validate_key_part
+from rollhub.rollout_future import RolloutFuture, RolloutOutcome
+from rollhub.stores.base import ResultStore
 
-if TYPE_CHECKING:
-    from rollhub.client import AsyncRolloutClient, RolloutFuture, RolloutOutcome
-
-__all__ = ["BatchItem", "assign_input_ids", "content_input_id", "run_batch_async"]
+__all__ = ["BatchClient", "BatchItem", "assign_input_ids", "run_batch_async"]
 
 log = logging.getLogger(__name__)
+
+
+class BatchClient(Protocol):
+    """What a batch needs of a client: :class:`~rollhub.client.AsyncRolloutClient` is one."""
+
+    store: ResultStore
+    exp_id: str
+
+    def invoke(
+        self, payload: Mapping[str, Any], *, timeout: float | None = None, **rollout: Any
+    ) -> RolloutFuture:
+        """Start one rollout in the background and return its future at once."""
+        ...
+
+    async def settle(self) -> None:
+        """Wait until cancelled rollouts have ended."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -59,12 +74,6 @@ class BatchItem:
     def ok(self) -> bool:
         """True when the agent's result was stored with status ok."""
         return self.status == "ok"
-
-
-def content_input_id(payload: Any) -> str:
-    """A stable id from a payload's content: ``h-`` + 16 hex digits of its SHA-256."""
-    canon = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=repr)
-    return "h-" + hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
 def assign_input_ids(
@@ -114,7 +123,7 @@ RESUME_READS = 16
 
 
 async def _stored_results(
-    client: AsyncRolloutClient, ids: Sequence[str], rerun_failed: bool
+    client: BatchClient, ids: Sequence[str], rerun_failed: bool
 ) -> dict[str, tuple[str, dict[str, Any]]]:
     """input_id -> (key, document) of a stored result to reuse.
 
@@ -122,8 +131,6 @@ async def _stored_results(
     :data:`RESUME_READS` at a time (an S3 GET takes milliseconds; thousands in a row
     would delay the first new rollout by minutes).
     """
-    from rollhub.app.result import read_status
-
     store = client.store
     wanted = set(ids)
     keys = await asyncio.to_thread(store.list, f"{client.exp_id}/")
@@ -156,8 +163,6 @@ async def _stored_results(
 
 
 def _resumed_item(index: int, input_id: str, key: str, doc: dict[str, Any]) -> BatchItem:
-    from rollhub.app.result import read_result
-
     view = read_result(doc)
     error = None
     if view.status != "ok":
@@ -200,7 +205,7 @@ def _item(index: int, fut: RolloutFuture) -> BatchItem:
 
 
 async def run_batch_async(
-    client: AsyncRolloutClient,
+    client: BatchClient,
     payloads: Iterable[Mapping[str, Any]],
     *,
     max_concurrent: int = 16,
@@ -285,5 +290,5 @@ async def run_batch_async(
             fut.cancel()
         if live:
             log.info("batch stopped early: cancelled %d live rollouts", len(live))
-            await client._watch.settle()
+            await client.settle()
         bar.close()

@@ -23,6 +23,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from rollhub.batch import BatchItem, run_batch_async
 from rollhub.callbacks import CallbackServer
 from rollhub.errors import ConfigError, UsageError
 from rollhub.loop_thread import LoopThread, ensure_no_running_loop
@@ -32,7 +33,6 @@ from rollhub.rollout_future import RolloutFuture, RolloutOutcome
 from rollhub.session_watch import SessionWatch
 
 if TYPE_CHECKING:
-    from rollhub.batch import BatchItem
     from rollhub.runtime import Runtime
     from rollhub.stores.base import ResultStore
 
@@ -230,10 +230,12 @@ class AsyncRolloutClient:
 
         See :func:`rollhub.batch.run_batch_async` for the options.
         """
-        from rollhub.batch import run_batch_async
-
         options.setdefault("progress", self.progress)
         return run_batch_async(self, payloads, **options)
+
+    async def settle(self) -> None:
+        """Wait until cancelled rollouts have ended (their runtime sessions stopped)."""
+        await self._watch.settle()
 
     async def close(self) -> None:
         """Cancel rollouts still running, stop the callback server (and the runtime if owned)."""
@@ -333,6 +335,10 @@ class RolloutClient:
         portal = self._portal()
         agen = portal.call(lambda: self._async.run_batch_async(payloads, **options))
         return portal.iterate(agen)
+
+    def settle(self) -> None:
+        """Wait until cancelled rollouts have ended (their runtime sessions stopped)."""
+        self._portal().run(self._async.settle())
 
     def close(self) -> None:
         """Cancel rollouts still running, stop the server, then the loop thread."""

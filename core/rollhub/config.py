@@ -32,19 +32,17 @@ the fix.
 from __future__ import annotations
 
 import copy
-import difflib
 import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rollhub.errors import ConfigError
-
-if TYPE_CHECKING:
-    from rollhub.registry import ComponentKind, ComponentRegistry
+from rollhub.registry import build_options
+from rollhub.validation import explain, first_loc
 
 __all__ = [
     "ComponentSection",
@@ -309,42 +307,10 @@ def parse_config(
     try:
         cfg = RollhubConfig.model_validate(merged)
     except ValidationError as exc:
-        raise ConfigError(_explain(exc, RollhubConfig, source), field=_first_loc(exc)) from None
+        raise ConfigError(explain(exc, RollhubConfig, source), field=first_loc(exc)) from None
     if base_dir is not None:
         cfg.base_dir = base_dir
     return cfg
-
-
-def build_options(
-    registry: ComponentRegistry,
-    kind: ComponentKind,
-    name: str,
-    options: Mapping[str, Any],
-    *,
-    section: str,
-) -> tuple[type, BaseModel | None]:
-    """Find a component class and validate its options from config section ``section``.
-
-    :returns: the class and its validated ``Options`` instance (None if it has no model).
-    :raises UnknownComponentError: the name is not registered (names the distribution).
-    :raises ConfigError: an option is unknown or has a bad value (names ``section.key``).
-    """
-    cls = registry.get(kind, name, field=f"{section}.name")
-    model = getattr(cls, "Options", None)
-    if model is None:
-        if options:
-            keys = ", ".join(sorted(options))
-            raise ConfigError(
-                f"{section}: {kind} {name!r} takes no options, got: {keys}", field=section
-            )
-        return cls, None
-    try:
-        return cls, model.model_validate(dict(options))
-    except ValidationError as exc:
-        raise ConfigError(
-            _explain(exc, model, f"{section} ({kind} {name!r})", prefix=section),
-            field=_first_loc(exc, prefix=section),
-        ) from None
 
 
 def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
@@ -368,44 +334,3 @@ def _parse_env_value(raw: str) -> Any:
         return tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         return raw
-
-
-def _first_loc(exc: ValidationError, prefix: str | None = None) -> str:
-    loc = ".".join(str(p) for p in exc.errors()[0]["loc"])
-    return f"{prefix}.{loc}" if prefix else loc
-
-
-def _explain(
-    exc: ValidationError, model: type[BaseModel], source: str, prefix: str | None = None
-) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = [str(p) for p in err["loc"]]
-        dotted = ".".join(([prefix] if prefix else []) + loc)
-        if err["type"] == "extra_forbidden":
-            valid = _fields_at(model, err["loc"][:-1])
-            hint = ""
-            close = difflib.get_close_matches(loc[-1], valid, n=1)
-            if close:
-                hint = f" (did you mean {close[0]!r}?)"
-            lines.append(
-                f"unknown key {dotted!r}{hint}; valid keys here: {', '.join(sorted(valid)) or 'none'}"
-            )
-        elif err["type"] == "missing":
-            lines.append(f"{dotted}: required; add it")
-        else:
-            got = err.get("input")
-            shown = repr(got) if not isinstance(got, dict) else "a table"
-            lines.append(f"{dotted}: {err['msg']} (got {shown})")
-    return f"{source}: " + "; ".join(lines)
-
-
-def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    current: Any = model
-    for part in loc:
-        field = getattr(current, "model_fields", {}).get(part)
-        if field is None:
-            return []
-        current = field.annotation
-    # base_dir is set by the loader, never written in the file
-    return [f for f in getattr(current, "model_fields", {}) if f != "base_dir"]

@@ -68,6 +68,9 @@ def _rebuild(cls: type[RollhubError], message: str, context: dict[str, Any]) -> 
 class ConfigError(RollhubError, ValueError):
     """The configuration is invalid; the message names the field, the value and the fix."""
 
+    #: the dotted config field at fault, when one is (set from the ``field=`` context)
+    field: str | None
+
 
 class PluginError(RollhubError):
     """A plugin could not be loaded or a component could not be found."""
@@ -75,6 +78,10 @@ class PluginError(RollhubError):
 
 class PluginLoadError(PluginError):
     """An installed plugin failed to import. Context: ``plugin``, ``distribution``, ``error``."""
+
+    plugin: str
+    distribution: str | None
+    error: str
 
 
 class UnknownComponentError(PluginError, LookupError):
@@ -87,6 +94,8 @@ class RolloutFailed(RollhubError):
 
 class SubmissionError(RolloutFailed):
     """The runtime refused the rollout. ``transient`` says whether a retry may succeed."""
+
+    transient: bool
 
     def __init__(self, message: str = "", *, transient: bool = False, **context: Any) -> None:
         super().__init__(message, transient=transient, **context)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rollhub.episode import Episode, pass_at_k
+from rollhub.hub_view import HubView
 
 __all__ = ["EvalReport", "evaluate", "summarize_episodes"]
 
@@ -78,7 +79,7 @@ def summarize_episodes(
 
 
 async def evaluate(
-    hub: Any, payloads: Sequence[Mapping[str, Any]], n: int, *, label: str
+    hub: HubView, payloads: Sequence[Mapping[str, Any]], n: int, *, label: str
 ) -> EvalReport:
     """Run ``n`` samples of every prompt through ``hub`` and score them."""
     t0 = time.monotonic()

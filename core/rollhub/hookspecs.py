@@ -23,10 +23,10 @@ from rollhub.markers import hookspec
 if TYPE_CHECKING:
     import pluggy
 
-    from rollhub.cli import CommandTable
+    from rollhub.commands import CommandTable
     from rollhub.config import RollhubConfig
     from rollhub.episode import Episode
-    from rollhub.hub import AsyncHub
+    from rollhub.hub_view import HubView
     from rollhub.registry import ComponentRegistry
     from rollhub.rollout import RolloutRequest, SubmitReceipt
     from rollhub.runtime import Runtime
@@ -110,7 +110,7 @@ def rollhub_check_config(config: RollhubConfig, registry: ComponentRegistry) -> 
 
 
 @hookspec
-def rollhub_prepare_rollout(request: RolloutRequest, hub: AsyncHub) -> Awaitable[None] | None:
+def rollhub_prepare_rollout(request: RolloutRequest, hub: HubView) -> Awaitable[None] | None:
     """Prepare one rollout before it is submitted.
 
     :param request: the payload and its ``_rollout`` config; change ``request.rollout`` or
@@ -130,7 +130,7 @@ def rollhub_prepare_rollout(request: RolloutRequest, hub: AsyncHub) -> Awaitable
 
 @hookspec(firstresult=True)
 def rollhub_submit_rollout(
-    request: RolloutRequest, runtime: Runtime, hub: AsyncHub
+    request: RolloutRequest, runtime: Runtime, hub: HubView
 ) -> Awaitable[SubmitReceipt] | None:
     """Submit one prepared rollout; fire-and-forget.
 
@@ -154,7 +154,7 @@ def rollhub_submit_rollout(
 
 @hookspec(firstresult=True)
 def rollhub_retrieve_tokens(
-    episode: Episode, source: TokenSource, hub: AsyncHub
+    episode: Episode, source: TokenSource, hub: HubView
 ) -> Awaitable[list[TraceRecord]] | None:
     """Fetch the exact token traces of a finished rollout.
 
@@ -177,7 +177,7 @@ def rollhub_retrieve_tokens(
 
 @hookspec
 def rollhub_collect_rewards(
-    episode: Episode, hub: AsyncHub
+    episode: Episode, hub: HubView
 ) -> Mapping[str, float] | Awaitable[Mapping[str, float] | None] | None:
     """Compute named reward components for one episode.
 
@@ -201,7 +201,7 @@ def rollhub_collect_rewards(
 
 
 @hookspec
-def rollhub_episode_done(episode: Episode, hub: AsyncHub) -> Awaitable[None] | None:
+def rollhub_episode_done(episode: Episode, hub: HubView) -> Awaitable[None] | None:
     """Observe an episode once it has reached its terminal status and reward.
 
     :param episode: the finished episode (any status).
@@ -215,7 +215,7 @@ def rollhub_episode_done(episode: Episode, hub: AsyncHub) -> Awaitable[None] | N
 
 @hookspec
 def rollhub_training_step(
-    step: int, metrics: Mapping[str, Any], hub: AsyncHub
+    step: int, metrics: Mapping[str, Any], hub: HubView
 ) -> Awaitable[None] | None:
     """Observe one finished training step of the core's training loop.
 
@@ -232,7 +232,7 @@ def rollhub_training_step(
 
 
 @hookspec
-def rollhub_hub_started(hub: AsyncHub) -> Awaitable[None] | None:
+def rollhub_hub_started(hub: HubView) -> Awaitable[None] | None:
     """The hub has started its components and is about to take rollouts.
 
     :param hub: the hub.
@@ -242,7 +242,7 @@ def rollhub_hub_started(hub: AsyncHub) -> Awaitable[None] | None:
 
 
 @hookspec
-def rollhub_hub_stopped(hub: AsyncHub, stats: Mapping[str, Any]) -> Awaitable[None] | None:
+def rollhub_hub_stopped(hub: HubView, stats: Mapping[str, Any]) -> Awaitable[None] | None:
     """The hub has stopped; every rollout has reached a terminal result.
 
     :param hub: the hub.

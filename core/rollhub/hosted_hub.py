@@ -5,7 +5,7 @@ A trainer's worker (verl's agent-loop workers, slime's rollout manager) calls in
 from code the trainer owns, once per row or per step, from its own threads and event
 loops. It wants one started hub for the whole process. Two ways to host it:
 
-- :func:`process_hub`: a :class:`~rollhub.hub.Hub`, whose :class:`~rollhub.hub.AsyncHub`
+- :func:`process_hub`: a :class:`~rollhub.hub_sync.Hub`, whose :class:`~rollhub.hub.AsyncHub`
   runs on a loop thread of its own. Synchronous code calls the hub; coroutines on any other
   event loop of the process reach it through its async handle::
 
@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
 from rollhub.errors import UsageError
-from rollhub.hub import AsyncHub, Hub
+from rollhub.hub import AsyncHub
+from rollhub.hub_sync import Hub
 from rollhub.loop_thread import ensure_no_running_loop
 
 log = logging.getLogger(__name__)

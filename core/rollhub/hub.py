@@ -14,8 +14,8 @@ terminal, so a trainer can start on the first full groups while others still run
 submitted sample ends in exactly one episode; failures are marked, never turned into a
 silent zero reward (see ``[rewards] on_failure``).
 
-:class:`AsyncHub` is the truth; :class:`Hub` is its synchronous twin for trainers that do
-not run an event loop.
+:class:`AsyncHub` is the truth; :class:`~rollhub.hub_sync.Hub` is its synchronous twin for
+trainers that do not run an event loop.
 """
 
 from __future__ import annotations
@@ -24,27 +24,46 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
+from rollhub.client import AsyncRolloutClient
 from rollhub.components import build_component, component_context, open_config_store
 from rollhub.config import RollhubConfig
 from rollhub.episode import Episode, EpisodeGroup, ErrorInfo
 from rollhub.errors import RewardError, RollhubError, TokenRetrievalError, UsageError
 from rollhub.hook_calls import call_all, call_first
-from rollhub.loop_thread import LoopThread, ensure_no_running_loop
 from rollhub.plugin_settings import check_config
 from rollhub.plugins import PluginHost, build_host
+from rollhub.rewards import apply_failure_policy, merge_reward_components
 from rollhub.rollout import RolloutConfig, RolloutRequest, SubmitReceipt
+from rollhub.runtime import Runtime
 from rollhub.staleness import StalenessGate
+from rollhub.stores.base import ResultStore
+from rollhub.tokens import CaptureSession, TokenSource
+from rollhub.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
 #: ``request.extras`` key set once the prepare hooks ran (a retried submit skips them)
 _PREPARED = "rollhub.prepared"
 
-__all__ = ["AsyncHub", "Hub"]
+__all__ = ["AsyncHub", "group_id_of"]
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """The components a started hub holds, built from the config by :meth:`AsyncHub.start`."""
+
+    runtime: Runtime
+    store: ResultStore
+    token_source: TokenSource
+    trainer: Trainer
+    client: AsyncRolloutClient
 
 
 class AsyncHub:
@@ -67,15 +86,46 @@ class AsyncHub:
         self.host = host or build_host(modules=config.plugins.modules, search_dir=config.base_dir)
         self.run_dir = run_dir
         self.exp_id = config.experiment.resolved_exp_id
-        self.runtime: Any = None
-        self.store: Any = None
-        self.token_source: Any = None
-        self.trainer: Any = None
-        self.client: Any = None
+        self._parts: _Parts | None = None
         self._gate = StalenessGate(config.experiment.max_staleness)
         self._slots = asyncio.Semaphore(config.experiment.concurrency)
         self._started = False
         self.stats: dict[str, Any] = {}
+
+    # Components ----------------------------------------------------------------------------
+
+    @property
+    def runtime(self) -> Runtime:
+        """Where rollouts run (``[runtime]``)."""
+        return self._require_parts().runtime
+
+    @property
+    def store(self) -> ResultStore:
+        """Where agents write their results (``[store]``)."""
+        return self._require_parts().store
+
+    @property
+    def token_source(self) -> TokenSource:
+        """Where each rollout's sampled tokens are captured (``[token_source]``)."""
+        return self._require_parts().token_source
+
+    @property
+    def trainer(self) -> Trainer:
+        """What finished groups go to (``[trainer]``)."""
+        return self._require_parts().trainer
+
+    @property
+    def client(self) -> AsyncRolloutClient:
+        """Submits rollouts to the runtime and waits for their results."""
+        return self._require_parts().client
+
+    def _require_parts(self) -> _Parts:
+        if self._parts is None:
+            raise UsageError(
+                "the hub's components exist once it has started: use "
+                "'async with AsyncHub(cfg) as hub' or await hub.start()"
+            )
+        return self._parts
 
     # Lifecycle -----------------------------------------------------------------------------
 
@@ -92,8 +142,8 @@ class AsyncHub:
     def set_weight_version(self, version: int) -> None:
         """Record a new policy version; it is stamped on new episodes and gateway turns."""
         self._gate.set_current(version)
-        if self.token_source is not None:
-            self.token_source.set_weight_version(version)
+        if self._parts is not None:
+            self._parts.token_source.set_weight_version(version)
 
     async def publish_policy(self, policy: Any, version: int) -> None:
         """Hand a new policy to the sampling side and make ``version`` current.
@@ -103,39 +153,38 @@ class AsyncHub:
         policy and keep its version. None changes only the version (weights that were
         synced into the engine out of band).
         """
-        if self.token_source is not None and policy is not None:
-            await self.token_source.publish_policy(policy, version)
+        if self._parts is not None and policy is not None:
+            await self._parts.token_source.publish_policy(policy, version)
         self.set_weight_version(version)
 
     async def start(self) -> AsyncHub:
         """Build and start the runtime, store, token source, trainer and client."""
         if self._started:
             return self
-        from rollhub.client import AsyncRolloutClient
-
         cfg = self.config
         check_config(self.host, cfg)
         registry = self.host.registry
         context = component_context(cfg, run_dir=self.run_dir, exp_id=self.exp_id)
-        self.store = open_config_store(cfg, registry)
-        self.runtime = build_component(registry, cfg, "runtime", context)
-        self.token_source = build_component(registry, cfg, "token_source", context)
-        self.trainer = build_component(registry, cfg, "trainer", context)
-        await self.token_source.start()
+        store = open_config_store(cfg, registry)
+        runtime: Runtime = build_component(registry, cfg, "runtime", context)
+        token_source: TokenSource = build_component(registry, cfg, "token_source", context)
+        trainer: Trainer = build_component(registry, cfg, "trainer", context)
+        await token_source.start()
         if self._gate.current is not None:
-            self.token_source.set_weight_version(self._gate.current)
-        await self.runtime.start()
-        await self.trainer.start()
-        self.client = AsyncRolloutClient(
-            self.runtime,
-            self.store,
+            token_source.set_weight_version(self._gate.current)
+        await runtime.start()
+        await trainer.start()
+        client = AsyncRolloutClient(
+            runtime,
+            store,
             exp_id=self.exp_id,
             submit=self._submit,
             session_attempts=cfg.experiment.session_attempts,
             on_new_session=self._new_capture,
             progress=False,
         )
-        await self.client.start()
+        await client.start()
+        self._parts = _Parts(runtime, store, token_source, trainer, client)
         self._started = True
         await call_all(self.hook.rollhub_hub_started, hub=self)
         return self
@@ -344,78 +393,6 @@ class AsyncHub:
             raise UsageError("the hub is not started: use 'async with AsyncHub(cfg) as hub' or await hub.start()")
 
 
-class Hub:
-    """Synchronous twin of :class:`AsyncHub`; runs it on a private event-loop thread."""
-
-    def __init__(self, config: RollhubConfig, *, host: PluginHost | None = None,
-                 run_dir: Path | None = None) -> None:
-        ensure_no_running_loop("Hub()")
-        self._loop = LoopThread("rollhub-hub")
-        self._hub = self._loop.call(_make_async_hub, config, host, run_dir)
-
-    @property
-    def weight_version(self) -> int | None:
-        """The policy version new rollouts are served by."""
-        return self._hub.weight_version
-
-    def set_weight_version(self, version: int) -> None:
-        """Record a new policy version."""
-        self._loop.call_soon(self._hub.set_weight_version, version)
-
-    def publish_policy(self, policy: Any, version: int) -> None:
-        """Hand a new policy to the sampling side and make ``version`` current."""
-        self._loop.run(self._hub.publish_policy(policy, version))
-
-    def start(self) -> Hub:
-        """Start every component."""
-        self._loop.run(self._hub.start())
-        return self
-
-    def close(self) -> dict[str, Any]:
-        """Stop every component and the loop thread."""
-        try:
-            return self._loop.run(self._hub.close())
-        finally:
-            self._loop.stop()
-
-    def __enter__(self) -> Hub:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def run_episode(self, payload: Mapping[str, Any], group_id: str, index: int) -> Episode:
-        """Run one sample to its terminal episode."""
-        return self._loop.run(self._hub.run_episode(payload, group_id, index))
-
-    def run_group(self, payload: Mapping[str, Any], n: int | None = None,
-                  *, group_id: str | None = None) -> EpisodeGroup:
-        """Run ``n`` samples of one prompt and return the finished group."""
-        return self._loop.run(self._hub.run_group(payload, n, group_id=group_id))
-
-    def iter_groups(self, payloads: Iterable[Mapping[str, Any]], n: int | None = None) -> Iterator[EpisodeGroup]:
-        """Yield groups in completion order. Leaving the loop early cancels the rest."""
-        yield from self._loop.iterate(self._hub.iter_groups(payloads, n))
-
-    # Async handle, for code on another event loop of the process (see rollhub.hosted_hub)
-
-    @property
-    def async_hub(self) -> AsyncHub:
-        """The :class:`AsyncHub` this twin drives. It lives on :attr:`loop_thread`: run its
-        coroutines there (``await hub.loop_thread.run_async(hub.async_hub.run_episode(...))``
-        from another event loop), never on another loop."""
-        return self._hub
-
-    @property
-    def loop_thread(self) -> LoopThread:
-        """The loop thread the hub runs on."""
-        return self._loop
-
-
-def _make_async_hub(config: RollhubConfig, host: PluginHost | None, run_dir: Path | None) -> AsyncHub:
-    return AsyncHub(config, host=host, run_dir=run_dir)
-
-
 # Pure helpers ------------------------------------------------------------------------------
 
 
@@ -430,44 +407,11 @@ def group_id_of(payload: Mapping[str, Any], id_field: str) -> str:
     return str(value)
 
 
-def merge_reward_components(parts: Iterable[Mapping[str, float] | None]) -> dict[str, float]:
-    """Merge reward hook results; a component named twice or a non-finite value is an error."""
-    import math
-
-    merged: dict[str, float] = {}
-    for part in parts:
-        if not part:
-            continue
-        for name, value in part.items():
-            if name in merged:
-                raise RewardError(f"reward component {name!r} was returned by two reward hooks; rename one")
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise RewardError(f"reward component {name!r} must be a finite number, got {value!r}")
-            merged[name] = float(value)
-    return merged
-
-
-def apply_failure_policy(group: EpisodeGroup, policy: str) -> None:
-    """Mark which episodes trainers learn from (``[rewards] on_failure``)."""
-    failed = [e for e in group.episodes if not e.ok or e.reward is None]
-    for e in group.episodes:
-        e.trainable = e.ok and e.reward is not None
-    if policy == "drop_group" and failed:
-        for e in group.episodes:
-            e.trainable = False
-    elif policy == "zero_reward":
-        for e in failed:
-            e.reward = 0.0
-            e.metrics["reward_imputed"] = True
-            e.trainable = True
-
-
-def _fill_capture(rollout: RolloutConfig, capture: Any) -> None:
-    from pydantic import SecretStr
-
+def _fill_capture(rollout: RolloutConfig, capture: CaptureSession) -> None:
     if capture.base_url is not None:
         rollout.base_url = capture.base_url
     if capture.api_key is not None:
         rollout.api_key = SecretStr(capture.api_key)
     if capture.model_id is not None:
         rollout.model_id = capture.model_id
+

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from rollhub.config import RollhubConfig
     from rollhub.plugins import PluginHost
 
 __all__ = ["check_config"]
 
 
-def check_config(host: PluginHost, config: Any) -> None:
+def check_config(host: PluginHost, config: RollhubConfig) -> None:
     """Validate plugin settings: unknown ``[plugins.<name>]`` tables and each plugin's own.
 
     A pydantic ``ValidationError`` raised by a plugin's ``rollhub_check_config`` becomes a

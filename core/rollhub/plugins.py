@@ -39,6 +39,7 @@ from rollhub import hookspecs
 from rollhub.errors import PluginError, PluginLoadError
 from rollhub.markers import PROJECT_NAME
 from rollhub.registry import ComponentRegistry
+from rollhub.stores.base import BUILTIN_SCHEMES
 
 log = logging.getLogger(__name__)
 
@@ -338,10 +339,8 @@ class DiscoveryRegistry:
     (two components with one name are refused), so the shortcut answers as the host would.
     """
 
-    def get(self, kind: str, name: str, *, field: str | None = None) -> type:
+    def get(self, kind: str, name: str, *, field: str | None = None) -> type[Any]:
         """The class registered as ``kind`` ``name`` (see :meth:`ComponentRegistry.get`)."""
-        from rollhub.stores import BUILTIN_SCHEMES
-
         if kind == "store" and name in BUILTIN_SCHEMES:
             modname, clsname = BUILTIN_SCHEMES[name].split(":")
             return getattr(importlib.import_module(modname), clsname)

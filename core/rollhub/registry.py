@@ -19,9 +19,12 @@ import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from rollhub.errors import PluginError, UnknownComponentError
+from pydantic import BaseModel, ValidationError
+
+from rollhub.errors import ConfigError, PluginError, UnknownComponentError
+from rollhub.validation import explain, first_loc
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +65,14 @@ KNOWN_DISTRIBUTIONS: dict[tuple[str, str], str] = {
     ("sandbox_provider", "docker"): "rollhub-sandbox",
     ("runtime", "ray"): "rollhub[ray]",
 }
+
+
+class ComponentLookup(Protocol):
+    """Finds a component class by kind and config word (a registry, or a view of one)."""
+
+    def get(self, kind: ComponentKind, name: str, *, field: str | None = None) -> type[Any]:
+        """The class registered as ``kind`` ``name``; raises if there is none."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -246,7 +257,7 @@ class ComponentRegistry:
 
     # Lookup -------------------------------------------------------------------------------
 
-    def get(self, kind: ComponentKind, name: str, *, field: str | None = None) -> type:
+    def get(self, kind: ComponentKind, name: str, *, field: str | None = None) -> type[Any]:
         """The class registered as ``kind`` ``name``.
 
         :param field: the config field that named it, for the error message.
@@ -280,8 +291,6 @@ class ComponentRegistry:
         :raises UnknownComponentError: no such component (with the install hint).
         :raises ConfigError: its options do not validate (naming ``section.key``).
         """
-        from rollhub.config import build_options
-
         cls, opts = build_options(self, kind, name, options, section=section)
         kwargs = _context_kwargs(cls, kind, context)
         return cls(opts, **kwargs) if opts is not None else cls(**kwargs)
@@ -313,10 +322,10 @@ class ComponentRegistry:
         dist = {**KNOWN_DISTRIBUTIONS, **self.install_hints}.get((kind, name))
         if dist is not None:
             base = dist.split("[")[0]
-            failed = [p for p, f in self.load_failures.items() if _dist_of(f) == base]
-            if failed:
-                msg += f"; plugin {failed[0]!r} from {dist} is installed but failed to load: "
-                msg += str(self.load_failures[failed[0]])
+            broken = [p for p, f in self.load_failures.items() if _dist_of(f) == base]
+            if broken:
+                msg += f"; plugin {broken[0]!r} from {dist} is installed but failed to load: "
+                msg += str(self.load_failures[broken[0]])
             elif _installed(base):
                 msg += (
                     f"; {base} is installed but this version provides no "
@@ -356,7 +365,8 @@ def _duplicate_fix(existing: ComponentInfo, plugin: str, source: str) -> str:
 
 
 def _context_kwargs(cls: type, kind: str, context: ComponentContext) -> dict[str, Any]:
-    params = inspect.signature(cls.__init__).parameters
+    # the class's own signature: its __init__'s parameters without ``self``
+    params = inspect.signature(cls).parameters
     if "context" in params:
         return {"context": context}
     open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
@@ -387,3 +397,35 @@ def _similar(a: str, b: str) -> bool:
     import difflib
 
     return difflib.SequenceMatcher(None, a, b).ratio() >= 0.6
+
+
+def build_options(
+    registry: ComponentRegistry,
+    kind: ComponentKind,
+    name: str,
+    options: Mapping[str, Any],
+    *,
+    section: str,
+) -> tuple[type, BaseModel | None]:
+    """Find a component class and validate its options from config section ``section``.
+
+    :returns: the class and its validated ``Options`` instance (None if it has no model).
+    :raises UnknownComponentError: the name is not registered (names the distribution).
+    :raises ConfigError: an option is unknown or has a bad value (names ``section.key``).
+    """
+    cls = registry.get(kind, name, field=f"{section}.name")
+    model = getattr(cls, "Options", None)
+    if model is None:
+        if options:
+            keys = ", ".join(sorted(options))
+            raise ConfigError(
+                f"{section}: {kind} {name!r} takes no options, got: {keys}", field=section
+            )
+        return cls, None
+    try:
+        return cls, model.model_validate(dict(options))
+    except ValidationError as exc:
+        raise ConfigError(
+            explain(exc, model, f"{section} ({kind} {name!r})", prefix=section),
+            field=first_loc(exc, prefix=section),
+        ) from None

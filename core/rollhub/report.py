@@ -35,8 +35,11 @@ def summarize(
     eps = list(episodes)
     status = Counter(e.status for e in eps)
     rewards = [e.reward for e in eps if e.ok and e.reward is not None]
-    mean = sum(rewards) / len(rewards) if rewards else None
-    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)) if rewards else None
+    mean: float | None = None
+    std: float | None = None
+    if rewards:
+        mean = sum(rewards) / len(rewards)
+        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
     groups: dict[str, list[Episode]] = defaultdict(list)
     for e in eps:
         groups[e.group_id].append(e)

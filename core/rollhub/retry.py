@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from rollhub.errors import SubmissionError
 
-__all__ = ["Backoff", "is_transient"]
+__all__ = ["Backoff", "is_transient", "poll_schedule"]
 
 log = logging.getLogger(__name__)
 
@@ -63,3 +63,17 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, SubmissionError):
         return bool(getattr(exc, "transient", False))
     return isinstance(exc, ConnectionError | TimeoutError)
+
+
+def poll_schedule(
+    *, callbacks: bool, initial_s: float | None = None, max_s: float | None = None
+) -> Backoff:
+    """The store-poll schedule for one rollout.
+
+    With callbacks the poll is only a safety net for a lost notice, so it starts late and
+    stays sparse (a no-op rollout then costs a single store read); without them it starts
+    fast and backs off.
+    """
+    if callbacks:
+        return Backoff(initial=initial_s or 2.0, factor=2.0, maximum=max_s or 15.0, jitter=0.2)
+    return Backoff(initial=initial_s or 0.05, factor=1.5, maximum=max_s or 5.0, jitter=0.3)

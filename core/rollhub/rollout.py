@@ -7,6 +7,8 @@ starts. Results live at ``{exp_id}/{input_id}/{session_id}.json`` in every resul
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import time
 import uuid
@@ -218,9 +220,13 @@ def build_request(
     return RolloutRequest(payload=body, rollout=rollout)
 
 
-def _default_input_id(body: Mapping[str, Any]) -> str:
-    from rollhub.batch import content_input_id
+def content_input_id(payload: Any) -> str:
+    """A stable id from a payload's content: ``h-`` + 16 hex digits of its SHA-256."""
+    canon = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=repr)
+    return "h-" + hashlib.sha256(canon.encode()).hexdigest()[:16]
 
+
+def _default_input_id(body: Mapping[str, Any]) -> str:
     value = body.get("id")
     if isinstance(value, str | int) and not isinstance(value, bool):
         return str(value)

@@ -21,13 +21,23 @@ from rollhub.errors import ConfigError
 from rollhub.registry import ComponentContext
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 
-__all__ = ["ComponentContext", "Runtime", "RuntimeOptions", "SessionLostCallback"]
+__all__ = ["ComponentContext", "Runtime", "RuntimeOptions", "SessionLostCallback", "StoreFailure"]
 
 log = logging.getLogger(__name__)
 
 #: Called by a runtime when it knows a session can never produce a result
 #: (its worker died, the service reported it gone): ``callback(session_id, reason)``.
 SessionLostCallback = Callable[[str, str], None]
+
+
+class StoreFailure(str):
+    """A lost-session reason meaning: the app finished but could not store the result.
+
+    Runtimes pass it to ``_report_lost`` so the client ends the rollout as ``store_error``
+    with this text as the cause, instead of ``agent_error``.
+    """
+
+    __slots__ = ()
 
 
 class RuntimeOptions(BaseModel):

@@ -23,38 +23,17 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rollhub.errors import StoreError
-from rollhub.retry import Backoff, is_transient
+from rollhub.results.document import InvalidResultError, read_result
+from rollhub.retry import Backoff, is_transient, poll_schedule
+from rollhub.runtime import Runtime, StoreFailure
+from rollhub.stores.base import ResultStore
 
-__all__ = ["SessionWatch", "StoreFailure", "poll_schedule"]
+__all__ = ["SessionWatch"]
 
 log = logging.getLogger(__name__)
 
 #: Stored results up to this size are read on the event loop; larger ones in a thread.
 _INLINE_READ_BYTES = 256 * 1024
-
-
-def poll_schedule(
-    *, callbacks: bool, initial_s: float | None = None, max_s: float | None = None
-) -> Backoff:
-    """The store-poll schedule for one rollout.
-
-    With callbacks the poll is only a safety net for a lost notice, so it starts late and
-    stays sparse (a no-op rollout then costs a single store read); without them it starts
-    fast and backs off.
-    """
-    if callbacks:
-        return Backoff(initial=initial_s or 2.0, factor=2.0, maximum=max_s or 15.0, jitter=0.2)
-    return Backoff(initial=initial_s or 0.05, factor=1.5, maximum=max_s or 5.0, jitter=0.3)
-
-
-class StoreFailure(str):
-    """A lost-session reason meaning: the app finished but could not store the result.
-
-    Runtimes pass it to ``_report_lost`` so the client ends the rollout as ``store_error``
-    with this text as the cause, instead of ``agent_error``.
-    """
-
-    __slots__ = ()
 
 
 class _Lost(Exception):
@@ -98,8 +77,8 @@ class SessionWatch:
         *,
         make_future: Callable[..., Any],
         make_outcome: Callable[..., Any],
-        runtime: Any,
-        store: Any,
+        runtime: Runtime,
+        store: ResultStore,
         submit: Callable[[Any], Any],
         submit_attempts: int,
         submit_backoff: Backoff,
@@ -189,9 +168,9 @@ class SessionWatch:
                             raise
             self._resolve_document(fut, doc)
         except TimeoutError:
-            doc = await self._at_deadline(fut)
-            if doc is not None:
-                self._resolve_document(fut, doc)
+            late = await self._at_deadline(fut)
+            if late is not None:
+                self._resolve_document(fut, late)
             else:
                 self.end_early(fut, "timeout", f"no result within {timeout} s", stop=False)
         except _Resolved:
@@ -348,8 +327,6 @@ class SessionWatch:
     # Resolution ---------------------------------------------------------------------------
 
     def _resolve_document(self, fut: Any, doc: dict[str, Any]) -> None:
-        from rollhub.app.result import InvalidResultError, read_result
-
         try:
             view = read_result(doc)
         except InvalidResultError as exc:

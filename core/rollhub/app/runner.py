@@ -29,18 +29,15 @@ from typing import Any
 import httpx
 
 from rollhub.app.callback import DEFAULT_BACKOFF_S, completion_notice, send_notice
-from rollhub.app.result import build_result_document, error_info, public_payload
 from rollhub.app.threads import HandlerThreads
-from rollhub.rollout import RESULT_META_KEY, RolloutConfig
+from rollhub.results.document import error_info, public_payload
+from rollhub.results.write import store_result
+from rollhub.rollout import RolloutConfig
 from rollhub.stores.base import ResultStore
 
 __all__ = ["RolloutRunner", "RunningRollout"]
 
 log = logging.getLogger(__name__)
-
-#: Tries of a store write before the rollout is given up as unstorable.
-STORE_ATTEMPTS = 3
-
 
 @dataclass
 class RunningRollout:
@@ -164,7 +161,10 @@ class RolloutRunner:
         # Building (validation, redaction) and writing run in threads: a large result must
         # not stall /ping. A cancel arriving now waits for the write to land.
         finish = asyncio.ensure_future(
-            self._finish(store, rollout, payload, started, finished, result, error)
+            store_result(
+                store, rollout, payload, started_at=started, finished_at=finished,
+                result=result, error=error,
+            )
         )
         while True:
             try:
@@ -192,54 +192,6 @@ class RolloutRunner:
             self._on_change()
         if rollout.callback_url:
             self.spawn(self._notify(rollout, status, notice_error))
-
-    async def _finish(
-        self,
-        store: ResultStore,
-        rollout: RolloutConfig,
-        payload: dict[str, Any],
-        started: float,
-        finished: float,
-        result: Any,
-        error: BaseException | dict[str, Any] | None,
-    ) -> tuple[str | None, str]:
-        """Build the document and store it: ``(why it could not be stored, status)``."""
-        build = functools.partial(
-            build_result_document,
-            rollout=rollout,
-            payload=payload,
-            started_at=started,
-            finished_at=finished,
-        )
-        try:
-            document = await asyncio.to_thread(build, result=result, error=error)
-        except Exception as exc:  # a bug here must still leave a terminal result behind
-            log.exception("building the result document of %s failed", rollout.session_id)
-            document = build(error=exc)
-        failure = await self._store(store, rollout, document)
-        return failure, document[RESULT_META_KEY]["status"]
-
-    async def _store(
-        self, store: ResultStore, rollout: RolloutConfig, document: dict[str, Any]
-    ) -> str | None:
-        """Write with a few quick retries; None when stored, else the cause."""
-        delay = 0.2
-        for attempt in range(1, STORE_ATTEMPTS + 1):
-            try:
-                await asyncio.to_thread(store.put, rollout.result_key, document)
-                return None
-            except Exception as exc:
-                if attempt == STORE_ATTEMPTS:
-                    cause = (
-                        f"could not store the result at {store.location(rollout.result_key)} "
-                        f"after {attempt} tries: {type(exc).__name__}: {exc}"
-                    )
-                    log.error("rollout %s: %s", rollout.session_id, cause)
-                    return cause
-                log.warning("store write of %s failed (%s); retrying", rollout.session_id, exc)
-                await asyncio.sleep(delay)
-                delay *= 3
-        return "the store write was not attempted"  # pragma: no cover
 
     async def _notify(
         self, rollout: RolloutConfig, status: str, error: dict[str, Any] | None = None

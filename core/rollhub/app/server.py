@@ -394,6 +394,8 @@ def _session_header(request: Request) -> str | None:
 class InvalidRolloutError(ConfigError):
     """A rollout payload the app refuses (HTTP 400). Context: ``field``, ``details``."""
 
+    details: Any
+
     def __init__(
         self, message: str = "", *, field: str | None = None, details: Any = None, **context: Any
     ) -> None:

@@ -15,8 +15,8 @@ from rollhub.registry import ComponentRegistry
 
 @hookimpl
 def rollhub_register_components(registry: ComponentRegistry) -> None:
+    from rollhub.export.trainer import ExportTrainer
     from rollhub.tokens import NoTokenSource
-    from rollhub.trainers.export import ExportTrainer
     from rollhub.training.sinks import MLflowSink, TensorBoardSink, WandbSink
 
     registry.add_token_source(NoTokenSource)

@@ -24,6 +24,7 @@ from typing import Any
 
 from rollhub.config import RollhubConfig, TokenSourceSection, TrainerSection, load_config
 from rollhub.errors import ConfigError, UsageError
+from rollhub.plugins import PluginHost
 
 __all__ = ["add_arguments", "resolve_checkpoint", "run"]
 
@@ -131,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _evaluate(
-    cfg: RollhubConfig, host: Any, payloads: list[dict[str, Any]], label: str, run_dir: Path
+    cfg: RollhubConfig, host: PluginHost, payloads: list[dict[str, Any]], label: str, run_dir: Path
 ) -> dict[str, Any]:
     from rollhub.evaluation import evaluate
     from rollhub.hub import AsyncHub

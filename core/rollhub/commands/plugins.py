@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from rollhub.errors import UsageError
-from rollhub.plugins import build_host
+from rollhub.plugins import PluginHost, build_host
 
 
 def _core_version() -> str:
@@ -96,7 +96,7 @@ def _type_name(annotation: Any) -> str:
     return text or str(annotation).replace("typing.", "")
 
 
-def _print_options(host: Any, kind: str, name: str | None, *, as_json: bool) -> int:
+def _print_options(host: PluginHost, kind: str, name: str | None, *, as_json: bool) -> int:
     if not name:
         raise UsageError(
             f"rollhub plugins {kind}: name the component too, e.g. rollhub plugins {kind} "

@@ -19,6 +19,9 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from rollhub.errors import UsageError
+from rollhub.stores.base import ResultStore
+
 log = logging.getLogger(__name__)
 
 __all__ = ["StoreWatch"]
@@ -38,7 +41,7 @@ class StoreWatch:
     """
 
     def __init__(
-        self, store: Any, running: Callable[[], int], show: Callable[[str], None], *, stall_s: float
+        self, store: ResultStore | None, running: Callable[[], int], show: Callable[[str], None], *, stall_s: float
     ) -> None:
         self.store = store
         self.running = running
@@ -59,6 +62,8 @@ class StoreWatch:
 
         def probe() -> None:
             try:
+                if self.store is None:
+                    raise UsageError("StoreWatch.store is not set; set it before watching")
                 result: Any = self.store.exists(PROBE_KEY)
             except Exception as exc:
                 loop.call_soon_threadsafe(_settle, fut, None, exc)

@@ -8,7 +8,7 @@ answering ``/ping`` (or answers it with an error, as an app whose handler thread
 stuck does) is killed, its sessions are reported lost (the client ends them as
 ``agent_error`` unless their result is already stored) and a fresh worker replaces it.
 A session whose result the app could not store is reported as a
-:class:`~rollhub.session_watch.StoreFailure`, which the client ends as ``store_error``.
+:class:`~rollhub.runtime.StoreFailure`, which the client ends as ``store_error``.
 
 Each runtime makes a random secret, hands it to its workers in ``ROLLHUB_APP_SECRET`` and
 signs every request, so the workers' ports serve nobody else. Worker output (stdout and
@@ -26,19 +26,18 @@ import sys
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from pydantic import Field
 
 from rollhub.app.auth import SECRET_ENV, new_secret
 from rollhub.errors import ConfigError, RollhubError, SubmissionError
 from rollhub.rollout import RolloutRequest, SubmitReceipt
-from rollhub.runtime import Runtime, RuntimeOptions
-from rollhub.runtimes.local_http import LoopbackHTTP, LoopbackHTTPError, LoopbackResponse
+from rollhub.runtime import Runtime, RuntimeOptions, StoreFailure
+from rollhub.runtimes.local_http import LoopbackHTTP, LoopbackHTTPError, refusal_error
 from rollhub.runtimes.local_output import WorkerOutput
-from rollhub.session_watch import StoreFailure
+from rollhub.runtimes.local_process import WorkerProcess
 
 __all__ = ["LocalRuntime", "LocalRuntimeOptions"]
 
@@ -72,24 +71,6 @@ class LocalRuntimeOptions(RuntimeOptions):
     )
 
 
-@dataclass
-class _Worker:
-    index: int
-    proc: asyncio.subprocess.Process
-    port: int
-    #: session id -> accepted time (None while its POST is in flight)
-    sessions: dict[str, float | None] = field(default_factory=dict)
-    alive: bool = True
-    failures: int = 0
-    lists_rollouts: bool = True
-    stderr: deque[str] = field(default_factory=lambda: deque(maxlen=50))
-    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-
 class LocalRuntime(Runtime):
     """Worker processes on this machine, started from the user's app reference.
 
@@ -115,7 +96,7 @@ class LocalRuntime(Runtime):
         **fields: Any,
     ) -> None:
         if options is None:
-            options = self.options_from(fields)
+            options = cast(LocalRuntimeOptions, self.options_from(fields))
         if not options.app:
             raise ConfigError(
                 "the local runtime needs runtime.app: the RolloutApp to serve, e.g. "
@@ -125,8 +106,8 @@ class LocalRuntime(Runtime):
         super().__init__(options)
         self.options: LocalRuntimeOptions = options
         self._base_dir = Path(base_dir) if base_dir is not None else None
-        self._workers: list[_Worker] = []
-        self._where: dict[str, _Worker] = {}
+        self._workers: list[WorkerProcess] = []
+        self._where: dict[str, WorkerProcess] = {}
         self._http: LoopbackHTTP | None = None
         self._capacity: asyncio.Condition | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -188,7 +169,7 @@ class LocalRuntime(Runtime):
             task.cancel()
         await asyncio.gather(*replacing, return_exceptions=True)
         workers, self._workers = self._workers, []
-        await asyncio.gather(*(self._stop(w) for w in workers), return_exceptions=True)
+        await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
         self._where.clear()
         if self._http is not None:
             await self._http.aclose()
@@ -219,7 +200,7 @@ class LocalRuntime(Runtime):
             ) from exc
         if response.status_code != 200:
             self._forget(sid)
-            raise _http_error(response, sid)
+            raise refusal_error(response, sid)
         worker.sessions[sid] = time.monotonic()
         body = response.json()
         return SubmitReceipt(
@@ -256,7 +237,7 @@ class LocalRuntime(Runtime):
 
     # Routing ------------------------------------------------------------------------------
 
-    async def _pick(self) -> _Worker:
+    async def _pick(self) -> WorkerProcess:
         assert self._capacity is not None
         limit = self.options.max_concurrency_per_worker
         deadline = time.monotonic() + self.options.startup_timeout_s
@@ -298,7 +279,7 @@ class LocalRuntime(Runtime):
 
     # Workers ------------------------------------------------------------------------------
 
-    async def _spawn(self) -> _Worker:
+    async def _spawn(self) -> WorkerProcess:
         index = self._next_index
         self._next_index += 1
         env = {
@@ -323,7 +304,7 @@ class LocalRuntime(Runtime):
             port = await asyncio.wait_for(
                 asyncio.shield(output.port), self.options.startup_timeout_s
             )
-            worker = _Worker(index, proc, port, stderr=stderr, tasks=drains)
+            worker = WorkerProcess(index, proc, port, stderr=stderr, tasks=drains)
             await self._wait_healthy(worker)
         except BaseException as exc:
             with contextlib.suppress(ProcessLookupError):
@@ -346,7 +327,7 @@ class LocalRuntime(Runtime):
         self._wake()
         return worker
 
-    async def _wait_healthy(self, worker: _Worker) -> None:
+    async def _wait_healthy(self, worker: WorkerProcess) -> None:
         assert self._http is not None
         while True:
             if worker.proc.returncode is not None:
@@ -359,7 +340,7 @@ class LocalRuntime(Runtime):
                 pass
             await asyncio.sleep(0.05)
 
-    async def _watch(self, worker: _Worker) -> None:
+    async def _watch(self, worker: WorkerProcess) -> None:
         """Wait for the worker to exit; report its sessions lost and replace it."""
         code = await worker.proc.wait()
         worker.alive = False
@@ -389,7 +370,7 @@ class LocalRuntime(Runtime):
                 await asyncio.sleep(delay)
                 replacement = await self._spawn()
                 if self._closing:  # closed while it started: it must not outlive the runtime
-                    await self._stop(replacement)
+                    await replacement.stop()
                     return
                 self._workers.append(replacement)
                 return
@@ -408,7 +389,7 @@ class LocalRuntime(Runtime):
             await asyncio.sleep(interval)
             await asyncio.gather(*(self._ping(w, interval) for w in list(self._workers) if w.alive))
 
-    async def _ping(self, worker: _Worker, timeout: float) -> None:
+    async def _ping(self, worker: WorkerProcess, timeout: float) -> None:
         """``GET /ping`` for liveness, then ``GET /rollouts`` to free slots of ended sessions."""
         assert self._http is not None
         asked_at = time.monotonic()
@@ -451,35 +432,6 @@ class LocalRuntime(Runtime):
         for sid, accepted in list(worker.sessions.items()):
             if accepted is not None and accepted < asked_at and sid not in running:
                 self._forget(sid)
-
-    async def _stop(self, worker: _Worker) -> None:
-        worker.alive = False
-        if worker.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                worker.proc.terminate()
-            try:
-                await asyncio.wait_for(worker.proc.wait(), 5.0)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    worker.proc.kill()
-                await worker.proc.wait()
-        for task in worker.tasks:
-            task.cancel()
-        await asyncio.gather(*worker.tasks, return_exceptions=True)
-
-
-def _http_error(response: LoopbackResponse, sid: str) -> SubmissionError:
-    try:
-        detail: Any = response.json()
-    except ValueError:
-        detail = response.text[:500]
-    transient = response.status_code >= 500 or response.status_code in (408, 429)
-    return SubmissionError(
-        f"the worker refused session {sid}: HTTP {response.status_code}: {detail}",
-        transient=transient,
-        session_id=sid,
-        status_code=response.status_code,
-    )
 
 
 @atexit.register

@@ -15,8 +15,9 @@ from typing import Any
 
 from rollhub.app.auth import sign_request
 from rollhub.callbacks import read_http_body
+from rollhub.errors import SubmissionError
 
-__all__ = ["LoopbackHTTP", "LoopbackHTTPError", "LoopbackResponse"]
+__all__ = ["LoopbackHTTP", "LoopbackHTTPError", "LoopbackResponse", "refusal_error"]
 
 
 class LoopbackHTTPError(ConnectionError):
@@ -164,3 +165,18 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bool, bytes
         raise ValueError("bad body framing")
     keep = headers.get("connection", "").lower() != "close" and parts[0] == "HTTP/1.1"
     return status, keep, body
+
+
+def refusal_error(response: LoopbackResponse, sid: str) -> SubmissionError:
+    """The error of a worker that refused session ``sid`` (transient for 5xx, 408, 429)."""
+    try:
+        detail: Any = response.json()
+    except ValueError:
+        detail = response.text[:500]
+    transient = response.status_code >= 500 or response.status_code in (408, 429)
+    return SubmissionError(
+        f"the worker refused session {sid}: HTTP {response.status_code}: {detail}",
+        transient=transient,
+        session_id=sid,
+        status_code=response.status_code,
+    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -113,7 +114,9 @@ class RayRuntime(Runtime):
             self._inited_ray = True
         # Starts and cancels run in their own group, so they are served even when every
         # rollout slot of the default group is waiting on a long rollout.
-        self._remote_cls = ray.remote(concurrency_groups={CONTROL: CONTROL_SLOTS})(RolloutActor)
+        # ray.remote accepts concurrency_groups, but its typed overloads leave the option out
+        remote: Callable[..., Any] = ray.remote
+        self._remote_cls = remote(concurrency_groups={CONTROL: CONTROL_SLOTS})(RolloutActor)
         self._started = True
         try:
             self._actors = list(

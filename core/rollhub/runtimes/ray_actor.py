@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["RolloutActor"]
@@ -26,10 +27,11 @@ class RolloutActor:
         from rollhub.runtimes.local_worker import load_app
 
         self.app = load_app(app_ref)
-        self.handler = getattr(self.app, "_rollout_handler", None)
+        handler = getattr(self.app, "_rollout_handler", None)
         self._loop: asyncio.AbstractEventLoop | None = None
-        if self.handler is None:
+        if handler is None:
             raise TypeError(f"{app_ref!r} has no @app.rollout_entrypoint handler")
+        self.handler: Callable[..., Any] = handler
 
     def ready(self) -> int:
         """Answer once the app is loaded; returns the worker's pid."""

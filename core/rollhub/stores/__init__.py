@@ -15,22 +15,14 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from rollhub.errors import StoreError, UnknownComponentError
+from rollhub.stores.base import BUILTIN_SCHEMES, ResultStore
 
 if TYPE_CHECKING:
-    from rollhub.plugins import PluginHost
-    from rollhub.registry import ComponentRegistry
-    from rollhub.stores.base import ResultStore
+    from rollhub.registry import ComponentLookup
 
 __all__ = ["BUILTIN_SCHEMES", "InvalidKeyError", "check_key", "open_store", "store_scheme"]
 
 log = logging.getLogger(__name__)
-
-#: URL scheme -> "module:Class" of the stores the core ships.
-BUILTIN_SCHEMES: dict[str, str] = {
-    "file": "rollhub.stores.file:FileResultStore",
-    "s3": "rollhub.stores.s3:S3ResultStore",
-}
-
 
 class InvalidKeyError(StoreError, ValueError):
     """A store key that is empty, absolute, contains ``..``, NUL or a backslash.
@@ -85,7 +77,7 @@ def store_scheme(url: str) -> str:
 
 def open_store(
     url: str,
-    registry: ComponentRegistry | PluginHost | None = None,
+    registry: ComponentLookup | None = None,
     **options: Any,
 ) -> ResultStore:
     """Open the result store a URL names.
@@ -105,7 +97,8 @@ def open_store(
     """
     scheme = store_scheme(url)
     if registry is not None:
-        reg = getattr(registry, "registry", registry)
+        # a PluginHost stands for its registry
+        reg: ComponentLookup = getattr(registry, "registry", registry)
         cls = reg.get("store", scheme, field="store URL scheme")
     else:
         target = BUILTIN_SCHEMES.get(scheme)
@@ -122,4 +115,5 @@ def open_store(
         modname, clsname = target.split(":")
         cls = getattr(importlib.import_module(modname), clsname)
     log.debug("opening %s store for %s", scheme, url)
-    return cls.from_url(url, **options)
+    store_cls: type[ResultStore] = cls
+    return store_cls.from_url(url, **options)

@@ -12,7 +12,13 @@ from typing import Any, ClassVar
 
 from rollhub.errors import StoreError
 
-__all__ = ["ResultStore", "decode_document", "encode_document"]
+#: URL scheme -> "module:Class" of the stores the core ships.
+BUILTIN_SCHEMES: dict[str, str] = {
+    "file": "rollhub.stores.file:FileResultStore",
+    "s3": "rollhub.stores.s3:S3ResultStore",
+}
+
+__all__ = ["BUILTIN_SCHEMES", "ResultStore", "decode_document", "encode_document"]
 
 
 def encode_document(document: dict[str, Any]) -> bytes:

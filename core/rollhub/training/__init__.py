@@ -1,7 +1,8 @@
-"""Training: the core's loop for trainers rollhub drives, advantages, checkpoints, sinks.
+"""Training: the trainer interface, the core's loop for trainers it drives, and its parts.
 
-See :mod:`rollhub.training.loop` for one step end to end and ``docs/training.md`` for the
-config.
+Plugins write trainers against :class:`Trainer` (all importable from here); the loop is
+:mod:`rollhub.training.loop` (one step end to end), with advantages, checkpoints, the step
+recorder and metric sinks beside it. ``docs/training.md`` has the config.
 """
 
 from rollhub.training.advantages import (
@@ -10,13 +11,17 @@ from rollhub.training.advantages import (
     grpo_mean_advantages,
     rloo_advantages,
 )
-from rollhub.training.loop import TrainingLoop, schedule
+from rollhub.training.step import StepResult, TrainingBatch
+from rollhub.training.trainer import DrivenRun, Trainer, TrainerOptions
 
 __all__ = [
-    "TrainingLoop",
+    "DrivenRun",
+    "StepResult",
+    "Trainer",
+    "TrainerOptions",
+    "TrainingBatch",
     "group_advantages",
     "grpo_advantages",
     "grpo_mean_advantages",
     "rloo_advantages",
-    "schedule",
 ]

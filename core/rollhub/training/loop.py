@@ -23,6 +23,7 @@ older than the ones they train; ``k = 0`` is on-policy (sample, train, update, r
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import random
@@ -34,7 +35,6 @@ from typing import Any
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
 from rollhub.hub import AsyncHub, group_id_of
-from rollhub.trainer import StepResult, TrainingBatch
 from rollhub.training.advantages import group_advantages
 from rollhub.training.checkpoint import (
     Checkpoint,
@@ -45,6 +45,8 @@ from rollhub.training.checkpoint import (
 from rollhub.training.plot import read_metrics
 from rollhub.training.recorder import StepRecorder
 from rollhub.training.sinks import MetricSink
+from rollhub.training.step import StepResult, TrainingBatch
+from rollhub.training.trainer import Trainer
 
 __all__ = ["TrainingLoop", "batch_metrics", "planned_steps", "schedule"]
 
@@ -117,6 +119,10 @@ class TrainingLoop:
         b = self.config.training.batch_groups
         return self.order[step * b : (step + 1) * b]
 
+    def _caught_up(self, step: int) -> bool:
+        """Whether training has reached ``step`` (what a producer running ahead waits for)."""
+        return self.steps_done >= step
+
     async def run(self) -> dict[str, Any]:
         """Train until the last step; return a summary (steps, version, last metrics)."""
         trainer = self.hub.trainer
@@ -144,7 +150,7 @@ class TrainingLoop:
             "last": self.history[-1] if self.history else None,
         }
 
-    async def _restore(self, trainer: Any) -> None:
+    async def _restore(self, trainer: Trainer) -> None:
         if not self.resume:
             if (self.run_dir / "metrics.jsonl").exists():
                 raise UsageError(
@@ -173,7 +179,7 @@ class TrainingLoop:
         self.history = _keep_steps_before(self.run_dir / "metrics.jsonl", step)
         _keep_steps_before(self.run_dir / "episodes.jsonl", step)
 
-    async def _steps(self, trainer: Any, t0: float) -> None:
+    async def _steps(self, trainer: Trainer, t0: float) -> None:
         window = self.config.experiment.max_staleness or 0
         done = asyncio.Condition()
         queue: asyncio.Queue[list[asyncio.Task[EpisodeGroup]]] = asyncio.Queue()
@@ -182,7 +188,7 @@ class TrainingLoop:
         async def produce() -> None:
             for s in range(first, self.total_steps):
                 async with done:
-                    await done.wait_for(lambda s=s: self.steps_done >= s - window)
+                    await done.wait_for(functools.partial(self._caught_up, s - window))
                 await queue.put([asyncio.ensure_future(self._group(p)) for p in self.batch_payloads(s)])
 
         producer = asyncio.ensure_future(produce())
@@ -243,7 +249,7 @@ class TrainingLoop:
             advantages.update(group_advantages(g, self.config.training.advantage))
         return TrainingBatch(step, groups, advantages, self.weight_version)
 
-    async def _checkpoint(self, trainer: Any) -> None:
+    async def _checkpoint(self, trainer: Trainer) -> None:
         ckpt = Checkpoint(self.steps_done, self.weight_version, self.fingerprint)
         await write_checkpoint(self.run_dir / "checkpoints", ckpt, trainer.save_state)
 
@@ -310,7 +316,7 @@ async def _next_batch(
 def _check_result(result: Any, batch: TrainingBatch) -> None:
     if not isinstance(result, StepResult):
         raise UsageError(
-            f"trainer.step must return a rollhub.trainer.StepResult, got {type(result).__name__}"
+            f"trainer.step must return a rollhub.training.StepResult, got {type(result).__name__}"
         )
     if result.weight_version <= batch.weight_version:
         raise UsageError(
@@ -324,17 +330,20 @@ def batch_metrics(batch: TrainingBatch, success_threshold: float = 1.0) -> dict[
     episodes = batch.episodes
     ok = [e for e in episodes if e.ok and e.reward is not None]
     rewards = [float(e.reward) for e in ok]  # type: ignore[arg-type]
-    mean = sum(rewards) / len(rewards) if rewards else None
-    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)) if rewards else None
-    lags = []
+    mean: float | None = None
+    std: float | None = None
+    if rewards:
+        mean = sum(rewards) / len(rewards)
+        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
+    lags: list[int] = []
     for e in episodes:
         if not e.trainable:
             continue
         versions = [t.weight_version for rec in e.traces for t in rec.turns]
-        versions = [v for v in versions if v is not None] or (
+        known = [v for v in versions if v is not None] or (
             [e.weight_version] if e.weight_version is not None else []
         )
-        lags.extend(batch.weight_version - v for v in versions)
+        lags.extend(batch.weight_version - v for v in known)
     flat = sum(
         1 for g in batch.groups
         if len({e.reward for e in g.episodes if e.trainable}) <= 1

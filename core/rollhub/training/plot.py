@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 
 def read_metrics(path: Path) -> list[dict]:
     """The rows of a ``metrics.jsonl`` (a torn last line from a killed run is skipped)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     if not path.exists():
         return rows
     for line in path.read_text(encoding="utf-8").splitlines():

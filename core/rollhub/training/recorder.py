@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from rollhub.hook_calls import call_all
+from rollhub.hub_view import HubView
 from rollhub.progress import RolloutProgress
-from rollhub.trainer import TrainingBatch
 from rollhub.training.sinks import JsonlSink, MetricSink
+from rollhub.training.step import TrainingBatch
 
 __all__ = ["StepRecorder", "keeps_episode", "progress_line"]
 
@@ -41,7 +42,7 @@ class StepRecorder:
 
     def __init__(
         self,
-        hub: Any,
+        hub: HubView,
         run_dir: Path,
         *,
         total_steps: int,

@@ -25,7 +25,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollhub.errors import ConfigError
+from rollhub.errors import ConfigError, UsageError
+from rollhub.export.files import JsonlAppender
 
 __all__ = [
     "JsonlSink",
@@ -104,19 +105,20 @@ class JsonlSink(MetricSink):
     """``metrics.jsonl`` in the run directory: one whole line per step, appended as it ends."""
 
     name = "jsonl"
+    _file: JsonlAppender | None = None
 
     def start(self) -> None:
-        from rollhub.export import JsonlAppender
 
         self._file = JsonlAppender(self.run_dir / "metrics.jsonl", append=True)
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        if self._file is None:
+            raise UsageError("the jsonl metric sink logs between start() and close()")
         self._file.write({"step": step, **metrics})
 
     def close(self) -> None:
-        file = getattr(self, "_file", None)
-        if file is not None:
-            file.close()
+        if self._file is not None:
+            self._file.close()
             self._file = None
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import Field
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
-from rollhub.trainer import Trainer, TrainerOptions
+from rollhub.training import Trainer, TrainerOptions
 
 from rollhub_rllm.episodes import episode_to_rllm
 

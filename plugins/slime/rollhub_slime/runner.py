@@ -2,7 +2,7 @@
 
 slime calls the rollout function synchronously from its rollout manager and the custom
 generate function from its own asyncio loop. Both reach the same core
-:class:`~rollhub.hub.Hub`, hosted by :func:`rollhub.hosted_hub.process_hub` (closed when
+:class:`~rollhub.hub_sync.Hub`, hosted by :func:`rollhub.hosted_hub.process_hub` (closed when
 the process exits): the rollout function blocks on it, the generate function awaits it
 through the hub's async handle, so the hub's runtime, gateway and client are never shared
 between event loops.
@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 from rollhub import hosted_hub
 from rollhub.config import RollhubConfig, load_config
 from rollhub.errors import ConfigError
-from rollhub.hub import AsyncHub, Hub
+from rollhub.hub import AsyncHub
+from rollhub.hub_sync import Hub
 
 from rollhub_slime.trainer import SlimeOptions
 
@@ -53,7 +54,7 @@ HUB_KEY = "rollhub_slime"
 
 
 class SlimeHub(Hub):
-    """The core's :class:`~rollhub.hub.Hub` with the names slime's rollout functions use."""
+    """The core's :class:`~rollhub.hub_sync.Hub` with the names slime's rollout functions use."""
 
     @property
     def hub(self) -> AsyncHub:

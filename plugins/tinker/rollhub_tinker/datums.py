@@ -131,11 +131,12 @@ def to_tinker(arrays: DatumArrays) -> Any:
     """The ``tinker.Datum`` (the SDK is imported here, not at module import)."""
     import tinker
 
+    # plain lists: the SDK turns each into its TensorData
+    inputs: dict[str, Any] = {
+        "target_tokens": arrays.target_tokens,
+        "logprobs": arrays.logprobs,
+        "advantages": arrays.advantages,
+    }
     return tinker.Datum(
-        model_input=tinker.ModelInput.from_ints(arrays.model_input),
-        loss_fn_inputs={
-            "target_tokens": arrays.target_tokens,
-            "logprobs": arrays.logprobs,
-            "advantages": arrays.advantages,
-        },
+        model_input=tinker.ModelInput.from_ints(arrays.model_input), loss_fn_inputs=inputs
     )

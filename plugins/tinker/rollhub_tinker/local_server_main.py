@@ -230,8 +230,7 @@ def serve(argv: list[str]) -> int:
         from fastapi.responses import JSONResponse
 
         process = getattr(api.app.state, "background_engine", None)
-        alive = process is not None and process.returncode is None
-        if alive and ready_file.exists():
+        if process is not None and process.returncode is None and ready_file.exists():
             return JSONResponse({"status": "ready", "engine_pid": process.pid})
         return JSONResponse({"status": "starting"}, status_code=503)
 

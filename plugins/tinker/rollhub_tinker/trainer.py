@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from pydantic import Field, SecretStr
 from rollhub.errors import ConfigError, RollhubError
-from rollhub.trainer import StepResult, Trainer, TrainerOptions, TrainingBatch
+from rollhub.training import StepResult, Trainer, TrainerOptions, TrainingBatch
 
 from rollhub_tinker.datums import episode_datums, to_tinker
 

@@ -37,7 +37,7 @@ from typing import Any, Literal
 from pydantic import Field
 from rollhub.errors import ConfigError, RollhubError
 from rollhub.registry import ComponentContext
-from rollhub.trainer import StepResult, Trainer, TrainerOptions, TrainingBatch
+from rollhub.training import StepResult, Trainer, TrainerOptions, TrainingBatch
 
 from rollhub_torch.sequences import PromptGroup, prompt_groups
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from rollhub.episode import Episode, EpisodeGroup
 from rollhub.errors import RollhubError
-from rollhub.trainer import TrainingBatch
+from rollhub.training import TrainingBatch
 from rollhub.training.advantages import group_advantages
 from rollhub.training.loop import batch_metrics
 

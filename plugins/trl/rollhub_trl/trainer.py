@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import Field, field_validator
 from rollhub.errors import ConfigError
 from rollhub.registry import ComponentContext
-from rollhub.trainer import DrivenRun, Trainer, TrainerOptions
+from rollhub.training import DrivenRun, Trainer, TrainerOptions
 
 from rollhub_trl.rollout import (
     EPISODE_FIELD,

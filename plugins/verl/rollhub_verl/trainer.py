@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
-from rollhub.trainer import Trainer, TrainerOptions
+from rollhub.training import Trainer, TrainerOptions
 
 log = logging.getLogger(__name__)
 

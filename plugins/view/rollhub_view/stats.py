@@ -26,7 +26,7 @@ def histogram(values: Sequence[float], bins: int = 20) -> dict[str, list[float]]
         return {"edges": distinct, "counts": [counts[v] for v in distinct]}
     lo, hi = distinct[0], distinct[-1]
     width = (hi - lo) / bins
-    out = [0] * bins
+    out: list[float] = [0] * bins  # counts: ints, typed as the edges are
     for v in values:
         out[min(bins - 1, int((v - lo) / width))] += 1
     return {"edges": [lo + width * (i + 0.5) for i in range(bins)], "counts": out}

@@ -9,7 +9,7 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rollhub.app.result import (
+from rollhub.results.document import (
     InvalidResultError,
     build_result_document,
     error_info,
@@ -127,7 +127,7 @@ def test_api_key_is_redacted_everywhere() -> None:
 
 
 def test_pieces_of_the_key_are_masked_but_public_ids_are_not() -> None:
-    from rollhub.app.result import redact
+    from rollhub.results.document import redact
 
     key = "gw-session-000123-abcdefghijklmnopqrstuv"
     doc = {"sid": "session-000123", "msg": "input_value=...00123-abcdefghijklmnop'}"}
@@ -156,7 +156,7 @@ def test_read_status_of_foreign_and_broken_documents() -> None:
 def test_no_long_piece_of_the_key_survives(
     before: str, after: str, start: int, length: int
 ) -> None:
-    from rollhub.app.result import redact
+    from rollhub.results.document import redact
 
     key = "sk-Zq81fKpXw0RuT7bLmN3cVyHs"
     leaked = before + key[start : start + length] + after

@@ -160,7 +160,7 @@ async def test_stop_of_a_gone_session_is_not_an_error() -> None:
 
 async def test_client_polls_the_store_and_stops_the_session(tmp_path) -> None:
     """End to end with the client: no loopback callbacks for a remote runtime."""
-    from rollhub.app.result import build_result_document
+    from rollhub.results.document import build_result_document
     from rollhub.stores.file import FileResultStore
 
     store = FileResultStore(tmp_path, fsync=False)

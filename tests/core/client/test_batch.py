@@ -9,9 +9,10 @@ import time
 from collections import Counter
 
 import pytest
-from rollhub.batch import BatchItem, assign_input_ids, content_input_id
+from rollhub.batch import BatchItem, assign_input_ids
 from rollhub.client import AsyncRolloutClient
 from rollhub.errors import ConfigError, SubmissionError
+from rollhub.rollout import content_input_id
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -217,7 +218,7 @@ async def test_plain_break_cancels_when_the_generator_is_dropped(
 async def test_lost_session_whose_result_is_stored_is_kept(
     client: AsyncRolloutClient, runtime
 ) -> None:
-    from rollhub.app.result import build_result_document
+    from rollhub.results.document import build_result_document
 
     fut = await client.invoke_async({"mode": "hang"})
     doc = build_result_document(
@@ -235,7 +236,7 @@ async def test_a_loss_reported_for_a_failed_attempt_does_not_end_the_retry(tmp_p
     # The worker died while the first POST was in flight: the runtime reports the session
     # lost and the POST fails as transient. The retry runs on a healthy worker and must be
     # the one whose outcome counts.
-    from rollhub.app.result import build_result_document
+    from rollhub.results.document import build_result_document
     from rollhub.rollout import SubmitReceipt
     from rollhub.runtime import Runtime
     from rollhub.stores.file import FileResultStore

@@ -10,8 +10,7 @@ import pytest
 from rollhub.callbacks import CallbackServer
 from rollhub.errors import SubmissionError
 from rollhub.progress import RolloutProgress
-from rollhub.retry import Backoff, is_transient
-from rollhub.session_watch import poll_schedule
+from rollhub.retry import Backoff, is_transient, poll_schedule
 
 
 async def test_notice_reaches_the_handler_over_keep_alive() -> None:

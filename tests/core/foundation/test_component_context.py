@@ -12,7 +12,7 @@ from rollhub.errors import ConfigError
 from rollhub.plugins import build_host
 from rollhub.registry import ComponentContext
 from rollhub.runtime import Runtime, RuntimeOptions
-from rollhub.trainer import Trainer
+from rollhub.training import Trainer
 
 
 class EchoOptions(RuntimeOptions):

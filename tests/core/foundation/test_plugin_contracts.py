@@ -15,7 +15,7 @@ from rollhub import hookimpl
 from rollhub.errors import ConfigError, PluginError, UnknownComponentError
 from rollhub.hook_calls import call_first
 from rollhub.plugins import build_host
-from rollhub.trainer import Trainer
+from rollhub.training import Trainer
 
 ROLLHUB = [sys.executable, "-m", "rollhub.cli"]
 

@@ -11,7 +11,7 @@ ROLLHUB = [sys.executable, "-m", "rollhub.cli"]
 
 GOOD_PLUGIN = """
 from rollhub import hookimpl
-from rollhub.trainer import Trainer
+from rollhub.training import Trainer
 
 
 class CountingTrainer(Trainer):
@@ -93,7 +93,7 @@ def rollhub_register_components(registry):
 
 DUPLICATE_NAME = """
 from rollhub import hookimpl
-from rollhub.trainer import Trainer
+from rollhub.training import Trainer
 
 class Export(Trainer):
     name = "export"

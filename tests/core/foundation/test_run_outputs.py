@@ -26,7 +26,7 @@ sys.meta_path.insert(0, _Blocker())
 
 TRAINER_PLUGIN = """
 from rollhub import hookimpl
-from rollhub.trainer import Trainer
+from rollhub.training import Trainer
 
 
 class Tally(Trainer):

@@ -17,7 +17,8 @@ from rollhub import hookimpl
 from rollhub.config import parse_config
 from rollhub.errors import UsageError
 from rollhub.hosted_hub import HubHosting
-from rollhub.hub import AsyncHub, Hub
+from rollhub.hub import AsyncHub
+from rollhub.hub_sync import Hub
 from rollhub.loop_thread import LoopThread
 from rollhub.plugins import build_host
 
@@ -244,7 +245,8 @@ import asyncio, os, signal, sys, threading
 from pathlib import Path
 sys.path.insert(0, {root!r})
 from rollhub.hosted_hub import loop_hub, process_hub
-from rollhub.hub import AsyncHub, Hub
+from rollhub.hub import AsyncHub
+from rollhub.hub_sync import Hub
 from tests.core.pipeline.hosting_support import Recorder, idle_config, idle_host
 
 tmp = Path({tmp!r})

@@ -12,8 +12,9 @@ from rollhub.builtin.pipeline import reward_from_result
 from rollhub.episode import Episode, EpisodeGroup, ErrorInfo, group_stats, pass_at_k
 from rollhub.errors import RewardError
 from rollhub.export import episode_from_row, episode_to_row, read_episodes, read_rows, write_rows
-from rollhub.hub import apply_failure_policy, group_id_of, merge_reward_components
+from rollhub.hub import group_id_of
 from rollhub.report import summarize
+from rollhub.rewards import apply_failure_policy, merge_reward_components
 from rollhub.staleness import StalenessGate
 from rollhub.trace import TraceRecord, TurnSpan
 
@@ -170,7 +171,7 @@ def test_cli_export_converts(tmp_path):
 
 
 async def test_export_trainer_appends_jsonl_as_groups_finish(tmp_path):
-    from rollhub.trainers.export import ExportTrainer
+    from rollhub.export.trainer import ExportTrainer
 
     trainer = ExportTrainer(run_dir=tmp_path, exp_id="exp")
     await trainer.start()

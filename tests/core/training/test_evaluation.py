@@ -13,7 +13,7 @@ from rollhub.episode import Episode, ErrorInfo
 from rollhub.errors import ConfigError, UsageError
 from rollhub.evaluation import EvalReport, summarize_episodes
 from rollhub.trace import TraceRecord, TurnSpan
-from rollhub.trainer import TrainingBatch
+from rollhub.training import TrainingBatch
 from rollhub.training.before_after import before_after_rows
 from rollhub.training.loop import batch_metrics
 

@@ -11,7 +11,7 @@ from rollhub.config import parse_config
 from rollhub.episode import Episode, EpisodeGroup
 from rollhub.errors import ConfigError
 from rollhub.testing import make_hub
-from rollhub.trainer import TrainingBatch
+from rollhub.training import TrainingBatch
 from rollhub.training.loop import TrainingLoop
 from rollhub.training.recorder import StepRecorder, keeps_episode
 

@@ -11,7 +11,7 @@ import pytest
 from rollhub import hookimpl
 from rollhub.errors import UsageError
 from rollhub.testing import make_hub
-from rollhub.trainer import StepResult, Trainer, TrainingBatch
+from rollhub.training import StepResult, Trainer, TrainingBatch
 from rollhub.training.loop import TrainingLoop, schedule
 from rollhub.training.plot import plot_training
 

@@ -18,7 +18,7 @@ TRAINER_PLUGIN = '''
 import asyncio, json
 from pathlib import Path
 from rollhub import hookimpl
-from rollhub.trainer import StepResult, Trainer
+from rollhub.training import StepResult, Trainer
 
 
 class SlowTrainer(Trainer):

@@ -16,7 +16,7 @@ from rollhub.episode import Episode, EpisodeGroup
 from rollhub.errors import ConfigError
 from rollhub.sampling import SamplingParams
 from rollhub.trace import TraceRecord
-from rollhub.trainer import TrainingBatch
+from rollhub.training import TrainingBatch
 from rollhub_gateway.engines.transformers_engine import TransformersBackend, TransformersOptions
 from rollhub_torch.sequences import prompt_groups
 from rollhub_torch.trainer import TorchTrainer, TorchTrainerOptions

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 from rollhub.commands.checks import check_run_config, load_payloads
-from rollhub.commands.run import train
+from rollhub.commands.run_training import train
 from rollhub.config import load_config
 from rollhub.export import read_rows
 from rollhub.hub import AsyncHub

@@ -3,7 +3,7 @@
 import json
 
 from pydantic import Field
-from rollhub.trainer import Trainer, TrainerOptions
+from rollhub.training import Trainer, TrainerOptions
 
 
 class TallyOptions(TrainerOptions):

@@ -16,16 +16,21 @@ from pydantic import Field
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
 from rollhub.export import JsonlAppender, episode_to_row, write_rows
-from rollhub.trainer import Trainer, TrainerOptions
+from rollhub.training.trainer import Trainer, TrainerOptions
 
 log = logging.getLogger(__name__)
+
+
+#: a file format the export trainer writes
+ExportFormat = Literal["parquet", "jsonl"]
 
 
 class ExportOptions(TrainerOptions):
     """``[trainer]`` options of the ``export`` trainer."""
 
-    formats: list[Literal["parquet", "jsonl"]] = Field(
-        default_factory=lambda: ["parquet", "jsonl"], description="files to write"
+    formats: list[ExportFormat] = Field(
+        default_factory=lambda: list[ExportFormat](("parquet", "jsonl")),
+        description="files to write",
     )
     basename: str = Field("episodes", description="file name without suffix")
     include_failed: bool = Field(True, description="also write failed episodes (marked)")
@@ -81,7 +86,7 @@ class ExportTrainer(Trainer):
         """Write every row to each configured format; return ``{format: path}`` (and
         ``skipped``: the formats left out for want of a package)."""
         assert self.run_dir is not None
-        written = {}
+        written: dict[str, Any] = {}
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None

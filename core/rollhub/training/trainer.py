@@ -5,8 +5,8 @@ Three kinds of trainer meet the hub:
 - A **consumer** (``trains = False``, e.g. ``export``) takes each finished group through
   :meth:`Trainer.consume` during one pass over the dataset.
 - A **policy trainer** (``trains = True``, e.g. ``tinker``) is driven by the core's training
-  loop (:mod:`rollhub.training.loop`): each step hands it a :class:`TrainingBatch` (groups
-  with their advantages) and gets a :class:`StepResult` back: the new weight version, the
+  loop (:mod:`rollhub.training.loop`): each step hands it a :class:`~rollhub.training.step.TrainingBatch` (groups
+  with their advantages) and gets a :class:`~rollhub.training.step.StepResult` back: the new weight version, the
   step's metrics, and the new policy for the sampling side (e.g. a Tinker sampling client),
   which the hub passes to the token source's sampling backend between turns.
 - A **driving trainer** (``drives = True``, e.g. ``trl``) runs its own loop: ``rollhub run``
@@ -23,74 +23,27 @@ work; extra keywords are accepted and ignored.
 from __future__ import annotations
 
 from abc import ABC
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from rollhub.episode import Episode, EpisodeGroup
+from rollhub.episode import EpisodeGroup
 from rollhub.registry import ComponentContext
+from rollhub.training.step import StepResult, TrainingBatch
 
 if TYPE_CHECKING:
-    from rollhub.hub import AsyncHub
+    from rollhub.hub_view import HubView
     from rollhub.training.recorder import StepRecorder
 
-__all__ = ["DrivenRun", "StepResult", "Trainer", "TrainerOptions", "TrainingBatch"]
+__all__ = ["DrivenRun", "Trainer", "TrainerOptions"]
 
 
 class TrainerOptions(BaseModel):
     """Options every trainer accepts; trainers subclass this for their own."""
 
     model_config = ConfigDict(extra="forbid")
-
-
-@dataclass
-class TrainingBatch:
-    """One training step's input.
-
-    :param step: the step index (0-based) this batch trains.
-    :param groups: the groups of the step, in dataset order; each episode's ``trainable``
-        flag says whether it may contribute (the failure policy has run).
-    :param advantages: advantage per trainable episode id (estimator of
-        ``[training] advantage``); episodes missing here contribute nothing.
-    :param weight_version: the policy version being trained (it becomes ``+1``).
-    """
-
-    step: int
-    groups: list[EpisodeGroup]
-    advantages: dict[str, float]
-    weight_version: int
-
-    @property
-    def episodes(self) -> list[Episode]:
-        """Every episode of the batch, trainable or not."""
-        return [e for g in self.groups for e in g.episodes]
-
-    def trainable(self) -> list[tuple[Episode, float]]:
-        """``(episode, advantage)`` for each episode that contributes a gradient."""
-        return [
-            (e, self.advantages[e.episode_id])
-            for e in self.episodes
-            if e.trainable and e.episode_id in self.advantages
-        ]
-
-
-@dataclass
-class StepResult:
-    """What one training step returns.
-
-    :param weight_version: the version of the new weights (normally ``batch.weight_version
-        + 1``); new turns are stamped with it.
-    :param metrics: numbers for ``metrics.jsonl`` and the metric sinks (``loss`` is plotted).
-    :param policy: what the sampling side swaps to (a Tinker sampling client, a path);
-        None when the engine's weights were updated out of band (vLLM/SGLang weight sync):
-        then only the version changes.
-    """
-
-    weight_version: int
-    metrics: dict[str, float] = field(default_factory=dict)
-    policy: Any = None
 
 
 @dataclass
@@ -107,7 +60,7 @@ class DrivenRun:
     :param resume: ``rollhub run --resume``: continue from the run directory's state.
     """
 
-    hub: AsyncHub
+    hub: HubView
     payloads: list[dict[str, Any]]
     recorder: StepRecorder
     run_dir: Path

@@ -1,1 +1,0 @@
-"""Trainers that ship with the core."""
