@@ -110,7 +110,9 @@ async def hub_for(
 
 def verl_options(hub: AsyncHub) -> VerlOptions:
     """The ``[trainer]`` options of a worker hub."""
-    options: VerlOptions = hub.trainer.options
+    options = hub.trainer.options
+    # worker_config refuses any trainer but verl, so its options are VerlOptions
+    assert isinstance(options, VerlOptions), type(options)
     return options
 
 

@@ -82,7 +82,7 @@ async def test_rollhub_run_is_sent_to_rollhub_verl(tmp_path, monkeypatch):
     hub = AsyncHub(load_config(path))
     with pytest.raises(UsageError, match="rollhub verl"):
         await hub.start()  # refused before the gateway or any worker starts
-    assert hub.token_source.url is None and not hub._started
+    assert hub._parts is None and not hub._started  # no component was kept, none started
     with inside_agent_loop():
         trainer = VerlTrainer()
     with pytest.raises(UsageError, match="rollhub verl"):
