@@ -11,14 +11,22 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from rollhub.errors import GatewayError
 from rollhub.sampling import Generation
 from rollhub.trace import DriftKind, TraceRecord
 
+from rollhub_gateway.journal import SessionJournal
 from rollhub_gateway.journal_entries import journal_entry, rebuild
-from rollhub_gateway.render import Continuation, TurnTexts, canonical_tools, text_digest, window
+from rollhub_gateway.render import (
+    Continuation,
+    TemplateRenderer,
+    TurnTexts,
+    canonical_tools,
+    text_digest,
+    window,
+)
 from rollhub_gateway.trajectory import (
     TrajectoryTree,
     TurnNode,
@@ -29,12 +37,16 @@ from rollhub_gateway.trajectory import (
 from rollhub_gateway.trajectory import count_window_mismatch as _count_window_mismatch
 from rollhub_gateway.turns import ChatTurn, ParsedOutput, PreparedTurn
 
-if TYPE_CHECKING:
-    from rollhub_gateway.chat_model import HFChatModel
-
 log = logging.getLogger(__name__)
 
-__all__ = ["FORM_CACHE", "VERIFY_EVERY", "VERIFY_MAX", "HFConversation", "PendingTurn"]
+__all__ = [
+    "FORM_CACHE",
+    "VERIFY_EVERY",
+    "VERIFY_MAX",
+    "ConversationModel",
+    "HFConversation",
+    "PendingTurn",
+]
 
 #: after this many continued turns a session checks a window render against a whole one
 VERIFY_EVERY = 16
@@ -42,6 +54,16 @@ VERIFY_EVERY = 16
 VERIFY_MAX = 512
 #: template forms a session keeps (of the messages it rendered last)
 FORM_CACHE = 16
+
+
+class ConversationModel(Protocol):
+    """What a conversation reads of its chat model (:class:`~.chat_model.HFChatModel`)."""
+
+    model_id: str
+    renderer: TemplateRenderer
+    journal: SessionJournal | None
+    #: continued turns between two checks of a window render against a whole one
+    verify_every: int
 
 
 @dataclass
@@ -63,7 +85,7 @@ class PendingTurn:
 class HFConversation:
     """One session's trajectory: renders turns with continuity and records them."""
 
-    def __init__(self, model: HFChatModel, session_id: str) -> None:
+    def __init__(self, model: ConversationModel, session_id: str) -> None:
         self.model = model
         self.session_id = session_id
         self.tree = TrajectoryTree(session_id, model.model_id)

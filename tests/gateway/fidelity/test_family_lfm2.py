@@ -8,7 +8,7 @@ import json
 import openai
 import pytest
 from rollhub.sampling import Generation
-from rollhub_gateway.conformance import TOOLS
+from rollhub_gateway.conformance_script import TOOLS
 from rollhub_gateway.engines.scripted import ScriptedBackend, scripted_logprob
 from rollhub_gateway.families.pythonic import format_calls, parse_calls
 from rollhub_gateway.server import Gateway
