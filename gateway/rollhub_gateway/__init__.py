@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Gateway": "rollhub_gateway.server",
+    "Gateway": "rollhub_gateway.gateway",
     "GatewayConfig": "rollhub_gateway.config",
     "GatewayTokenSource": "rollhub_gateway.token_source",
     "SessionPolicy": "rollhub_gateway.config",
@@ -33,7 +33,7 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from rollhub_gateway.config import GatewayConfig, SessionPolicy
-    from rollhub_gateway.server import Gateway
+    from rollhub_gateway.gateway import Gateway
     from rollhub_gateway.serving import ThreadedGateway, build_gateway
     from rollhub_gateway.token_source import GatewayTokenSource
 

@@ -165,14 +165,14 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
 def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport:
     """The same session through the gateway's HTTP API with the ``openai`` SDK.
 
-    A :class:`~rollhub_gateway.server.Gateway` serves on 127.0.0.1 with the scripted
+    A :class:`~rollhub_gateway.gateway.Gateway` serves on 127.0.0.1 with the scripted
     engine; the agent loop is an OpenAI Chat Completions client. Checks the finished
     session's records against the ids and logprobs the engine returned and the prompts
     it was given.
     """
     import openai
 
-    from rollhub_gateway.server import Gateway
+    from rollhub_gateway.gateway import Gateway
     from rollhub_gateway.serving import ThreadedGateway
 
     _fam_word, parallel = CONFORMANCE_FAMILIES[name]

@@ -28,13 +28,12 @@ from rollhub.errors import ConfigError, RollhubError
 from rollhub.parent_death import die_with_parent
 
 from rollhub_gateway.config import GatewayConfig
+from rollhub_gateway.pool.replica import POLICY_ROUTE
+from rollhub_gateway.serving import build_gateway, settle_heap
 
-__all__ = ["POLICY_ROUTE", "ReplicaServer", "load_factory", "main"]
+__all__ = ["ReplicaServer", "load_factory", "main"]
 
 log = logging.getLogger(__name__)
-
-#: the route that takes a pickled (policy, version) from the pool
-POLICY_ROUTE = "/pool/policy"
 
 
 class ReplicaServer:
@@ -52,8 +51,6 @@ class ReplicaServer:
 
     async def start(self) -> str:
         """Build the engine and gateway, serve them; returns the root URL."""
-        from rollhub_gateway.serving import build_gateway, settle_heap
-
         backend = None
         if self.engine_factory:
             backend = load_factory(self.engine_factory)(self.config)

@@ -7,27 +7,50 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 from rollhub.errors import ConfigError
+from rollhub.trace import TraceRecord
 
 from rollhub_gateway.protocols.base import WireError, body_json, error_response
 from rollhub_gateway.protocols.openai_chat import OpenAIChat
-from rollhub_gateway.sessions import SessionError
+from rollhub_gateway.sessions import Session, SessionError, SessionManager
+from rollhub_gateway.turns import ChatModel
 
-if TYPE_CHECKING:
-    from rollhub_gateway.server import Gateway
-
-__all__ = ["AdminRoutes"]
+__all__ = ["AdminRoutes", "SessionHost"]
 
 _OPENAI = OpenAIChat()
+
+
+class SessionHost(Protocol):
+    """What the admin routes manage: a :class:`~rollhub_gateway.gateway.Gateway`."""
+
+    admin_token: str
+    chat_model: ChatModel
+    sessions: SessionManager
+
+    def open_session(
+        self,
+        session_id: str | None = None,
+        *,
+        policy: Any = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Session: ...
+
+    def traces(self, session_id: str) -> list[TraceRecord]: ...
+
+    def finish_session(self, session_id: str) -> list[TraceRecord]: ...
+
+    def drop_session(self, session_id: str) -> None: ...
+
+    def set_weight_version(self, version: int | None) -> None: ...
 
 
 class AdminRoutes:
     """Session management over HTTP for one gateway (the hub's side of the API)."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: SessionHost) -> None:
         self.gateway = gateway
 
     def routes(self) -> list[tuple[str, str, Any]]:

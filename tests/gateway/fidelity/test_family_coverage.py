@@ -19,7 +19,7 @@ from rollhub_gateway.conformance_templates import (
 )
 from rollhub_gateway.engines.scripted import ScriptedBackend
 from rollhub_gateway.families import detect_family
-from rollhub_gateway.server import Gateway
+from rollhub_gateway.gateway import Gateway
 from rollhub_gateway.serving import ThreadedGateway
 from rollhub_gateway.testing_tokenizers import trl_template
 from rollhub_gateway.turns import ChatTurn

@@ -132,7 +132,7 @@ GATEWAY_CHILD = textwrap.dedent(
     from rollhub_gateway.chat_model import build_chat_model
     from rollhub_gateway.config import GatewayConfig
     from rollhub_gateway.engines.scripted import ScriptedBackend
-    from rollhub_gateway.server import Gateway
+    from rollhub_gateway.gateway import Gateway
     from rollhub_gateway.serving import ThreadedGateway
     from rollhub_gateway.testing_tokenizers import family_template, vocab_tokenizer
 

@@ -12,7 +12,7 @@ import pytest
 from rollhub.sampling import Generation, SamplingParams, TokenChunk
 from rollhub_gateway.config import GatewayConfig
 from rollhub_gateway.engines.scripted import ScriptedBackend
-from rollhub_gateway.server import Gateway
+from rollhub_gateway.gateway import Gateway
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

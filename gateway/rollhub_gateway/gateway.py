@@ -30,13 +30,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 from rollhub.sampling import SamplingBackend
 from rollhub.trace import TraceRecord
 
 from rollhub_gateway.admission import Admission
+from rollhub_gateway.app_server import AppServer
 from rollhub_gateway.config import GatewayConfig, SessionPolicy
 from rollhub_gateway.http_head import route_table
 from rollhub_gateway.metrics import GatewayMetrics
@@ -46,9 +47,6 @@ from rollhub_gateway.protocols.base import error_response, fast_json_response
 from rollhub_gateway.protocols.execution import ClientGone, TurnRunner
 from rollhub_gateway.sessions import Session, SessionError, SessionManager
 from rollhub_gateway.turns import ChatModel
-
-if TYPE_CHECKING:
-    from rollhub_gateway.serving import AppServer
 
 __all__ = ["Gateway"]
 
@@ -151,8 +149,6 @@ class Gateway:
     def app_server(self, app: web.Application, host: str, port: int) -> AppServer:
         """An :class:`AppServer` of ``app`` (this gateway's, maybe with routes added) whose
         gateway routes take the fast path (:mod:`rollhub_gateway.fast_path`)."""
-        from rollhub_gateway.serving import AppServer
-
         return AppServer(
             app,
             host,
