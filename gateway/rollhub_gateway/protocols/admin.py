@@ -13,7 +13,8 @@ from aiohttp import web
 from rollhub.errors import ConfigError
 from rollhub.trace import TraceRecord
 
-from rollhub_gateway.protocols.base import WireError, body_json, error_response
+from rollhub_gateway.admission import parse_body, read_body
+from rollhub_gateway.protocols.base import WireError, error_response
 from rollhub_gateway.protocols.openai_chat import OpenAIChat
 from rollhub_gateway.sessions import Session, SessionError, SessionManager
 from rollhub_gateway.turns import ChatModel
@@ -203,6 +204,11 @@ class AdminRoutes:
             return error_response(_OPENAI, err)
         self.gateway.set_weight_version(version)
         return web.json_response({"version": version})
+
+
+async def body_json(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
+    """The JSON object body; 413 past ``client_max_size``, 400 when it is not an object."""
+    return parse_body(await read_body(request), allow_empty=allow_empty)
 
 
 def _session_error(exc: SessionError, kind: str, *, param: str | None = None) -> WireError:

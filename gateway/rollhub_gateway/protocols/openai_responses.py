@@ -10,31 +10,24 @@ state: ``previous_response_id`` is refused; send the whole conversation as ``inp
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 from rollhub_gateway.protocols.base import (
+    Finished,
     ProtocolAdapter,
-    RequestedSampling,
+    Started,
+    StreamEvent,
     TurnResult,
     WireError,
     WireRequest,
     new_id,
-    opt_bool,
-    opt_float,
-    opt_int,
     owed_deltas,
     sse,
 )
-from rollhub_gateway.protocols.execution import Finished, Started, StreamEvent
-from rollhub_gateway.protocols.known_prefix import KnownPrefix, reusable_prefix
 from rollhub_gateway.protocols.openai_chat import OpenAIChat
-from rollhub_gateway.protocols.openai_responses_input import (
-    parse_input,
-    parse_tool_choice,
-    parse_tools,
-)
-from rollhub_gateway.turns import ChatTurn, OutputDelta
+from rollhub_gateway.protocols.openai_responses_input import parse_request
+from rollhub_gateway.turns import OutputDelta
 
 __all__ = ["OpenAIResponses"]
 
@@ -46,66 +39,7 @@ class OpenAIResponses(ProtocolAdapter):
 
     #: :meth:`parse` takes what it kept of the session's previous call (``known=``)
     reuses_known = True
-
-    def parse(self, body: Mapping[str, Any], *, known: KnownPrefix | None = None) -> WireRequest:
-        """Validate a request body; every 400 names its field.
-
-        :param known: the :class:`KnownPrefix` of the session's previous call: the leading
-            items sent exactly as then are not parsed again.
-        """
-        if body.get("previous_response_id") is not None:
-            raise WireError(
-                "invalid_request",
-                "'previous_response_id' is not supported: the gateway stores no responses; send the whole conversation as 'input'",
-                param="previous_response_id",
-            )
-        if "input" not in body:
-            raise WireError("invalid_request", "missing required field 'input'", param="input")
-        items, instructions = body["input"], body.get("instructions")
-        start, reused, ends = reusable_prefix(items, instructions, known)
-        # a function_call item joins the assistant message before it: never resume there
-        while start and ((end := ends[start]) is None or reused[end - 1]["role"] == "assistant"):
-            start -= 1
-        if start:
-            messages, ends = reused[: ends[start]], ends[: start + 1]
-        else:
-            if instructions is not None and not isinstance(instructions, str):
-                raise WireError(
-                    "invalid_request", "'instructions' must be a string", param="instructions"
-                )
-            messages = [] if instructions is None else [{"role": "system", "content": instructions}]
-            ends = [len(messages)]
-        parse_input(items, messages, ends, start)
-        turn = ChatTurn(
-            messages, parse_tools(body.get("tools")), parse_tool_choice(body.get("tool_choice"))
-        )
-        # OpenAI's range, checked like Chat's (Responses output carries no alternatives)
-        opt_int(body, "top_logprobs", minimum=0, maximum=20)
-        return WireRequest(
-            turn=turn,
-            sampling=RequestedSampling(
-                max_tokens=opt_int(body, "max_output_tokens", minimum=1),
-                temperature=opt_float(body, "temperature", minimum=0, maximum=2),
-                top_p=opt_float(body, "top_p", minimum=0, maximum=1),
-            ),
-            stream=bool(opt_bool(body, "stream")),
-            model=body.get("model"),
-            known=KnownPrefix(instructions, items, ends, turn) if isinstance(items, list) else None,
-            options={
-                "body": {
-                    k: body.get(k)
-                    for k in (
-                        "instructions",
-                        "tools",
-                        "tool_choice",
-                        "temperature",
-                        "top_p",
-                        "max_output_tokens",
-                        "metadata",
-                    )
-                }
-            },
-        )
+    parse = staticmethod(parse_request)
 
     def _envelope(
         self, req: WireRequest, rid: str, created: int, model: str, status: str
