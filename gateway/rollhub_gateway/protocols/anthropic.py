@@ -23,10 +23,10 @@ from rollhub_gateway.protocols.base import (
     WireError,
     WireRequest,
     new_id,
-    owed_deltas,
     parse_arguments,
     sse,
 )
+from rollhub_gateway.protocols.text_blocks import TextBlocks, TextKind
 from rollhub_gateway.turns import OutputDelta
 
 __all__ = ["AnthropicMessages"]
@@ -90,57 +90,10 @@ class AnthropicMessages(ProtocolAdapter):
         self, req: WireRequest, events: AsyncIterator[StreamEvent]
     ) -> AsyncIterator[bytes]:
         """message_start, content blocks (start/delta/stop), message_delta, message_stop."""
-        streamed = {"content": "", "reasoning": ""}
-        block = {"index": -1, "kind": None}
-
-        def open_block(kind: str) -> list[bytes]:
-            out = close_block()
-            block["index"] += 1
-            block["kind"] = kind
-            start = (
-                {"type": "thinking", "thinking": "", "signature": ""}
-                if kind == "reasoning"
-                else {"type": "text", "text": ""}
-            )
-            out.append(
-                sse(
-                    {
-                        "type": "content_block_start",
-                        "index": block["index"],
-                        "content_block": start,
-                    },
-                    "content_block_start",
-                )
-            )
-            return out
-
-        def close_block() -> list[bytes]:
-            if block["kind"] is None:
-                return []
-            block["kind"] = None
-            return [
-                sse({"type": "content_block_stop", "index": block["index"]}, "content_block_stop")
-            ]
-
-        def text(kind: str, piece: str) -> list[bytes]:
-            out = open_block(kind) if block["kind"] != kind else []
-            streamed[kind] += piece
-            delta = (
-                {"type": "thinking_delta", "thinking": piece}
-                if kind == "reasoning"
-                else {"type": "text_delta", "text": piece}
-            )
-            out.append(
-                sse(
-                    {"type": "content_block_delta", "index": block["index"], "delta": delta},
-                    "content_block_delta",
-                )
-            )
-            return out
-
+        blocks = TextBlocks(_Blocks())
         async for ev in events:
             if isinstance(ev, Started):
-                msg = {
+                msg: dict[str, Any] = {
                     "id": new_id("msg_"), "type": "message", "role": "assistant", "model": ev.model_id,
                     "content": [], "stop_reason": None, "stop_sequence": None,
                     "usage": {"input_tokens": ev.prompt_tokens, "output_tokens": 0},
@@ -148,68 +101,10 @@ class AnthropicMessages(ProtocolAdapter):
                 yield sse({"type": "message_start", "message": msg}, "message_start")
             elif isinstance(ev, OutputDelta):
                 if ev.text:
-                    for b in text(ev.kind, ev.text):
+                    for b in blocks.write(ev.kind, ev.text):
                         yield b
             elif isinstance(ev, Finished):
-                r = ev.result
-                chunks: list[bytes] = []
-                for d in owed_deltas(streamed, r.parsed):
-                    chunks += text(d.kind, d.text)
-                if block["index"] < 0 and not r.parsed.tool_calls:
-                    chunks += open_block("content")  # an empty answer is still one text block
-                chunks += close_block()
-                for c in r.parsed.tool_calls:
-                    block["index"] += 1
-                    i = block["index"]
-                    chunks.append(
-                        sse(
-                            {
-                                "type": "content_block_start",
-                                "index": i,
-                                "content_block": {
-                                    "type": "tool_use",
-                                    "id": c.id,
-                                    "name": c.name,
-                                    "input": {},
-                                },
-                            },
-                            "content_block_start",
-                        )
-                    )
-                    chunks.append(
-                        sse(
-                            {
-                                "type": "content_block_delta",
-                                "index": i,
-                                "delta": {
-                                    "type": "input_json_delta",
-                                    "partial_json": json.dumps(
-                                        parse_arguments(c.arguments), ensure_ascii=False
-                                    ),
-                                },
-                            },
-                            "content_block_delta",
-                        )
-                    )
-                    chunks.append(
-                        sse({"type": "content_block_stop", "index": i}, "content_block_stop")
-                    )
-                delta = {
-                    "stop_reason": _stop_reason(r),
-                    "stop_sequence": r.stop_sequence,
-                }
-                chunks.append(
-                    sse(
-                        {
-                            "type": "message_delta",
-                            "delta": delta,
-                            "usage": {"output_tokens": r.completion_tokens},
-                        },
-                        "message_delta",
-                    )
-                )
-                chunks.append(sse({"type": "message_stop"}, "message_stop"))
-                for b in chunks:
+                for b in _finish(blocks, ev.result):
                     yield b
 
     def error_body(self, err: WireError) -> dict[str, Any]:
@@ -225,3 +120,52 @@ def _stop_reason(r: TurnResult) -> str:
     if r.stop_sequence is not None and not r.parsed.tool_calls:
         return "stop_sequence"
     return _STOP.get(r.finish_reason, "end_turn")
+
+
+class _Blocks:
+    """Anthropic content blocks of text and thinking (see :class:`.TextBlocks`)."""
+
+    def open(self, kind: TextKind, index: int) -> list[bytes]:
+        start = (
+            {"type": "thinking", "thinking": "", "signature": ""}
+            if kind == "reasoning"
+            else {"type": "text", "text": ""}
+        )
+        event = {"type": "content_block_start", "index": index, "content_block": start}
+        return [sse(event, "content_block_start")]
+
+    def delta(self, kind: TextKind, index: int, piece: str) -> list[bytes]:
+        delta = (
+            {"type": "thinking_delta", "thinking": piece}
+            if kind == "reasoning"
+            else {"type": "text_delta", "text": piece}
+        )
+        event = {"type": "content_block_delta", "index": index, "delta": delta}
+        return [sse(event, "content_block_delta")]
+
+    def close(self, kind: TextKind, index: int, text: str) -> list[bytes]:
+        return [sse({"type": "content_block_stop", "index": index}, "content_block_stop")]
+
+
+def _finish(blocks: TextBlocks, r: TurnResult) -> list[bytes]:
+    """What is owed of the text, one tool_use block per call, message_delta, message_stop."""
+    out = blocks.finish(r.parsed)
+    if blocks.count == 0 and not r.parsed.tool_calls:
+        out += blocks.open("content") + blocks.close()  # an empty answer is still one block
+    for i, c in enumerate(r.parsed.tool_calls, start=blocks.count):
+        use = {"type": "tool_use", "id": c.id, "name": c.name, "input": {}}
+        args = json.dumps(parse_arguments(c.arguments), ensure_ascii=False)
+        out += [
+            sse({"type": "content_block_start", "index": i, "content_block": use}, "content_block_start"),
+            sse(
+                {"type": "content_block_delta", "index": i,
+                 "delta": {"type": "input_json_delta", "partial_json": args}},
+                "content_block_delta",
+            ),
+            sse({"type": "content_block_stop", "index": i}, "content_block_stop"),
+        ]  # fmt: skip
+    delta = {"stop_reason": _stop_reason(r), "stop_sequence": r.stop_sequence}
+    usage = {"output_tokens": r.completion_tokens}
+    out.append(sse({"type": "message_delta", "delta": delta, "usage": usage}, "message_delta"))
+    out.append(sse({"type": "message_stop"}, "message_stop"))
+    return out

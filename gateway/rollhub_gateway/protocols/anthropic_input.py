@@ -225,5 +225,5 @@ def parse_request(
         ),
         stream=bool(opt_bool(body, "stream")),
         model=body.get("model"),
-        known=None if count_only else KnownPrefix(system, items, ends, turn),
+        known=None if count_only else KnownPrefix(system, items or [], ends, turn),
     )

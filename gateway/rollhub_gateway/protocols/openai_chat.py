@@ -30,15 +30,10 @@ from rollhub_gateway.protocols.base import (
     owed_deltas,
     sse,
 )
-from rollhub_gateway.protocols.openai_chat_input import (
-    content_text,
-    parse_messages,
-    parse_request,
-    parse_tools,
-)
+from rollhub_gateway.protocols.openai_chat_input import parse_request
 from rollhub_gateway.turns import OutputDelta
 
-__all__ = ["OpenAIChat", "content_text", "parse_messages", "parse_tools"]
+__all__ = ["OpenAIChat"]
 
 _ERROR_TYPES = {
     "invalid_request": ("invalid_request_error", None),
