@@ -3,8 +3,8 @@ path (:mod:`rollhub_gateway.fast_path`).
 
 "Plain" is deliberately narrow: whatever this module does not accept, aiohttp reads. The
 head is parsed by llhttp (through ``httptools``), the parser aiohttp's own C parser is built
-on, so the two never frame one request differently; llhttp is also 3× cheaper than the
-regular expressions it replaced (8 vs 25 µs for a turn's head,
+on, so the two never frame one request differently. It costs what the regular expressions
+it replaced cost (9-16 vs 8-19 µs for a turn's head on the 2-core machine, three rounds of
 ``bench/bench_gateway_libraries.py``).
 """
 
