@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -117,7 +118,7 @@ class Admission:
             chars = _text_chars(req)
             if chars > limit * self.token_chars():
                 raise _too_long(f"the messages hold {chars} characters", limit)
-        session.touch()
+        session.last_used = time.monotonic()
         return req, self.planner.plan(session, req, route=route)
 
     async def count_tokens(self, request: web.Request, adapter: Any) -> int:

@@ -64,7 +64,7 @@ class TurnRunner:
             return self._commit(plan, parser, gen, engine_ms)
         finally:
             plan.session.in_flight -= 1
-            plan.session.touch()
+            plan.session.last_used = time.monotonic()
 
     def stream(self, plan: TurnPlan) -> TurnStream:
         """A stream of this call's output (call :meth:`TurnStream.start` first)."""
@@ -82,6 +82,7 @@ class TurnRunner:
         if gen.finish_reason == "stop" and plan.params.stop:
             # the ids keep the stop string (they were sampled); the message does not
             parsed, stop_sequence = cut_at_stop(parsed, plan.params.stop)
+        version = stamped_version(gen, plan.turn.weight_version)  # as commit stamps it
         try:
             drift = plan.session.conversation.commit(
                 plan.prepared, gen, parsed, weight_version=plan.turn.weight_version
@@ -96,6 +97,8 @@ class TurnRunner:
             prompt_tokens=len(plan.prepared.prompt_ids),
             model_id=self.chat_model.model_id,
             turn_index=plan.prepared.turn_index,
+            completion_tokens=len(gen.token_ids),
+            finish_reason="tool_calls" if parsed.tool_calls else gen.finish_reason,
             token_texts=token_texts(self.chat_model, gen) if opts.get("logprobs") else None,
             top_logprobs=top_logprobs(self.chat_model, gen, opts.get("top_logprobs") or 0),
             prompt_ids=plan.prepared.prompt_ids,
@@ -113,7 +116,7 @@ class TurnRunner:
                 finish_reason=result.finish_reason,
                 drift=drift or plan.prepared.drift,
                 stream=plan.request.stream,
-                weight_version=stamped_version(gen, plan.turn.weight_version),
+                weight_version=version,
             ),
             log_line=self.log_turns,
         )
@@ -210,7 +213,7 @@ class TurnStream:
         if self._counted:
             self._counted = False
             self.plan.session.in_flight -= 1
-            self.plan.session.touch()
+            self.plan.session.last_used = time.monotonic()
             if not self._done:
                 self.runner.metrics.stream_aborted()
         await self._agen.aclose()

@@ -113,6 +113,10 @@ class TurnResult:
     prompt_tokens: int
     model_id: str
     turn_index: int
+    #: number of sampled tokens
+    completion_tokens: int
+    #: neutral finish reason: ``tool_calls``, ``stop``, ``length`` or ``abort``
+    finish_reason: str
     #: decoded text of each sampled token (for OpenAI logprobs), when the tokenizer is known
     token_texts: list[str] | None = None
     #: per sampled token, the engine's most likely alternatives ``(text, logprob)``, best
@@ -123,18 +127,6 @@ class TurnResult:
     #: the request's stop sequence that ended the output (cut from ``parsed.content``)
     stop_sequence: str | None = None
     created: int = field(default_factory=lambda: int(time.time()))
-
-    @property
-    def completion_tokens(self) -> int:
-        """Number of sampled tokens."""
-        return len(self.generation.token_ids)
-
-    @property
-    def finish_reason(self) -> str:
-        """Neutral finish reason: ``tool_calls``, ``stop``, ``length`` or ``abort``."""
-        if self.parsed.tool_calls:
-            return "tool_calls"
-        return self.generation.finish_reason
 
 
 @dataclass(frozen=True)
