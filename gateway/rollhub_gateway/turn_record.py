@@ -2,8 +2,8 @@ r"""A session's record of its sampled turns: each committed turn becomes a
 :class:`~rollhub_gateway.trajectory.TurnNode` in the session's tree and a journal row, and
 the tree gives the session's :class:`~rollhub.trace.TraceRecord`\ s.
 
-The weight version of a turn is decided here, once (:func:`stamped_version`); the hub reads
-it from the records (``TraceRecord.turns[i].weight_version``).
+The weight version of a turn is decided here, once (:func:`stamped_version`); the records
+carry it to the hub (``TraceRecord.turns[i].weight_version``).
 """
 
 from __future__ import annotations
