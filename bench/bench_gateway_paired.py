@@ -50,11 +50,13 @@ class TreeServer(ref.Server):
         self.url, self.pid = line[1], int(line[2])
 
 
-async def paired(servers: dict[str, TreeServer], sessions: int, turns: int) -> dict[str, list]:
+async def paired(
+    servers: dict[str, TreeServer], sessions: int, turns: int
+) -> dict[str, list[float]]:
     import aiohttp
 
     tally = ref.Tally()
-    cpu = {name: [[] for _ in range(turns)] for name in servers}
+    cpu: dict[str, list[list[float]]] = {name: [[] for _ in range(turns)] for name in servers}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1200)) as http:
         for rnd in range(sessions + 1):  # round 0 warms both up
             for name, srv in servers.items():

@@ -46,7 +46,8 @@ class Walk:
             self.base = frame
         if self.base is None or code.co_name.startswith("<") or code.co_name == "__init__":
             return
-        d, f = 0, frame
+        d = 0
+        f: FrameType | None = frame
         while f is not None and f is not self.base:
             back = f.f_back
             if back is not None and back.f_code.co_filename != f.f_code.co_filename:
