@@ -40,8 +40,8 @@ def _serve(port_q: Any, stop_ev: Any, latency_s: float) -> None:
     from rollhub_gateway.chat_model import build_chat_model
     from rollhub_gateway.config import GatewayConfig
     from rollhub_gateway.engines.scripted import ScriptedBackend, ScriptedOptions
+    from rollhub_gateway.gateway import Gateway
     from rollhub_gateway.models import load_tokenizer
-    from rollhub_gateway.server import Gateway
 
     tok = load_tokenizer("smollm2-135m-instruct")
     out = [*tok.encode(OUTPUT_TEXT, add_special_tokens=False), tok.convert_tokens_to_ids("<|im_end|>")]

@@ -4,6 +4,14 @@ An OpenAI- and Anthropic-compatible HTTP gateway that renders messages to token 
 samples token-in/token-out from an inference engine, and records every turn's exact ids
 and logprobs under the caller's session. The public names below are imported lazily, so
 ``import rollhub_gateway`` stays cheap.
+
+A model call, in the order it runs (``docs/architecture.md``): :mod:`.gateway` (routes,
+the call's pipeline) → :mod:`.sessions` → :mod:`.admission` (body, limits) →
+:mod:`.protocols` (request parsing) → :mod:`.turn_plan` → :mod:`.conversation` (prompt
+ids) → :mod:`.turn_runner` (sampling via :mod:`.engines`) → :mod:`.turn_record` (the
+record; the weight version) → :mod:`.protocols` (the answer). Serving:
+:mod:`.app_server`, :mod:`.fast_path`, :mod:`.http_head`, :mod:`.serving`; replicas:
+:mod:`.pool`; template families: :mod:`.families`.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Gateway": "rollhub_gateway.server",
+    "Gateway": "rollhub_gateway.gateway",
     "GatewayConfig": "rollhub_gateway.config",
     "GatewayTokenSource": "rollhub_gateway.token_source",
     "SessionPolicy": "rollhub_gateway.config",
@@ -33,7 +41,7 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from rollhub_gateway.config import GatewayConfig, SessionPolicy
-    from rollhub_gateway.server import Gateway
+    from rollhub_gateway.gateway import Gateway
     from rollhub_gateway.serving import ThreadedGateway, build_gateway
     from rollhub_gateway.token_source import GatewayTokenSource
 

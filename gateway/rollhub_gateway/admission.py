@@ -20,18 +20,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
 
-from rollhub_gateway.protocols.base import WireError, WireRequest, parse_body, read_body
-from rollhub_gateway.protocols.execution import TurnPlan, TurnRunner
-from rollhub_gateway.sessions import Session
+try:  # a C JSON codec: request bodies grow with the conversation
+    import orjson
+except ImportError:  # pragma: no cover - the standard library gives the same results
+    orjson = None  # type: ignore[assignment]
 
-__all__ = ["OFFLOAD_BYTES", "Admission"]
+from rollhub_gateway.protocols.base import WireError, WireRequest
+from rollhub_gateway.sessions import Session
+from rollhub_gateway.turn_plan import TurnPlan, TurnPlanner
+
+__all__ = ["OFFLOAD_BYTES", "Admission", "parse_body", "read_body"]
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +53,13 @@ _BODY_SLACK = 64 * 1024
 class Admission:
     """Context limits and off-loop preparation of one gateway's model calls.
 
-    :param runner: plans (renders) calls once admitted.
+    :param planner: plans (renders) calls once admitted.
     :param workers: threads preparing big calls (default: the number of cores).
     """
 
-    def __init__(self, runner: TurnRunner, *, workers: int | None = None) -> None:
-        self.runner = runner
-        self.chat_model = runner.chat_model
+    def __init__(self, planner: TurnPlanner, *, workers: int | None = None) -> None:
+        self.planner = planner
+        self.chat_model = planner.chat_model
         self._pool = ThreadPoolExecutor(
             max_workers=workers or os.cpu_count() or 2, thread_name_prefix="rollhub-prepare"
         )
@@ -62,7 +69,7 @@ class Admission:
         """Prompt + output tokens one call of ``session`` may use (None: no limit known)."""
         return session.policy.max_context_tokens or getattr(self.chat_model, "context_window", None)
 
-    async def plan(
+    async def admit(
         self, request: web.Request, session: Session, adapter: Any, route: str
     ) -> tuple[WireRequest, TurnPlan]:
         """Read, validate and render one call, off the loop when it is big.
@@ -111,8 +118,8 @@ class Admission:
             chars = _text_chars(req)
             if chars > limit * self.token_chars():
                 raise _too_long(f"the messages hold {chars} characters", limit)
-        session.touch()
-        return req, self.runner.plan(session, req, route=route)
+        session.last_used = time.monotonic()
+        return req, self.planner.plan(session, req, route=route)
 
     async def count_tokens(self, request: web.Request, adapter: Any) -> int:
         """Anthropic ``count_tokens``: the prompt's real token count, off the loop when big."""
@@ -156,3 +163,36 @@ def _too_long(what: str, limit: int) -> WireError:
         "the messages",
         param="messages",
     )
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The raw body; 413 past ``client_max_size``."""
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise WireError(
+            "too_large",
+            f"request body is larger than the gateway's limit of {request.app._client_max_size} bytes (max_body_bytes)",
+        ) from exc
+
+
+def parse_body(raw: bytes, *, allow_empty: bool = False) -> dict[str, Any]:
+    """A raw body as a JSON object; 400 when it is not one."""
+    if not raw and allow_empty:
+        return {}
+    try:
+        body = _loads(raw)
+    except ValueError as exc:
+        raise WireError("invalid_request", f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise WireError("invalid_request", "request body must be a JSON object")
+    return body
+
+
+def _loads(raw: bytes) -> Any:
+    if orjson is not None:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass  # what orjson refuses (NaN, lone surrogates, huge ints) json may accept
+    return json.loads(raw)

@@ -22,88 +22,39 @@ import asyncio
 import json
 import logging
 import sys
-from dataclasses import dataclass, field
 from typing import Any
 
 from rollhub.sampling import SamplingParams
 
 from rollhub_gateway.chat_model import HFChatModel, build_chat_model
+from rollhub_gateway.conformance_report import (
+    APPEND_ONLY,
+    CONFORMANCE_FAMILIES,
+    FamilyReport,
+    check_parse,
+    check_records,
+    format_table,
+)
 from rollhub_gateway.conformance_script import TOOLS, Step, agent_message, output_ids, script
+from rollhub_gateway.conformance_templates import (
+    NO_TOOL_TEMPLATES,
+    refusal_report,
+    template_for,
+    tokenizer_for,
+    training_copies,
+)
 from rollhub_gateway.engines.scripted import ScriptedBackend, scripted_logprob
 from rollhub_gateway.template_oracle import direct_message, direct_render, template_rewrites
-from rollhub_gateway.turns import ChatTurn, ParsedOutput
+from rollhub_gateway.turns import ChatTurn
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "APPEND_ONLY",
-    "CONFORMANCE_FAMILIES",
-    "TOOLS",
-    "FamilyReport",
     "main",
+    "model_for",
     "run_family",
     "run_family_http",
 ]
-
-#: conformance name → (family word, parallel tool calls supported)
-CONFORMANCE_FAMILIES: dict[str, tuple[str, bool]] = {
-    "smollm2": ("chatml", False),
-    "qwen2_5": ("hermes", True),
-    "qwen3": ("qwen3", True),
-    "qwen3_5": ("qwen3_coder", True),
-    "qwen3_6": ("qwen3_coder", True),
-    "llama3_1": ("llama3", False),
-    "llama3_2": ("llama3", False),
-    "deepseek_v3": ("deepseek_v3", True),
-    "deepseek_r1": ("deepseek_v3", False),
-    "glm4_moe": ("glm4_moe", True),
-    "gpt_oss": ("gpt_oss", False),
-    "qwen3_instruct_2507": ("hermes", True),
-    "qwen3_vl": ("hermes", True),
-    "qwen3_5_nothink": ("qwen3_coder", True),
-    "qwen3_8": ("qwen3_coder", True),
-    "nemotron_3_nano": ("qwen3_coder", True),
-    "nemotron_3_super": ("qwen3_coder", True),
-    "nemotron_3_ultra": ("qwen3_coder", True),
-    "nemotron_3_5_lightning": ("qwen3_coder", True),
-    "gemma4": ("gemma4", True),
-    "gemma4_v2": ("gemma4", True),
-    "gemma4_v3": ("gemma4", True),
-    "gemma4_v4": ("gemma4", True),
-    "gemma4_v5": ("gemma4", True),
-    "diffusion_gemma": ("gemma4", True),
-    "lfm2": ("lfm2_inline", True),
-    "lfm2_v2": ("lfm2", True),
-    "lfm2_2_5": ("lfm2", True),
-    "lfm2_2_5_v2": ("lfm2", True),
-    "lfm2_2_5_vl": ("lfm2", True),
-    "muse_glimmer": ("atem", True),
-}
-#: templates that never rewrite earlier turns: any rerender or fork there is a bug
-APPEND_ONLY = {
-    "smollm2", "qwen2_5", "llama3_1", "llama3_2", "qwen3_instruct_2507", "qwen3_vl",
-    "qwen3_8", "gemma4_v2", "lfm2", "lfm2_v2", "muse_glimmer",
-}  # fmt: skip
-
-
-@dataclass
-class FamilyReport:
-    """The outcome of one family's session."""
-
-    name: str
-    family: str
-    turns: int = 0
-    counts: dict[str, int] = field(default_factory=dict)
-    sampled: int = 0
-    in_records: int = 0
-    retok_diff: int = 0
-    failures: list[str] = field(default_factory=list)
-    via: str = "direct"
-
-    @property
-    def ok(self) -> bool:
-        """Whether every check passed."""
-        return not self.failures
 
 
 def model_for(name: str, template_file: str | None = None) -> HFChatModel:
@@ -113,7 +64,6 @@ def model_for(name: str, template_file: str | None = None) -> HFChatModel:
     """
     if name == "smollm2":
         return build_chat_model()
-    from rollhub_gateway.conformance_templates import template_for, tokenizer_for
     from rollhub_gateway.testing_tokenizers import trl_template
 
     template = trl_template(template_file) if template_file else template_for(name)
@@ -160,7 +110,7 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
         for t in gen.token_ids:
             streamed += "".join(d.text for d in parser.feed([t]) if d.kind == "content")
         parsed = parser.finish()
-        _check_parse(report, step, parsed, streamed, content, calls)
+        check_parse(report, step, parsed, streamed, content, calls)
         # independent view: would a full re-render have extended the previous ids?
         fresh = r.encode(r.render_text(r.template_messages(messages), tools, generation=True))
         if prep.drift == "append" and fresh != prep.prompt_ids:
@@ -205,7 +155,7 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
             direct.append(messages[-1])
     if model.renderer.windowed is False and windowed_before:
         report.failures.append("a window render disagreed with the whole render")
-    _check_records(report, conv.traces(), sampled)
+    check_records(report, conv.traces(), sampled)
     report.counts = conv.drift_counts()
     if name in APPEND_ONLY and (report.counts["rerender"] or report.counts["fork"]):
         report.failures.append("append-only template produced a rerender or fork")
@@ -215,14 +165,14 @@ def run_family(name: str, model: HFChatModel | None = None) -> FamilyReport:
 def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport:
     """The same session through the gateway's HTTP API with the ``openai`` SDK.
 
-    A :class:`~rollhub_gateway.server.Gateway` serves on 127.0.0.1 with the scripted
+    A :class:`~rollhub_gateway.gateway.Gateway` serves on 127.0.0.1 with the scripted
     engine; the agent loop is an OpenAI Chat Completions client. Checks the finished
     session's records against the ids and logprobs the engine returned and the prompts
     it was given.
     """
     import openai
 
-    from rollhub_gateway.server import Gateway
+    from rollhub_gateway.gateway import Gateway
     from rollhub_gateway.serving import ThreadedGateway
 
     _fam_word, parallel = CONFORMANCE_FAMILIES[name]
@@ -279,7 +229,7 @@ def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport
         i: (ids, [scripted_logprob(k, t) for k, t in enumerate(ids)])
         for i, ids in enumerate(outputs)
     }
-    _check_records(report, records, sampled)
+    check_records(report, records, sampled)
     by_turn = {s.turn_index: (rec, s) for rec in records for s in rec.turns}
     for i in range(1, len(outputs)):
         rec, span = by_turn[i]
@@ -293,79 +243,6 @@ def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport
     if name in APPEND_ONLY and (report.counts.get("rerender") or report.counts.get("fork")):
         report.failures.append("append-only template produced a rerender or fork")
     return report
-
-
-def _check_parse(
-    report: FamilyReport,
-    step: int,
-    parsed: ParsedOutput,
-    streamed: str,
-    content: str,
-    calls: list[tuple[str, dict[str, Any]]],
-) -> None:
-    got = [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls]
-    if got != [(n, a) for n, a in calls]:
-        report.failures.append(f"turn {step}: tool calls {got} != {calls}")
-    if parsed.content.strip() != content.strip() or parsed.ill_formed:
-        report.failures.append(f"turn {step}: content {parsed.content!r} != {content!r}")
-    if not parsed.content.startswith(streamed):
-        report.failures.append(f"turn {step}: streamed {streamed!r} is not a prefix of the content")
-
-
-def _check_records(
-    report: FamilyReport, records: list[Any], sampled: dict[int, tuple[list[int], list[float]]]
-) -> None:
-    report.sampled = sum(len(ids) for ids, _ in sampled.values())
-    report.in_records = sum(r.num_sampled for r in records)
-    if report.in_records != report.sampled:
-        report.failures.append(f"{report.in_records} ids trained, {report.sampled} sampled")
-    found = set()
-    for rec in records:
-        for span in rec.turns:
-            ids, lps = sampled[span.turn_index]
-            if rec.response_ids[span.start : span.end] != ids:
-                report.failures.append(f"turn {span.turn_index}: ids differ in the record")
-            if rec.response_mask[span.start : span.end] != [1] * len(ids):
-                report.failures.append(f"turn {span.turn_index}: mask is not 1 on sampled ids")
-            if rec.response_logprobs[span.start : span.end] != lps:
-                report.failures.append(f"turn {span.turn_index}: logprobs differ")
-            found.add(span.turn_index)
-    if found != set(sampled):
-        report.failures.append(f"turns missing from records: {sorted(set(sampled) - found)}")
-
-
-def format_table(reports: list[FamilyReport], *, markdown: bool = False) -> str:
-    """The per-family table."""
-    head = [
-        "family",
-        "via",
-        "parser",
-        "turns",
-        "append",
-        "rerender",
-        "fork",
-        "masked tokens",
-        "sampled ids",
-        "trained (mask 1)",
-        "retokenisation differs",
-        "result",
-    ]
-    for r in reports:
-        if r.via == "http":
-            r.retok_diff = -1  # not observable through HTTP
-    rows = [
-        [r.name, r.via, r.family, r.turns, r.counts.get("append", 0), r.counts.get("rerender", 0),
-         r.counts.get("fork", 0), r.counts.get("masked_tokens", 0), r.sampled, r.in_records,
-         r.retok_diff if r.retok_diff >= 0 else "", "ok" if r.ok else "FAIL: " + "; ".join(r.failures[:3])]
-        for r in reports
-    ]  # fmt: skip
-    if markdown:
-        lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-        return "\n".join(lines)
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=False)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join(fmt.format(*map(str, row)) for row in [head, *rows])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -396,8 +273,6 @@ def main(argv: list[str] | None = None) -> int:
         "without a tool-call syntax refuse tools",
     )
     args = ap.parse_args(argv)
-    from rollhub_gateway.conformance_templates import refusal_report, training_copies
-
     runs: list[tuple[str, str, str | None]] = [
         (n, n, None) for n in args.family or CONFORMANCE_FAMILIES
     ]
@@ -424,8 +299,6 @@ def main(argv: list[str] | None = None) -> int:
                 r.name = label
                 reports.append(r)
     if args.all_templates and not args.family:
-        from rollhub_gateway.conformance_templates import NO_TOOL_TEMPLATES
-
         reports += [refusal_report(t) for t in NO_TOOL_TEMPLATES]
     print(format_table(reports, markdown=args.markdown))
     bad = [r for r in reports if not r.ok]

@@ -19,6 +19,7 @@ from typing import Any
 
 from rollhub.errors import ConfigError
 
+from rollhub_gateway.conformance_report import FamilyReport
 from rollhub_gateway.testing_tokenizers import FAMILY_TEMPLATES
 
 log = logging.getLogger(__name__)
@@ -62,14 +63,13 @@ def training_copies() -> dict[str, str]:
     }
 
 
-def refusal_report(template: str) -> Any:
+def refusal_report(template: str) -> FamilyReport:
     """A conformance row for a TRL template without a tool-call syntax: tools must be
     refused with a :class:`~rollhub.errors.GatewayError` naming ``family`` before anything
     is rendered or sampled, and a chat without tools must still render."""
     from rollhub.errors import GatewayError
 
     from rollhub_gateway.chat_model import build_chat_model
-    from rollhub_gateway.conformance import FamilyReport
     from rollhub_gateway.conformance_script import TOOLS
     from rollhub_gateway.testing_tokenizers import trl_template
     from rollhub_gateway.turns import ChatTurn

@@ -10,31 +10,36 @@ for the messages rendered last, which are the window of the next turns.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rollhub.errors import GatewayError
-from rollhub.sampling import Generation
-from rollhub.trace import DriftKind, TraceRecord
+from rollhub.trace import DriftKind
 
-from rollhub_gateway.journal_entries import journal_entry, rebuild
-from rollhub_gateway.render import Continuation, TurnTexts, canonical_tools, text_digest, window
+from rollhub_gateway.render import (
+    Continuation,
+    TurnTexts,
+    canonical_tools,
+    text_digest,
+    window,
+)
 from rollhub_gateway.trajectory import (
     TrajectoryTree,
     TurnNode,
     message_key,
-    next_digest,
     prefix_digests,
 )
 from rollhub_gateway.trajectory import count_window_mismatch as _count_window_mismatch
-from rollhub_gateway.turns import ChatTurn, ParsedOutput, PreparedTurn
-
-if TYPE_CHECKING:
-    from rollhub_gateway.chat_model import HFChatModel
+from rollhub_gateway.turn_record import ConversationModel, PendingTurn, TurnRecords
+from rollhub_gateway.turns import ChatTurn, PreparedTurn
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FORM_CACHE", "VERIFY_EVERY", "VERIFY_MAX", "HFConversation", "PendingTurn"]
+__all__ = [
+    "FORM_CACHE",
+    "VERIFY_EVERY",
+    "VERIFY_MAX",
+    "HFConversation",
+]
 
 #: after this many continued turns a session checks a window render against a whole one
 VERIFY_EVERY = 16
@@ -44,26 +49,10 @@ VERIFY_MAX = 512
 FORM_CACHE = 16
 
 
-@dataclass
-class PendingTurn:
-    """What :meth:`HFConversation.prepare` decided, applied by ``commit``."""
-
-    parent: TurnNode | None
-    base: TurnNode | None
-    extra_ids: list[int]
-    history: list[dict[str, Any]]  # the prompt's messages (neutral form, our answers ours)
-    history_digest: str
-    prompt_text: str | None
-    tools_key: str
-    masked: int
-    opens_reasoning: bool
-    sent: list[dict[str, Any]]  # the request's messages as the agent sent them
-
-
-class HFConversation:
+class HFConversation(TurnRecords):
     """One session's trajectory: renders turns with continuity and records them."""
 
-    def __init__(self, model: HFChatModel, session_id: str) -> None:
+    def __init__(self, model: ConversationModel, session_id: str) -> None:
         self.model = model
         self.session_id = session_id
         self.tree = TrajectoryTree(session_id, model.model_id)
@@ -287,100 +276,6 @@ class HFConversation:
                 r.windowed = False
                 _count_window_mismatch()
         return cont
-
-    # commit ----------------------------------------------------------------------------------
-
-    def commit(
-        self,
-        prepared: PreparedTurn,
-        generation: Generation,
-        parsed: ParsedOutput,
-        *,
-        weight_version: int | None = None,
-    ) -> DriftKind:
-        """Record a sampled turn (journal write included) before the response is sent.
-
-        :returns: the turn's drift as committed: a turn prepared as an ``append`` is a
-            ``fork`` when a concurrent turn took its place first.
-        """
-        st = prepared.state
-        if not isinstance(st, PendingTurn):
-            raise GatewayError(
-                "commit() needs the PreparedTurn that prepare() of this session returned"
-            )
-        if len(generation.logprobs) != len(generation.token_ids):
-            raise GatewayError(
-                f"engine returned {len(generation.token_ids)} token ids but "
-                f"{len(generation.logprobs)} logprobs; the trace needs one logprob per id",
-                field="logprobs",
-            )
-        fam = self.model.renderer.family
-        assistant = fam.assistant_message(parsed)
-        if assistant.get("tool_calls") and not assistant["content"]:
-            # as agents send it back (OpenAI replies ``null``), so that the re-sent copy
-            # is equal to ours and the session keeps one; None and "" read the same to
-            # message_key and become the same template form
-            assistant["content"] = None
-        answer_key = message_key(assistant)
-        asst_digest = next_digest(st.history_digest, answer_key)
-        finish = generation.finish_reason
-        if parsed.tool_calls and finish == "stop":
-            finish = "tool_calls"
-        wv = weight_version if weight_version is not None else generation.weight_version
-        node = TurnNode(
-            index=prepared.turn_index,
-            parent=st.parent,
-            base=st.base,
-            extra_ids=st.extra_ids,
-            output_ids=generation.token_ids,
-            logprobs=generation.logprobs,
-            finish_reason=finish,
-            weight_version=wv,
-            drift=prepared.drift,
-            ill_formed=parsed.ill_formed,
-            masked_tokens=st.masked,
-            messages=[*st.history, assistant],
-            history_digest=asst_digest,
-            prompt_text_len=len(st.prompt_text) if st.prompt_text is not None else None,
-            prompt_text_digest=text_digest(st.prompt_text) if st.prompt_text is not None else None,
-            tools_key=st.tools_key,
-            sent=st.sent,
-            answer_key=answer_key,
-        )
-        self.tree.add(node)
-        if self.model.journal is not None:
-            self.model.journal.append(self.session_id, node.index, journal_entry(node))
-        node.release()
-        return node.drift
-
-    # results ---------------------------------------------------------------------------------
-
-    def traces(self) -> list[TraceRecord]:
-        """The session's linearised records, one per branch."""
-        return self.tree.records()
-
-    def drift_counts(self) -> dict[str, int]:
-        """Counts of append / rerender / fork turns, masked tokens and ill-formed turns."""
-        return dict(self.tree.counts)
-
-    def finish(self) -> list[TraceRecord]:
-        """Close the session: mark it done in the journal and return its records."""
-        records = self.traces()
-        if self.model.journal is not None:
-            self.model.journal.finish(self.session_id)
-        self.finished = True
-        return records
-
-    def discard(self) -> None:
-        """Drop the session and its journal entries without producing records."""
-        if self.model.journal is not None:
-            self.model.journal.discard(self.session_id)
-        self.finished = True
-
-    def _recover(self, entries: list[dict[str, Any]]) -> None:
-        """Rebuild the tree from journal entries, in commit order."""
-        self._next_turn = rebuild(self.tree, entries, self.model.journal, self.session_id)
-        log.info("session %s: recovered %d turns from the journal", self.session_id, len(entries))
 
 
 def _same_answer(theirs: dict[str, Any], ours: dict[str, Any]) -> bool:

@@ -62,6 +62,7 @@ class Session:
     policy: SessionPolicy
     conversation: Conversation
     created: float = field(default_factory=time.monotonic)
+    #: when a call of the session last started or ended (its idle timer)
     last_used: float = field(default_factory=time.monotonic)
     turns: int = 0
     in_flight: int = 0
@@ -73,10 +74,6 @@ class Session:
     #: ``(route's adapter name, WireRequest.known)`` of the last call: the next call on
     #: that route takes its unchanged messages from it instead of parsing them again
     last_parse: tuple[str, Any] | None = None
-
-    def touch(self) -> None:
-        """Mark the session as used now (resets its idle timer)."""
-        self.last_used = time.monotonic()
 
 
 class SessionManager:

@@ -35,8 +35,8 @@ from rollhub_gateway.admin_call import admin_call
 from rollhub_gateway.config import GatewayConfig, PoolSection, SessionPolicy
 
 if TYPE_CHECKING:
+    from rollhub_gateway.gateway import Gateway
     from rollhub_gateway.pool import GatewayPool
-    from rollhub_gateway.server import Gateway
 
 __all__ = ["GatewaySourceOptions", "GatewayTokenSource"]
 

@@ -11,25 +11,21 @@ pid changes.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import importlib
 import importlib.util
 import json
 import logging
 import os
-import signal
 import socket
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
+
+from rollhub.parent_death import die_with_parent
 
 __all__ = ["load_app", "main"]
 
 log = logging.getLogger(__name__)
-
-_PR_SET_PDEATHSIG = 1
 
 
 def load_app(ref: str) -> Any:
@@ -63,25 +59,6 @@ def load_app(ref: str) -> Any:
         ) from None
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):
-            log.debug("prctl(PR_SET_PDEATHSIG) unavailable; relying on the watchdog")
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-
-    def watchdog() -> None:
-        while True:
-            time.sleep(0.5)
-            if os.getppid() != parent_pid:
-                os._exit(1)
-
-    threading.Thread(target=watchdog, name="parent-watchdog", daemon=True).start()
-
-
 def main(argv: list[str] | None = None) -> None:
     """Entry point of a worker process."""
     parser = argparse.ArgumentParser(prog="rollhub.runtimes.local_worker")
@@ -90,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
-    _die_with_parent(args.parent_pid)
+    die_with_parent(args.parent_pid)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
 
     import asyncio

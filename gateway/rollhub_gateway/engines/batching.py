@@ -35,6 +35,7 @@ from typing import Any
 from rollhub.errors import GatewayError
 from rollhub.sampling import Generation, SamplingParams, TokenChunk
 
+from .padded_batch import merge_row, select_rows
 from .prefix_cache import PrefixCache
 from .token_sampling import LogprobsMode, sample_token
 
@@ -294,37 +295,8 @@ class BatchEngine:
                 row.emit(err)
 
     def _merge(self, row: Row, cache: Any) -> None:
-        import torch
-        import torch.nn.functional as F
-        from transformers import DynamicCache
-
-        new_len = row.length
-        if not self._rows:
-            self._cache = cache
-            self._mask = torch.ones((1, new_len), dtype=torch.long)
-            self._rows.append(row)
-            return
-        if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
-            raise GatewayError(
-                "this model has sliding-window cache layers, which cannot be merged into a "
-                "batch: set the engine option max_batch_size=1",
-                engine="transformers",
-            )
-        old_len = self._mask.shape[1]
-        width = max(old_len, new_len)
-        pad_old, pad_new = width - old_len, width - new_len
-        layers = []
-        for old, new in zip(self._cache.layers, cache.layers, strict=True):
-            keys = torch.cat(
-                [F.pad(old.keys, (0, 0, pad_old, 0)), F.pad(new.keys, (0, 0, pad_new, 0))]
-            )
-            values = torch.cat(
-                [F.pad(old.values, (0, 0, pad_old, 0)), F.pad(new.values, (0, 0, pad_new, 0))]
-            )
-            layers.append((keys, values))
-        self._cache = DynamicCache(ddp_cache_data=layers)
-        new_mask = torch.ones((1, new_len), dtype=torch.long)
-        self._mask = torch.cat([F.pad(self._mask, (pad_old, 0)), F.pad(new_mask, (pad_new, 0))])
+        mask = self._mask if self._rows else None  # an empty batch becomes this row
+        self._cache, self._mask = merge_row(self._cache, mask, cache, row.length)
         self._rows.append(row)
 
     def _decode_step(self) -> None:
@@ -393,8 +365,6 @@ class BatchEngine:
         """Remove finished or aborted rows from the batch and tighten the cache."""
         if not rows:
             return
-        import torch
-
         gone = {id(r) for r in rows}
         keep = [i for i, r in enumerate(self._rows) if id(r) not in gone]
         if reason is None and self.prefix_cache is not None:
@@ -406,15 +376,7 @@ class BatchEngine:
         if not keep:
             self._cache = self._mask = None
             return
-        self._cache.batch_select_indices(torch.tensor(keep, dtype=torch.long))
-        self._mask = self._mask[keep]
-        used = torch.nonzero(self._mask.sum(dim=0)).flatten()
-        first = int(used[0]) if used.numel() else 0
-        if first > 0:
-            self._mask = self._mask[:, first:]
-            for layer in self._cache.layers:
-                layer.keys = layer.keys[:, :, first:]
-                layer.values = layer.values[:, :, first:]
+        self._cache, self._mask = select_rows(self._cache, self._mask, keep)
 
     def _keep_states(self, indices: list[int]) -> None:
         """Hand finished rows' states to the prefix cache: the session's next turn starts

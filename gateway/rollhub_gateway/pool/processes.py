@@ -28,8 +28,7 @@ from typing import Any
 
 from rollhub.errors import GatewayError, UsageError
 
-from rollhub_gateway.pool.replica import Replica
-from rollhub_gateway.pool.replica_server import POLICY_ROUTE
+from rollhub_gateway.pool.replica import POLICY_ROUTE, Replica
 from rollhub_gateway.pool.tombstone import Tombstone
 
 __all__ = ["ProcessReplica"]

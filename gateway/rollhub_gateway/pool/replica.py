@@ -19,9 +19,12 @@ from rollhub.errors import GatewayError, TokenRetrievalError
 
 from rollhub_gateway.admin_call import admin_call
 
-__all__ = ["Replica", "ReplicaDied"]
+__all__ = ["POLICY_ROUTE", "Replica", "ReplicaDied"]
 
 log = logging.getLogger(__name__)
+
+#: the replica route that takes a pickled (policy, version) from the pool
+POLICY_ROUTE = "/pool/policy"
 
 #: how long a failed call waits for the death watcher to say why the replica went away
 DEATH_GRACE_S = 2.0

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -26,17 +25,15 @@ from typing import Any
 
 from aiohttp import web
 from rollhub.errors import ConfigError, RollhubError
+from rollhub.parent_death import die_with_parent
 
 from rollhub_gateway.config import GatewayConfig
+from rollhub_gateway.pool.replica import POLICY_ROUTE
+from rollhub_gateway.serving import build_gateway, settle_heap
 
-__all__ = ["POLICY_ROUTE", "ReplicaServer", "load_factory", "main"]
+__all__ = ["ReplicaServer", "load_factory", "main"]
 
 log = logging.getLogger(__name__)
-
-#: the route that takes a pickled (policy, version) from the pool
-POLICY_ROUTE = "/pool/policy"
-
-_PR_SET_PDEATHSIG = 1
 
 
 class ReplicaServer:
@@ -54,8 +51,6 @@ class ReplicaServer:
 
     async def start(self) -> str:
         """Build the engine and gateway, serve them; returns the root URL."""
-        from rollhub_gateway.serving import build_gateway, settle_heap
-
         backend = None
         if self.engine_factory:
             backend = load_factory(self.engine_factory)(self.config)
@@ -134,7 +129,7 @@ def main() -> int:
         stream=sys.stderr,
     )
     parent = os.getppid()
-    _die_with(parent)
+    die_with_parent(parent, watchdog=False)  # stdin EOF is its watchdog
     line = sys.stdin.readline()
     if not line:
         return 1
@@ -166,17 +161,6 @@ async def _serve(server: ReplicaServer) -> int:
     finally:
         await server.close()
     return 0
-
-
-def _die_with(parent_pid: int) -> None:
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):
-            log.debug("prctl(PR_SET_PDEATHSIG) unavailable; relying on stdin EOF")
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from rollhub.errors import GatewayError
 
+from rollhub_gateway.app_server import AppServer
 from rollhub_gateway.protocols import AnthropicMessages, OpenAIChat, OpenAIResponses, WireError
 from rollhub_gateway.protocols.base import error_response
 
@@ -41,8 +42,6 @@ class Tombstone:
 
     async def start(self) -> bool:
         """Listen on the dead replica's port; False when the port cannot be taken."""
-        from rollhub_gateway.serving import AppServer
-
         parts = urlsplit(self.url)
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._answer)

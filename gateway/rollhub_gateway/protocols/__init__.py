@@ -1,10 +1,12 @@
-"""Wire formats of the gateway: each turns its requests into neutral turns and back.
+"""Wire formats of the gateway: requests in, neutral turns out, and the answers back.
 
-- :mod:`.openai_chat`: OpenAI Chat Completions
-- :mod:`.openai_responses`: OpenAI Responses
-- :mod:`.openai_responses_input`: the Responses request fields (``input``, tools)
-- :mod:`.anthropic`: Anthropic Messages
-- :mod:`.execution`: running one turn (policy, rendering, sampling, commit), shared by all
+- :mod:`.openai_chat_input`, :mod:`.openai_responses_input`, :mod:`.anthropic_input`: a
+  request body → :class:`WireRequest` (field readers in :mod:`.fields`; the previous call's
+  re-sent prefix in :mod:`.known_prefix`)
+- :mod:`.openai_chat`, :mod:`.openai_responses`, :mod:`.anthropic`: a finished or streamed
+  turn → the format's response, stream events and errors (text blocks of a stream in
+  :mod:`.text_blocks`, logprob texts in :mod:`.logprob_texts`)
+- :mod:`.base`: what every format shares (errors, requests, results, stream events)
 - :mod:`.admin`: the session-management routes of the hub
 """
 

@@ -7,27 +7,51 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 from rollhub.errors import ConfigError
+from rollhub.trace import TraceRecord
 
-from rollhub_gateway.protocols.base import WireError, body_json, error_response
+from rollhub_gateway.admission import parse_body, read_body
+from rollhub_gateway.protocols.base import WireError, error_response
 from rollhub_gateway.protocols.openai_chat import OpenAIChat
-from rollhub_gateway.sessions import SessionError
+from rollhub_gateway.sessions import Session, SessionError, SessionManager
+from rollhub_gateway.turns import ChatModel
 
-if TYPE_CHECKING:
-    from rollhub_gateway.server import Gateway
-
-__all__ = ["AdminRoutes"]
+__all__ = ["AdminRoutes", "SessionHost"]
 
 _OPENAI = OpenAIChat()
+
+
+class SessionHost(Protocol):
+    """What the admin routes manage: a :class:`~rollhub_gateway.gateway.Gateway`."""
+
+    admin_token: str
+    chat_model: ChatModel
+    sessions: SessionManager
+
+    def open_session(
+        self,
+        session_id: str | None = None,
+        *,
+        policy: Any = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Session: ...
+
+    def traces(self, session_id: str) -> list[TraceRecord]: ...
+
+    def finish_session(self, session_id: str) -> list[TraceRecord]: ...
+
+    def drop_session(self, session_id: str) -> None: ...
+
+    def set_weight_version(self, version: int | None) -> None: ...
 
 
 class AdminRoutes:
     """Session management over HTTP for one gateway (the hub's side of the API)."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: SessionHost) -> None:
         self.gateway = gateway
 
     def routes(self) -> list[tuple[str, str, Any]]:
@@ -180,6 +204,11 @@ class AdminRoutes:
             return error_response(_OPENAI, err)
         self.gateway.set_weight_version(version)
         return web.json_response({"version": version})
+
+
+async def body_json(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
+    """The JSON object body; 413 past ``client_max_size``, 400 when it is not an object."""
+    return parse_body(await read_body(request), allow_empty=allow_empty)
 
 
 def _session_error(exc: SessionError, kind: str, *, param: str | None = None) -> WireError:

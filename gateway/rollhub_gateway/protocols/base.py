@@ -26,24 +26,19 @@ except ImportError:  # pragma: no cover - the standard library gives the same re
 
 __all__ = [
     "ErrorKind",
+    "Finished",
     "RequestedSampling",
+    "Started",
+    "StreamEvent",
     "TurnResult",
     "WireError",
     "WireRequest",
-    "body_json",
     "error_response",
     "fast_json_response",
     "function_call",
     "function_tool",
     "new_id",
-    "opt_bool",
-    "opt_float",
-    "opt_int",
-    "opt_stop",
     "owed_deltas",
-    "parse_body",
-    "read_body",
-    "require",
 ]
 
 #: error kind -> HTTP status
@@ -118,6 +113,10 @@ class TurnResult:
     prompt_tokens: int
     model_id: str
     turn_index: int
+    #: number of sampled tokens
+    completion_tokens: int
+    #: neutral finish reason: ``tool_calls``, ``stop``, ``length`` or ``abort``
+    finish_reason: str
     #: decoded text of each sampled token (for OpenAI logprobs), when the tokenizer is known
     token_texts: list[str] | None = None
     #: per sampled token, the engine's most likely alternatives ``(text, logprob)``, best
@@ -129,17 +128,27 @@ class TurnResult:
     stop_sequence: str | None = None
     created: int = field(default_factory=lambda: int(time.time()))
 
-    @property
-    def completion_tokens(self) -> int:
-        """Number of sampled tokens."""
-        return len(self.generation.token_ids)
 
-    @property
-    def finish_reason(self) -> str:
-        """Neutral finish reason: ``tool_calls``, ``stop``, ``length`` or ``abort``."""
-        if self.parsed.tool_calls:
-            return "tool_calls"
-        return self.generation.finish_reason
+@dataclass(frozen=True)
+class Started:
+    """A streamed turn has begun: prompt size and turn index are known."""
+
+    prompt_tokens: int
+    turn_index: int
+    model_id: str
+    #: the prompt's token ids as the engine received them
+    prompt_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A streamed turn is committed; the result is final."""
+
+    result: TurnResult
+
+
+#: what a streamed turn yields: Started, then text deltas as they become safe, then Finished
+StreamEvent = Started | OutputDelta | Finished
 
 
 class ProtocolAdapter:
@@ -158,112 +167,6 @@ class ProtocolAdapter:
 def new_id(prefix: str) -> str:
     """A unique id with a format prefix (``chatcmpl-``, ``msg_``, ``call_``…)."""
     return unique_id(prefix)
-
-
-# Field readers: each names the field in its 400 ----------------------------------------------
-
-
-def require(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
-    """``body[name]``, which must be present and of ``kind``."""
-    if name not in body or body[name] is None:
-        raise WireError("invalid_request", f"missing required field {name!r}", param=name)
-    value = body[name]
-    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _tuple(kind)):
-        raise WireError(
-            "invalid_request",
-            f"field {name!r} must be {_kind_name(kind)}, got {type(value).__name__}",
-            param=name,
-        )
-    return value
-
-
-def opt_int(
-    body: Mapping[str, Any], name: str, *, minimum: int | None = None, maximum: int | None = None
-) -> int | None:
-    """An optional integer field within bounds."""
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise WireError("invalid_request", f"field {name!r} must be an integer", param=name)
-    if minimum is not None and value < minimum:
-        raise WireError("invalid_request", f"field {name!r} must be >= {minimum}", param=name)
-    if maximum is not None and value > maximum:
-        raise WireError("invalid_request", f"field {name!r} must be <= {maximum}", param=name)
-    return value
-
-
-def opt_float(
-    body: Mapping[str, Any],
-    name: str,
-    *,
-    minimum: float | None = None,
-    maximum: float | None = None,
-) -> float | None:
-    """An optional number field within bounds."""
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise WireError("invalid_request", f"field {name!r} must be a number", param=name)
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        raise WireError(
-            "invalid_request",
-            f"field {name!r}={value} is outside [{minimum}, {maximum}]",
-            param=name,
-        )
-    return float(value)
-
-
-def opt_bool(body: Mapping[str, Any], name: str) -> bool | None:
-    """An optional boolean field."""
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, bool):
-        raise WireError("invalid_request", f"field {name!r} must be true or false", param=name)
-    return value
-
-
-def opt_stop(body: Mapping[str, Any], name: str) -> tuple[str, ...] | None:
-    """An optional stop field: a string or a list of strings."""
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, list) and all(isinstance(s, str) for s in value):
-        return tuple(value)
-    raise WireError(
-        "invalid_request", f"field {name!r} must be a string or list of strings", param=name
-    )
-
-
-def json_text(value: Any, name: str) -> str:
-    """Tool-call arguments as JSON text (objects are serialised, text is kept as sent)."""
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
-        raise WireError(
-            "invalid_request", f"field {name!r} is not JSON-serialisable", param=name
-        ) from exc
-
-
-def _tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    names = {
-        str: "a string",
-        list: "an array",
-        dict: "an object",
-        int: "an integer",
-        bool: "a boolean",
-    }
-    return " or ".join(names.get(k, k.__name__) for k in _tuple(kind))
 
 
 # Server-sent events --------------------------------------------------------------------------
@@ -328,45 +231,7 @@ def parse_arguments(arguments: str) -> Any:
     return value if isinstance(value, dict) else {"value": value}
 
 
-# Request bodies and error responses -------------------------------------------------------
-
-
-async def body_json(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
-    """The JSON object body; 413 past ``client_max_size``, 400 when it is not an object."""
-    return parse_body(await read_body(request), allow_empty=allow_empty)
-
-
-async def read_body(request: web.Request) -> bytes:
-    """The raw body; 413 past ``client_max_size``."""
-    try:
-        return await request.read()
-    except web.HTTPRequestEntityTooLarge as exc:
-        raise WireError(
-            "too_large",
-            f"request body is larger than the gateway's limit of {request.app._client_max_size} bytes (max_body_bytes)",
-        ) from exc
-
-
-def parse_body(raw: bytes, *, allow_empty: bool = False) -> dict[str, Any]:
-    """A raw body as a JSON object; 400 when it is not one."""
-    if not raw and allow_empty:
-        return {}
-    try:
-        body = _loads(raw)
-    except ValueError as exc:
-        raise WireError("invalid_request", f"request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise WireError("invalid_request", "request body must be a JSON object")
-    return body
-
-
-def _loads(raw: bytes) -> Any:
-    if orjson is not None:
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            pass  # what orjson refuses (NaN, lone surrogates, huge ints) json may accept
-    return json.loads(raw)
+# Responses ---------------------------------------------------------------------------------
 
 
 def fast_json_response(data: Any, *, status: int = 200) -> web.Response:

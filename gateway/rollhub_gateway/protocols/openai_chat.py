@@ -14,30 +14,26 @@ engine.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 from rollhub_gateway.protocols.base import (
+    Finished,
     ProtocolAdapter,
-    RequestedSampling,
+    Started,
+    StreamEvent,
     TurnResult,
     WireError,
     WireRequest,
     function_call,
     new_id,
-    opt_bool,
-    opt_float,
-    opt_int,
-    opt_stop,
     owed_deltas,
-    require,
     sse,
 )
-from rollhub_gateway.protocols.execution import Finished, Started, StreamEvent
-from rollhub_gateway.protocols.openai_chat_input import content_text, parse_messages, parse_tools
-from rollhub_gateway.turns import ChatTurn, OutputDelta
+from rollhub_gateway.protocols.openai_chat_input import parse_request
+from rollhub_gateway.turns import OutputDelta
 
-__all__ = ["OpenAIChat", "content_text", "parse_messages", "parse_tools"]
+__all__ = ["OpenAIChat"]
 
 _ERROR_TYPES = {
     "invalid_request": ("invalid_request_error", None),
@@ -61,71 +57,7 @@ class OpenAIChat(ProtocolAdapter):
 
     #: :meth:`parse` takes the session's previous turn (``known=``)
     reuses_known = True
-
-    def parse(self, body: Mapping[str, Any], *, known: ChatTurn | None = None) -> WireRequest:
-        """Validate a request body; every 400 names its field.
-
-        :param known: the session's previous call; messages and tools it already holds
-            are reused instead of parsed again.
-        """
-        n = opt_int(body, "n")
-        if n not in (None, 1):
-            raise WireError(
-                "invalid_request",
-                f"n={n} is not supported: this gateway returns one choice (n=1); send n separate requests",
-                param="n",
-            )
-        messages = parse_messages(
-            require(body, "messages", list), known=known.messages if known else None
-        )
-        max_tokens = opt_int(body, "max_completion_tokens", minimum=1)
-        if max_tokens is None:
-            max_tokens = opt_int(body, "max_tokens", minimum=1)
-        stream = bool(opt_bool(body, "stream"))
-        stream_options = body.get("stream_options") or {}
-        if not isinstance(stream_options, dict):
-            raise WireError(
-                "invalid_request", "'stream_options' must be an object", param="stream_options"
-            )
-        top_logprobs = opt_int(body, "top_logprobs", minimum=0, maximum=20)
-        extra_body = body.get("extra_body")
-        return_ids = bool(opt_bool(body, "return_token_ids")) or (
-            isinstance(extra_body, dict) and extra_body.get("return_token_ids") is True
-        )
-        tool_choice = body.get("tool_choice")
-        if tool_choice is not None and not (
-            tool_choice in ("none", "auto", "required") or isinstance(tool_choice, dict)
-        ):
-            raise WireError(
-                "invalid_request",
-                "'tool_choice' must be 'none', 'auto', 'required' or a function object",
-                param="tool_choice",
-            )
-        turn = ChatTurn(
-            messages,
-            parse_tools(body.get("tools"), known=known.tools if known else None),
-            tool_choice,
-        )
-        return WireRequest(
-            turn=turn,
-            sampling=RequestedSampling(
-                max_tokens=max_tokens,
-                temperature=opt_float(body, "temperature", minimum=0, maximum=2),
-                top_p=opt_float(body, "top_p", minimum=0, maximum=1),
-                top_k=opt_int(body, "top_k"),
-                seed=opt_int(body, "seed"),
-                stop=opt_stop(body, "stop"),
-            ),
-            stream=stream,
-            model=body.get("model"),
-            options={
-                "logprobs": bool(opt_bool(body, "logprobs")) or bool(top_logprobs),
-                "include_usage": bool(stream_options.get("include_usage")),
-                "top_logprobs": top_logprobs or 0,
-                "return_token_ids": return_ids,
-            },
-            known=turn,  # its messages read as sent: the next call compares against them
-        )
+    parse = staticmethod(parse_request)
 
     # Responses ----------------------------------------------------------------------------
 

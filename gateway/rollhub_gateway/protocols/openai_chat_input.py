@@ -1,4 +1,5 @@
-"""OpenAI Chat Completions messages and tools ⇄ their neutral form.
+"""OpenAI Chat Completions requests → neutral turns (:func:`parse_request`; every 400
+names its field). :mod:`.openai_chat` writes the responses.
 
 An agent re-sends its whole conversation on every call. :func:`parse_messages` takes the
 session's previous neutral messages (``known``) and reuses the leading ones the agent sent
@@ -8,17 +9,31 @@ follows what is new in it, not the conversation's length.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from typing import Any
 
 from rollhub_gateway.protocols.base import (
+    RequestedSampling,
     WireError,
+    WireRequest,
     function_call,
     function_tool,
-    json_text,
     new_id,
 )
+from rollhub_gateway.protocols.fields import (
+    json_text,
+    opt_bool,
+    opt_float,
+    opt_int,
+    opt_stop,
+    require,
+)
+from rollhub_gateway.turns import ChatTurn
 
-__all__ = ["content_text", "parse_messages", "parse_tools"]
+__all__ = ["content_text", "parse_messages", "parse_request", "parse_tools"]
+
+log = logging.getLogger(__name__)
 
 
 def content_text(
@@ -213,3 +228,69 @@ def parse_tools(
             )
         out.append(function_tool(fn["name"], fn.get("parameters"), fn.get("description")))
     return out or None
+
+
+def parse_request(body: Mapping[str, Any], *, known: ChatTurn | None = None) -> WireRequest:
+    """Validate a request body; every 400 names its field.
+
+    :param known: the session's previous call; messages and tools it already holds
+        are reused instead of parsed again.
+    """
+    n = opt_int(body, "n")
+    if n not in (None, 1):
+        raise WireError(
+            "invalid_request",
+            f"n={n} is not supported: this gateway returns one choice (n=1); send n separate requests",
+            param="n",
+        )
+    messages = parse_messages(
+        require(body, "messages", list), known=known.messages if known else None
+    )
+    max_tokens = opt_int(body, "max_completion_tokens", minimum=1)
+    if max_tokens is None:
+        max_tokens = opt_int(body, "max_tokens", minimum=1)
+    stream = bool(opt_bool(body, "stream"))
+    stream_options = body.get("stream_options") or {}
+    if not isinstance(stream_options, dict):
+        raise WireError(
+            "invalid_request", "'stream_options' must be an object", param="stream_options"
+        )
+    top_logprobs = opt_int(body, "top_logprobs", minimum=0, maximum=20)
+    extra_body = body.get("extra_body")
+    return_ids = bool(opt_bool(body, "return_token_ids")) or (
+        isinstance(extra_body, dict) and extra_body.get("return_token_ids") is True
+    )
+    tool_choice = body.get("tool_choice")
+    if tool_choice is not None and not (
+        tool_choice in ("none", "auto", "required") or isinstance(tool_choice, dict)
+    ):
+        raise WireError(
+            "invalid_request",
+            "'tool_choice' must be 'none', 'auto', 'required' or a function object",
+            param="tool_choice",
+        )
+    turn = ChatTurn(
+        messages,
+        parse_tools(body.get("tools"), known=known.tools if known else None),
+        tool_choice,
+    )
+    return WireRequest(
+        turn=turn,
+        sampling=RequestedSampling(
+            max_tokens=max_tokens,
+            temperature=opt_float(body, "temperature", minimum=0, maximum=2),
+            top_p=opt_float(body, "top_p", minimum=0, maximum=1),
+            top_k=opt_int(body, "top_k"),
+            seed=opt_int(body, "seed"),
+            stop=opt_stop(body, "stop"),
+        ),
+        stream=stream,
+        model=body.get("model"),
+        options={
+            "logprobs": bool(opt_bool(body, "logprobs")) or bool(top_logprobs),
+            "include_usage": bool(stream_options.get("include_usage")),
+            "top_logprobs": top_logprobs or 0,
+            "return_token_ids": return_ids,
+        },
+        known=turn,  # its messages read as sent: the next call compares against them
+    )

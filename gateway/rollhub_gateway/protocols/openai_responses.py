@@ -10,31 +10,24 @@ state: ``previous_response_id`` is refused; send the whole conversation as ``inp
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 from rollhub_gateway.protocols.base import (
+    Finished,
     ProtocolAdapter,
-    RequestedSampling,
+    Started,
+    StreamEvent,
     TurnResult,
     WireError,
     WireRequest,
     new_id,
-    opt_bool,
-    opt_float,
-    opt_int,
-    owed_deltas,
     sse,
 )
-from rollhub_gateway.protocols.execution import Finished, Started, StreamEvent
-from rollhub_gateway.protocols.known_prefix import KnownPrefix, reusable_prefix
 from rollhub_gateway.protocols.openai_chat import OpenAIChat
-from rollhub_gateway.protocols.openai_responses_input import (
-    parse_input,
-    parse_tool_choice,
-    parse_tools,
-)
-from rollhub_gateway.turns import ChatTurn, OutputDelta
+from rollhub_gateway.protocols.openai_responses_input import parse_request
+from rollhub_gateway.protocols.text_blocks import TextBlocks, TextKind
+from rollhub_gateway.turns import OutputDelta
 
 __all__ = ["OpenAIResponses"]
 
@@ -46,66 +39,7 @@ class OpenAIResponses(ProtocolAdapter):
 
     #: :meth:`parse` takes what it kept of the session's previous call (``known=``)
     reuses_known = True
-
-    def parse(self, body: Mapping[str, Any], *, known: KnownPrefix | None = None) -> WireRequest:
-        """Validate a request body; every 400 names its field.
-
-        :param known: the :class:`KnownPrefix` of the session's previous call: the leading
-            items sent exactly as then are not parsed again.
-        """
-        if body.get("previous_response_id") is not None:
-            raise WireError(
-                "invalid_request",
-                "'previous_response_id' is not supported: the gateway stores no responses; send the whole conversation as 'input'",
-                param="previous_response_id",
-            )
-        if "input" not in body:
-            raise WireError("invalid_request", "missing required field 'input'", param="input")
-        items, instructions = body["input"], body.get("instructions")
-        start, reused, ends = reusable_prefix(items, instructions, known)
-        # a function_call item joins the assistant message before it: never resume there
-        while start and ((end := ends[start]) is None or reused[end - 1]["role"] == "assistant"):
-            start -= 1
-        if start:
-            messages, ends = reused[: ends[start]], ends[: start + 1]
-        else:
-            if instructions is not None and not isinstance(instructions, str):
-                raise WireError(
-                    "invalid_request", "'instructions' must be a string", param="instructions"
-                )
-            messages = [] if instructions is None else [{"role": "system", "content": instructions}]
-            ends = [len(messages)]
-        parse_input(items, messages, ends, start)
-        turn = ChatTurn(
-            messages, parse_tools(body.get("tools")), parse_tool_choice(body.get("tool_choice"))
-        )
-        # OpenAI's range, checked like Chat's (Responses output carries no alternatives)
-        opt_int(body, "top_logprobs", minimum=0, maximum=20)
-        return WireRequest(
-            turn=turn,
-            sampling=RequestedSampling(
-                max_tokens=opt_int(body, "max_output_tokens", minimum=1),
-                temperature=opt_float(body, "temperature", minimum=0, maximum=2),
-                top_p=opt_float(body, "top_p", minimum=0, maximum=1),
-            ),
-            stream=bool(opt_bool(body, "stream")),
-            model=body.get("model"),
-            known=KnownPrefix(instructions, items, ends, turn) if isinstance(items, list) else None,
-            options={
-                "body": {
-                    k: body.get(k)
-                    for k in (
-                        "instructions",
-                        "tools",
-                        "tool_choice",
-                        "temperature",
-                        "top_p",
-                        "max_output_tokens",
-                        "metadata",
-                    )
-                }
-            },
-        )
+    parse = staticmethod(parse_request)
 
     def _envelope(
         self, req: WireRequest, rid: str, created: int, model: str, status: str
@@ -155,107 +89,9 @@ class OpenAIResponses(ProtocolAdapter):
     ) -> AsyncIterator[bytes]:
         """response.created … output items and their deltas … response.completed."""
         rid = new_id("resp_")
-        seq = 0
-        streamed = {"content": "", "reasoning": ""}
-        items: list[dict[str, Any]] = []
-        cur: dict[str, Any] = {}
-
-        def ev(kind: str, **data: Any) -> bytes:
-            nonlocal seq
-            seq += 1
-            return sse({"type": kind, "sequence_number": seq - 1, **data}, kind)
-
-        def close() -> list[bytes]:
-            if not cur:
-                return []
-            idx, item, text = cur["index"], cur["item"], cur["text"]
-            out = []
-            if item["type"] == "message":
-                part = {"type": "output_text", "text": text, "annotations": []}
-                out.append(
-                    ev(
-                        "response.output_text.done",
-                        item_id=item["id"],
-                        output_index=idx,
-                        content_index=0,
-                        text=text,
-                        logprobs=[],
-                    )
-                )
-                out.append(
-                    ev(
-                        "response.content_part.done",
-                        item_id=item["id"],
-                        output_index=idx,
-                        content_index=0,
-                        part=part,
-                    )
-                )
-                done = _message_item(item["id"], text)
-            else:
-                out.append(
-                    ev(
-                        "response.reasoning_text.done",
-                        item_id=item["id"],
-                        output_index=idx,
-                        content_index=0,
-                        text=text,
-                    )
-                )
-                done = _reasoning_item(item["id"], text)
-            items.append(done)
-            out.append(ev("response.output_item.done", output_index=idx, item=done))
-            cur.clear()
-            return out
-
-        def text(kind: str, piece: str) -> list[bytes]:
-            out: list[bytes] = []
-            want = "message" if kind == "content" else "reasoning"
-            if not cur or cur["item"]["type"] != want:
-                out += close()
-                idx = len(items)
-                if want == "message":
-                    item = {
-                        "type": "message",
-                        "id": new_id("msg_"),
-                        "status": "in_progress",
-                        "role": "assistant",
-                        "content": [],
-                    }
-                else:
-                    item = {"type": "reasoning", "id": new_id("rs_"), "summary": [], "content": []}
-                cur.update(index=idx, item=item, text="")
-                out.append(ev("response.output_item.added", output_index=idx, item=item))
-                if want == "message":
-                    out.append(
-                        ev(
-                            "response.content_part.added",
-                            item_id=item["id"],
-                            output_index=idx,
-                            content_index=0,
-                            part={"type": "output_text", "text": "", "annotations": []},
-                        )
-                    )
-            streamed[kind] += piece
-            cur["text"] += piece
-            name = (
-                "response.output_text.delta"
-                if want == "message"
-                else "response.reasoning_text.delta"
-            )
-            extra = {"logprobs": []} if want == "message" else {}
-            out.append(
-                ev(
-                    name,
-                    item_id=cur["item"]["id"],
-                    output_index=cur["index"],
-                    content_index=0,
-                    delta=piece,
-                    **extra,
-                )
-            )
-            return out
-
+        ev = _Sequence()
+        items = _Items(ev)
+        blocks = TextBlocks(items)
         async for e in events:
             if isinstance(e, Started):
                 env = self._envelope(req, rid, int(time.time()), e.model_id, "in_progress")
@@ -263,40 +99,15 @@ class OpenAIResponses(ProtocolAdapter):
                 yield ev("response.in_progress", response=env)
             elif isinstance(e, OutputDelta):
                 if e.text:
-                    for b in text(e.kind, e.text):
+                    for b in blocks.write(e.kind, e.text):
                         yield b
             elif isinstance(e, Finished):
                 r = e.result
-                chunks: list[bytes] = []
-                for d in owed_deltas(streamed, r.parsed):
-                    chunks += text(d.kind, d.text)
-                chunks += close()
+                chunks = blocks.finish(r.parsed)
                 for c in r.parsed.tool_calls:
-                    idx, fid = len(items), new_id("fc_")
-                    added = _call_item(fid, c.id, c.name, "", status="in_progress")
-                    chunks.append(ev("response.output_item.added", output_index=idx, item=added))
-                    chunks.append(
-                        ev(
-                            "response.function_call_arguments.delta",
-                            item_id=fid,
-                            output_index=idx,
-                            delta=c.arguments,
-                        )
-                    )
-                    chunks.append(
-                        ev(
-                            "response.function_call_arguments.done",
-                            item_id=fid,
-                            output_index=idx,
-                            arguments=c.arguments,
-                            name=c.name,
-                        )
-                    )
-                    done = _call_item(fid, c.id, c.name, c.arguments)
-                    items.append(done)
-                    chunks.append(ev("response.output_item.done", output_index=idx, item=done))
+                    chunks += items.call(c.id, c.name, c.arguments)
                 final_env = self.response(req, r, rid)
-                final_env["output"] = items if items else final_env["output"]
+                final_env["output"] = items.done if items.done else final_env["output"]
                 # always the terminal event SDK stream helpers wait for; the response's
                 # status says "incomplete" when max_output_tokens cut it short
                 chunks.append(ev("response.completed", response=final_env))
@@ -352,3 +163,79 @@ def _call_item(
         "arguments": arguments,
         "status": status,
     }
+
+
+class _Sequence:
+    """Writes a stream's events, numbered in order (``sequence_number``)."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+
+    def __call__(self, kind: str, **data: Any) -> bytes:
+        self.seq += 1
+        return sse({"type": kind, "sequence_number": self.seq - 1, **data}, kind)
+
+
+class _Items:
+    """Responses output items: message and reasoning items as text blocks (see
+    :class:`.TextBlocks`), then function calls; :attr:`done` holds the finished items."""
+
+    def __init__(self, ev: _Sequence) -> None:
+        self.ev = ev
+        self.done: list[dict[str, Any]] = []
+        self._id = ""
+
+    def open(self, kind: TextKind, index: int) -> list[bytes]:
+        if kind == "content":
+            self._id = new_id("msg_")
+            item: dict[str, Any] = {
+                "type": "message", "id": self._id, "status": "in_progress", "role": "assistant",
+                "content": [],
+            }  # fmt: skip
+        else:
+            self._id = new_id("rs_")
+            item = {"type": "reasoning", "id": self._id, "summary": [], "content": []}
+        out = [self.ev("response.output_item.added", output_index=index, item=item)]
+        if kind == "content":
+            part = {"type": "output_text", "text": "", "annotations": []}
+            out.append(self._part("response.content_part.added", index, part=part))
+        return out
+
+    def delta(self, kind: TextKind, index: int, piece: str) -> list[bytes]:
+        if kind == "content":
+            return [self._part("response.output_text.delta", index, delta=piece, logprobs=[])]
+        return [self._part("response.reasoning_text.delta", index, delta=piece)]
+
+    def close(self, kind: TextKind, index: int, text: str) -> list[bytes]:
+        if kind == "content":
+            part = {"type": "output_text", "text": text, "annotations": []}
+            out = [
+                self._part("response.output_text.done", index, text=text, logprobs=[]),
+                self._part("response.content_part.done", index, part=part),
+            ]
+            done = _message_item(self._id, text)
+        else:
+            out = [self._part("response.reasoning_text.done", index, text=text)]
+            done = _reasoning_item(self._id, text)
+        self.done.append(done)
+        out.append(self.ev("response.output_item.done", output_index=index, item=done))
+        return out
+
+    def call(self, call_id: str, name: str, arguments: str) -> list[bytes]:
+        """A function call item, added, its arguments, done."""
+        idx, fid = len(self.done), new_id("fc_")
+        added = _call_item(fid, call_id, name, "", status="in_progress")
+        done = _call_item(fid, call_id, name, arguments)
+        self.done.append(done)
+        ev = self.ev
+        return [
+            ev("response.output_item.added", output_index=idx, item=added),
+            ev("response.function_call_arguments.delta", item_id=fid, output_index=idx,
+               delta=arguments),
+            ev("response.function_call_arguments.done", item_id=fid, output_index=idx,
+               arguments=arguments, name=name),
+            ev("response.output_item.done", output_index=idx, item=done),
+        ]  # fmt: skip
+
+    def _part(self, kind: str, index: int, **data: Any) -> bytes:
+        return self.ev(kind, item_id=self._id, output_index=index, content_index=0, **data)

@@ -1,13 +1,28 @@
-"""OpenAI Responses request fields (``input``, ``tools``, ``tool_choice``) ⇄ neutral turns."""
+"""OpenAI Responses requests (``input``, ``tools``, ``tool_choice``…) → neutral turns
+(:func:`parse_request`; every 400 names its field). :mod:`.openai_responses` writes the
+responses."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from typing import Any
 
-from rollhub_gateway.protocols.base import WireError, function_call, function_tool, json_text
-from rollhub_gateway.protocols.openai_chat import content_text
+from rollhub_gateway.protocols.base import (
+    RequestedSampling,
+    WireError,
+    WireRequest,
+    function_call,
+    function_tool,
+)
+from rollhub_gateway.protocols.fields import json_text, opt_bool, opt_float, opt_int
+from rollhub_gateway.protocols.known_prefix import KnownPrefix, reusable_prefix
+from rollhub_gateway.protocols.openai_chat_input import content_text
+from rollhub_gateway.turns import ChatTurn
 
-__all__ = ["parse_input", "parse_tool_choice", "parse_tools"]
+__all__ = ["parse_input", "parse_request", "parse_tool_choice", "parse_tools"]
+
+log = logging.getLogger(__name__)
 
 
 def _content_text(content: Any, where: str) -> str:
@@ -148,4 +163,65 @@ def parse_tool_choice(choice: Any) -> Any:
         "invalid_request",
         "'tool_choice' must be none, auto, required or {type: function, name}",
         param="tool_choice",
+    )
+
+
+def parse_request(body: Mapping[str, Any], *, known: KnownPrefix | None = None) -> WireRequest:
+    """Validate a request body; every 400 names its field.
+
+    :param known: the :class:`KnownPrefix` of the session's previous call: the leading
+        items sent exactly as then are not parsed again.
+    """
+    if body.get("previous_response_id") is not None:
+        raise WireError(
+            "invalid_request",
+            "'previous_response_id' is not supported: the gateway stores no responses; send the whole conversation as 'input'",
+            param="previous_response_id",
+        )
+    if "input" not in body:
+        raise WireError("invalid_request", "missing required field 'input'", param="input")
+    items, instructions = body["input"], body.get("instructions")
+    start, reused, ends = reusable_prefix(items, instructions, known)
+    # a function_call item joins the assistant message before it: never resume there
+    while start and ((end := ends[start]) is None or reused[end - 1]["role"] == "assistant"):
+        start -= 1
+    if start:
+        messages, ends = reused[: ends[start]], ends[: start + 1]
+    else:
+        if instructions is not None and not isinstance(instructions, str):
+            raise WireError(
+                "invalid_request", "'instructions' must be a string", param="instructions"
+            )
+        messages = [] if instructions is None else [{"role": "system", "content": instructions}]
+        ends = [len(messages)]
+    parse_input(items, messages, ends, start)
+    turn = ChatTurn(
+        messages, parse_tools(body.get("tools")), parse_tool_choice(body.get("tool_choice"))
+    )
+    # OpenAI's range, checked like Chat's (Responses output carries no alternatives)
+    opt_int(body, "top_logprobs", minimum=0, maximum=20)
+    return WireRequest(
+        turn=turn,
+        sampling=RequestedSampling(
+            max_tokens=opt_int(body, "max_output_tokens", minimum=1),
+            temperature=opt_float(body, "temperature", minimum=0, maximum=2),
+            top_p=opt_float(body, "top_p", minimum=0, maximum=1),
+        ),
+        stream=bool(opt_bool(body, "stream")),
+        model=body.get("model"),
+        known=KnownPrefix(instructions, items, ends, turn) if isinstance(items, list) else None,
+        options={
+            "body": {
+                k: body.get(k)
+                for k in (
+                    "instructions",
+                    "tools",
+                    "tool_choice",
+                    "temperature",
+                    "top_p",
+                    "max_output_tokens",
+                    "metadata",
+                )
+            }
+        },
     )

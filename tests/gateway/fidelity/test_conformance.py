@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from rollhub_gateway.conformance import (
-    APPEND_ONLY,
-    CONFORMANCE_FAMILIES,
-    TOOLS,
-    main,
-    run_family,
-    run_family_http,
-)
+from rollhub_gateway.conformance import main, run_family, run_family_http
+from rollhub_gateway.conformance_report import APPEND_ONLY, CONFORMANCE_FAMILIES
+from rollhub_gateway.conformance_script import TOOLS
 
 
 @pytest.mark.parametrize("name", sorted(CONFORMANCE_FAMILIES))

@@ -9,10 +9,10 @@ import anthropic
 import pytest
 from rollhub.errors import GatewayError
 from rollhub.sampling import Generation
-from rollhub_gateway.conformance import TOOLS
+from rollhub_gateway.conformance_script import TOOLS
 from rollhub_gateway.engines.scripted import ScriptedBackend, scripted_logprob
 from rollhub_gateway.families.gemma4 import format_value, parse_arguments
-from rollhub_gateway.server import Gateway
+from rollhub_gateway.gateway import Gateway
 from rollhub_gateway.serving import ThreadedGateway
 from rollhub_gateway.turns import ChatTurn
 

@@ -8,10 +8,10 @@ import json
 import openai
 import pytest
 from rollhub.sampling import Generation
-from rollhub_gateway.conformance import TOOLS
+from rollhub_gateway.conformance_script import TOOLS
 from rollhub_gateway.engines.scripted import ScriptedBackend, scripted_logprob
 from rollhub_gateway.families.pythonic import format_calls, parse_calls
-from rollhub_gateway.server import Gateway
+from rollhub_gateway.gateway import Gateway
 from rollhub_gateway.serving import ThreadedGateway
 from rollhub_gateway.turns import ChatTurn
 

@@ -16,8 +16,8 @@ from rollhub.sampling import Generation
 from rollhub_gateway.chat_model import build_chat_model
 from rollhub_gateway.config import GatewayConfig
 from rollhub_gateway.engines.scripted import ScriptedBackend, scripted_logprob
+from rollhub_gateway.gateway import Gateway
 from rollhub_gateway.journal import JournalCorruptError, SessionJournal
-from rollhub_gateway.server import Gateway
 from rollhub_gateway.testing_tokenizers import family_template, vocab_tokenizer
 from rollhub_gateway.turns import ChatTurn
 

@@ -13,7 +13,7 @@ import pytest
 from rollhub_gateway.admission import OFFLOAD_BYTES
 from rollhub_gateway.config import GatewayConfig
 from rollhub_gateway.engines.scripted import ScriptedBackend
-from rollhub_gateway.server import Gateway
+from rollhub_gateway.gateway import Gateway
 
 SMALL = [{"role": "user", "content": "hi"}]
 

@@ -14,7 +14,7 @@ import pytest
 from rollhub.sampling import SamplingParams
 from rollhub_gateway.config import GatewayConfig
 from rollhub_gateway.engines.transformers_engine import TransformersBackend, TransformersOptions
-from rollhub_gateway.server import Gateway
+from rollhub_gateway.gateway import Gateway
 
 pytestmark = pytest.mark.slow
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]

@@ -12,7 +12,7 @@ import pytest
 from rollhub.sampling import Generation, SamplingParams, TokenChunk
 from rollhub_gateway.config import GatewayConfig
 from rollhub_gateway.engines.scripted import ScriptedBackend
-from rollhub_gateway.server import Gateway
+from rollhub_gateway.gateway import Gateway
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -223,7 +223,7 @@ async def test_unexpected_failure_is_500_in_the_callers_format(gateway, monkeypa
     def boom(*_a, **_k):
         raise KeyError("bug")
 
-    monkeypatch.setattr(gateway.runner, "plan", boom)
+    monkeypatch.setattr(gateway.planner, "plan", boom)
     with pytest.raises(anthropic.InternalServerError) as info:
         await call("anthropic", gateway, s.key)
     assert info.value.status_code == 500 and info.value.body["error"]["type"] == "api_error"

@@ -14,7 +14,7 @@ import openai
 import pytest
 from rollhub_gateway import fast_path
 from rollhub_gateway.config import GatewayConfig
-from rollhub_gateway.server import Gateway
+from rollhub_gateway.gateway import Gateway
 
 USER = [{"role": "user", "content": "hi"}]
 

@@ -10,7 +10,7 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from rollhub_gateway.protocols import anthropic as anthropic_wire
+from rollhub_gateway.protocols import anthropic_input as anthropic_wire
 from rollhub_gateway.protocols import openai_responses_input as responses_wire
 from rollhub_gateway.protocols.anthropic import AnthropicMessages
 from rollhub_gateway.protocols.openai_responses import OpenAIResponses

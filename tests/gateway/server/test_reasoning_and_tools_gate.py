@@ -11,7 +11,7 @@ import openai
 import pytest
 from rollhub_gateway.chat_model import build_chat_model
 from rollhub_gateway.config import GatewayConfig
-from rollhub_gateway.server import Gateway
+from rollhub_gateway.gateway import Gateway
 
 USER = [{"role": "user", "content": "What is 6 x 7?"}]
 THOUGHT = "<think>\nSix sevens.\n</think>\n\nIt is 42."

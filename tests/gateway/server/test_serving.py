@@ -17,9 +17,9 @@ import pytest
 from aiohttp import web
 from rollhub.errors import ConfigError
 from rollhub_gateway import cli
+from rollhub_gateway.app_server import AppServer
 from rollhub_gateway.config import GatewayConfig
-from rollhub_gateway.server import Gateway
-from rollhub_gateway.serving import AppServer
+from rollhub_gateway.gateway import Gateway
 
 USER = [{"role": "user", "content": "hi"}]
 

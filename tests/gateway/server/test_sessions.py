@@ -9,7 +9,7 @@ import openai
 import pytest
 from rollhub_gateway.config import GatewayConfig, SessionPolicy
 from rollhub_gateway.engines.scripted import ScriptedBackend
-from rollhub_gateway.server import Gateway
+from rollhub_gateway.gateway import Gateway
 
 USER = [{"role": "user", "content": "hi"}]
 

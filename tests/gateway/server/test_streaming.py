@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from rollhub_gateway.config import GatewayConfig
 from rollhub_gateway.engines.scripted import ScriptedBackend, ScriptedOptions
-from rollhub_gateway.server import Gateway
+from rollhub_gateway.gateway import Gateway
 
 USER = [{"role": "user", "content": "count"}]
 ROUTES = {

@@ -9,7 +9,7 @@ import openai
 import pytest
 from rollhub.errors import ConfigError, UsageError
 from rollhub.plugins import build_host
-from rollhub_gateway.server import Gateway
+from rollhub_gateway.gateway import Gateway
 from rollhub_gateway.token_source import GatewaySourceOptions, GatewayTokenSource
 
 USER = [{"role": "user", "content": "hi"}]

@@ -8,7 +8,7 @@ from typing import Any
 import openai
 from rollhub.sampling import Generation, SamplingBackend, SamplingParams, TurnContext
 from rollhub_gateway.engines.scripted import ScriptedBackend
-from rollhub_gateway.server import Gateway
+from rollhub_gateway.gateway import Gateway
 
 USER = [{"role": "user", "content": "hi"}]
 

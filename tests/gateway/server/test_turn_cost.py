@@ -11,8 +11,9 @@ from rollhub.sampling import Generation
 from rollhub_gateway.chat_model import build_chat_model
 from rollhub_gateway.config import GatewayConfig
 from rollhub_gateway.families.base import IncrementalDecoder
-from rollhub_gateway.protocols.openai_chat import OpenAIChat, parse_messages
-from rollhub_gateway.server import Gateway
+from rollhub_gateway.gateway import Gateway
+from rollhub_gateway.protocols.openai_chat import OpenAIChat
+from rollhub_gateway.protocols.openai_chat_input import parse_messages
 from rollhub_gateway.token_codec import BatchDecoder, TokenCodec
 from rollhub_gateway.trajectory import TrajectoryTree
 

@@ -11,7 +11,7 @@ import aiohttp
 from rollhub.sampling import Generation
 from rollhub_gateway.chat_model import FORM_CACHE, build_chat_model
 from rollhub_gateway.config import GatewayConfig
-from rollhub_gateway.server import Gateway
+from rollhub_gateway.gateway import Gateway
 
 from tests.gateway.server.tool_session import SYSTEM, RepeatEngine, tool_session
 

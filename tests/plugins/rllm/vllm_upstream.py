@@ -21,8 +21,8 @@ import uuid
 from typing import Any
 
 from aiohttp import ClientSession, web
-from rollhub_gateway.server import Gateway
-from rollhub_gateway.serving import AppServer
+from rollhub_gateway.app_server import AppServer
+from rollhub_gateway.gateway import Gateway
 
 
 class VllmStyleUpstream:

@@ -30,25 +30,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 from rollhub.sampling import SamplingBackend
 from rollhub.trace import TraceRecord
 
 from rollhub_gateway.admission import Admission
+from rollhub_gateway.app_server import AppServer
 from rollhub_gateway.config import GatewayConfig, SessionPolicy
 from rollhub_gateway.http_head import route_table
 from rollhub_gateway.metrics import GatewayMetrics
 from rollhub_gateway.protocols import AnthropicMessages, OpenAIChat, OpenAIResponses, WireError
 from rollhub_gateway.protocols.admin import AdminRoutes
 from rollhub_gateway.protocols.base import error_response, fast_json_response
-from rollhub_gateway.protocols.execution import ClientGone, TurnRunner
 from rollhub_gateway.sessions import Session, SessionError, SessionManager
+from rollhub_gateway.turn_plan import TurnPlanner
+from rollhub_gateway.turn_runner import ClientGone, TurnRunner
 from rollhub_gateway.turns import ChatModel
-
-if TYPE_CHECKING:
-    from rollhub_gateway.serving import AppServer
 
 __all__ = ["Gateway"]
 
@@ -95,11 +94,9 @@ class Gateway:
             self.metrics.journal_corruptions = lambda: dict(journal.corruptions)
         self.metrics.process_drift_counts = _process_drift_counts
         self.weight_version: int | None = None
-        self.runner = TurnRunner(
-            backend, chat_model, self.metrics,
-            weight_version=lambda: self.weight_version, log_turns=self.config.log_turns,
-        )  # fmt: skip
-        self.admission = Admission(self.runner)
+        self.planner = TurnPlanner(chat_model, weight_version=lambda: self.weight_version)
+        self.admission = Admission(self.planner)
+        self.runner = TurnRunner(backend, chat_model, self.metrics, log_turns=self.config.log_turns)
         self.url: str | None = None
         self._server: Any = None
         self.admin = AdminRoutes(self)
@@ -151,8 +148,6 @@ class Gateway:
     def app_server(self, app: web.Application, host: str, port: int) -> AppServer:
         """An :class:`AppServer` of ``app`` (this gateway's, maybe with routes added) whose
         gateway routes take the fast path (:mod:`rollhub_gateway.fast_path`)."""
-        from rollhub_gateway.serving import AppServer
-
         return AppServer(
             app,
             host,
@@ -242,7 +237,7 @@ class Gateway:
     ) -> web.StreamResponse:
         try:
             session = self._session(request)
-            req, plan = await self.admission.plan(request, session, adapter, route)
+            req, plan = await self.admission.admit(request, session, adapter, route)
             if not req.stream:
                 result = await self.runner.complete(plan)
                 return fast_json_response(adapter.response(req, result))

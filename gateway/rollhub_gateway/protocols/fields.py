@@ -1,0 +1,118 @@
+"""Reading a request body's fields: each reader checks one field's type and range and
+names the field in the 400 it raises. Used by the request parsers (``*_input`` modules)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from rollhub_gateway.protocols.base import WireError
+
+__all__ = ["json_text", "opt_bool", "opt_float", "opt_int", "opt_stop", "require"]
+
+log = logging.getLogger(__name__)
+
+
+def require(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    """``body[name]``, which must be present and of ``kind``."""
+    if name not in body or body[name] is None:
+        raise WireError("invalid_request", f"missing required field {name!r}", param=name)
+    value = body[name]
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _tuple(kind)):
+        raise WireError(
+            "invalid_request",
+            f"field {name!r} must be {_kind_name(kind)}, got {type(value).__name__}",
+            param=name,
+        )
+    return value
+
+
+def opt_int(
+    body: Mapping[str, Any], name: str, *, minimum: int | None = None, maximum: int | None = None
+) -> int | None:
+    """An optional integer field within bounds."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WireError("invalid_request", f"field {name!r} must be an integer", param=name)
+    if minimum is not None and value < minimum:
+        raise WireError("invalid_request", f"field {name!r} must be >= {minimum}", param=name)
+    if maximum is not None and value > maximum:
+        raise WireError("invalid_request", f"field {name!r} must be <= {maximum}", param=name)
+    return value
+
+
+def opt_float(
+    body: Mapping[str, Any],
+    name: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> float | None:
+    """An optional number field within bounds."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise WireError("invalid_request", f"field {name!r} must be a number", param=name)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise WireError(
+            "invalid_request",
+            f"field {name!r}={value} is outside [{minimum}, {maximum}]",
+            param=name,
+        )
+    return float(value)
+
+
+def opt_bool(body: Mapping[str, Any], name: str) -> bool | None:
+    """An optional boolean field."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise WireError("invalid_request", f"field {name!r} must be true or false", param=name)
+    return value
+
+
+def opt_stop(body: Mapping[str, Any], name: str) -> tuple[str, ...] | None:
+    """An optional stop field: a string or a list of strings."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(s, str) for s in value):
+        return tuple(value)
+    raise WireError(
+        "invalid_request", f"field {name!r} must be a string or list of strings", param=name
+    )
+
+
+def json_text(value: Any, name: str) -> str:
+    """Tool-call arguments as JSON text (objects are serialised, text is kept as sent)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise WireError(
+            "invalid_request", f"field {name!r} is not JSON-serialisable", param=name
+        ) from exc
+
+
+def _tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {
+        str: "a string",
+        list: "an array",
+        dict: "an object",
+        int: "an integer",
+        bool: "a boolean",
+    }
+    return " or ".join(names.get(k, k.__name__) for k in _tuple(kind))
