@@ -41,7 +41,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rollhub.errors import ConfigError
-from rollhub.registry import build_options
 from rollhub.validation import explain, first_loc
 
 __all__ = [
@@ -57,7 +56,6 @@ __all__ = [
     "TokenSourceSection",
     "TrainerSection",
     "TrainingConfig",
-    "build_options",
     "load_config",
     "parse_config",
 ]

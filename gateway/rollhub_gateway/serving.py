@@ -52,7 +52,7 @@ def build_backend(config: GatewayConfig, registry: Any = None) -> SamplingBacken
     :raises UnknownComponentError: no backend of that name (lists the installed ones).
     :raises ConfigError: bad ``engine.options``.
     """
-    from rollhub.config import build_options
+    from rollhub.registry import build_options
 
     if registry is None:
         registry = _registry()

@@ -28,8 +28,8 @@ def rollhub_register_components(registry: ComponentRegistry) -> None:
 @hookimpl
 def rollhub_check_config(config: Any, registry: ComponentRegistry) -> None:
     """Metric sinks named in ``[training]`` exist and their options validate."""
-    from rollhub.config import build_options
     from rollhub.errors import ConfigError
+    from rollhub.registry import build_options
 
     training = config.training
     for name in training.metric_sinks:

@@ -16,11 +16,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rollhub.config import RollhubConfig, build_options
+from rollhub.config import RollhubConfig
 from rollhub.dataset import load_jsonl_dataset
 from rollhub.errors import ConfigError, RollhubError
 from rollhub.plugin_settings import check_config
 from rollhub.plugins import PluginHost, build_host
+from rollhub.registry import build_options
 
 log = logging.getLogger(__name__)
 

@@ -161,8 +161,8 @@ def _options(cfg: RollhubConfig) -> VerlOptions:
             f"[trainer] name = 'verl' (others run with 'rollhub run')",
             field="trainer.name",
         )
-    from rollhub.config import build_options
     from rollhub.plugins import build_host
+    from rollhub.registry import build_options
 
     host = build_host(modules=cfg.plugins.modules, search_dir=cfg.base_dir)
     _, opts = build_options(

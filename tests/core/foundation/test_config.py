@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
-from rollhub.config import build_options, load_config, parse_config
+from rollhub.config import load_config, parse_config
 from rollhub.errors import ConfigError, UnknownComponentError
 from rollhub.plugins import build_host
-from rollhub.registry import ComponentRegistry
+from rollhub.registry import ComponentRegistry, build_options
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -216,7 +216,7 @@ class DeclaresJudges:
 
 
 def test_a_plugin_declares_a_component_kind():
-    from rollhub.config import build_options
+    from rollhub.registry import build_options
 
     host = build_host(entry_points=False, plugins=[DeclaresJudges()])
     reg = host.registry

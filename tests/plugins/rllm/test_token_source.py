@@ -223,7 +223,7 @@ async def test_closing_deletes_the_session_and_attach_mode(source, scripted, ids
 
 
 def test_options_name_the_field_and_the_fix():
-    from rollhub.config import build_options
+    from rollhub.registry import build_options
     from rollhub.testing import make_host
 
     registry = make_host(plugin).registry
