@@ -239,7 +239,8 @@ class AsyncHub:
         async with self._slots:
             await self._gate.wait_to_submit()
             version = self.weight_version
-            # stamped at admission: queued requests were built before later weight updates
+            # the admission version (the staleness gate's key): queued requests were built
+            # before later weight updates. Each turn's own version is stamped by the gateway.
             request.rollout.weight_version = version
             self._gate.enter(sid, version)
             try:
