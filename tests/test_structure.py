@@ -22,6 +22,8 @@ MAX_LINES = 450
 PACKAGES = {
     "rollhub": ROOT / "core" / "rollhub",
     "rollhub_gateway": ROOT / "gateway" / "rollhub_gateway",
+    "rollhub_sandbox": ROOT / "sandbox" / "rollhub_sandbox",
+    **{p.name: p for p in sorted(ROOT.glob("plugins/*/rollhub_*"))},
 }
 
 
