@@ -61,7 +61,8 @@ class AppServer:
             if self.fast_path is None:
                 site = web.TCPSite(runner, self.host, self.port, backlog=BACKLOG)
                 await site.start()
-                sockets = list(site._server.sockets if site._server else [])
+                # the bound addresses (port 0 picks one), through the runner's public API
+                addresses = runner.addresses
             else:
                 assert runner.server is not None
                 self.fast = FastPathServer(
@@ -74,14 +75,14 @@ class AppServer:
                 self._listener = await loop.create_server(
                     self.fast, self.host, self.port, backlog=BACKLOG, reuse_address=True
                 )
-                sockets = list(self._listener.sockets)
+                addresses = [s.getsockname() for s in self._listener.sockets]
         except OSError as exc:
             await runner.cleanup()
             raise GatewayError(
                 f"cannot listen on {self.host}:{self.port}: {exc}; choose another port"
             ) from exc
         self._runner = runner
-        port = sockets[0].getsockname()[1] if sockets else self.port
+        port = addresses[0][1] if addresses else self.port
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{port}"
 

@@ -22,7 +22,7 @@ import asyncio
 import json
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub.sampling import SamplingParams
 
@@ -46,6 +46,9 @@ from rollhub_gateway.conformance_templates import (
 from rollhub_gateway.engines.scripted import ScriptedBackend, scripted_logprob
 from rollhub_gateway.template_oracle import direct_message, direct_render, template_rewrites
 from rollhub_gateway.turns import ChatTurn
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionAssistantMessageParam, ChatCompletionMessageParam
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +174,7 @@ def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport
     it was given.
     """
     import openai
+    from openai.types.chat import ChatCompletionMessageFunctionToolCall
 
     from rollhub_gateway.gateway import Gateway
     from rollhub_gateway.serving import ThreadedGateway
@@ -191,7 +195,7 @@ def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport
         return sample
 
     backend.add(*(entry(step) for step in steps))
-    messages: list[dict[str, Any]] = [
+    messages: list[ChatCompletionMessageParam] = [
         {"role": "system", "content": "You are a helpful assistant."},
         {"role": "user", "content": "Weather in Paris and the time in UTC?" if tools else "Hi!"},
     ]
@@ -205,16 +209,31 @@ def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport
             )
             report.turns += 1
             msg = resp.choices[0].message
-            got = [
-                (c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls or []
-            ]
+            # the gateway answers function tool calls only (never custom ones)
+            fn_calls: list[ChatCompletionMessageFunctionToolCall] = []
+            for c in msg.tool_calls or []:
+                if not isinstance(c, ChatCompletionMessageFunctionToolCall):
+                    raise TypeError(f"turn {step}: not a function tool call: {c!r}")
+                fn_calls.append(c)
+            got = [(c.function.name, json.loads(c.function.arguments)) for c in fn_calls]
             if got != list(calls):
                 report.failures.append(f"turn {step}: tool calls {got} != {calls}")
-            echo: dict[str, Any] = {"role": "assistant", "content": msg.content}
-            if msg.tool_calls:
-                echo["tool_calls"] = [c.model_dump(exclude_none=True) for c in msg.tool_calls]
+            echo: ChatCompletionAssistantMessageParam = {
+                "role": "assistant",
+                "content": msg.content,
+            }
+            if fn_calls:
+                # what c.model_dump(exclude_none=True) gives: id, function, type
+                echo["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "function": {"arguments": c.function.arguments, "name": c.function.name},
+                        "type": "function",
+                    }
+                    for c in fn_calls
+                ]
             messages.append(echo)
-            for c in msg.tool_calls or []:
+            for c in fn_calls:
                 messages.append(
                     {
                         "role": "tool",

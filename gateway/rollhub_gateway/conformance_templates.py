@@ -86,7 +86,7 @@ def refusal_report(template: str) -> FamilyReport:
         conv.prepare(ChatTurn(user, tools=TOOLS))
         report.failures.append("tools were accepted by a template that cannot render them")
     except GatewayError as exc:
-        if exc.field != "family":
+        if exc.context.get("field") != "family":
             report.failures.append(f"refused for another reason: {exc}")
     try:
         conv.prepare(ChatTurn(user))

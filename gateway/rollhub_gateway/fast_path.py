@@ -233,9 +233,9 @@ class FastPathProtocol(asyncio.Protocol):
         if self._pending is None:  # a new request: its head, read once
             end = buf.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES)
             if end < 0:
-                start = bytes(buf[:8])
+                lead = bytes(buf[:8])
                 if len(buf) >= MAX_HEAD_BYTES or not any(
-                    p.startswith(start) or start.startswith(p) for p in _PREFIXES
+                    p.startswith(lead) or lead.startswith(p) for p in _PREFIXES
                 ):
                     self._hand_off()
                 return

@@ -271,8 +271,8 @@ class Gateway:
                 raise
             except Exception as exc:  # headers are sent: report in-stream
                 log.exception("session %s: streamed call failed", plan.session.session_id)
-                err = WireError("internal", f"internal gateway error: {exc}")
-                await resp.write(adapter.stream_error(err))
+                internal = WireError("internal", f"internal gateway error: {exc}")
+                await resp.write(adapter.stream_error(internal))
             finally:
                 await chunks.aclose()
                 await events.aclose()

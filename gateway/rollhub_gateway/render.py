@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,7 +127,7 @@ class TemplateRenderer:
         self.shared_tools = SharedTools(PREFIX_CACHE)
         open_ = family.reasoning_markup[0] if family.reasoning_markup else None
         #: the generation prompt opens the reasoning block (R1 distill, Qwen3.5 thinking)
-        self.prompt_opens_reasoning = bool(open_) and probe.rstrip().endswith(open_)
+        self.prompt_opens_reasoning = bool(open_ and probe.rstrip().endswith(open_))
 
     # Rendering -------------------------------------------------------------------------------
 
@@ -255,7 +256,7 @@ class TemplateRenderer:
         self,
         texts: TurnTexts,
         *,
-        output_ids: list[int],
+        output_ids: Sequence[int],
         prev_prompt_len: int | None = None,
         prev_prompt_digest: str | None = None,
     ) -> Continuation | None:
@@ -299,7 +300,7 @@ class TemplateRenderer:
             cut = prev_prompt_len
         return through[cut:], full[len(through) :]
 
-    def after_output(self, assistant: str, tail: str, output_ids: list[int]) -> str | None:
+    def after_output(self, assistant: str, tail: str, output_ids: Sequence[int]) -> str | None:
         """The text the template renders after the sampled ids: the rest of the assistant
         turn's end (e.g. ``"\\n"`` after a sampled ``<|im_end|>``) and the new tail.
 

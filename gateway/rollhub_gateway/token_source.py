@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict, Field
 from rollhub.errors import ConfigError, GatewayError, TokenRetrievalError, UsageError
-from rollhub.tokens import CaptureSession, TokenSource
+from rollhub.tokens import CaptureSession, TokenSource, TokenSourceOptions
 from rollhub.trace import TraceRecord
 
 from rollhub_gateway.admin_call import admin_call
@@ -43,7 +43,7 @@ __all__ = ["GatewaySourceOptions", "GatewayTokenSource"]
 log = logging.getLogger(__name__)
 
 
-class GatewaySourceOptions(GatewayConfig):
+class GatewaySourceOptions(GatewayConfig, TokenSourceOptions):
     """The gateway config, plus where a remote gateway is (then nothing runs in process)."""
 
     model_config = ConfigDict(extra="forbid")

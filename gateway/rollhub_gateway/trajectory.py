@@ -180,7 +180,7 @@ class TrajectoryTree:
                     prompt = self.ids_through(base)
                     prompt.extend(node.extra_ids)
                     parent_branch = base.branch.id if base.branch else None
-                    fork_turn = base.index
+                    fork_turn: int | None = base.index
                     if node.drift == "append":
                         node.drift = "fork"  # a concurrent turn took the tip first
                 else:

@@ -133,11 +133,13 @@ class TurnNode:
         """The history through this turn's assistant message (neutral form)."""
         if self._full is not None:
             return self._full
-        chain, node = [], self
+        chain: list[list[dict[str, Any]]] = []
+        node: TurnNode | None = self
         while node is not None and node._full is None:
             chain.append(node._own)
             node = node._up
-        out = list(node._full) if node is not None else []
+        full = node._full if node is not None else None  # the loop stops at a kept history
+        out = list(full) if full is not None else []
         for own in reversed(chain):
             out += own
         return out

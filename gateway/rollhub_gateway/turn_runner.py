@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from rollhub.errors import GatewayError
@@ -165,7 +165,7 @@ class TurnStream:
 
     async def events(
         self, is_closed: Callable[[], bool] | None = None
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Started, then text deltas as they become safe, then Finished after the commit.
 
         :param is_closed: polled after each engine chunk; when it turns true the client is

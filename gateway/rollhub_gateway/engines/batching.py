@@ -347,7 +347,7 @@ class BatchEngine:
             row.first_token_at = time.perf_counter()
         row.emit(TokenChunk([token], [logprob]))
         if token in row.stop_ids:
-            reason: str | None = "stop"
+            reason = "stop"
         elif (
             p.stop
             and row.decode is not None

@@ -51,6 +51,7 @@ class ScriptedBackend(SamplingBackend):
 
     name = "scripted"
     Options = ScriptedOptions
+    options: ScriptedOptions
 
     def __init__(
         self,

@@ -26,7 +26,7 @@ import ast
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from rollhub_gateway.families.base import Family, new_call_id
 from rollhub_gateway.turns import ParsedOutput, ToolCall
@@ -139,7 +139,7 @@ class LFM2Family(Family):
     name = "lfm2"
     stop_tokens = ("<|im_end|>",)
     tool_markers = (CALLS_OPEN,)
-    reasoning_markup = ("<think>", "</think>")
+    reasoning_markup: ClassVar[tuple[str, str] | None] = ("<think>", "</think>")
 
     def format_output(
         self,

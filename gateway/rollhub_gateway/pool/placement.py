@@ -21,17 +21,31 @@ R = TypeVar("R", bound="Placeable")
 
 
 class Placeable(Protocol):
-    """What placement reads from a replica."""
+    """What placement reads from a replica (read-only: any attribute of these types fits,
+    e.g. a ``dict`` of live sessions)."""
 
-    index: int
-    #: ids of the sessions open on it (opened and not yet finished or dropped)
-    live: Collection[str]
-    #: sessions it has been given since it started
-    opened: int
-    #: why it died, or None while it serves
-    dead: str | None
-    #: being started again after it died (placed on only when no other replica serves)
-    restarting: bool
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def live(self) -> Collection[str]:
+        """Ids of the sessions open on it (opened and not yet finished or dropped)."""
+        ...
+
+    @property
+    def opened(self) -> int:
+        """Sessions it has been given since it started."""
+        ...
+
+    @property
+    def dead(self) -> str | None:
+        """Why it died, or None while it serves."""
+        ...
+
+    @property
+    def restarting(self) -> bool:
+        """Being started again after it died (placed on only when no other replica serves)."""
+        ...
 
 
 def least_loaded(replicas: Sequence[R], *, exclude: frozenset[int] = frozenset()) -> R:

@@ -129,7 +129,7 @@ class Replica(ABC):
         try:
             return await admin_call(
                 self._http,
-                self.url,
+                self.require_url(),
                 method,
                 path,
                 who=self.name,

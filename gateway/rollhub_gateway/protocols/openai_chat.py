@@ -105,7 +105,8 @@ class OpenAIChat(ProtocolAdapter):
             delta: dict[str, Any],
             finish: str | None = None,
             root: dict[str, Any] | None = None,
-            **extra: Any,
+            /,
+            **extra: Any,  # fields of the choice (positional-only above: no name clashes)
         ) -> bytes:
             body = {
                 "id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
@@ -124,7 +125,7 @@ class OpenAIChat(ProtocolAdapter):
             if isinstance(ev, Started):
                 created, model = int(time.time()), ev.model_id
                 root = {"prompt_token_ids": list(ev.prompt_ids)} if return_ids else None
-                yield chunk({"role": "assistant", "content": ""}, root=root)
+                yield chunk({"role": "assistant", "content": ""}, None, root)
             elif isinstance(ev, OutputDelta):
                 if ev.text:
                     yield text(ev)
