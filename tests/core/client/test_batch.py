@@ -151,7 +151,7 @@ async def test_exhausted_retries_end_as_submit_error(runtime, store) -> None:
     assert items[0].outcome.dead_sessions == ()
 
 
-def test_session_attempts_must_be_positive(runtime, store) -> None:
+async def test_session_attempts_must_be_positive(runtime, store) -> None:
     with pytest.raises(ConfigError, match="session_attempts=0"):
         AsyncRolloutClient(runtime, store, exp_id="x", session_attempts=0)
 
