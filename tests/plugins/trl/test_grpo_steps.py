@@ -66,7 +66,10 @@ def run(tmp_path_factory) -> dict[str, Any]:
         async def spy(policy: Any, version: int) -> None:
             # what the engine samples from when the next policy arrives, and that policy
             engines.append((hub.token_source.gateway.backend.engine.model, policy, version))
-            if version == 1:  # right after TRL's first optimizer step, before any other
+            # right after each optimizer step, before the next: the batch it just trained on.
+            # Every step, not only the first: a step whose groups all scored alike has no
+            # positive advantage (about one run in sixteen for the first step alone).
+            if version >= 1 and hub.trainer.rollout.pending:
                 batch = hub.trainer.rollout.pending[0].batch
                 for e, advantage in batch.trainable():
                     if advantage > 0 and e.traces:
@@ -128,8 +131,8 @@ def _gain(model: Any, record: dict[str, Any]) -> float:
 
 
 def test_a_positively_advantaged_completion_became_more_likely(run: dict[str, Any]) -> None:
-    gains = run["rose"]  # completions of step 1 with advantage > 0, after its update
-    assert gains, "no completion of step 1 had a positive advantage"
+    gains = run["rose"]  # completions with advantage > 0, after the update they trained
+    assert gains, "no completion of either step had a positive advantage"
     assert sum(gains) / len(gains) > 0, gains
 
 
