@@ -18,6 +18,8 @@ import uvicorn
 from rollhub_view.run_dir import RunDir
 from rollhub_view.server import LOOPBACK_HOSTS, ViewState, make_app
 from rollhub_view.synthetic import write_synthetic_run
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "examples" / "math" / "train.toml"
@@ -98,9 +100,8 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[object]:
-    """Headless Chromium driven by Selenium; skips where Chromium or Selenium is missing."""
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
-    from selenium.webdriver.chrome.service import Service
+    """Headless Chromium driven by Selenium (a test requirement); skips, saying how to install
+    it, where the Chromium engine is missing."""
 
     if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
         pytest.skip("Chromium is missing: apt-get install -y chromium chromium-driver "

@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
+import pyarrow as pa
+import pyarrow.parquet as pq
 from rollhub.cli import build_parser
 from rollhub_view.synthetic import episode_row, metrics_row
 
@@ -181,8 +182,6 @@ def test_a_forked_branch_is_its_own_section(serve, tmp_path: Path):
 
 
 def test_a_parquet_export_is_read_too(serve, tmp_path: Path):
-    pq = pytest.importorskip("pyarrow.parquet")
-    import pyarrow as pa
 
     run = tmp_path / "rollouts"
     run.mkdir()
