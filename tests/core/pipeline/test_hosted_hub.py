@@ -259,13 +259,16 @@ process_hub("own-thread", hub(Hub, "own-thread"))
 worker = asyncio.new_event_loop()  # a worker's loop, still running at exit
 threading.Thread(target=worker.run_forever, daemon=True).start()
 asyncio.run_coroutine_threadsafe(loop_hub("worker-loop", hub(AsyncHub, "worker-loop")), worker).result()
-main = asyncio.new_event_loop()  # a loop that has stopped, not closed
-main.run_until_complete(loop_hub("stopped-loop", hub(AsyncHub, "stopped-loop")))
 child = os.fork()  # a forked child that exits normally leaves its parent's hubs alone
 if child == 0:
     signal.alarm(20)  # a child hanging at exit dies instead of outliving the test
     sys.exit(0)
 print("child", os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]))
+# made after the fork: a child that inherits a stopped selector loop closes it when it is
+# collected at exit, and that unregisters the loop's wake-up pipe from the epoll instance
+# parent and child share, so the parent's loop would never wake again (asyncio, not rollhub)
+main = asyncio.new_event_loop()  # a loop that has stopped, not closed
+main.run_until_complete(loop_hub("stopped-loop", hub(AsyncHub, "stopped-loop")))
 print("exiting")
 """
 
