@@ -26,11 +26,16 @@ ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "examples" / "math" / "train.toml"
 ROLLHUB = Path(sys.executable).parent / "rollhub"
 
+#: a group whose samples all score alike trains nothing: with 8 samples about one group in
+#: seven has no signal on this data (docs/benchmarks/training-calc), so both groups of both
+#: steps lack it about once in 2,400 runs; with 4 samples a silent first step was seen in CI
+N_SAMPLES = 8
+
 SHORT = {
     "ROLLHUB_TRAINING__STEPS": "2",
     "ROLLHUB_TRAINING__BATCH_GROUPS": "2",
     "ROLLHUB_TRAINING__CHECKPOINT_EVERY": "2",
-    "ROLLHUB_EXPERIMENT__N_SAMPLES": "4",
+    "ROLLHUB_EXPERIMENT__N_SAMPLES": str(N_SAMPLES),
     "ROLLHUB_EVAL__MAX_PROMPTS": "2",
     "ROLLHUB_EVAL__N_SAMPLES": "2",
     # a learning rate high enough that two steps surely change the weights
@@ -56,9 +61,13 @@ def test_the_policy_was_trained_and_published(trained: Path) -> None:
     rows = [json.loads(line) for line in (trained / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1]
     assert rows[-1]["weight_version"] == 2
-    for key in ("success_rate", "tool_call_rate", "turns_mean", "trained_tokens",
-                "masked_tokens", "sampler_learner_kl"):
-        assert key in rows[0], key
+    for row in rows:
+        for key in ("success_rate", "tool_call_rate", "turns_mean", "trained_tokens",
+                    "masked_tokens", "groups_without_signal"):
+            assert key in row, key
+        # a step whose groups all scored alike leaves the weights as they were
+        assert ("sampler_learner_kl" in row) == (row["datums"] > 0), row
+    assert any(row["datums"] > 0 for row in rows), rows
     assert (trained / "training.png").stat().st_size > 0
     assert (trained / "checkpoints" / "latest").read_text().strip() == "step-000002"
     assert (trained / "checkpoints" / "step-000002" / "trainer" / "policy.safetensors").exists()
@@ -66,7 +75,7 @@ def test_the_policy_was_trained_and_published(trained: Path) -> None:
 
 def test_every_episode_is_kept_and_step_two_was_sampled_by_version_one(trained: Path) -> None:
     rows = read_rows(trained / "episodes.jsonl")
-    assert len(rows) == 2 * 2 * 4
+    assert len(rows) == 2 * 2 * N_SAMPLES
     assert {r["step"] for r in rows} == {0, 1}
     second = [r for r in rows if r["step"] == 1 and r["status"] == "ok"]
     versions = {t["weight_version"] for r in second for rec in r["traces"] for t in rec["turns"]}
