@@ -43,7 +43,7 @@ LABEL = "io.rollhub.sandbox"
 #: Kills every process whose environment holds the tag given as $1 (a shell version of
 #: rollhub_sandbox.process.find_tagged, for images without Python).
 _KILL_TAGGED = (
-    'for p in /proc/[0-9]*; do '
+    "for p in /proc/[0-9]*; do "
     'if tr "\\000" "\\n" < "$p/environ" 2>/dev/null | grep -qxF -- "$1"; then '
     'kill -KILL "${p#/proc/}" 2>/dev/null; fi; done; true'
 )
@@ -59,12 +59,16 @@ class DockerOptions(ProviderOptions):
     default_image: str = Field("python:3.11-slim", description="image when start() gets none")
 
 
-async def _run(argv: list[str], *, stdin: bytes | None = None,
-               timeout: float | None = None) -> tuple[int, bytes, bytes]:
+async def _run(
+    argv: list[str], *, stdin: bytes | None = None, timeout: float | None = None
+) -> tuple[int, bytes, bytes]:
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            *argv,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
     except OSError as exc:
         raise SandboxProviderError(f"cannot run {argv[0]!r}: {exc}") from exc
     try:
@@ -84,8 +88,12 @@ def docker_status(docker: str = "docker") -> tuple[bool, str]:
     if exe is None:
         return False, f"{docker!r} is not on PATH"
     try:
-        proc = subprocess.run([exe, "info", "--format", "{{.ServerVersion}}"],
-                              capture_output=True, timeout=20, check=False)
+        proc = subprocess.run(
+            [exe, "info", "--format", "{{.ServerVersion}}"],
+            capture_output=True,
+            timeout=20,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"docker info failed: {exc}"
     if proc.returncode != 0:
@@ -104,43 +112,77 @@ class DockerSandbox(ProviderSandbox):
     def _docker(self, *args: str) -> list[str]:
         return [self.provider.options.docker, *args]
 
-    async def exec(self, command: str, *, cwd: str, env: dict[str, str], timeout: float | None,
-                   stdin: bytes | None, max_output: int) -> ExecResult:
+    async def exec(
+        self,
+        command: str,
+        *,
+        cwd: str,
+        env: dict[str, str],
+        timeout: float | None,
+        stdin: bytes | None,
+        max_output: int,
+    ) -> ExecResult:
         tag = f"ROLLHUB_SANDBOX_EXEC={uuid.uuid4().hex}"
-        argv = self._docker("exec", *(["-i"] if stdin is not None else []), "-e", tag, self.id,
-                            "/bin/sh", "-c", shell_script(command, cwd=cwd, env=env))
+        argv = self._docker(
+            "exec",
+            *(["-i"] if stdin is not None else []),
+            "-e",
+            tag,
+            self.id,
+            "/bin/sh",
+            "-c",
+            shell_script(command, cwd=cwd, env=env),
+        )
         try:
             # The CLI runs as a local process group: capped output, drained pipes, timeout.
-            result = await run_process(argv, env=dict(os.environ), tag=tag, stdin=stdin,
-                                       timeout=timeout, max_output=max_output, kill_grace=1.0)
+            result = await run_process(
+                argv,
+                env=dict(os.environ),
+                tag=tag,
+                stdin=stdin,
+                timeout=timeout,
+                max_output=max_output,
+                kill_grace=1.0,
+            )
         except OSError as exc:
-            raise SandboxProviderError(f"cannot run {argv[0]!r}: {exc}",
-                                       sandbox_id=self.id) from exc
+            raise SandboxProviderError(
+                f"cannot run {argv[0]!r}: {exc}", sandbox_id=self.id
+            ) from exc
         if result.timed_out:
             # Killing `docker exec` leaves its processes running in the container.
-            await _run(self._docker("exec", self.id, "/bin/sh", "-c", _KILL_TAGGED, "sh", tag),
-                       timeout=30)
+            await _run(
+                self._docker("exec", self.id, "/bin/sh", "-c", _KILL_TAGGED, "sh", tag), timeout=30
+            )
         elif result.exit_code in (125, 126, 127, 1) and "No such container" in result.stderr:
             raise SandboxNotFound(f"container {self.id!r} is gone", sandbox_id=self.id)
         return result
 
-    async def _checked(self, argv: list[str], *, what: str, path: str,
-                       stdin: bytes | None = None) -> bytes:
+    async def _checked(
+        self, argv: list[str], *, what: str, path: str, stdin: bytes | None = None
+    ) -> bytes:
         rc, out, err = await _run(argv, stdin=stdin)
         if rc != 0:
-            raise SandboxFileError(f"{what} {path!r} in container {self.id!r} failed: "
-                                   f"{err.decode(errors='replace').strip()[:500]}",
-                                   path=path, sandbox_id=self.id)
+            raise SandboxFileError(
+                f"{what} {path!r} in container {self.id!r} failed: "
+                f"{err.decode(errors='replace').strip()[:500]}",
+                path=path,
+                sandbox_id=self.id,
+            )
         return out
 
     async def write_file(self, path: str, data: bytes) -> None:
         script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
-        await self._checked(self._docker("exec", "-i", self.id, "/bin/sh", "-c", script, "sh", path),
-                            what="write", path=path, stdin=data)
+        await self._checked(
+            self._docker("exec", "-i", self.id, "/bin/sh", "-c", script, "sh", path),
+            what="write",
+            path=path,
+            stdin=data,
+        )
 
     async def read_file(self, path: str) -> bytes:
-        raw = await self._checked(self._docker("cp", f"{self.id}:{path}", "-"), what="read",
-                                  path=path)
+        raw = await self._checked(
+            self._docker("cp", f"{self.id}:{path}", "-"), what="read", path=path
+        )
         with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
             member = tar.next()
             fh = tar.extractfile(member) if member is not None else None
@@ -149,10 +191,16 @@ class DockerSandbox(ProviderSandbox):
             return fh.read()
 
     async def upload(self, local_dir: Path, remote_dir: str) -> None:
-        await self._checked(self._docker("exec", self.id, "mkdir", "-p", "--", remote_dir),
-                            what="upload to", path=remote_dir)
-        await self._checked(self._docker("cp", f"{local_dir}/.", f"{self.id}:{remote_dir}"),
-                            what="upload to", path=remote_dir)
+        await self._checked(
+            self._docker("exec", self.id, "mkdir", "-p", "--", remote_dir),
+            what="upload to",
+            path=remote_dir,
+        )
+        await self._checked(
+            self._docker("cp", f"{local_dir}/.", f"{self.id}:{remote_dir}"),
+            what="upload to",
+            path=remote_dir,
+        )
 
     async def destroy(self) -> None:
         await _run(self._docker("rm", "-f", self.id), timeout=60)
@@ -169,34 +217,68 @@ class DockerProvider(SandboxProvider):
         opts = self.options
         sandbox_id = f"sbx-{uuid.uuid4().hex}"
         workdir = shlex.quote(opts.workdir)
-        argv = [opts.docker, "run", "-d", "--init", "--name", sandbox_id,
-                "--label", f"{LABEL}=1", "--label", f"{LABEL}.expires_at={time.time() + ttl:.3f}",
-                *(["--network", opts.network] if opts.network else []), *opts.run_args,
-                "--entrypoint", "/bin/sh", source or opts.default_image,
-                "-c", f"mkdir -p -- {workdir} && exec tail -f /dev/null"]
+        argv = [
+            opts.docker,
+            "run",
+            "-d",
+            "--init",
+            "--name",
+            sandbox_id,
+            "--label",
+            f"{LABEL}=1",
+            "--label",
+            f"{LABEL}.expires_at={time.time() + ttl:.3f}",
+            *(["--network", opts.network] if opts.network else []),
+            *opts.run_args,
+            "--entrypoint",
+            "/bin/sh",
+            source or opts.default_image,
+            "-c",
+            f"mkdir -p -- {workdir} && exec tail -f /dev/null",
+        ]
         rc, _out, err = await _run(argv, timeout=600)
         if rc != 0:
-            raise SandboxStartError(f"docker run of {source or opts.default_image!r} failed: "
-                                    f"{err.decode(errors='replace').strip()[:500]}", source=source)
+            raise SandboxStartError(
+                f"docker run of {source or opts.default_image!r} failed: "
+                f"{err.decode(errors='replace').strip()[:500]}",
+                source=source,
+            )
         return DockerSandbox(self, sandbox_id)
 
     async def attach(self, sandbox_id: str) -> DockerSandbox:
-        rc, out, _err = await _run([self.options.docker, "inspect", "-f",
-                                    f'{{{{.State.Running}}}} {{{{index .Config.Labels "{LABEL}.expires_at"}}}}',
-                                    sandbox_id], timeout=60)
+        rc, out, _err = await _run(
+            [
+                self.options.docker,
+                "inspect",
+                "-f",
+                f'{{{{.State.Running}}}} {{{{index .Config.Labels "{LABEL}.expires_at"}}}}',
+                sandbox_id,
+            ],
+            timeout=60,
+        )
         fields = out.decode().split()
         if rc != 0 or len(fields) != 2 or fields[0] != "true":
-            raise SandboxNotFound(f"no running sandbox container {sandbox_id!r}",
-                                  sandbox_id=sandbox_id)
+            raise SandboxNotFound(
+                f"no running sandbox container {sandbox_id!r}", sandbox_id=sandbox_id
+            )
         if float(fields[1]) <= time.time():
             await _run([self.options.docker, "rm", "-f", sandbox_id], timeout=60)
             raise SandboxNotFound(f"sandbox {sandbox_id!r} expired", sandbox_id=sandbox_id)
         return DockerSandbox(self, sandbox_id)
 
     async def reap(self) -> list[str]:
-        rc, out, _err = await _run([self.options.docker, "ps", "-a", "--filter", f"label={LABEL}=1",
-                                    "--format", f'{{{{.Names}}}} {{{{.Label "{LABEL}.expires_at"}}}}'],
-                                   timeout=60)
+        rc, out, _err = await _run(
+            [
+                self.options.docker,
+                "ps",
+                "-a",
+                "--filter",
+                f"label={LABEL}=1",
+                "--format",
+                f'{{{{.Names}}}} {{{{.Label "{LABEL}.expires_at"}}}}',
+            ],
+            timeout=60,
+        )
         if rc != 0:
             return []
         now, expired = time.time(), []

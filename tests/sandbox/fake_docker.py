@@ -63,7 +63,7 @@ def main(argv: list[str]) -> None:
                 env[k] = v
                 i += 2
         _load(args[i])
-        os.execvpe(args[i + 1], args[i + 1:], env)
+        os.execvpe(args[i + 1], args[i + 1 :], env)
     elif cmd == "cp":
         src, dst = args
         if dst == "-":

@@ -41,20 +41,21 @@ async def test_missing_cli_is_a_typed_error(tmp_path: Path) -> None:
 def fake_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncSandboxClient:
     """The provider driving tests/sandbox/fake_docker.py instead of a Docker engine."""
     cli = tmp_path / "docker"
-    cli.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
+    cli.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
     cli.chmod(0o755)
     monkeypatch.setenv("FAKE_DOCKER_STATE", str(tmp_path / "state"))
     return AsyncSandboxClient("docker", docker=str(cli), workdir=str(tmp_path / "ws"))
 
 
-async def test_provider_logic_against_a_fake_cli(fake_docker: AsyncSandboxClient,
-                                                 tmp_path: Path) -> None:
+async def test_provider_logic_against_a_fake_cli(
+    fake_docker: AsyncSandboxClient, tmp_path: Path
+) -> None:
     src = tmp_path / "src"
     (src / "d").mkdir(parents=True)
     (src / "d" / "f.bin").write_bytes(b"\x00\x01")
     pidfile = tmp_path / "pid"
     async with fake_docker.start("busybox", ttl=300) as sb:
-        r = await sb.exec("pwd; printf %s \"$V\"; exit 3", env={"V": "it's `x`"})
+        r = await sb.exec('pwd; printf %s "$V"; exit 3', env={"V": "it's `x`"})
         assert (r.exit_code, r.stdout) == (3, f"{sb.workdir}\nit's `x`")
         assert (await sb.exec("touch x", cwd="missing")).exit_code == 2
         assert (await sb.exec("cat", stdin=b"in")).stdout == "in"
@@ -67,8 +68,11 @@ async def test_provider_logic_against_a_fake_cli(fake_docker: AsyncSandboxClient
         with pytest.raises(SandboxFileError):
             await sb.read_file("missing")
         # a process that ignores SIGTERM and leaves the group still dies at the timeout
-        r = await sb.exec(f"setsid sh -c 'trap \"\" TERM; echo $$ > {pidfile}; sleep 60' & "
-                          f"trap '' TERM; sleep 60", timeout=1)
+        r = await sb.exec(
+            f"setsid sh -c 'trap \"\" TERM; echo $$ > {pidfile}; sleep 60' & "
+            f"trap '' TERM; sleep 60",
+            timeout=1,
+        )
         assert r.timed_out
         pid = int(pidfile.read_text())
         deadline = time.monotonic() + 5
