@@ -29,6 +29,34 @@ def test_status_reports_a_reason() -> None:
     assert isinstance(REASON, str) and REASON
 
 
+@pytest.mark.parametrize(
+    ("answer", "rc", "expected"),
+    [
+        ('{"ServerVersion": "27.1.1"}', 0, (True, "docker engine 27.1.1")),
+        # a newer Docker CLI whose daemon is down still prints the client's half
+        (
+            '{"ServerVersion": "", "ServerErrors": ["Cannot connect to the Docker daemon"]}',
+            0,
+            (False, "no Docker engine: Cannot connect to the Docker daemon"),
+        ),
+        ('{"host": {}, "version": {"Version": "4.3.1"}}', 0, (True, "podman 4.3.1")),
+        ("", 1, (False, "no engine answers")),
+    ],
+)
+def test_status_reads_docker_and_podman_answers(
+    tmp_path: Path, answer: str, rc: int, expected: tuple[bool, str]
+) -> None:
+    cli = tmp_path / "engine"
+    cli.write_text(
+        f'#!/bin/sh\n[ "$FAKE_ARG" = x ] || exit 9\n'
+        f"[ \"$*\" = 'info --format {{{{json .}}}}' ] || exit 9\n"
+        f"printf '%s\\n' '{answer}'\nexit {rc}\n"
+    )
+    cli.chmod(0o755)
+    usable, reason = docker_status(str(cli), env={"FAKE_ARG": "x"})
+    assert (usable, reason[: len(expected[1])]) == expected
+
+
 async def test_missing_cli_is_a_typed_error(tmp_path: Path) -> None:
     client = AsyncSandboxClient("docker", docker=str(tmp_path / "no-docker"))
     with pytest.raises(SandboxProviderError, match="no-docker"):
