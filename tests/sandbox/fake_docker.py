@@ -63,7 +63,7 @@ def main(argv: list[str]) -> None:
                 env[k] = v
                 i += 2
         _load(args[i])
-        os.execvpe(args[i + 1], args[i + 1:], env)
+        os.execvpe(args[i + 1], args[i + 1 :], env)
     elif cmd == "cp":
         src, dst = args
         if dst == "-":
@@ -81,15 +81,27 @@ def main(argv: list[str]) -> None:
             _load(name)
             shutil.copytree(src.rstrip("/.") or src, path, dirs_exist_ok=True)
     elif cmd == "inspect":
-        data = _load(args[-1])
-        print("true", data["labels"].get("io.rollhub.sandbox.expires_at", ""))
+        assert args[0] == "-f", args
+        fmt, rc = args[1], 0
+        for name in args[2:]:
+            path = STATE / f"{name}.json"
+            if not path.exists():  # Docker prints the others and fails at the end
+                sys.stderr.write(f"Error: No such object: {name}\n")
+                rc = 1
+                continue
+            expires = json.loads(path.read_text())["labels"].get(
+                "io.rollhub.sandbox.expires_at", ""
+            )
+            # the two templates the provider uses: {{.State.Running}} … and {{.Name}} …
+            print("/" + name if fmt.startswith("{{.Name}}") else "true", expires)
+        sys.exit(rc)
     elif cmd == "rm":
         for name in [a for a in args if not a.startswith("-")]:
             (STATE / f"{name}.json").unlink(missing_ok=True)
     elif cmd == "ps":
+        assert args[-2:] == ["--format", "{{.Names}}"], args
         for path in sorted(STATE.glob("*.json")):
-            data = json.loads(path.read_text())
-            print(path.stem, data["labels"].get("io.rollhub.sandbox.expires_at", ""))
+            print(path.stem)
     else:
         sys.stderr.write(f"fake docker: unsupported command {cmd}\n")
         sys.exit(125)

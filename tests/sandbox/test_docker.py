@@ -1,8 +1,14 @@
-"""The docker provider: against a real engine where one runs; skipped (with the reason) elsewhere."""
+"""The docker provider: against a real engine where one runs; skipped (with the reason) elsewhere.
+
+The real engine is Docker where ``docker info`` answers (with busybox, pulled), else podman
+configured as the image tests configure it, with their locally made Debian base image (no
+registry is needed). Everywhere, the provider's logic also runs against a stand-in CLI.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import time
 from pathlib import Path
@@ -16,17 +22,53 @@ from rollhub_sandbox import (
 )
 from rollhub_sandbox.docker import docker_status
 
+from tests.deploy_image.engine import EngineMissing, base_image, find_podman, host_arch
 from tests.sandbox.sandbox_helpers import pid_gone
+
+log = logging.getLogger(__name__)
 
 DOCKER, REASON = docker_status()
 FAKE = Path(__file__).with_name("fake_docker.py")
 IMAGE = "busybox:latest"
+#: Lists every process in a container as "comm: cmdline" (minbase Debian has no `ps`).
+PROCESSES = (
+    'for p in /proc/[0-9]*; do printf "%s: " "$(cat $p/comm)"; '
+    'tr "\\000" " " < $p/cmdline; echo; done 2>/dev/null'
+)
 
 
 def test_status_reports_a_reason() -> None:
     usable, reason = docker_status("definitely-not-docker-xyz")
     assert not usable and "not on PATH" in reason
     assert isinstance(REASON, str) and REASON
+
+
+@pytest.mark.parametrize(
+    ("answer", "rc", "expected"),
+    [
+        ('{"ServerVersion": "27.1.1"}', 0, (True, "docker engine 27.1.1")),
+        # a newer Docker CLI whose daemon is down still prints the client's half
+        (
+            '{"ServerVersion": "", "ServerErrors": ["Cannot connect to the Docker daemon"]}',
+            0,
+            (False, "no Docker engine: Cannot connect to the Docker daemon"),
+        ),
+        ('{"host": {}, "version": {"Version": "4.3.1"}}', 0, (True, "podman 4.3.1")),
+        ("", 1, (False, "no engine answers")),
+    ],
+)
+def test_status_reads_docker_and_podman_answers(
+    tmp_path: Path, answer: str, rc: int, expected: tuple[bool, str]
+) -> None:
+    cli = tmp_path / "engine"
+    cli.write_text(
+        f'#!/bin/sh\n[ "$FAKE_ARG" = x ] || exit 9\n'
+        f"[ \"$*\" = 'info --format {{{{json .}}}}' ] || exit 9\n"
+        f"printf '%s\\n' '{answer}'\nexit {rc}\n"
+    )
+    cli.chmod(0o755)
+    usable, reason = docker_status(str(cli), env={"FAKE_ARG": "x"})
+    assert (usable, reason[: len(expected[1])]) == expected
 
 
 async def test_missing_cli_is_a_typed_error(tmp_path: Path) -> None:
@@ -41,20 +83,21 @@ async def test_missing_cli_is_a_typed_error(tmp_path: Path) -> None:
 def fake_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncSandboxClient:
     """The provider driving tests/sandbox/fake_docker.py instead of a Docker engine."""
     cli = tmp_path / "docker"
-    cli.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
+    cli.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
     cli.chmod(0o755)
     monkeypatch.setenv("FAKE_DOCKER_STATE", str(tmp_path / "state"))
     return AsyncSandboxClient("docker", docker=str(cli), workdir=str(tmp_path / "ws"))
 
 
-async def test_provider_logic_against_a_fake_cli(fake_docker: AsyncSandboxClient,
-                                                 tmp_path: Path) -> None:
+async def test_provider_logic_against_a_fake_cli(
+    fake_docker: AsyncSandboxClient, tmp_path: Path
+) -> None:
     src = tmp_path / "src"
     (src / "d").mkdir(parents=True)
     (src / "d" / "f.bin").write_bytes(b"\x00\x01")
     pidfile = tmp_path / "pid"
     async with fake_docker.start("busybox", ttl=300) as sb:
-        r = await sb.exec("pwd; printf %s \"$V\"; exit 3", env={"V": "it's `x`"})
+        r = await sb.exec('pwd; printf %s "$V"; exit 3', env={"V": "it's `x`"})
         assert (r.exit_code, r.stdout) == (3, f"{sb.workdir}\nit's `x`")
         assert (await sb.exec("touch x", cwd="missing")).exit_code == 2
         assert (await sb.exec("cat", stdin=b"in")).stdout == "in"
@@ -67,8 +110,11 @@ async def test_provider_logic_against_a_fake_cli(fake_docker: AsyncSandboxClient
         with pytest.raises(SandboxFileError):
             await sb.read_file("missing")
         # a process that ignores SIGTERM and leaves the group still dies at the timeout
-        r = await sb.exec(f"setsid sh -c 'trap \"\" TERM; echo $$ > {pidfile}; sleep 60' & "
-                          f"trap '' TERM; sleep 60", timeout=1)
+        r = await sb.exec(
+            f"setsid sh -c 'trap \"\" TERM; echo $$ > {pidfile}; sleep 60' & "
+            f"trap '' TERM; sleep 60",
+            timeout=1,
+        )
         assert r.timed_out
         pid = int(pidfile.read_text())
         deadline = time.monotonic() + 5
@@ -85,19 +131,43 @@ async def test_provider_logic_against_a_fake_cli(fake_docker: AsyncSandboxClient
     assert await fake_docker.reap() == [old.id]
 
 
-needs_docker = pytest.mark.skipif(not DOCKER, reason=f"needs a Docker engine: {REASON}")
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, object], str]:
+    """``(client options, image)`` of a real engine: Docker if it answers, else podman."""
+    if DOCKER and REASON.startswith("docker engine"):
+        return {}, IMAGE
+    try:
+        podman = find_podman(tmp_path_factory.mktemp("podman"))
+        image = base_image(podman, host_arch(), tmp_path_factory.mktemp("rootfs"))
+    except EngineMissing as exc:
+        pytest.skip(f"needs a Docker engine ({REASON}) or podman: {exc}")
+    cli_env = {"CONTAINERS_CONF": podman.env["CONTAINERS_CONF"]}
+    usable, reason = docker_status(podman.executable, env=cli_env)
+    assert usable and reason.startswith("podman "), reason
+    options: dict[str, object] = {"docker": podman.executable, "cli_env": cli_env}
+    probe = podman("run", "--rm", "--init", image, "true", check=False, timeout=120)
+    if "container-init binary not found" in probe.stderr:
+        # podman without catatonit: the provider's documented fallback (.ci/run installs it)
+        log.warning("podman has no catatonit; the docker provider runs with init=False")
+        options["init"] = False
+    return options, image
 
 
-@needs_docker
-async def test_docker_sandbox_round_trip(tmp_path: Path) -> None:
-    client = AsyncSandboxClient("docker", kill_grace=0.5)
+async def test_docker_sandbox_round_trip(
+    engine: tuple[dict[str, object], str], tmp_path: Path
+) -> None:
+    options, image = engine
+    client = AsyncSandboxClient("docker", **options)
     src = tmp_path / "src"
     (src / "d").mkdir(parents=True)
     (src / "d" / "f.bin").write_bytes(b"\x00\x01")
-    async with client.start(IMAGE, ttl=300) as sb:
+    async with client.start(image, ttl=300) as sb:
         r = await sb.exec("pwd; echo $V; exit 3", env={"V": "it's"})
         assert (r.exit_code, r.stdout) == (3, "/workspace\nit's\n")
         assert (await sb.exec("touch x", cwd="missing")).exit_code == 2
+        # the command's own 125 (the CLI's code for its own errors) comes through as such
+        r = await sb.exec("cat; exit 125", stdin=b"in")
+        assert (r.exit_code, r.stdout) == (125, "in")
         await sb.write_file("a/b.bin", bytes(range(256)))
         assert await sb.read_file("a/b.bin") == bytes(range(256))
         await sb.upload(src, "up")
@@ -107,7 +177,16 @@ async def test_docker_sandbox_round_trip(tmp_path: Path) -> None:
         started = time.monotonic()
         r = await sb.exec("trap '' TERM; sleep 60", timeout=1)
         assert r.timed_out and time.monotonic() - started < 20
-        assert "sleep 60" not in (await sb.exec("ps")).stdout
+        listing = (await sb.exec(PROCESSES)).stdout
+        assert "tail -f /dev/null" in listing  # the listing sees the container's processes
+        assert "sleep 60" not in listing and "\nsleep: " not in listing, listing
         assert (await client.attach(sb.id)).id == sb.id
     with pytest.raises(SandboxNotFound):
         await client.attach(sb.id)
+    with pytest.raises(SandboxNotFound):
+        await sb.exec("true")
+    old = await client.create(image, ttl=0.5)
+    await asyncio.sleep(0.6)
+    assert old.id in await client.reap()
+    with pytest.raises(SandboxNotFound):
+        await client.attach(old.id)
