@@ -264,7 +264,9 @@ class AsyncHub:
             submitted_at=time.time(),
         )
         try:
-            capture = await self.token_source.open_session(rollout.session_id, sampling=rollout.sampling)
+            capture = await self.token_source.open_session(
+                rollout.session_id, sampling=rollout.sampling
+            )
             opened = True
             _fill_capture(rollout, capture)
             future = await self.client.submit_request_async(
@@ -330,7 +332,10 @@ class AsyncHub:
     async def _retrieve(self, episode: Episode) -> None:
         try:
             traces = await call_first(
-                self.hook.rollhub_retrieve_tokens, episode=episode, source=self.token_source, hub=self
+                self.hook.rollhub_retrieve_tokens,
+                episode=episode,
+                source=self.token_source,
+                hub=self,
             )
         except TokenRetrievalError:
             raise
@@ -361,8 +366,9 @@ class AsyncHub:
 
     # Groups -------------------------------------------------------------------------------
 
-    async def run_group(self, payload: Mapping[str, Any], n: int | None = None,
-                        *, group_id: str | None = None) -> EpisodeGroup:
+    async def run_group(
+        self, payload: Mapping[str, Any], n: int | None = None, *, group_id: str | None = None
+    ) -> EpisodeGroup:
         """Run ``n`` samples of one prompt and return the finished group."""
         n = n or self.config.experiment.n_samples
         gid = group_id or group_id_of(payload, self.config.experiment.id_field)
@@ -391,7 +397,9 @@ class AsyncHub:
 
     def _require_started(self) -> None:
         if not self._started:
-            raise UsageError("the hub is not started: use 'async with AsyncHub(cfg) as hub' or await hub.start()")
+            raise UsageError(
+                "the hub is not started: use 'async with AsyncHub(cfg) as hub' or await hub.start()"
+            )
 
 
 # Pure helpers ------------------------------------------------------------------------------
@@ -415,4 +423,3 @@ def _fill_capture(rollout: RolloutConfig, capture: CaptureSession) -> None:
         rollout.api_key = SecretStr(capture.api_key)
     if capture.model_id is not None:
         rollout.model_id = capture.model_id
-
