@@ -57,15 +57,29 @@ class Hub:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def run_episode(self, payload: Mapping[str, Any], group_id: str, index: int) -> Episode:
-        """Run one sample to its terminal episode."""
-        return self._loop.run(self._hub.run_episode(payload, group_id, index))
+    def run_episode(
+        self,
+        payload: Mapping[str, Any],
+        group_id: str,
+        index: int,
+        *,
+        sampling: Mapping[str, Any] | None = None,
+    ) -> Episode:
+        """Run one sample to its terminal episode; ``sampling`` is merged over
+        ``[experiment] sampling`` for this rollout only."""
+        return self._loop.run(self._hub.run_episode(payload, group_id, index, sampling=sampling))
 
     def run_group(
-        self, payload: Mapping[str, Any], n: int | None = None, *, group_id: str | None = None
+        self,
+        payload: Mapping[str, Any],
+        n: int | None = None,
+        *,
+        group_id: str | None = None,
+        sampling: Mapping[str, Any] | None = None,
     ) -> EpisodeGroup:
-        """Run ``n`` samples of one prompt and return the finished group."""
-        return self._loop.run(self._hub.run_group(payload, n, group_id=group_id))
+        """Run ``n`` samples of one prompt and return the finished group; ``sampling`` is
+        merged over ``[experiment] sampling`` for this group's rollouts only."""
+        return self._loop.run(self._hub.run_group(payload, n, group_id=group_id, sampling=sampling))
 
     def iter_groups(
         self, payloads: Iterable[Mapping[str, Any]], n: int | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,34 @@ def test_sync_twin(tmp_path, host):
         groups = list(hub.iter_groups([{"id": "t"}, {"id": "u"}], n=1))
     assert [e.reward for e in group.episodes] == [0.75, 0.75]
     assert sorted(g.group_id for g in groups) == ["t", "u"]
+
+
+async def test_a_sampling_override_applies_to_its_own_rollouts_only(tmp_path, host):
+    cfg = config(tmp_path, n_samples=2, sampling={"temperature": 0.7, "max_tokens": 64})
+    hub = AsyncHub(cfg, host=host, run_dir=tmp_path / "run")
+    async with hub:
+        greedy, default = await asyncio.gather(
+            hub.run_group({"id": "g"}, sampling={"temperature": 0.0, "stop": ["\n"]}),
+            hub.run_group({"id": "d"}),
+        )
+        one = await hub.run_episode({"id": "e"}, "e", 0, sampling={"max_tokens": 8})
+    assert [e.result["sampling"] for e in greedy.episodes] == [
+        {"temperature": 0.0, "max_tokens": 64, "stop": ["\n"]}
+    ] * 2
+    assert [e.result["sampling"] for e in default.episodes] == [
+        {"temperature": 0.7, "max_tokens": 64}
+    ] * 2
+    assert one.result["sampling"] == {"temperature": 0.7, "max_tokens": 8}
+    assert cfg.experiment.sampling == {"temperature": 0.7, "max_tokens": 64}
+
+
+def test_sync_twin_takes_a_sampling_override(tmp_path, host):
+    cfg = config(tmp_path, n_samples=1, sampling={"temperature": 0.7})
+    with Hub(cfg, host=host, run_dir=tmp_path / "run") as hub:
+        group = hub.run_group({"id": "s"}, sampling={"temperature": 0.0})
+        episode = hub.run_episode({"id": "t"}, "t", 0, sampling={"top_p": 0.5})
+    assert group.episodes[0].result["sampling"] == {"temperature": 0.0}
+    assert episode.result["sampling"] == {"temperature": 0.7, "top_p": 0.5}
 
 
 async def test_sync_method_inside_loop_is_a_usage_error(tmp_path, host):
