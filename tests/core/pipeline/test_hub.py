@@ -19,8 +19,14 @@ AGENT = Path(__file__).parent / "agents" / "echo_agent.py"
 def config(tmp_path: Path, **experiment):
     return parse_config(
         {
-            "experiment": {"name": "hubtest", "n_samples": 3, "concurrency": 8,
-                           "timeout_s": 30, "progress": False, **experiment},
+            "experiment": {
+                "name": "hubtest",
+                "n_samples": 3,
+                "concurrency": 8,
+                "timeout_s": 30,
+                "progress": False,
+                **experiment,
+            },
             "runtime": {"name": "local", "app": f"{AGENT}:app", "workers": 1},
             "store": {"url": f"file://{tmp_path / 'store'}"},
             "trainer": {"name": "export"},
@@ -63,13 +69,26 @@ async def test_groups_hooks_and_failures(tmp_path, host):
     names = [n for n, _ in everything.CALLS]
     assert names[0] == "rollhub_addhooks" and names[1] == "rollhub_register_components"
     assert names[2] == "rollhub_hub_started" and names[-1] == "rollhub_hub_stopped"
-    per_episode = [n for n in names if n not in ("rollhub_addhooks", "rollhub_register_components",
-                                                  "rollhub_hub_started", "rollhub_hub_stopped")]
+    per_episode = [
+        n
+        for n in names
+        if n
+        not in (
+            "rollhub_addhooks",
+            "rollhub_register_components",
+            "rollhub_hub_started",
+            "rollhub_hub_stopped",
+        )
+    ]
     assert per_episode.count("rollhub_prepare_rollout") == 9
     assert per_episode.count("rollhub_episode_done") == 9
     assert per_episode.count("rollhub_collect_rewards") == 6  # only successful rollouts
     types = dict(everything.CALLS)
-    assert types["rollhub_submit_rollout"] == {"request": "RolloutRequest", "runtime": "LocalRuntime", "hub": "AsyncHub"}
+    assert types["rollhub_submit_rollout"] == {
+        "request": "RolloutRequest",
+        "runtime": "LocalRuntime",
+        "hub": "AsyncHub",
+    }
     assert types["rollhub_retrieve_tokens"]["source"] == "NoTokenSource"
     assert types["rollhub_episode_done"]["episode"] == "Episode"
     assert (tmp_path / "run" / "episodes.parquet").exists()
@@ -157,10 +176,15 @@ async def test_testing_make_hub_uses_only_given_plugins(tmp_path):
         @hookimpl
         def rollhub_collect_rewards(self, episode):
             return {"len": float(len(episode.session_id))}
+
     hub = make_hub(
-        {"experiment": {"progress": False}, "runtime": {"app": f"{AGENT}:app", "workers": 1},
-         "store": {"url": f"file://{tmp_path / 'store'}"}},
-        Bonus(), run_dir=tmp_path / "run",
+        {
+            "experiment": {"progress": False},
+            "runtime": {"app": f"{AGENT}:app", "workers": 1},
+            "store": {"url": f"file://{tmp_path / 'store'}"},
+        },
+        Bonus(),
+        run_dir=tmp_path / "run",
     )
     assert "gateway" not in hub.host.plugins  # no entry-point scan
     async with hub:
