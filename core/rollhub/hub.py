@@ -231,10 +231,22 @@ class AsyncHub:
             sample_index=index,
         )
 
-    async def run_episode(self, payload: Mapping[str, Any], group_id: str, index: int) -> Episode:
-        """Run one sample to its terminal episode (never raises for a failed rollout)."""
+    async def run_episode(
+        self,
+        payload: Mapping[str, Any],
+        group_id: str,
+        index: int,
+        *,
+        sampling: Mapping[str, Any] | None = None,
+    ) -> Episode:
+        """Run one sample to its terminal episode (never raises for a failed rollout).
+
+        :param sampling: merged over ``[experiment] sampling`` for this rollout only (e.g.
+            ``{"temperature": 0.0}`` for a greedy eval); other rollouts keep the defaults.
+        """
         self._require_started()
         request = self._request(payload, group_id, index)
+        request.rollout.sampling.update(sampling or {})
         sid = request.rollout.session_id
         async with self._slots:
             await self._gate.wait_to_submit()
@@ -264,7 +276,9 @@ class AsyncHub:
             submitted_at=time.time(),
         )
         try:
-            capture = await self.token_source.open_session(rollout.session_id, sampling=rollout.sampling)
+            capture = await self.token_source.open_session(
+                rollout.session_id, sampling=rollout.sampling
+            )
             opened = True
             _fill_capture(rollout, capture)
             future = await self.client.submit_request_async(
@@ -330,7 +344,10 @@ class AsyncHub:
     async def _retrieve(self, episode: Episode) -> None:
         try:
             traces = await call_first(
-                self.hook.rollhub_retrieve_tokens, episode=episode, source=self.token_source, hub=self
+                self.hook.rollhub_retrieve_tokens,
+                episode=episode,
+                source=self.token_source,
+                hub=self,
             )
         except TokenRetrievalError:
             raise
@@ -361,12 +378,21 @@ class AsyncHub:
 
     # Groups -------------------------------------------------------------------------------
 
-    async def run_group(self, payload: Mapping[str, Any], n: int | None = None,
-                        *, group_id: str | None = None) -> EpisodeGroup:
-        """Run ``n`` samples of one prompt and return the finished group."""
+    async def run_group(
+        self,
+        payload: Mapping[str, Any],
+        n: int | None = None,
+        *,
+        group_id: str | None = None,
+        sampling: Mapping[str, Any] | None = None,
+    ) -> EpisodeGroup:
+        """Run ``n`` samples of one prompt and return the finished group; ``sampling`` is
+        merged over ``[experiment] sampling`` for this group only (see :meth:`run_episode`)."""
         n = n or self.config.experiment.n_samples
         gid = group_id or group_id_of(payload, self.config.experiment.id_field)
-        episodes = await asyncio.gather(*(self.run_episode(payload, gid, i) for i in range(n)))
+        episodes = await asyncio.gather(
+            *(self.run_episode(payload, gid, i, sampling=sampling) for i in range(n))
+        )
         group = EpisodeGroup(gid, dict(payload), list(episodes))
         apply_failure_policy(group, self.config.rewards.on_failure)
         return group
@@ -391,7 +417,9 @@ class AsyncHub:
 
     def _require_started(self) -> None:
         if not self._started:
-            raise UsageError("the hub is not started: use 'async with AsyncHub(cfg) as hub' or await hub.start()")
+            raise UsageError(
+                "the hub is not started: use 'async with AsyncHub(cfg) as hub' or await hub.start()"
+            )
 
 
 # Pure helpers ------------------------------------------------------------------------------
@@ -415,4 +443,3 @@ def _fill_capture(rollout: RolloutConfig, capture: CaptureSession) -> None:
         rollout.api_key = SecretStr(capture.api_key)
     if capture.model_id is not None:
         rollout.model_id = capture.model_id
-

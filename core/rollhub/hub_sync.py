@@ -19,8 +19,9 @@ __all__ = ["Hub"]
 class Hub:
     """Synchronous twin of :class:`AsyncHub`; runs it on a private event-loop thread."""
 
-    def __init__(self, config: RollhubConfig, *, host: PluginHost | None = None,
-                 run_dir: Path | None = None) -> None:
+    def __init__(
+        self, config: RollhubConfig, *, host: PluginHost | None = None, run_dir: Path | None = None
+    ) -> None:
         ensure_no_running_loop("Hub()")
         self._loop = LoopThread("rollhub-hub")
         self._hub = self._loop.call(_make_async_hub, config, host, run_dir)
@@ -56,16 +57,33 @@ class Hub:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def run_episode(self, payload: Mapping[str, Any], group_id: str, index: int) -> Episode:
-        """Run one sample to its terminal episode."""
-        return self._loop.run(self._hub.run_episode(payload, group_id, index))
+    def run_episode(
+        self,
+        payload: Mapping[str, Any],
+        group_id: str,
+        index: int,
+        *,
+        sampling: Mapping[str, Any] | None = None,
+    ) -> Episode:
+        """Run one sample to its terminal episode; ``sampling`` is merged over
+        ``[experiment] sampling`` for this rollout only."""
+        return self._loop.run(self._hub.run_episode(payload, group_id, index, sampling=sampling))
 
-    def run_group(self, payload: Mapping[str, Any], n: int | None = None,
-                  *, group_id: str | None = None) -> EpisodeGroup:
-        """Run ``n`` samples of one prompt and return the finished group."""
-        return self._loop.run(self._hub.run_group(payload, n, group_id=group_id))
+    def run_group(
+        self,
+        payload: Mapping[str, Any],
+        n: int | None = None,
+        *,
+        group_id: str | None = None,
+        sampling: Mapping[str, Any] | None = None,
+    ) -> EpisodeGroup:
+        """Run ``n`` samples of one prompt and return the finished group; ``sampling`` is
+        merged over ``[experiment] sampling`` for this group's rollouts only."""
+        return self._loop.run(self._hub.run_group(payload, n, group_id=group_id, sampling=sampling))
 
-    def iter_groups(self, payloads: Iterable[Mapping[str, Any]], n: int | None = None) -> Iterator[EpisodeGroup]:
+    def iter_groups(
+        self, payloads: Iterable[Mapping[str, Any]], n: int | None = None
+    ) -> Iterator[EpisodeGroup]:
         """Yield groups in completion order. Leaving the loop early cancels the rest."""
         yield from self._loop.iterate(self._hub.iter_groups(payloads, n))
 
@@ -84,5 +102,7 @@ class Hub:
         return self._loop
 
 
-def _make_async_hub(config: RollhubConfig, host: PluginHost | None, run_dir: Path | None) -> AsyncHub:
+def _make_async_hub(
+    config: RollhubConfig, host: PluginHost | None, run_dir: Path | None
+) -> AsyncHub:
     return AsyncHub(config, host=host, run_dir=run_dir)

@@ -65,14 +65,28 @@ class HubView(Protocol):
         """Hand a new policy to the sampling side and make ``version`` current."""
         ...
 
-    async def run_episode(self, payload: Mapping[str, Any], group_id: str, index: int) -> Episode:
-        """Run one sample to its terminal episode."""
+    async def run_episode(
+        self,
+        payload: Mapping[str, Any],
+        group_id: str,
+        index: int,
+        *,
+        sampling: Mapping[str, Any] | None = None,
+    ) -> Episode:
+        """Run one sample to its terminal episode; ``sampling`` is merged over
+        ``[experiment] sampling`` for this rollout only."""
         ...
 
     async def run_group(
-        self, payload: Mapping[str, Any], n: int | None = None, *, group_id: str | None = None
+        self,
+        payload: Mapping[str, Any],
+        n: int | None = None,
+        *,
+        group_id: str | None = None,
+        sampling: Mapping[str, Any] | None = None,
     ) -> EpisodeGroup:
-        """Run ``n`` samples of one prompt and return the finished group."""
+        """Run ``n`` samples of one prompt and return the finished group; ``sampling`` is
+        merged over ``[experiment] sampling`` for this group's rollouts only."""
         ...
 
     def iter_groups(

@@ -4,7 +4,11 @@ Files are read the way slime's ``slime/utils/data.py::read_file`` reads them: ``
 (blank lines skipped) or ``.parquet`` (every row group), optionally narrowed with slime's
 row slice suffix ``path@[start:end]`` (negative bounds count from the end). Each row
 becomes a prompt ``Sample`` keyed by the dataset's ``input_key``/``label_key``/
-``metadata_key``, falling back to slime's ``--input-key``/``--label-key``/``--metadata-key``.
+``metadata_key``, falling back to slime's ``--input-key``/``--label-key``/``--metadata-key``;
+the dataset's ``rm_type`` and ``metadata_overrides`` are merged into its metadata as slime
+merges them. What rollhub does with the dataset's other fields (sampling honoured; slime's
+own generation and reward machinery, ``custom_rm_path`` included, refused) is in
+:mod:`rollhub_slime.eval_options`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from typing import Any
 
 from rollhub.errors import ConfigError
 
+from rollhub_slime.eval_options import eval_metadata
+
 log = logging.getLogger(__name__)
 
 __all__ = ["eval_groups", "read_rows"]
@@ -32,7 +38,9 @@ def eval_groups(cfg: Any, args: Any, sample_cls: type) -> list[list[Any]]:
     """One group per prompt of the dataset: ``n_samples_per_eval_prompt`` copies each.
 
     Copies are numbered with a global ``index`` (prompt-major), the prompt's position is its
-    ``group_index``, as slime numbers eval samples.
+    ``group_index``, as slime numbers eval samples. Each sample's metadata is the row's
+    ``metadata_key`` value with the dataset's ``rm_type`` and ``metadata_overrides`` merged
+    in (:func:`~rollhub_slime.eval_options.eval_metadata`).
 
     :param cfg: one of slime's ``args.eval_datasets`` (an ``EvalDatasetConfig``).
     :param args: slime's parsed arguments (key and sample-count fallbacks).
@@ -49,7 +57,7 @@ def eval_groups(cfg: Any, args: Any, sample_cls: type) -> list[list[Any]]:
             group_index=i,
             prompt=row.get(input_key, ""),
             label=row.get(label_key) if label_key else None,
-            metadata=dict(row.get(metadata_key) or {}),
+            metadata=eval_metadata(cfg, row.get(metadata_key)),
         )
         group = [copy.deepcopy(prompt) for _ in range(n)]
         for j, sample in enumerate(group):

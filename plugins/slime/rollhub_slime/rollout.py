@@ -7,7 +7,9 @@ Two entry points, for the two ways slime lets a user take over rollouts:
   :mod:`rollhub_slime.step_hooks`), runs each as one hub group of
   ``n_samples_per_prompt`` episodes and returns ``RolloutFnTrainOutput``; with
   ``evaluation=True`` it runs slime's ``--eval-*`` datasets and returns
-  ``RolloutFnEvalOutput``.
+  ``RolloutFnEvalOutput`` (each dataset's fields honoured or refused as
+  :mod:`rollhub_slime.eval_options` lists; ``--custom-rm-path`` is refused in this mode,
+  see :mod:`rollhub_slime.step_hooks`).
 - :func:`generate` for ``--custom-generate-function-path``: slime keeps its own loop,
   reward model and filters, and each of its samples becomes one hub episode.
 
@@ -32,6 +34,7 @@ from rollhub.errors import ConfigError, RolloutFailed
 from rollhub.hub import AsyncHub
 
 from rollhub_slime.eval_data import eval_groups
+from rollhub_slime.eval_options import check_eval_datasets, eval_sampling
 from rollhub_slime.runner import process_hub
 from rollhub_slime.samples import episode_to_samples, payload_of
 from rollhub_slime.step_hooks import StepHooks, check_slime_flags, filter_decision
@@ -205,16 +208,27 @@ class _Finished:
 async def eval_rollout(hub: AsyncHub, options: SlimeOptions, args: Any, rollout_id: int) -> Any:
     """Run slime's eval datasets (``--eval-prompt-data``, JSONL or Parquet) through ``hub``.
 
+    Every dataset is checked before any rollout runs
+    (:func:`~rollhub_slime.eval_options.check_eval_datasets`): its sampling fields
+    (``temperature``, ``top_p``, ``top_k``, ``max_response_len``, ``stop``) are merged over
+    ``[experiment] sampling`` for its own episodes, ``rm_type`` and ``metadata_overrides``
+    reach the agent's payload, and fields naming slime's own generation or reward machinery
+    (``custom_rm_path`` among them: slime never calls it when this rollout function
+    replaces its loop) are refused.
+
     :returns: ``RolloutFnEvalOutput(data={name: {rewards, truncated, samples}})``; failed
         rollouts count with reward 0.
+    :raises ConfigError: a dataset field rollhub cannot honour, or no eval dataset.
     """
     from slime.rollout.base_types import RolloutFnEvalOutput
     from slime.utils.types import Sample
 
+    check_eval_datasets(args)
     data: dict[str, dict[str, Any]] = {}
     for cfg in getattr(args, "eval_datasets", None) or []:
         groups = eval_groups(cfg, args, Sample)
-        finished = await asyncio.gather(*(_run_group(hub, options, g) for g in groups))
+        sampling = eval_sampling(cfg)
+        finished = await asyncio.gather(*(_run_group(hub, options, g, sampling) for g in groups))
         samples = [
             s
             for group, bases in zip(finished, groups, strict=True)
@@ -235,11 +249,15 @@ async def eval_rollout(hub: AsyncHub, options: SlimeOptions, args: Any, rollout_
     return RolloutFnEvalOutput(data=data, metrics={"rollhub/eval_step": rollout_id})
 
 
-async def _run_group(hub: AsyncHub, options: SlimeOptions, bases: list[Any]) -> EpisodeGroup:
-    """One slime prompt group (n copies of a prompt sample) as one hub group."""
+async def _run_group(
+    hub: AsyncHub, options: SlimeOptions, bases: list[Any], sampling: dict[str, Any] | None = None
+) -> EpisodeGroup:
+    """One slime prompt group (n copies of a prompt sample) as one hub group; ``sampling``
+    is merged over ``[experiment] sampling`` for its episodes."""
     first = bases[0]
     payload = payload_of(first, prompt_field=options.prompt_field, label_field=options.label_field)
-    return await hub.run_group(payload, len(bases), group_id=_group_id(payload, hub, first))
+    group_id = _group_id(payload, hub, first)
+    return await hub.run_group(payload, len(bases), group_id=group_id, sampling=sampling or None)
 
 
 def _samples(episode: Episode, base: Any, options: SlimeOptions) -> list[Any]:

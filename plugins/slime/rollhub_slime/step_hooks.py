@@ -18,6 +18,20 @@ hands half-generated samples back to the data source to continue them in a later
 a rollhub episode (an agent program with its own state) cannot be resumed from a partial
 response. In ``--custom-generate-function-path`` mode slime's own loop applies
 over-sampling and the filters, and the partial-rollout refusal applies there too.
+
+In ``--rollout-function-path`` mode two more checks run before the hub starts
+(:meth:`StepHooks.from_args`):
+
+- ``--custom-rm-path`` is refused. slime calls its reward function only from its own
+  rollout loop (``slime/rollout/rm_hub``, reached from ``sglang_rollout.py``), never when a
+  custom rollout function replaces that loop; rollhub's rollout function, for training and
+  for evaluation alike, takes each episode's reward from the agent. In
+  ``--custom-generate-function-path`` mode slime keeps its loop and scores with it the
+  episodes the agent left without a reward, so it is honoured there.
+- every dataset of ``args.eval_datasets`` is checked
+  (:func:`rollhub_slime.eval_options.check_eval_datasets`), so a field rollhub's eval
+  cannot honour fails at launch, not at the first evaluation. In
+  ``--custom-generate-function-path`` mode slime's own loop runs the eval datasets.
 """
 
 from __future__ import annotations
@@ -29,6 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollhub.errors import ConfigError
+
+from rollhub_slime.eval_options import check_eval_datasets
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +107,20 @@ class StepHooks:
     def from_args(cls, args: Any) -> StepHooks:
         """Check and load the step arguments from slime's parsed arguments.
 
-        :raises ConfigError: a flag from :func:`check_slime_flags`, an over-sampling batch
-            smaller than the rollout batch (slime asserts the same), or a hook that cannot
-            be loaded.
+        :raises ConfigError: a flag from :func:`check_slime_flags`, ``--custom-rm-path``,
+            an eval dataset field rollhub cannot honour, an over-sampling batch smaller than
+            the rollout batch (slime asserts the same), or a hook that cannot be loaded.
         """
         check_slime_flags(args)
+        if getattr(args, "custom_rm_path", None):
+            raise ConfigError(
+                f"slime's --custom-rm-path {args.custom_rm_path} is set, but with "
+                f"--rollout-function-path slime never calls its reward function and rollhub "
+                f"takes each episode's reward from the agent; compute the reward in the agent "
+                f"(or a rollhub reward plugin) and drop --custom-rm-path",
+                field="custom_rm_path",
+            )
+        check_eval_datasets(args)
         target = int(args.rollout_batch_size)
         over = getattr(args, "over_sampling_batch_size", None) or target
         if over < target:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,14 @@ AGENT = Path(__file__).parent / "agents" / "echo_agent.py"
 def config(tmp_path: Path, **experiment):
     return parse_config(
         {
-            "experiment": {"name": "hubtest", "n_samples": 3, "concurrency": 8,
-                           "timeout_s": 30, "progress": False, **experiment},
+            "experiment": {
+                "name": "hubtest",
+                "n_samples": 3,
+                "concurrency": 8,
+                "timeout_s": 30,
+                "progress": False,
+                **experiment,
+            },
             "runtime": {"name": "local", "app": f"{AGENT}:app", "workers": 1},
             "store": {"url": f"file://{tmp_path / 'store'}"},
             "trainer": {"name": "export"},
@@ -62,13 +69,26 @@ async def test_groups_hooks_and_failures(tmp_path, host):
     names = [n for n, _ in everything.CALLS]
     assert names[0] == "rollhub_addhooks" and names[1] == "rollhub_register_components"
     assert names[2] == "rollhub_hub_started" and names[-1] == "rollhub_hub_stopped"
-    per_episode = [n for n in names if n not in ("rollhub_addhooks", "rollhub_register_components",
-                                                  "rollhub_hub_started", "rollhub_hub_stopped")]
+    per_episode = [
+        n
+        for n in names
+        if n
+        not in (
+            "rollhub_addhooks",
+            "rollhub_register_components",
+            "rollhub_hub_started",
+            "rollhub_hub_stopped",
+        )
+    ]
     assert per_episode.count("rollhub_prepare_rollout") == 9
     assert per_episode.count("rollhub_episode_done") == 9
     assert per_episode.count("rollhub_collect_rewards") == 6  # only successful rollouts
     types = dict(everything.CALLS)
-    assert types["rollhub_submit_rollout"] == {"request": "RolloutRequest", "runtime": "LocalRuntime", "hub": "AsyncHub"}
+    assert types["rollhub_submit_rollout"] == {
+        "request": "RolloutRequest",
+        "runtime": "LocalRuntime",
+        "hub": "AsyncHub",
+    }
     assert types["rollhub_retrieve_tokens"]["source"] == "NoTokenSource"
     assert types["rollhub_episode_done"]["episode"] == "Episode"
     assert (tmp_path / "run" / "episodes.parquet").exists()
@@ -106,6 +126,34 @@ def test_sync_twin(tmp_path, host):
     assert sorted(g.group_id for g in groups) == ["t", "u"]
 
 
+async def test_a_sampling_override_applies_to_its_own_rollouts_only(tmp_path, host):
+    cfg = config(tmp_path, n_samples=2, sampling={"temperature": 0.7, "max_tokens": 64})
+    hub = AsyncHub(cfg, host=host, run_dir=tmp_path / "run")
+    async with hub:
+        greedy, default = await asyncio.gather(
+            hub.run_group({"id": "g"}, sampling={"temperature": 0.0, "stop": ["\n"]}),
+            hub.run_group({"id": "d"}),
+        )
+        one = await hub.run_episode({"id": "e"}, "e", 0, sampling={"max_tokens": 8})
+    assert [e.result["sampling"] for e in greedy.episodes] == [
+        {"temperature": 0.0, "max_tokens": 64, "stop": ["\n"]}
+    ] * 2
+    assert [e.result["sampling"] for e in default.episodes] == [
+        {"temperature": 0.7, "max_tokens": 64}
+    ] * 2
+    assert one.result["sampling"] == {"temperature": 0.7, "max_tokens": 8}
+    assert cfg.experiment.sampling == {"temperature": 0.7, "max_tokens": 64}
+
+
+def test_sync_twin_takes_a_sampling_override(tmp_path, host):
+    cfg = config(tmp_path, n_samples=1, sampling={"temperature": 0.7})
+    with Hub(cfg, host=host, run_dir=tmp_path / "run") as hub:
+        group = hub.run_group({"id": "s"}, sampling={"temperature": 0.0})
+        episode = hub.run_episode({"id": "t"}, "t", 0, sampling={"top_p": 0.5})
+    assert group.episodes[0].result["sampling"] == {"temperature": 0.0}
+    assert episode.result["sampling"] == {"temperature": 0.7, "top_p": 0.5}
+
+
 async def test_sync_method_inside_loop_is_a_usage_error(tmp_path, host):
     from rollhub.errors import UsageError
 
@@ -128,10 +176,15 @@ async def test_testing_make_hub_uses_only_given_plugins(tmp_path):
         @hookimpl
         def rollhub_collect_rewards(self, episode):
             return {"len": float(len(episode.session_id))}
+
     hub = make_hub(
-        {"experiment": {"progress": False}, "runtime": {"app": f"{AGENT}:app", "workers": 1},
-         "store": {"url": f"file://{tmp_path / 'store'}"}},
-        Bonus(), run_dir=tmp_path / "run",
+        {
+            "experiment": {"progress": False},
+            "runtime": {"app": f"{AGENT}:app", "workers": 1},
+            "store": {"url": f"file://{tmp_path / 'store'}"},
+        },
+        Bonus(),
+        run_dir=tmp_path / "run",
     )
     assert "gateway" not in hub.host.plugins  # no entry-point scan
     async with hub:

@@ -117,6 +117,23 @@ def test_eval_dataset_fields_read_exist(tmp_path):
     assert cfg.read >= {"name", "path", "n_samples_per_eval_prompt", "input_key", "label_key"}
 
 
+def test_stand_in_eval_dataset_config_matches_the_record():
+    from slime.utils.eval_config import EvalDatasetConfig
+
+    names = [f.name for f in dataclasses.fields(EvalDatasetConfig)]
+    assert names == RECORD["eval_dataset_config_fields"]
+
+
+def test_eval_options_read_only_recorded_fields():
+    from rollhub_slime.eval_options import check_eval_dataset, eval_metadata, eval_sampling
+
+    cfg = RecordedEvalConfig(name="mini", path="x.jsonl", metadata_overrides={})
+    check_eval_dataset(cfg)
+    assert eval_sampling(cfg) == {}
+    assert eval_metadata(cfg, {"id": 1}) == {"id": 1}
+    assert {"rm_type", "metadata_overrides", "temperature", "custom_rm_path"} <= cfg.read
+
+
 def test_router_policy_from_the_record_sends_the_recorded_header():
     facts = RECORD["router"]
     options = SlimeRouterOptions(router_policy=facts["router_policy"])

@@ -296,6 +296,39 @@ def test_eval_runs_slime_eval_datasets(args, tmp_path):
         generate_rollout(args, 7, None, evaluation=True)
 
 
+def test_eval_honours_each_datasets_sampling_and_metadata(args, module_sglang, tmp_path):
+    from slime.utils.eval_config import EvalDatasetConfig
+
+    data = tmp_path / "eval.jsonl"
+    row = {"input": "[plain] What is 2 + 3?", "label": "6", "metadata": {"id": "e1"}}
+    data.write_text(json.dumps(row) + "\n")
+    greedy = EvalDatasetConfig(
+        name="greedy",
+        path=str(data),
+        label_key="label",
+        temperature=0.0,
+        max_response_len=32,
+        rm_type="math",
+        metadata_overrides={"label": "answer"},  # wins over the row's label in the payload
+    )
+    default = EvalDatasetConfig(name="default", path=str(data), label_key="label")
+    eval_args = make_args(**{**vars(args), "eval_datasets": [greedy, default]})
+    out = generate_rollout(eval_args, 7, None, evaluation=True)
+
+    # datasets run one after the other: the greedy one's model calls come first
+    params = [r["sampling_params"] for r in module_sglang.requests]
+    assert [(p["temperature"], p["max_new_tokens"]) for p in params] == [(0.0, 32), (0.7, 48)]
+    [g] = out.data["greedy"]["samples"]
+    assert {k: g.metadata[k] for k in ("id", "rm_type", "label")} == {
+        "id": "e1",
+        "rm_type": "math",
+        "label": "answer",
+    }
+    assert out.data["greedy"]["rewards"] == [1.0]  # "answer" is in "The answer is 5."
+    assert out.data["default"]["rewards"] == [0.0]  # "6" is not
+    assert "rm_type" not in out.data["default"]["samples"][0].metadata
+
+
 def test_custom_generate_function_from_slimes_own_loop(args):
     from slime.utils.types import Sample
 

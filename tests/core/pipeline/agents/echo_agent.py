@@ -21,4 +21,5 @@ async def handle(payload, context):
         "prepared_by": payload.get("prepared_by"),
         "sample_index": context.rollout.sample_index,
         "weight_version": context.rollout.weight_version,
+        "sampling": dict(context.rollout.sampling),
     }
