@@ -33,7 +33,9 @@ Refused with a :class:`~rollhub.errors.ConfigError` naming the dataset and the f
   ``--custom-rm-path``): slime calls its reward function only from its own rollout loop,
   never when ``--rollout-function-path`` replaces it, so rollhub's rollout function (train
   and eval alike) has the agent's reward and nothing else. In ``--custom-generate-function-
-  path`` mode slime's own loop runs the eval and scores rewardless episodes with it.
+  path`` mode slime's own loop runs the eval and scores rewardless episodes with it; that
+  loop hands each call the dataset's ``sampling_params``, of which rollhub takes the keys
+  :func:`generate_eval_sampling` lists.
 - ``stop_token_ids``, ``min_new_tokens``, ``repetition_penalty``, ``skip_special_tokens``,
   ``no_stop_trim``: the gateway takes none of them, from a session or from an agent's call
   (it stops at the model's own end tokens and returns the text the agent's protocol asks
@@ -67,6 +69,7 @@ __all__ = [
     "check_eval_datasets",
     "eval_metadata",
     "eval_sampling",
+    "generate_eval_sampling",
 ]
 
 #: dataset fields honoured other than the sampling ones (see the module docstring)
@@ -171,6 +174,30 @@ def eval_sampling(cfg: Any) -> dict[str, Any]:
             if name == "stop":
                 value = [value] if isinstance(value, str) else list(value)
             sampling[key] = value
+    return sampling
+
+
+#: slime's SGLang ``sampling_params`` key → rollhub's sampling key
+_SGLANG_KEYS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "max_new_tokens": "max_tokens",
+    "stop": "stop",
+}
+
+
+def generate_eval_sampling(sampling_params: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of slime's per-dataset ``sampling_params`` (what slime's own eval loop hands
+    a ``--custom-generate-function-path`` function) that rollhub honours, as rollhub names
+    them; the others are not the gateway's to take (see the module docstring)."""
+    sampling = {
+        key: sampling_params[name]
+        for name, key in _SGLANG_KEYS.items()
+        if sampling_params.get(name) is not None
+    }
+    if isinstance(sampling.get("stop"), str):
+        sampling["stop"] = [sampling["stop"]]
     return sampling
 
 

@@ -34,7 +34,7 @@ from rollhub.errors import ConfigError, RolloutFailed
 from rollhub.hub import AsyncHub
 
 from rollhub_slime.eval_data import eval_groups
-from rollhub_slime.eval_options import check_eval_datasets, eval_sampling
+from rollhub_slime.eval_options import check_eval_datasets, eval_sampling, generate_eval_sampling
 from rollhub_slime.runner import process_hub
 from rollhub_slime.samples import episode_to_samples, payload_of
 from rollhub_slime.step_hooks import StepHooks, check_slime_flags, filter_decision
@@ -69,9 +69,12 @@ async def generate(
 ) -> Any:
     """``--custom-generate-function-path`` target: run one sample's episode.
 
-    Sampling follows ``[experiment] sampling`` of rollhub.toml (the agent makes its own
-    model calls); ``sampling_params`` is slime's and is not forwarded. A finished episode
-    without a reward keeps ``reward`` None, so slime's reward model scores it.
+    Training samples follow ``[experiment] sampling`` of rollhub.toml (the agent makes its
+    own model calls; slime's ``sampling_params`` come from the same values when
+    :mod:`rollhub_slime.launch` wrote slime's flags). An eval sample (``evaluation``: slime's
+    own eval loop, one dataset at a time) runs with that dataset's temperature, top-p, top-k,
+    max new tokens and stop strings from ``sampling_params`` merged over them. A finished
+    episode without a reward keeps ``reward`` None, so slime's reward model scores it.
 
     :returns: ``list[Sample]`` (``generate_returns_list``, the default) or, when off, a
         single ``Sample`` unless the episode forked.
@@ -82,8 +85,9 @@ async def generate(
     options = runner.options
     payload = payload_of(sample, prompt_field=options.prompt_field, label_field=options.label_field)
     group_id = _group_id(payload, runner.hub, sample)
+    sampling = generate_eval_sampling(sampling_params) if evaluation else None
     episode: Episode = await runner.run_async(
-        runner.hub.run_episode(payload, group_id, _int(sample.index))
+        runner.hub.run_episode(payload, group_id, _int(sample.index), sampling=sampling)
     )
     samples = episode_to_samples(
         episode, sample, response_field=options.response_field, keep_missing_reward=True

@@ -329,7 +329,7 @@ def test_eval_honours_each_datasets_sampling_and_metadata(args, module_sglang, t
     assert "rm_type" not in out.data["default"]["samples"][0].metadata
 
 
-def test_custom_generate_function_from_slimes_own_loop(args):
+def test_custom_generate_function_from_slimes_own_loop(args, module_sglang):
     from slime.utils.types import Sample
 
     base = prompt("tool", "[tool] What is 2 + 3?")
@@ -341,9 +341,22 @@ def test_custom_generate_function_from_slimes_own_loop(args):
         return await asyncio.gather(
             generate(args, base, {"temperature": 1.0, "max_new_tokens": 64}),
             generate(args, prompt("fail", "[fail] x"), {}, evaluation=True),
+            generate(  # slime's eval loop hands over the dataset's sampling
+                args,
+                prompt("plain", "[plain] What is 2 + 3?"),
+                {"temperature": 0.0, "max_new_tokens": 16, "stop_token_ids": [7]},
+                evaluation=True,
+            ),
         )
 
-    ok, failed = asyncio.run(slime_loop())
+    ok, failed, evaluated = asyncio.run(slime_loop())
+    # training follows rollhub.toml's sampling (0.7, 48), not slime's; eval takes slime's
+    params = {
+        (r["sampling_params"]["temperature"], r["sampling_params"]["max_new_tokens"])
+        for r in module_sglang.requests
+    }
+    assert params == {(0.7, 48), (0.0, 16)}
+    assert [s.status for s in evaluated] == [Sample.Status.COMPLETED]
     [s] = ok
     assert s.status is Sample.Status.COMPLETED and s.reward == 1.0
     assert (s.group_index, s.index, s.rollout_id) == (40, 80, 80)
