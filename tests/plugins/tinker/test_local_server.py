@@ -144,7 +144,9 @@ def test_serves_on_loopback_only(server: LocalTinkerServer) -> None:
 
 
 @pytest.mark.slow
-def test_rl_step_through_the_tinker_sdk(server: LocalTinkerServer) -> None:
+def test_rl_step_through_the_tinker_sdk(
+    server: LocalTinkerServer, request: pytest.FixtureRequest
+) -> None:
     timings: dict[str, float] = {}
 
     def timed(name: str, call: Callable[[], T]) -> T:
@@ -154,6 +156,7 @@ def test_rl_step_through_the_tinker_sdk(server: LocalTinkerServer) -> None:
         return result
 
     service = tinker.ServiceClient(base_url=server.base_url, api_key="tml-local")
+    request.addfinalizer(lambda: _close_session(service))
     training = timed(
         "create_lora_training_client",
         lambda: service.create_lora_training_client(base_model=server.base_model, rank=8),
@@ -404,3 +407,11 @@ def _processes_mentioning(text: str) -> list[int]:
                 if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
                     found.append(int(entry.name))
     return found
+
+
+def _close_session(service: tinker.ServiceClient) -> None:
+    """Stop the SDK session's heartbeat, as the plugin's trainer does on close (the SDK has
+    no public close): left running, it outlives the server and warns until the process ends."""
+    holder = getattr(service, "_session_holder", None)
+    if holder is not None:
+        holder.close()
