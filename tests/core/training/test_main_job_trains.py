@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "examples" / "math" / "train.toml"
 ROLLHUB = Path(sys.executable).parent / "rollhub"
 
-#: a group whose samples all score alike trains nothing: with 8 samples about one group in
-#: seven has no signal on this data (docs/benchmarks/training-calc), so both groups of both
-#: steps lack it about once in 2,400 runs; with 4 samples a silent first step was seen in CI
+#: a group whose samples all score alike trains nothing: with 8 samples 14-20 % of groups
+#: have no signal on this data (docs/benchmarks/training-calc), so both groups of both steps
+#: lack it once in 600 to 2,400 runs; with 4 samples a silent first step was seen in CI
 N_SAMPLES = 8
 
 SHORT = {
