@@ -167,23 +167,15 @@ def check_eval_dataset(cfg: Any) -> None:
 
 def eval_sampling(cfg: Any) -> dict[str, Any]:
     """The sampling keys a dataset sets, as rollhub names them (unset fields left out)."""
-    sampling: dict[str, Any] = {}
-    for name, key in SAMPLING_KEYS.items():
-        value = getattr(cfg, name, None)
-        if value is not None:
-            if name == "stop":
-                value = [value] if isinstance(value, str) else list(value)
-            sampling[key] = value
-    return sampling
+    return _rollhub_sampling(
+        {name: getattr(cfg, name, None) for name in SAMPLING_KEYS}, SAMPLING_KEYS
+    )
 
 
 #: slime's SGLang ``sampling_params`` key → rollhub's sampling key
 _SGLANG_KEYS = {
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "top_k": "top_k",
+    **{k: v for k, v in SAMPLING_KEYS.items() if k != "max_response_len"},
     "max_new_tokens": "max_tokens",
-    "stop": "stop",
 }
 
 
@@ -191,13 +183,15 @@ def generate_eval_sampling(sampling_params: Mapping[str, Any]) -> dict[str, Any]
     """The keys of slime's per-dataset ``sampling_params`` (what slime's own eval loop hands
     a ``--custom-generate-function-path`` function) that rollhub honours, as rollhub names
     them; the others are not the gateway's to take (see the module docstring)."""
-    sampling = {
-        key: sampling_params[name]
-        for name, key in _SGLANG_KEYS.items()
-        if sampling_params.get(name) is not None
-    }
-    if isinstance(sampling.get("stop"), str):
-        sampling["stop"] = [sampling["stop"]]
+    return _rollhub_sampling(sampling_params, _SGLANG_KEYS)
+
+
+def _rollhub_sampling(values: Mapping[str, Any], keys: Mapping[str, str]) -> dict[str, Any]:
+    """``values`` renamed by ``keys``, unset ones left out; a single stop string as a list."""
+    sampling = {key: values[name] for name, key in keys.items() if values.get(name) is not None}
+    stop = sampling.get("stop")
+    if stop is not None:
+        sampling["stop"] = [stop] if isinstance(stop, str) else list(stop)
     return sampling
 
 
