@@ -61,8 +61,10 @@ SLOT_CAPACITY = 128
 
 def is_module(policy: Any) -> bool:
     """Whether a policy is a whole model (sampled from as it is) rather than tensors."""
-    return callable(policy) and hasattr(policy, "named_parameters") and hasattr(
-        policy, "get_input_embeddings"
+    return (
+        callable(policy)
+        and hasattr(policy, "named_parameters")
+        and hasattr(policy, "get_input_embeddings")
     )
 
 
@@ -124,8 +126,12 @@ class BatchEngine:
         self.threads = threads
         self.weight_version = weight_version
         self.stats: dict[str, float] = {
-            "decode_steps": 0, "prefills": 0, "prefill_tokens": 0, "tokens": 0,
-            "peak_batch": 0, "busy_s": 0.0,  # wall time inside forward passes and sampling
+            "decode_steps": 0,
+            "prefills": 0,
+            "prefill_tokens": 0,
+            "tokens": 0,
+            "peak_batch": 0,
+            "busy_s": 0.0,  # wall time inside forward passes and sampling
         }
         self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens else None
         self._policy: tuple[Any, int | None] | None = None
@@ -174,17 +180,22 @@ class BatchEngine:
             if ours != theirs:
                 raise GatewayError(
                     f"the policy module's vocabulary has {theirs} ids, the engine's model "
-                    f"{ours}: it must be the same model family", engine="transformers")
+                    f"{ours}: it must be the same model family",
+                    engine="transformers",
+                )
         else:
             params = dict(self.model.named_parameters())
             for name, value in policy.items():
                 if name not in params:
-                    raise GatewayError(f"policy names a parameter the model lacks: {name!r}",
-                                       engine="transformers")
+                    raise GatewayError(
+                        f"policy names a parameter the model lacks: {name!r}", engine="transformers"
+                    )
                 if tuple(value.shape) != tuple(params[name].shape):
                     raise GatewayError(
                         f"policy tensor {name!r} has shape {tuple(value.shape)}, the model's is "
-                        f"{tuple(params[name].shape)}", engine="transformers")
+                        f"{tuple(params[name].shape)}",
+                        engine="transformers",
+                    )
             policy = dict(policy)
         with self._cond:
             self._policy = (policy, weight_version)
@@ -220,8 +231,12 @@ class BatchEngine:
         with torch.inference_mode():
             while True:
                 with self._cond:
-                    while (not self._stopping and not self._pending and not self._rows
-                           and self._policy is None):
+                    while (
+                        not self._stopping
+                        and not self._pending
+                        and not self._rows
+                        and self._policy is None
+                    ):
                         self._cond.wait()
                     if self._stopping:
                         break
@@ -330,18 +345,21 @@ class BatchEngine:
                 if hit.tail is not None:
                     self.slots.reserve(hit.tail_len + new, self._filled())
                     tail = hit.tail
-                    self.slots.write(slot, 0, tail.keys[:, :, : hit.tail_len],
-                                     tail.values[:, :, : hit.tail_len])
+                    self.slots.write(
+                        slot, 0, tail.keys[:, :, : hit.tail_len], tail.values[:, :, : hit.tail_len]
+                    )
                 row.private = hit.tail_len
                 row.feed = prompt[hit.length :]
             return
         span = Span.empty(self.decoder.shape, len(prompt), self.decoder.dtype)
         if hit is not None:  # start from the hit's states, copied
-            span.copy_from(hit.span.keys[:, :, : hit.span_len],
-                           hit.span.values[:, :, : hit.span_len])
+            span.copy_from(
+                hit.span.keys[:, :, : hit.span_len], hit.span.values[:, :, : hit.span_len]
+            )
             if hit.tail is not None:
-                span.copy_from(hit.tail.keys[:, :, : hit.tail_len],
-                               hit.tail.values[:, :, : hit.tail_len])
+                span.copy_from(
+                    hit.tail.keys[:, :, : hit.tail_len], hit.tail.values[:, :, : hit.tail_len]
+                )
         build = _Build(prompt, span, prompt[span.length :], rows)
         for row in rows:
             row.build = build
@@ -428,10 +446,17 @@ class BatchEngine:
             if not row.feed or budget <= 0:
                 continue
             take = row.feed[:budget]
-            step.chunks.append(Chunk(
-                len(step.tokens), len(take), self.slots.keys[:, slot], self.slots.values[:, slot],
-                row.private, row.span, row.span_len,
-            ))
+            step.chunks.append(
+                Chunk(
+                    len(step.tokens),
+                    len(take),
+                    self.slots.keys[:, slot],
+                    self.slots.values[:, slot],
+                    row.private,
+                    row.span,
+                    row.span_len,
+                )
+            )
             step.tokens.extend(take)
             step.positions.extend(range(row.cached, row.cached + len(take)))
             budget -= len(take)

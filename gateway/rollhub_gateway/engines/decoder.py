@@ -56,17 +56,21 @@ def check_model(model: Any) -> None:
     if kind not in FAMILIES:
         raise ConfigError(
             f"the transformers engine computes {', '.join(FAMILIES)} models; this one is "
-            f"{kind!r}: {fix}", field="model")
+            f"{kind!r}: {fix}",
+            field="model",
+        )
     if getattr(config, "hidden_act", "silu") != "silu":
         raise ConfigError(f"activation {config.hidden_act!r} is not SiLU: {fix}", field="model")
     window = getattr(config, "sliding_window", None)
     if window and (kind != "qwen2" or getattr(config, "use_sliding_window", False)):
-        raise ConfigError(f"sliding-window attention ({window}) is not supported: {fix}",
-                          field="model")
+        raise ConfigError(
+            f"sliding-window attention ({window}) is not supported: {fix}", field="model"
+        )
     rope = getattr(model.get_decoder().rotary_emb, "rope_type", "default")
     if rope not in STATIC_ROPE:
-        raise ConfigError(f"rotary scaling {rope!r} depends on the sequence length: {fix}",
-                          field="model")
+        raise ConfigError(
+            f"rotary scaling {rope!r} depends on the sequence length: {fix}", field="model"
+        )
 
 
 @dataclass
@@ -193,8 +197,13 @@ class Decoder:
         return F.linear(x, head.weight, getattr(head, "bias", None)).float()
 
     def _decode_attention(
-        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-        plan: _DecodePlan, slots: SlotCache,
+        self,
+        layer: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        plan: _DecodePlan,
+        slots: SlotCache,
     ) -> torch.Tensor:
         """Attention of the decoding tokens (the first ``plan.count``) over their spans
         and slots; their new keys and values are written into the slots first."""

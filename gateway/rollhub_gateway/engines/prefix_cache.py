@@ -116,7 +116,10 @@ class PrefixCache:
         return Hit(best, entry.span, entry.span_len, entry.tail)
 
     def store(
-        self, tokens: list[int] | tuple[int, ...], span: Span, span_len: int,
+        self,
+        tokens: list[int] | tuple[int, ...],
+        span: Span,
+        span_len: int,
         tail: Span | None = None,
     ) -> None:
         """Keep the states of ``tokens``: ``span[:span_len]`` then all of ``tail``.

@@ -23,8 +23,15 @@ def tiny(kind: str, **extra: object) -> torch.nn.Module:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.for_model(
-        kind, vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, **extra,
+        kind,
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        **extra,
     )
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(config).eval()
@@ -55,16 +62,24 @@ def test_every_kind_of_pass_matches_the_hf_forward(kind: str, extra: dict) -> No
     with torch.inference_mode():
         span = Span.empty(decoder.shape, len(a), decoder.dtype)
         for lo, hi in ((0, 17), (17, 40)):  # a prompt in two chunks
-            step = Pass(tokens=a[lo:hi], positions=list(range(lo, hi)), rows=0,
-                        chunks=[Chunk(0, hi - lo, span.keys, span.values, lo)],
-                        sample=[hi - lo - 1])
+            step = Pass(
+                tokens=a[lo:hi],
+                positions=list(range(lo, hi)),
+                rows=0,
+                chunks=[Chunk(0, hi - lo, span.keys, span.values, lo)],
+                sample=[hi - lo - 1],
+            )
             logits = decoder.forward(step, slots)
             span.length = hi
             torch.testing.assert_close(logits[0], reference(model, a[:hi]), atol=TOL, rtol=0)
         slots.reserve(64, 0)
-        step = Pass(tokens=b[25:], positions=list(range(25, len(b))), rows=0,
-                    chunks=[Chunk(0, 9, slots.keys[:, 1], slots.values[:, 1], 0, span, 25)],
-                    sample=[8])
+        step = Pass(
+            tokens=b[25:],
+            positions=list(range(25, len(b))),
+            rows=0,
+            chunks=[Chunk(0, 9, slots.keys[:, 1], slots.values[:, 1], 0, span, 25)],
+            sample=[8],
+        )
         logits = decoder.forward(step, slots)
         torch.testing.assert_close(logits[0], reference(model, b), atol=TOL, rtol=0)
         seqs = [list(a), list(b)]
@@ -78,18 +93,21 @@ def test_every_kind_of_pass_matches_the_hf_forward(kind: str, extra: dict) -> No
                 tokens += c
                 sample.append(2 + len(c) - 1)
             step = Pass(
-                tokens=tokens, positions=[len(s) for s in seqs] + list(range(len(c)))[
-                    : len(tokens) - 2], rows=3 if turn else 2, decode_slots=[0, 1],
-                decode_write=list(private), slot_len=[p + 1 for p in private] + (
-                    [len(c)] if turn else []),
-                groups=[Group(span, [0, 1], [40, 25])], chunks=chunks, sample=sample,
+                tokens=tokens,
+                positions=[len(s) for s in seqs] + list(range(len(c)))[: len(tokens) - 2],
+                rows=3 if turn else 2,
+                decode_slots=[0, 1],
+                decode_write=list(private),
+                slot_len=[p + 1 for p in private] + ([len(c)] if turn else []),
+                groups=[Group(span, [0, 1], [40, 25])],
+                chunks=chunks,
+                sample=sample,
             )
             logits = decoder.forward(step, slots)
             for i in range(2):
                 seqs[i].append(nxt[i])
                 private[i] += 1
-                torch.testing.assert_close(logits[i], reference(model, seqs[i]), atol=TOL,
-                                           rtol=0)
+                torch.testing.assert_close(logits[i], reference(model, seqs[i]), atol=TOL, rtol=0)
             if turn == 1:
                 torch.testing.assert_close(logits[2], reference(model, c), atol=TOL, rtol=0)
             nxt = [int(x) for x in logits[:2].argmax(-1)]

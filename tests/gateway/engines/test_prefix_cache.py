@@ -111,7 +111,9 @@ async def test_a_group_and_its_second_turns_reuse_states_with_exact_logprobs(
     engine: TransformersBackend,
 ) -> None:
     tok = engine.tokenizer
-    prompt = tok.encode(f"{SYSTEM}<|im_start|>user\n{QUESTIONS[2]}<|im_end|>\n<|im_start|>assistant\n")
+    prompt = tok.encode(
+        f"{SYSTEM}<|im_start|>user\n{QUESTIONS[2]}<|im_end|>\n<|im_start|>assistant\n"
+    )
     cache = engine.engine.prefix_cache
     assert cache is not None
     cache.clear()
@@ -123,8 +125,9 @@ async def test_a_group_and_its_second_turns_reuse_states_with_exact_logprobs(
     # the group's prompt was forwarded once; a sample that joined after that prefill
     # forwards only the prompt's last token (for its own logits)
     assert stats["prefill_tokens"] - forwarded <= len(prompt) + 3
-    tail = tok.encode("<|im_end|>\n<|im_start|>user\nAnd in one word?<|im_end|>\n"
-                      "<|im_start|>assistant\n")
+    tail = tok.encode(
+        "<|im_end|>\n<|im_start|>user\nAnd in one word?<|im_end|>\n<|im_start|>assistant\n"
+    )
     forwarded = stats["prefill_tokens"]
     second = await asyncio.gather(
         *(engine.generate(prompt + g.token_ids + tail, params) for g in first)
@@ -145,7 +148,9 @@ async def test_greedy_ids_are_the_same_with_and_without_the_cache(
     engine: TransformersBackend,
 ) -> None:
     tok = engine.tokenizer
-    prompt = tok.encode(f"{SYSTEM}<|im_start|>user\n{QUESTIONS[3]}<|im_end|>\n<|im_start|>assistant\n")
+    prompt = tok.encode(
+        f"{SYSTEM}<|im_start|>user\n{QUESTIONS[3]}<|im_end|>\n<|im_start|>assistant\n"
+    )
     params = SamplingParams(max_tokens=16, temperature=0.0)
     engine.engine.prefix_cache.clear()
     cold = await engine.generate(prompt, params)
@@ -221,7 +226,14 @@ async def test_a_module_policy_is_sampled_from_as_it_is_and_in_place_steps_show(
         engine.update_policy(own, 0)
         await engine.generate(prompt, SamplingParams(max_tokens=1, temperature=0.0))
     assert engine.engine.model is own
-    other = LlamaForCausalLM(LlamaConfig(vocab_size=100, hidden_size=16, intermediate_size=32,
-                                         num_hidden_layers=1, num_attention_heads=2))
+    other = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=100,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+        )
+    )
     with pytest.raises(Exception, match="vocabulary"):
         engine.update_policy(other, 9)
