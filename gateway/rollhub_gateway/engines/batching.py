@@ -40,10 +40,11 @@ from typing import Any
 from rollhub.errors import GatewayError
 from rollhub.sampling import Generation, SamplingParams, TokenChunk
 
+from .batch_sampling import Draw, sample_rows
 from .decoder import Chunk, Decoder, Group, Pass
 from .kv_store import SlotCache, Span
 from .prefix_cache import MIN_REUSE, PrefixCache, common_prefix
-from .token_sampling import LogprobsMode, sample_token
+from .token_sampling import LogprobsMode
 
 log = logging.getLogger(__name__)
 
@@ -380,20 +381,25 @@ class BatchEngine:
         self.stats["peak_batch"] = max(self.stats["peak_batch"], batch)
         if step.decode_slots:
             self.stats["decode_steps"] += 1
-        done: list[Row] = []
+        drawing: list[tuple[Row, int]] = []
         for i, slot in enumerate(step.decode_slots):
             row = self._rows[slot]
             row.private += 1
-            row.max_batch = max(row.max_batch, batch)
-            if self._sample(row, logits[i]):
-                done.append(row)
+            drawing.append((row, i))
         for index, rows in firsts:
-            for row in rows:
-                if row.aborted:
-                    continue
-                row.max_batch = max(row.max_batch, batch)
-                if self._sample(row, logits[index]):
-                    done.append(row)
+            drawing.extend((row, index) for row in rows if not row.aborted)
+        draws = [
+            Draw(r.params.temperature, r.params.top_k, r.params.top_p, r.generator)
+            for r, _ in drawing
+        ]
+        rows_logits = logits[[i for _, i in drawing]] if drawing else logits[:0]
+        done: list[Row] = []
+        for (row, _), (token, logprob) in zip(
+            drawing, sample_rows(rows_logits, draws, self.logprobs_mode), strict=True
+        ):
+            row.max_batch = max(row.max_batch, batch)
+            if self._take(row, token, logprob):
+                done.append(row)
         self._drop(done, None)
 
     def _build_pass(self) -> tuple[Pass, list[tuple[int, list[Row]]]]:
@@ -481,17 +487,9 @@ class BatchEngine:
 
     # -- sampling and leaving ---------------------------------------------------------------
 
-    def _sample(self, row: Row, logits: Any) -> bool:
-        """Draw the row's next token, emit it; True when the row finished."""
+    def _take(self, row: Row, token: int, logprob: float) -> bool:
+        """Append the row's drawn token and emit it; True when the row finished."""
         p = row.params
-        token, logprob = sample_token(
-            logits,
-            temperature=p.temperature,
-            top_k=p.top_k,
-            top_p=p.top_p,
-            generator=row.generator,
-            mode=self.logprobs_mode,
-        )
         row.token_ids.append(token)
         row.logprobs.append(logprob)
         self.stats["tokens"] += 1
