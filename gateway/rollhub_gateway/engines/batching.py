@@ -10,7 +10,7 @@ pre-allocated memory (:mod:`.kv_store`): each step writes one position per row i
   hit, the row starts on the hit's shared span, copies the hit's short private tail into
   its slot and forwards only the rest of its prompt there. Identical prompts admitted
   together (a GRPO group), or a prompt with no usable hit, are prefilled once into a new
-  span (a :class:`_Build`) that every such row then reads; the span is cached, so the
+  span (a :class:`Build`) that every such row then reads; the span is cached, so the
   group's next samples and the sessions' next turns find it. A prompt that shares a long
   prefix with a span still being built waits for that build rather than repeat its work.
 - **Leaving.** A finished row's states (its span prefix and its private tail) go to the
@@ -33,24 +33,21 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from rollhub.errors import GatewayError
-from rollhub.sampling import Generation, SamplingParams, TokenChunk
+from rollhub.sampling import Generation, TokenChunk
 
 from .batch_sampling import Draw, sample_rows
-from .decoder import Chunk, Decoder, Group, Pass
+from .decoder import Decoder, Pass
 from .kv_store import SlotCache, Span
 from .prefix_cache import MIN_REUSE, PrefixCache, common_prefix
+from .step_plan import Build, Row, plan_pass
 from .token_sampling import LogprobsMode
 
 log = logging.getLogger(__name__)
 
 __all__ = ["BatchEngine", "Row", "is_module"]
-
-Emit = Callable[[TokenChunk | Generation | BaseException], None]
 
 #: prompt tokens forwarded in one step, over every joining row
 PREFILL_BUDGET = 512
@@ -67,46 +64,6 @@ def is_module(policy: Any) -> bool:
         and hasattr(policy, "named_parameters")
         and hasattr(policy, "get_input_embeddings")
     )
-
-
-@dataclass(eq=False)
-class Row:
-    """One request inside the engine. ``aborted`` may be set from any thread."""
-
-    prompt_ids: list[int]
-    params: SamplingParams
-    max_tokens: int
-    stop_ids: frozenset[int]
-    emit: Emit
-    generator: Any = None
-    decode: Callable[[list[int]], str] | None = None
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    aborted: bool = False
-    submitted_at: float = field(default_factory=time.perf_counter)
-    first_token_at: float | None = None
-    max_batch: int = 0
-    # where its states are: span[:span_len], then `private` positions of its slot
-    span: Span | None = None
-    span_len: int = 0
-    private: int = 0
-    feed: list[int] = field(default_factory=list)  # prompt tokens still to forward (slot)
-    build: _Build | None = None  # the shared prefill this row waits for
-
-    @property
-    def cached(self) -> int:
-        """Tokens of this row whose states are held."""
-        return self.span_len + self.private
-
-
-@dataclass(eq=False)
-class _Build:
-    """One prompt prefilled into a new span for every row in ``rows`` (identical prompts)."""
-
-    prompt: list[int]
-    span: Span
-    feed: list[int]
-    rows: list[Row]
 
 
 class BatchEngine:
@@ -132,13 +89,15 @@ class BatchEngine:
             "prefill_tokens": 0,
             "tokens": 0,
             "peak_batch": 0,
-            "busy_s": 0.0,  # wall time inside forward passes and sampling
+            "passes": 0,
+            "busy_s": 0.0,  # wall time inside steps: forward passes, sampling, bookkeeping
+            "forward_s": 0.0,  # of which inside the forward passes
         }
         self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens else None
         self._policy: tuple[Any, int | None] | None = None
         self._pending: deque[Row] = deque()
         self._rows: list[Row] = []  # row i holds slot i
-        self._builds: list[_Build] = []
+        self._builds: list[Build] = []
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -361,7 +320,7 @@ class BatchEngine:
                 span.copy_from(
                     hit.tail.keys[:, :, : hit.tail_len], hit.tail.values[:, :, : hit.tail_len]
                 )
-        build = _Build(prompt, span, prompt[span.length :], rows)
+        build = Build(prompt, span, prompt[span.length :], rows)
         for row in rows:
             row.build = build
         self._builds.append(build)
@@ -373,10 +332,13 @@ class BatchEngine:
 
     def _step(self) -> None:
         """One forward pass: decode every decoding row, prefill what the budget allows."""
-        step, firsts = self._build_pass()
+        step, firsts = self._plan_pass()
         if not step.tokens:
             return
+        start = time.perf_counter()
         logits = self.decoder.forward(step, self.slots)
+        self.stats["forward_s"] += time.perf_counter() - start
+        self.stats["passes"] += 1
         batch = len(self._rows)
         self.stats["peak_batch"] = max(self.stats["peak_batch"], batch)
         if step.decode_slots:
@@ -402,88 +364,20 @@ class BatchEngine:
                 done.append(row)
         self._drop(done, None)
 
-    def _build_pass(self) -> tuple[Pass, list[tuple[int, list[Row]]]]:
-        """The tokens of this step and, per prompt it completes, the logits row and the
-        rows that sample their first token from it. Prompt progress is booked here,
-        before the pass runs: a pass that fails fails every row it touched."""
+    def _plan_pass(self) -> tuple[Pass, list[tuple[int, list[Row]]]]:
+        """This step's pass (:func:`.step_plan.plan_pass`); completed builds are cached
+        and their rows start on their spans."""
         rows = self._rows
         self.slots.reserve(max(r.private + len(r.feed) + 1 for r in rows), self._filled())
-        step = Pass(tokens=[], positions=[], rows=len(rows))
-        groups: dict[int, Group] = {}
-        for slot, row in enumerate(rows):
-            if row.build is not None or row.feed or not row.token_ids:
-                step.slot_len.append(max(row.private, 1))
-                continue
-            assert row.span is not None
-            step.tokens.append(row.token_ids[-1])
-            step.positions.append(row.cached)
-            step.decode_slots.append(slot)
-            step.decode_write.append(row.private)
-            step.slot_len.append(row.private + 1)
-            group = groups.get(id(row.span))
-            if group is None:
-                group = groups[id(row.span)] = Group(row.span, [], [])
-            group.slots.append(slot)
-            group.lengths.append(row.span_len)
-        step.groups = list(groups.values())
-        step.sample = list(range(len(step.tokens)))
-        firsts: list[tuple[int, list[Row]]] = []
-        budget = PREFILL_BUDGET
-        for build in list(self._builds):
-            if all(r.aborted for r in build.rows):
-                self._builds.remove(build)
-                continue
-            if budget <= 0:
-                break
-            span, take = build.span, build.feed[:budget]
-            start = len(step.tokens)
-            step.chunks.append(Chunk(start, len(take), span.keys, span.values, span.length))
-            step.tokens.extend(take)
-            step.positions.extend(range(span.length, span.length + len(take)))
-            budget -= len(take)
-            self.stats["prefill_tokens"] += len(take)
-            span.length += len(take)
-            build.feed = build.feed[len(take) :]
-            if not build.feed:
-                self._built(build)
-                firsts.append((len(step.sample), build.rows))
-                step.sample.append(len(step.tokens) - 1)
-        for slot, row in enumerate(rows):
-            if not row.feed or budget <= 0:
-                continue
-            take = row.feed[:budget]
-            step.chunks.append(
-                Chunk(
-                    len(step.tokens),
-                    len(take),
-                    self.slots.keys[:, slot],
-                    self.slots.values[:, slot],
-                    row.private,
-                    row.span,
-                    row.span_len,
-                )
-            )
-            step.tokens.extend(take)
-            step.positions.extend(range(row.cached, row.cached + len(take)))
-            budget -= len(take)
-            row.private += len(take)
-            step.slot_len[slot] = row.private
-            row.feed = row.feed[len(take) :]
-            self.stats["prefill_tokens"] += len(take)
-            if not row.feed:
-                self.stats["prefills"] += 1
-                firsts.append((len(step.sample), [row]))
-                step.sample.append(len(step.tokens) - 1)
-        return step, firsts
-
-    def _built(self, build: _Build) -> None:
-        """A shared prefill is complete: its rows start on its span; the cache keeps it."""
-        self._builds.remove(build)
-        self.stats["prefills"] += 1
-        if self.prefix_cache is not None:
-            self.prefix_cache.store(build.prompt, build.span, build.span.length)
-        for row in build.rows:
-            row.span, row.span_len, row.build = build.span, build.span.length, None
+        step, done = plan_pass(rows, self._builds, self.slots, PREFILL_BUDGET)
+        self.stats["prefill_tokens"] += done.prefill_tokens
+        self.stats["prefills"] += done.tails_done + len(done.built)
+        for build in done.built:
+            if self.prefix_cache is not None:
+                self.prefix_cache.store(build.prompt, build.span, build.span.length)
+            for row in build.rows:
+                row.span, row.span_len, row.build = build.span, build.span.length, None
+        return step, done.firsts
 
     # -- sampling and leaving ---------------------------------------------------------------
 

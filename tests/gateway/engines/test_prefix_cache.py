@@ -135,9 +135,11 @@ async def test_a_group_and_its_second_turns_reuse_states_with_exact_logprobs(
     # each second turn forwarded only its new tokens: the last sampled token of its first
     # turn (never forwarded) and the tail
     assert stats["prefill_tokens"] - forwarded <= 4 * (1 + len(tail))
-    assert cache.stats["hits"] - before["hits"] >= 4, cache.stats
+    # one lookup per distinct second turn (two samples alike join as one prompt)
+    distinct = {tuple(g.token_ids): g for g in first}
+    assert cache.stats["hits"] - before["hits"] >= len(distinct), cache.stats
     reused = cache.stats["reused_tokens"] - before["reused_tokens"]
-    assert reused >= sum(len(prompt) + len(g.token_ids) - 1 for g in first)
+    assert reused >= sum(len(prompt) + len(g.token_ids) - 1 for g in distinct.values())
     for g, g2 in zip(first, second, strict=True):
         for p, gen in ((prompt, g), (prompt + g.token_ids + tail, g2)):
             ref, _ = forward_logprobs(engine, p, gen.token_ids, 0.7)
