@@ -98,6 +98,8 @@ def measure(kind: str, spec: dict[str, Any], path: Path | None = None) -> dict[s
     row["load_before"], row["load_after"] = round(load, 2), round(os.getloadavg()[0], 2)
     if "tokens" in row:
         row["tokens_per_s"] = round(row["tokens"] / row["wall_s"], 1)
+    if row.get("cpu_s"):
+        row["tokens_per_cpu_s"] = round(row["tokens"] / row["cpu_s"], 1)
     print(json.dumps(row), flush=True)
     return row
 
@@ -146,48 +148,52 @@ def main() -> None:
 
 
 def print_tables(rows: list[dict[str, Any]], sessions: list[int]) -> None:
-    """The markdown tables of docs/benchmarks/engines.md."""
+    """The markdown tables of docs/benchmarks/engines.md: sampled tokens per second of
+    wall time, and per CPU-second of the system's own processes over the same window
+    (what it would do with the cores to itself: the figure that survives a shared
+    machine)."""
     by = {(r["system"], r.get("sessions")): r for r in rows if "error" not in r}
     mm = by.get(("matmul", None), {}).get("gflops", {})
-    names = ["bare", "engine", "gateway", "engine_before", "gateway_before", "hf_generate",
+    names = ["engine", "gateway", "engine_before", "gateway_before", "bare", "hf_generate",
              "llama_server"]
-    print("\n| system | " + " | ".join(f"{b} sessions" for b in sessions) + " |")
-    print("| --- |" + " ---: |" * len(sessions))
-    for name in names:
-        cells = []
+    for metric, floor, title in (
+        ("tokens_per_s", "decode_tokens_per_s", "sampled tokens / s (wall)"),
+        ("tokens_per_cpu_s", "decode_tokens_per_cpu_s", "sampled tokens / CPU-second"),
+    ):
+        print(f"\n| {title} | " + " | ".join(f"{b} sessions" for b in sessions) + " |")
+        print("| --- |" + " ---: |" * len(sessions))
+        for name in names:
+            cells = [str(by[(name, b)].get(metric, "—")) if (name, b) in by else "—"
+                     for b in sessions]
+            print(f"| {name} | " + " | ".join(cells) + " |")
+        cells = [f"{by[('bare', b)][floor]:.1f}" if ("bare", b) in by else "—"
+                 for b in sessions]
+        print("| bare, decoding steps only | " + " | ".join(cells) + " |")
         for b in sessions:
-            r = by.get((name, b))
-            cells.append(f"{r['tokens_per_s']}" if r else "—")
-        print(f"| {name} | " + " | ".join(cells) + " |")
-    cells = []
-    for b in sessions:
-        r = by.get(("bare", b))
-        cells.append(f"{r['decode_tokens_per_s']:.1f}" if r else "—")
-    print("| bare, decoding steps only | " + " | ".join(cells) + " |")
+            new = by.get(("gateway", b))
+            if not new or metric not in new:
+                continue
+            ratios = []
+            for other, label in (("gateway_before", "today's engine through the gateway"),
+                                 ("engine_before", "today's engine direct"),
+                                 ("hf_generate", "HF generate"),
+                                 ("llama_server", "llama.cpp's server")):
+                r = by.get((other, b))
+                if r and r.get(metric):
+                    ratios.append(f"{new[metric] / r[metric]:.2f}x {label}")
+            bare = by.get(("bare", b))
+            if bare:
+                ratios.append(f"{new[metric] / bare[floor]:.0%} of the bare loop's decoding")
+            print(f"\n{b} sessions, rollhub through the gateway: " + "; ".join(ratios))
+    print("\n| compute ceiling (tokens / s) | " + " | ".join(f"{b}" for b in sessions) + " |")
+    print("| --- |" + " ---: |" * len(sessions))
     for dtype in ("float32", "bfloat16"):
         cells = []
         for b in sessions:
             rate = mm.get(f"{dtype}_b{b}")
             flops = 2 * PARAMS + ATTENTION_PER_CTX * 380
             cells.append(f"{rate * 1e9 / flops:.0f} ({rate:.0f} GFLOP/s)" if rate else "—")
-        print(f"| compute ceiling, {dtype} | " + " | ".join(cells) + " |")
-    print()
-    for b in sessions:
-        new = by.get(("gateway", b)) or by.get(("engine", b))
-        if not new:
-            continue
-        ratios = []
-        for other, label in (("gateway_before", "today's engine (gateway)"),
-                             ("engine_before", "today's engine (direct)"),
-                             ("hf_generate", "HF generate"), ("llama_server", "llama.cpp")):
-            r = by.get((other, b))
-            if r:
-                ratios.append(f"{new['tokens_per_s'] / r['tokens_per_s']:.2f}x {label}")
-        floor = by.get(("bare", b))
-        if floor:
-            ratios.append(f"{new['tokens_per_s'] / floor['decode_tokens_per_s']:.0%} of the "
-                          "bare loop's decoding rate")
-        print(f"{b} sessions, gateway: " + "; ".join(ratios))
+        print(f"| {dtype} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

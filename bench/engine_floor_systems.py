@@ -137,8 +137,8 @@ def bare(batch: int, threads: int, new: int) -> None:
     slots = SlotCache(decoder.shape, batch, longest, decoder.dtype)
     generator = torch.Generator().manual_seed(0)
     lengths = [0] * batch
-    decode_s = 0.0
-    start = time.perf_counter()
+    decode_s = decode_cpu = 0.0
+    start, cpu = time.perf_counter(), time.process_time()
     feeds = prompts
     with torch.inference_mode():
         for _turn in range(2):
@@ -151,7 +151,7 @@ def bare(batch: int, threads: int, new: int) -> None:
                 lengths[b] += len(feed)
                 step.sample.append(len(step.tokens) - 1)
             logits = decoder.forward(step, slots)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             out: list[list[int]] = [[] for _ in range(batch)]
             for _ in range(new):
                 probs = torch.softmax(logits / TEMPERATURE, -1)
@@ -166,10 +166,12 @@ def bare(batch: int, threads: int, new: int) -> None:
                 logits = decoder.forward(step, slots)
                 lengths = [n + 1 for n in lengths]
             decode_s += time.perf_counter() - t0
+            decode_cpu += time.process_time() - c0
             feeds = [[o[-1], *suffix] for o in out]
-    wall = time.perf_counter() - start
-    report(system="bare", sessions=batch, tokens=2 * new * batch, wall_s=wall,
-           decode_tokens_per_s=2 * (new - 1) * batch / decode_s)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    report(system="bare", sessions=batch, tokens=2 * new * batch, wall_s=wall, cpu_s=cpu,
+           decode_tokens_per_s=2 * (new - 1) * batch / decode_s,
+           decode_tokens_per_cpu_s=2 * (new - 1) * batch / decode_cpu)
 
 
 # -- Hugging Face generate -----------------------------------------------------------------
@@ -185,7 +187,7 @@ def hf_generate(batch: int, threads: int, new: int) -> None:
     model, _ = load_causal_lm("smollm2-135m-instruct")
     model.eval()
     torch.manual_seed(0)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with torch.inference_mode():
         for _turn in range(2):
             width = max(len(p) for p in prompts)
@@ -201,10 +203,16 @@ def hf_generate(batch: int, threads: int, new: int) -> None:
             sampled = out[:, width:].tolist()
             prompts = [p + s + suffix for p, s in zip(prompts, sampled, strict=True)]
     report(system="hf_generate", sessions=batch, tokens=2 * new * batch,
-           wall_s=time.perf_counter() - start)
+           wall_s=time.perf_counter() - start, cpu_s=time.process_time() - cpu)
 
 
 # -- llama.cpp's server ---------------------------------------------------------------------
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) another process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -252,16 +260,16 @@ def llama_server(batch: int, threads: int, new: int, binary: str) -> None:
                     got_tokens += len(got["tokens"])
                 return got_tokens
 
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), process_cpu(server.pid)
             counts = await asyncio.gather(*(session(i, p) for i, p in enumerate(prompts)))
-            return sum(counts), time.perf_counter() - start
+            return sum(counts), time.perf_counter() - start, process_cpu(server.pid) - cpu
 
     try:
-        tokens, wall = asyncio.run(run())
+        tokens, wall, cpu = asyncio.run(run())
     finally:
         server.terminate()
         server.wait(30)
-    report(system="llama_server", sessions=batch, tokens=tokens, wall_s=wall)
+    report(system="llama_server", sessions=batch, tokens=tokens, wall_s=wall, cpu_s=cpu)
 
 
 # -- rollhub's engine: direct, and through the gateway --------------------------------------
@@ -307,13 +315,13 @@ def engine(batch: int, threads: int, new: int, label: str) -> None:
                 got += len(gen.token_ids)
             return got
 
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         counts = await asyncio.gather(*(session(i, p) for i, p in enumerate(prompts)))
-        return sum(counts), time.perf_counter() - start
+        return sum(counts), time.perf_counter() - start, time.process_time() - cpu
 
-    tokens, wall = asyncio.run(run())
+    tokens, wall, cpu = asyncio.run(run())
     stats = backend.engine.stats
-    report(system=label, sessions=batch, tokens=tokens, wall_s=wall,
+    report(system=label, sessions=batch, tokens=tokens, wall_s=wall, cpu_s=cpu,
            busy_s=stats["busy_s"], steps=stats["decode_steps"],
            forward_ms=_per_pass(stats), source=_source())
     backend.engine.stop()
@@ -339,8 +347,9 @@ def gateway(batch: int, threads: int, new: int, label: str) -> None:
             sys.executable, __file__, "client", gw.base_url, str(new), *keys,
             stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": ""},
         )
-        cpu0 = thread_cpu()
+        cpu0, process0 = thread_cpu(), time.process_time()
         out, _ = await client.communicate()
+        process = time.process_time() - process0
         cpu = {tid: t - cpu0.get(tid, 0.0) for tid, t in thread_cpu().items()}
         stats = dict(backend.engine.stats)
         await gw.stop()
@@ -348,11 +357,13 @@ def gateway(batch: int, threads: int, new: int, label: str) -> None:
         # the event loop (HTTP, rendering, parsing) runs on the main thread; the engine's
         # thread and its intra-op workers are the rest
         loop_s = cpu.pop(threading.main_thread().native_id, 0.0)
-        return {**got, "stats": stats, "loop_cpu_s": loop_s, "other_cpu_s": sum(cpu.values())}
+        return {**got, "stats": stats, "loop_cpu_s": loop_s, "other_cpu_s": sum(cpu.values()),
+                "cpu_s": process}
 
     got = asyncio.run(run())
     stats = got["stats"]
     report(system=label, sessions=batch, tokens=got["tokens"], wall_s=got["wall_s"],
+           cpu_s=got["cpu_s"], client_cpu_s=got["client_cpu_s"],
            busy_s=stats.get("busy_s"), steps=stats.get("decode_steps"),
            forward_ms=_per_pass(stats), loop_cpu_s=got["loop_cpu_s"],
            engine_cpu_s=got["other_cpu_s"], source=_source())
@@ -379,9 +390,10 @@ def client(base_url: str, new: int, keys: list[str]) -> None:
             await api.close()
             return got
 
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         counts = await asyncio.gather(*(session(i, k) for i, k in enumerate(keys)))
-        return {"tokens": sum(counts), "wall_s": time.perf_counter() - start}
+        return {"tokens": sum(counts), "wall_s": time.perf_counter() - start,
+                "client_cpu_s": time.process_time() - cpu}
 
     print(json.dumps(asyncio.run(run())), flush=True)
 
