@@ -81,12 +81,11 @@ class Breakdown:
     def __init__(self, sampler: Sampler) -> None:
         self.sampler = sampler
         self.rows: list[dict[str, Any]] = []
-        self.trainer: Any = None
 
     @hookimpl
     def rollhub_training_step(self, step: int, metrics: dict[str, Any], hub: Any) -> None:
         backend = hub.token_source.gateway.backend
-        engine, trainer = backend.engine, self.trainer
+        engine, trainer = backend.engine, hub.trainer
         ours = {p.untyped_storage().data_ptr() for p in trainer.model.parameters()}
         engine_only = [p for p in engine.model.parameters()
                        if p.untyped_storage().data_ptr() not in ours]
@@ -120,8 +119,10 @@ async def _run(args: argparse.Namespace, sampler: Sampler) -> dict[str, Any]:
     cfg.store.url = f"file://{tmp / 'store'}"
     cfg.training.steps = args.steps
     cfg.training.checkpoint_every = args.steps
+    if args.max_rows:
+        cfg.trainer.max_rows = args.max_rows
     cfg.experiment.progress = False
-    cfg.eval = None  # the memory of training and sampling; eval samples like a step
+    cfg.eval.dataset = None  # the memory of training and sampling; eval samples like a step
     payloads = load_jsonl_dataset(cfg.path(cfg.experiment.dataset))
     breakdown = Breakdown(sampler)
     host = build_host(modules=cfg.plugins.modules, search_dir=cfg.base_dir)
@@ -144,11 +145,7 @@ def _watch_trainer(breakdown: Breakdown, sampler: Sampler) -> None:
     """Mark the training phase: wrap the trainer's ``step`` once it is built."""
     from rollhub_torch.trainer import TorchTrainer
 
-    start, step = TorchTrainer.start, TorchTrainer.step
-
-    async def started(self: Any) -> None:
-        await start(self)
-        breakdown.trainer = self
+    step = TorchTrainer.step
 
     async def stepped(self: Any, batch: Any) -> Any:
         sampler.phase = "training"
@@ -157,13 +154,13 @@ def _watch_trainer(breakdown: Breakdown, sampler: Sampler) -> None:
         finally:
             sampler.phase = "sampling"
 
-    TorchTrainer.start = started  # type: ignore[method-assign]
     TorchTrainer.step = stepped  # type: ignore[method-assign]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--max-rows", type=int, help="trainer.max_rows (default: the config's)")
     args = parser.parse_args()
     with Sampler() as sampler:
         print(json.dumps(asyncio.run(_run(args, sampler)), indent=1))

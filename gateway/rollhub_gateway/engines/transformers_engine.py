@@ -26,6 +26,7 @@ from rollhub.sampling import (
 )
 
 from ..models import SMOLLM2, load_causal_lm
+from .allocator import tune_allocator
 from .batching import BatchEngine, Row, is_module
 from .token_sampling import LogprobsMode
 
@@ -92,6 +93,7 @@ class TransformersBackend(SamplingBackend):
     def _load(self) -> None:
         import torch
 
+        tune_allocator()
         opts = self.options
         if opts.threads:
             torch.set_num_threads(opts.threads)

@@ -138,8 +138,10 @@ class TorchTrainer(Trainer):
 
     def _load(self) -> None:
         import torch
+        from rollhub_gateway.engines.allocator import tune_allocator
         from rollhub_gateway.models import load_causal_lm, train_top_layers
 
+        tune_allocator()
         if self.options.threads:
             torch.set_num_threads(self.options.threads)
         torch.manual_seed(self.options.seed)

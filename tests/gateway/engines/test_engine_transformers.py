@@ -262,13 +262,13 @@ async def test_rows_joining_and_leaving_at_any_step_sample_what_a_bare_loop_samp
     those of the row decoded alone by a bare loop."""
     shared = chat_ids(QUESTIONS[0])
     plan = [  # (prompt, params, delay before submitting in seconds)
-        (shared, SamplingParams(max_tokens=12, temperature=0.8, seed=11), 0.0),
-        (shared, SamplingParams(max_tokens=20, temperature=0.8, seed=12), 0.0),
-        (chat_ids(QUESTIONS[1]), SamplingParams(max_tokens=6, temperature=0.0), 0.0),
-        (chat_ids(QUESTIONS[2]), SamplingParams(max_tokens=16, temperature=1.0, top_p=0.9,
-                                                seed=13), 0.3),
-        (chat_ids(QUESTIONS[3]), SamplingParams(max_tokens=10, temperature=0.7, top_k=20,
-                                                seed=14), 0.6),
+        (shared, SamplingParams(max_tokens=8, temperature=0.8, seed=11), 0.0),
+        (shared, SamplingParams(max_tokens=14, temperature=0.8, seed=12), 0.0),
+        (chat_ids(QUESTIONS[1]), SamplingParams(max_tokens=4, temperature=0.0), 0.0),
+        (chat_ids(QUESTIONS[2]), SamplingParams(max_tokens=10, temperature=1.0, top_p=0.9,
+                                                seed=13), 0.2),
+        (chat_ids(QUESTIONS[3]), SamplingParams(max_tokens=8, temperature=0.7, top_k=20,
+                                                seed=14), 0.4),
     ]
 
     async def submit(prompt: list[int], params: SamplingParams, delay: float) -> Generation:
