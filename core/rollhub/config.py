@@ -219,6 +219,11 @@ class EvalConfig(_Strict):
     n_samples: int = Field(4, ge=1, description="samples per prompt (pass@k uses k = n)")
     before_training: bool = Field(True, description="a training run scores the base policy")
     after_training: bool = Field(True, description="a training run scores its final policy")
+    split_field: str | None = Field(
+        "split",
+        description="payload field naming each prompt's split; reports give figures per "
+        "split (None: no splits)",
+    )
 
 
 class LoggingConfig(_Strict):

@@ -42,6 +42,7 @@ from rollhub.plugins import PluginHost, build_host
 from rollhub.rewards import apply_failure_policy, merge_reward_components
 from rollhub.rollout import RolloutConfig, RolloutRequest, SubmitReceipt
 from rollhub.runtime import Runtime
+from rollhub.sampling import episode_seed
 from rollhub.staleness import StalenessGate
 from rollhub.stores.base import ResultStore
 from rollhub.tokens import CaptureSession, TokenSource
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 
 #: ``request.extras`` key set once the prepare hooks ran (a retried submit skips them)
 _PREPARED = "rollhub.prepared"
+#: ``request.extras`` key of the episode's sampling seed (:func:`~rollhub.sampling.episode_seed`)
+_SEED = "rollhub.sampling_seed"
 
 __all__ = ["AsyncHub", "group_id_of"]
 
@@ -90,6 +93,7 @@ class AsyncHub:
         self._gate = StalenessGate(config.experiment.max_staleness)
         self._slots = asyncio.Semaphore(config.experiment.concurrency)
         self._started = False
+        self._rounds: dict[tuple[str, int], int] = {}  # times each (prompt, sample) ran
         self.stats: dict[str, Any] = {}
 
     # Components ----------------------------------------------------------------------------
@@ -248,6 +252,9 @@ class AsyncHub:
         request = self._request(payload, group_id, index)
         request.rollout.sampling.update(sampling or {})
         sid = request.rollout.session_id
+        key = (group_id, index)
+        round_ = self._rounds[key] = self._rounds.get(key, -1) + 1
+        request.extras[_SEED] = episode_seed(self.config.experiment.seed, group_id, index, round_)
         async with self._slots:
             await self._gate.wait_to_submit()
             version = self.weight_version
@@ -275,9 +282,11 @@ class AsyncHub:
             weight_version=version,
             submitted_at=time.time(),
         )
+        if _SEED in request.extras:
+            episode.metrics["sampling_seed"] = request.extras[_SEED]
         try:
             capture = await self.token_source.open_session(
-                rollout.session_id, sampling=rollout.sampling
+                rollout.session_id, sampling=_session_sampling(request)
             )
             opened = True
             _fill_capture(rollout, capture)
@@ -321,7 +330,7 @@ class AsyncHub:
         except Exception as exc:  # the new attempt must not wait on the old one's cleanup
             log.warning("dropping capture session %s failed: %s", old.rollout.session_id, exc)
         capture = await self.token_source.open_session(
-            new.rollout.session_id, sampling=new.rollout.sampling
+            new.rollout.session_id, sampling=_session_sampling(new, old)
         )
         _fill_capture(new.rollout, capture)
 
@@ -423,6 +432,20 @@ class AsyncHub:
 
 
 # Pure helpers ------------------------------------------------------------------------------
+
+
+def _session_sampling(
+    request: RolloutRequest, first: RolloutRequest | None = None
+) -> dict[str, Any]:
+    """The capture session's sampling defaults: the rollout's, plus the episode's seed
+    (a retry keeps the first attempt's). The seed is a session default, not an agent
+    field: agents forward ``_rollout.sampling`` as request fields, and a request seed would
+    repeat one draw on every turn; the gateway derives each turn's seed from it."""
+    sampling = dict(request.rollout.sampling)
+    seed = (first or request).extras.get(_SEED)
+    if seed is not None:
+        sampling.setdefault("seed", seed)
+    return sampling
 
 
 def group_id_of(payload: Mapping[str, Any], id_field: str) -> str:
