@@ -304,7 +304,7 @@ class AsyncHub:
                 episode.result = outcome.result
                 episode.error = outcome.error
                 episode.finished_at = outcome.finished_at or time.time()
-            if outcome.status == "ok":
+            if episode.status == "ok":
                 await self._retrieve(episode)
                 await self._reward(episode)
         except asyncio.CancelledError:

@@ -45,6 +45,8 @@ class SessionExecutor(AgentExecutor, ABC):
 
     def __init__(self, *, cancel_wait_s: float = 10.0) -> None:
         self._work: dict[str, asyncio.Task[Any]] = {}
+        #: task id -> set once cancel() has reported the task canceled
+        self._cancels: dict[str, asyncio.Event] = {}
         self._cancel_wait_s = cancel_wait_s
 
     @abstractmethod
@@ -93,7 +95,14 @@ class SessionExecutor(AgentExecutor, ABC):
                 if self._work.get(task_id) is work:
                     del self._work[task_id]
         except asyncio.CancelledError:
-            raise
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            # cancel() stopped the work; the queue must stay open until it said so
+            reported = self._cancels.get(task_id)
+            if reported is not None:
+                await reported.wait()
+            return
         except Exception as exc:
             what = "setup" if first else "rollout"
             log.warning("%s of task %s failed: %r", what, task_id, exc)
@@ -109,13 +118,18 @@ class SessionExecutor(AgentExecutor, ABC):
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Stop the task's work (waiting up to ``cancel_wait_s``) and mark it canceled."""
         task_id = str(context.task_id)
-        work = self._work.pop(task_id, None)
-        if work is not None and not work.done():
-            work.cancel()
-            await asyncio.wait({work}, timeout=self._cancel_wait_s)
-        await self.cleanup_task(task_id)
-        updater = TaskUpdater(event_queue, task_id, str(context.context_id))
-        await updater.cancel()
+        reported = self._cancels[task_id] = asyncio.Event()
+        try:
+            work = self._work.get(task_id)
+            if work is not None and not work.done():
+                work.cancel()
+                await asyncio.wait({work}, timeout=self._cancel_wait_s)
+            await self.cleanup_task(task_id)
+            updater = TaskUpdater(event_queue, task_id, str(context.context_id))
+            await updater.cancel()
+        finally:
+            reported.set()
+            self._cancels.pop(task_id, None)
 
     async def cleanup_task(self, task_id: str) -> None:
         """Called after a cancel stopped a task's work (default: nothing)."""

@@ -41,7 +41,12 @@ class StoreWatch:
     """
 
     def __init__(
-        self, store: ResultStore | None, running: Callable[[], int], show: Callable[[str], None], *, stall_s: float
+        self,
+        store: ResultStore | None,
+        running: Callable[[], int],
+        show: Callable[[str], None],
+        *,
+        stall_s: float,
     ) -> None:
         self.store = store
         self.running = running

@@ -71,7 +71,7 @@ log = logging.getLogger(__name__)
 #: The environment variable boto3 reads for this service's endpoint.
 ENDPOINT_ENV = "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE"
 # Headers a real runtime forwards to the container besides the session id.
-_FORWARDED = ("content-type", "accept", "x-amzn-bedrock-agentcore-runtime-user-id")
+_FORWARDED = ("content-type", "accept", "x-amzn-bedrock-agentcore-runtime-user-id", "a2a-version")
 _FORWARDED_PREFIX = "x-amzn-bedrock-agentcore-runtime-custom-"
 
 
