@@ -39,7 +39,7 @@ from rollhub.app.context import SESSION_HEADER
 from rollhub.errors import SessionError
 from rollhub.sessions.base import SessionDump
 
-__all__ = ["A2ATaskClient", "is_transient"]
+__all__ = ["A2ATaskClient", "build_a2a_client", "is_transient"]
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +76,19 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
+def build_a2a_client(http: httpx.AsyncClient, url: str) -> Client:
+    """An a2a-sdk JSON-RPC client to ``url`` over ``http`` (non-streaming, polling; no
+    agent-card fetch: the card is made from the URL)."""
+    config = ClientConfig(
+        streaming=False, polling=True, httpx_client=http, supported_protocol_bindings=["JSONRPC"]
+    )
+    return ClientFactory(config).create(minimal_agent_card(url, ["JSONRPC"]))
+
+
 class A2ATaskClient:
     """Drives one rollout task on one A2A server.
 
-    :param http: the httpx client requests go through (its auth signs them, if needed).
-    :param url: the JSON-RPC endpoint.
+    :param client: the a2a-sdk client (:func:`build_a2a_client`).
     :param session_id: sent as the AgentCore session header and as the A2A context id.
     :param poll_initial_s: first wait between two polls.
     :param poll_max_s: longest wait between two polls.
@@ -89,8 +97,7 @@ class A2ATaskClient:
 
     def __init__(
         self,
-        http: httpx.AsyncClient,
-        url: str,
+        client: Client,
         session_id: str,
         *,
         poll_initial_s: float = 0.05,
@@ -102,13 +109,7 @@ class A2ATaskClient:
         self._poll_initial_s = poll_initial_s
         self._poll_max_s = poll_max_s
         self._budget_s = transient_budget_s
-        config = ClientConfig(
-            streaming=False,
-            polling=True,
-            httpx_client=http,
-            supported_protocol_bindings=["JSONRPC"],
-        )
-        self._client: Client = ClientFactory(config).create(minimal_agent_card(url, ["JSONRPC"]))
+        self._client = client
         #: transient failures retried so far (for logs and tests)
         self.retried = 0
 
@@ -169,10 +170,6 @@ class A2ATaskClient:
             )
         except Exception as exc:
             log.info("cancel of task %s failed: %r", self.task_id, exc)
-
-    async def close(self) -> None:
-        """Release the a2a client (not the httpx client it was given)."""
-        self._client = None  # type: ignore[assignment]
 
     # Calls -------------------------------------------------------------------------------
 

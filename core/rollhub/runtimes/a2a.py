@@ -140,11 +140,11 @@ class A2ASession(RolloutSession):
         return out
 
     async def setup(self, task: Mapping[str, Any]) -> None:
-        from rollhub.a2a.client import A2ATaskClient
+        from rollhub.a2a.client import A2ATaskClient, build_a2a_client
 
         url, http = await self.transport.start()
         self._client = A2ATaskClient(
-            http, url, self.session_id, poll_initial_s=self.options.poll_initial_s,
+            build_a2a_client(http, url), self.session_id, poll_initial_s=self.options.poll_initial_s,
             poll_max_s=self.options.poll_max_s,
             transient_budget_s=self.options.transient_budget_s,
         )  # fmt: skip

@@ -7,7 +7,7 @@ import time
 
 import httpx
 import pytest
-from rollhub.a2a.client import A2ATaskClient, is_transient
+from rollhub.a2a.client import A2ATaskClient, build_a2a_client, is_transient
 from rollhub.a2a.server import a2a_app
 from rollhub.a2a.wire import part_data, task_message
 from rollhub.errors import SessionError
@@ -27,7 +27,7 @@ async def test_setup_then_run_returns_the_artifact_and_numbers_keep_their_type(s
     _, url = served
     task = {"a": 2, "b": 3, "answer": 5, "big": 2**60 + 1, "ratio": 0.5}
     async with httpx.AsyncClient() as http:
-        client = A2ATaskClient(http, url + "/", "session-1")
+        client = A2ATaskClient(build_a2a_client(http, url + "/"), "session-1")
         parked = await client.setup(task)
         assert parked.status.state == 6  # TASK_STATE_INPUT_REQUIRED
         dump = await client.run(task)
@@ -50,7 +50,7 @@ async def test_a_nan_reward_is_refused_with_a_clear_error(served):
     _, url = served
     task = {"a": 1, "b": 1, "answer": 2, "reward_nan": True}
     async with httpx.AsyncClient() as http:
-        client = A2ATaskClient(http, url + "/", "session-nan")
+        client = A2ATaskClient(build_a2a_client(http, url + "/"), "session-nan")
         await client.setup(task)
         dump = await client.run(task)
     assert not dump.ok and dump.reward is None
@@ -61,7 +61,7 @@ async def test_a_nan_reward_is_refused_with_a_clear_error(served):
 async def test_a_failed_setup_raises_with_the_agents_reason(served):
     _, url = served
     async with httpx.AsyncClient() as http:
-        client = A2ATaskClient(http, url + "/", "session-f")
+        client = A2ATaskClient(build_a2a_client(http, url + "/"), "session-f")
         with pytest.raises(SessionError) as info:
             await client.setup({"a": 1, "b": 1, "answer": 2, "fail_setup": "no disk"})
     assert info.value.phase == "setup" and not info.value.transient
@@ -72,7 +72,7 @@ async def test_cancel_stops_the_work_and_ping_goes_idle(served, tmp_path):
     app, url = served
     task = {"a": 1, "b": 1, "answer": 2, "sleep": 30}
     async with httpx.AsyncClient() as http:
-        client = A2ATaskClient(http, url + "/", "session-c")
+        client = A2ATaskClient(build_a2a_client(http, url + "/"), "session-c")
         await client.setup(task)
         running = asyncio.ensure_future(client.run(task))
         deadline = time.monotonic() + 10
@@ -90,7 +90,9 @@ async def test_cancel_stops_the_work_and_ping_goes_idle(served, tmp_path):
 
 async def test_a_server_that_never_answers_is_a_transient_session_error():
     async with httpx.AsyncClient() as http:
-        client = A2ATaskClient(http, "http://127.0.0.1:9/", "session-x", transient_budget_s=0.3)
+        client = A2ATaskClient(
+            build_a2a_client(http, "http://127.0.0.1:9/"), "session-x", transient_budget_s=0.3
+        )
         with pytest.raises(SessionError) as info:
             await client.setup({"a": 1})
     assert info.value.transient and client.retried >= 1
