@@ -68,6 +68,8 @@ class ContainerTransport(Transport):
     :param network: ``host`` (the agent binds a free loopback port of this machine, and
         reaches the gateway at 127.0.0.1) or another ``--network`` value (the port is
         published on 127.0.0.1).
+    :param command: None: serve ``app`` with ``python -m rollhub.a2a``; a list: that
+        command (empty: the image's own), which must serve A2A on port 9000.
     """
 
     def __init__(
@@ -83,8 +85,10 @@ class ContainerTransport(Transport):
         run_args: list[str] | None = None,
         env: dict[str, str] | None = None,
         start_timeout_s: float = 120.0,
+        command: list[str] | None = None,
     ) -> None:
         self.name = name
+        self.command = command
         self.image, self.app, self.app_dir = image, app, app_dir
         self.engine = engine
         self.cli_env = {**os.environ, **(cli_env or {})}
@@ -110,17 +114,20 @@ class ContainerTransport(Transport):
     async def start(self) -> tuple[str, httpx.AsyncClient]:
         port = 9000
         publish: list[str] = []
-        if self.network == "host":
+        if self.network == "host" and self.command is None:
             port = _free_port()
         else:
             publish = ["-p", "127.0.0.1::9000"]
+        command = self.command
+        if command is None:
+            host = "127.0.0.1" if self.network == "host" else "0.0.0.0"
+            command = ["python", "-m", "rollhub.a2a", self.app, "--app-dir", self.app_dir,
+                       "--host", host, "--port", str(port)]  # fmt: skip
         env_args = [arg for k, v in self.env.items() for arg in ("-e", f"{k}={v}")]
         self._started = True  # a failed run may still have created the container
         code, out = await self._cli(
             "run", "-d", "--name", self.name, "--network", self.network, *publish, *env_args,
-            *self.run_args, self.image,
-            "python", "-m", "rollhub.a2a", self.app, "--app-dir", self.app_dir,
-            "--host", "127.0.0.1" if self.network == "host" else "0.0.0.0", "--port", str(port),
+            *self.run_args, self.image, *command,
         )  # fmt: skip
         if code != 0:
             raise SessionError(
