@@ -43,7 +43,7 @@ class RolloutAgentExecutor(SessionExecutor, ABC):
         """Run one rollout and return its dump (in a worker thread); failures inside go in
         the dump's ``exception``, raise only when the rollout could not be attempted."""
 
-    def cleanup(self) -> None:  # noqa: B027 - optional hook, as upstream's
+    def cleanup(self) -> None:
         """Best-effort teardown on cancellation (default: nothing)."""
 
     async def setup_task(self, task_input: dict[str, Any], session_id: str) -> None:

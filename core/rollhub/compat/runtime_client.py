@@ -38,7 +38,9 @@ class InvocationError(RuntimeError):
         self.session_id = session_id
         self.invocation_id = snapshot["invocation_id"]
         self.snapshot = snapshot
-        super().__init__(f"Invocation {self.invocation_id}: {snapshot.get('error', snapshot['status'])}")
+        super().__init__(
+            f"Invocation {self.invocation_id}: {snapshot.get('error', snapshot['status'])}"
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (InvocationError, (self.session_id, self.snapshot))
@@ -224,7 +226,9 @@ class AgentCoreHttpClient:
         async with answer["response"] as stream:
             raw = await stream.read()
         if answer["statusCode"] != 200:
-            raise RuntimeError(f"InvokeAgentRuntime returned HTTP {answer['statusCode']}: {raw.decode()}")
+            raise RuntimeError(
+                f"InvokeAgentRuntime returned HTTP {answer['statusCode']}: {raw.decode()}"
+            )
         return json.loads(raw)
 
 

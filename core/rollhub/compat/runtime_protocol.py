@@ -72,7 +72,9 @@ class InvocationStore:
     """Invocation records under ``root`` (default: ``.agentcore_runtime`` in the temp dir)."""
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
-        self.root = Path(root) if root is not None else Path(tempfile.gettempdir()) / ".agentcore_runtime"
+        self.root = (
+            Path(root) if root is not None else Path(tempfile.gettempdir()) / ".agentcore_runtime"
+        )
         self.root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=self.root):  # fail at start when not writable
             pass

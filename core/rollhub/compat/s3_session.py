@@ -170,7 +170,9 @@ def _group_id(task: dict[str, Any]) -> str:
 
 def _llm(task: dict[str, Any]) -> dict[str, Any]:
     llm = task.get("llm")
-    missing = [k for k in ("base_url", "model", "api_key") if not isinstance(llm, dict) or not llm.get(k)]
+    missing = [
+        k for k in ("base_url", "model", "api_key") if not isinstance(llm, dict) or not llm.get(k)
+    ]
     if missing or not isinstance(llm, dict):
         raise RolloutContractError(f"the task's `llm` block is missing {missing} (got {llm!r})")
     return llm

@@ -190,6 +190,4 @@ async def _span(name: str, state: Any) -> AsyncIterator[None]:
         yield
     finally:
         end = dt.datetime.now()
-        await state.update(
-            {f"{name}_end_at": end, name: (end - start).total_seconds()}
-        )
+        await state.update({f"{name}_end_at": end, name: (end - start).total_seconds()})

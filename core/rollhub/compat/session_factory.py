@@ -82,7 +82,6 @@ def make_session(session_id: str, cfg: SessionBackendConfig, meta: Any) -> Any:
         )  # fmt: skip
         return AgentCoreS3Session(session_id, session_state=meta, client=client)
     raise ConfigError(
-        f"unknown rollout_session_backend.backend={kind!r}; expected one of "
-        f"{', '.join(BACKENDS)}",
+        f"unknown rollout_session_backend.backend={kind!r}; expected one of {', '.join(BACKENDS)}",
         field="rollout_session_backend.backend",
     )
