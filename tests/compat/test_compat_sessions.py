@@ -148,7 +148,7 @@ async def test_cancel_runs_cleanup_and_ping_goes_idle(executor_url):
 def test_make_session_names_what_is_missing():
     with pytest.raises(ConfigError, match="capacity_provider_arn"):
         make_session(SID, {"backend": "agentcore_a2a", "agentcore_runtime_arn": ARN}, _state())
-    with pytest.raises(ValueError, match="unknown rollout_session_backend.backend='k8s'"):
+    with pytest.raises(ValueError, match=r"unknown rollout_session_backend\.backend='k8s'"):
         make_session(SID, {"backend": "k8s"}, _state())
     session = make_session(SID, {"backend": "docker_a2a", "agent_image_uri": "img",
                                  "docker_iam_role_arn": "", "docker_log_group": "g",
@@ -159,7 +159,7 @@ def test_make_session_names_what_is_missing():
 async def test_agentcore_a2a_session_on_the_local_plane_keeps_its_result_over_a_teardown_error(
     plane, executor_url
 ):
-    executor, url = executor_url
+    _, url = executor_url
     plane.app.add_runtime(ARN, url, protocol="A2A", capacity_provider_arn=PROVIDER)
     cfg = {
         "backend": "agentcore_a2a",
