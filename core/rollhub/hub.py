@@ -42,7 +42,6 @@ from rollhub.plugins import PluginHost, build_host
 from rollhub.rewards import apply_failure_policy, merge_reward_components
 from rollhub.rollout import RolloutConfig, RolloutRequest, SubmitReceipt
 from rollhub.runtime import Runtime
-from rollhub.sessions.base import SessionRuntime
 from rollhub.sessions.episodes import SessionEpisodes
 from rollhub.staleness import StalenessGate
 from rollhub.stores.base import ResultStore
@@ -66,8 +65,6 @@ class _Parts:
     token_source: TokenSource
     trainer: Trainer
     client: AsyncRolloutClient
-    #: the session path, when the runtime runs rollouts as sessions (``a2a``)
-    sessions: SessionEpisodes | None = None
 
 
 class AsyncHub:
@@ -188,10 +185,7 @@ class AsyncHub:
             progress=False,
         )
         await client.start()
-        sessions = None
-        if isinstance(runtime, SessionRuntime):
-            sessions = SessionEpisodes(runtime, cfg, on_new_session=self._new_capture)
-        self._parts = _Parts(runtime, store, token_source, trainer, client, sessions)
+        self._parts = _Parts(runtime, store, token_source, trainer, client)
         self._started = True
         await call_all(self.hook.rollhub_hub_started, hub=self)
         return self
@@ -288,23 +282,21 @@ class AsyncHub:
             )
             opened = True
             _fill_capture(rollout, capture)
-            sessions = self._require_parts().sessions
-            if sessions is not None:
-                await call_all(self.hook.rollhub_prepare_rollout, request=request, hub=self)
-                await sessions.run(request, episode)
+            if (sessions := SessionEpisodes.for_hub(self)) is not None:  # setup → run → teardown
+                outcome = await sessions.run(request, episode)
             else:
                 future = await self.client.submit_request_async(
                     request, timeout=self.config.experiment.timeout_s
                 )
                 outcome = await future.result_async()
-                episode.session_id = outcome.session_id  # the last runtime session's
-                if outcome.dead_sessions:
-                    episode.metrics["dead_sessions"] = [dict(d) for d in outcome.dead_sessions]
-                episode.status = outcome.status
-                episode.result = outcome.result
-                episode.error = outcome.error
-                episode.finished_at = outcome.finished_at or time.time()
-            if episode.status == "ok":
+            episode.session_id = outcome.session_id  # the last runtime session's
+            if outcome.dead_sessions:
+                episode.metrics["dead_sessions"] = [dict(d) for d in outcome.dead_sessions]
+            episode.status = outcome.status
+            episode.result = outcome.result
+            episode.error = outcome.error
+            episode.finished_at = outcome.finished_at or time.time()
+            if outcome.status == "ok":
                 await self._retrieve(episode)
                 await self._reward(episode)
         except asyncio.CancelledError:

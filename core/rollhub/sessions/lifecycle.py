@@ -182,6 +182,8 @@ async def run_with_attempts(
     while True:
         session = open_session(request)
         outcome = await drive_session(session, request.to_wire(), bounds, priority=priority)
+        # the rollout's id (a runtime may name its own session differently, e.g. lengthened)
+        outcome.session_id = request.rollout.session_id
         outcome.dead_sessions = dead
         if not outcome.transient or len(dead) + 1 >= attempts:
             return outcome, request

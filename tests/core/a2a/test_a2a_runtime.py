@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from rollhub.a2a.server import a2a_app
 from rollhub.compat.agentcore_local import LocalAgentCore, runtime_arn
+from rollhub.runtimes.agentcore import agentcore_session_id
 from rollhub.sessions.episodes import SESSION_METRICS_KEY
 from rollhub.testing import make_hub
 from rollhub.testing.servers import serve_app
@@ -65,8 +66,14 @@ async def test_hub_runs_episodes_as_sessions_on_agentcores_a2a_route(plane, tmp_
         assert PHASES <= set(episode.metrics[SESSION_METRICS_KEY])
         assert episode.result["prepared"].startswith("workspace for")
         assert episode.result["types"]["a"] == "int"
-        # each session was released through its capacity provider
-        assert ("DeleteCapacityProviderSession", PROVIDER.rsplit("/", 1)[1], sid) in app.calls
+        # each session was released through its capacity provider (under AgentCore's id:
+        # rollhub's, lengthened to the 33 characters the service wants)
+        released = (
+            "DeleteCapacityProviderSession",
+            PROVIDER.rsplit("/", 1)[1],
+            agentcore_session_id(sid),
+        )
+        assert released in app.calls
     assert not app.sessions
 
 
