@@ -242,25 +242,13 @@ async def run_batch_async(
             field=per_rollout[0],
         )
     # agentcore-rl-toolkit's run_batch options: client settings, never _rollout fields
-    upstream = sorted(
-        {
-            "max_concurrent_sessions",
-            "initial_interval",
-            "max_interval",
-            "backoff_factor",
-            "log_interval",
-        }
-        & set(rollout)
-    )
+    upstream = sorted({"max_concurrent_sessions", "initial_interval", "max_interval",
+                       "backoff_factor", "log_interval"} & set(rollout))
     if upstream:
-        fix = (
-            "max_concurrent=N"
-            if upstream[0] == "max_concurrent_sessions"
-            else "progress= (or poll_initial_s/poll_max_s on the client)"
-        )
-        raise ConfigError(
-            f"run_batch: {upstream[0]}= is not a _rollout field; use {fix}", field=upstream[0]
-        )
+        fix = ("max_concurrent=N" if upstream[0] == "max_concurrent_sessions"
+               else "progress= (or poll_initial_s/poll_max_s on the client)")
+        raise ConfigError(f"run_batch: {upstream[0]}= is not a _rollout field; use {fix}",
+                          field=upstream[0])
     items = list(payloads)
     ids = assign_input_ids(items, id_field=id_field, input_ids=input_ids)
     stored = await _stored_results(client, ids, rerun_failed) if resume and items else {}

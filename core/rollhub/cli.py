@@ -19,7 +19,6 @@ log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
-
 def _commands() -> dict[str, tuple[str, str]]:
     """The core's commands plus every plugin's (a plugin that fails is left out, logged)."""
     from rollhub.plugins import build_host

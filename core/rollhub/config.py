@@ -82,8 +82,7 @@ class ExperimentConfig(_Strict):
     concurrency: int = Field(16, ge=1, description="rollouts in flight at once")
     timeout_s: float = Field(600.0, gt=0, description="deadline of one rollout")
     session_attempts: int = Field(
-        2,
-        ge=1,
+        2, ge=1,
         description="runtime sessions per rollout when the infrastructure fails under it (a "
         "dead or unreachable worker, a lost session); agent errors, timeouts and "
         "cancellations are never retried; 1: never",

@@ -15,10 +15,7 @@ MAX_ID_CHARS = 180
 
 
 def load_jsonl_dataset(
-    path: str | Path,
-    *,
-    id_field: str = "id",
-    limit: int | None = None,
+    path: str | Path, *, id_field: str = "id", limit: int | None = None,
     field: str = "experiment.dataset",
 ) -> list[dict[str, Any]]:
     """Read payloads from a JSONL file; every line must be an object with ``id_field``.
@@ -28,7 +25,9 @@ def load_jsonl_dataset(
     """
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"dataset {str(p)!r} ({field}) does not exist", field=field)
+        raise ConfigError(
+            f"dataset {str(p)!r} ({field}) does not exist", field=field
+        )
     payloads: list[dict[str, Any]] = []
     seen: set[str] = set()
     with p.open(encoding="utf-8") as f:
@@ -38,9 +37,13 @@ def load_jsonl_dataset(
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ConfigError(f"{p}:{lineno}: not valid JSON: {exc.msg}", field=field) from None
+                raise ConfigError(
+                    f"{p}:{lineno}: not valid JSON: {exc.msg}", field=field
+                ) from None
             if not isinstance(obj, dict):
-                raise ConfigError(f"{p}:{lineno}: each line must be a JSON object", field=field)
+                raise ConfigError(
+                    f"{p}:{lineno}: each line must be a JSON object", field=field
+                )
             pid = obj.get(id_field)
             if pid is None or str(pid) == "":
                 raise ConfigError(

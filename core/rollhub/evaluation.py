@@ -48,12 +48,8 @@ class EvalReport:
 
 
 def summarize_episodes(
-    label: str,
-    by_prompt: Mapping[str, Sequence[Episode]],
-    k: int,
-    weight_version: int | None = None,
-    elapsed_s: float = 0.0,
-    success_threshold: float = 1.0,
+    label: str, by_prompt: Mapping[str, Sequence[Episode]], k: int,
+    weight_version: int | None = None, elapsed_s: float = 0.0, success_threshold: float = 1.0,
 ) -> EvalReport:
     """The report of finished episodes grouped by prompt (a failed episode counts as not
     solved, so pass@k never rises by dropping failures)."""
@@ -74,9 +70,7 @@ def summarize_episodes(
         pass_at_1=round(sum(p1) / len(p1), 4) if p1 else 0.0,
         pass_at_k=round(sum(pk) / len(pk), 4) if pk else 0.0,
         reward_mean=round(sum(rewards) / len(rewards), 4) if rewards else None,
-        tool_call_rate=round(sum(e.num_tool_call_turns > 0 for e in ok) / len(ok), 4)
-        if ok
-        else 0.0,
+        tool_call_rate=round(sum(e.num_tool_call_turns > 0 for e in ok) / len(ok), 4) if ok else 0.0,
         turns_mean=round(sum(e.num_turns for e in ok) / len(ok), 3) if ok else 0.0,
         failures=dict(failures),
         weight_version=weight_version,
@@ -93,10 +87,6 @@ async def evaluate(
     async for group in hub.iter_groups(payloads, n):
         by_prompt[group.group_id] = list(group.episodes)
     return summarize_episodes(
-        label,
-        by_prompt,
-        n,
-        hub.weight_version,
-        time.monotonic() - t0,
+        label, by_prompt, n, hub.weight_version, time.monotonic() - t0,
         success_threshold=hub.config.rewards.success_threshold,
     )

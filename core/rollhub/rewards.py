@@ -23,17 +23,9 @@ def merge_reward_components(parts: Iterable[Mapping[str, float] | None]) -> dict
             continue
         for name, value in part.items():
             if name in merged:
-                raise RewardError(
-                    f"reward component {name!r} was returned by two reward hooks; rename one"
-                )
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-            ):
-                raise RewardError(
-                    f"reward component {name!r} must be a finite number, got {value!r}"
-                )
+                raise RewardError(f"reward component {name!r} was returned by two reward hooks; rename one")
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise RewardError(f"reward component {name!r} must be a finite number, got {value!r}")
             merged[name] = float(value)
     return merged
 

@@ -118,12 +118,8 @@ class SamplingBackend(ABC):
         for name in ("generate", "stream"):
             method = cls.__dict__.get(name)
             if method is not None and not _takes_turn(method):
-                log.warning(
-                    "sampling backend %s.%s does not accept turn=; it gets no session "
-                    "routing context",
-                    cls.__qualname__,
-                    name,
-                )
+                log.warning("sampling backend %s.%s does not accept turn=; it gets no session "
+                            "routing context", cls.__qualname__, name)
                 setattr(cls, name, _dropping_turn(method))
 
     async def start(self) -> None:  # noqa: B027 - optional lifecycle step
@@ -177,9 +173,8 @@ def _dropping_turn(method: Any) -> Any:
     import functools
 
     @functools.wraps(method)
-    def call(
-        self: Any, prompt_ids: list[int], params: SamplingParams, *, turn: TurnContext | None = None
-    ) -> Any:
+    def call(self: Any, prompt_ids: list[int], params: SamplingParams, *,
+             turn: TurnContext | None = None) -> Any:
         return method(self, prompt_ids, params)
 
     return call

@@ -39,7 +39,6 @@ __all__ = ["RolloutRunner", "RunningRollout"]
 
 log = logging.getLogger(__name__)
 
-
 @dataclass
 class RunningRollout:
     """One rollout in flight."""
@@ -163,13 +162,8 @@ class RolloutRunner:
         # not stall /ping. A cancel arriving now waits for the write to land.
         finish = asyncio.ensure_future(
             store_result(
-                store,
-                rollout,
-                payload,
-                started_at=started,
-                finished_at=finished,
-                result=result,
-                error=error,
+                store, rollout, payload, started_at=started, finished_at=finished,
+                result=result, error=error,
             )
         )
         while True:

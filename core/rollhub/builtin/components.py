@@ -33,13 +33,8 @@ def rollhub_check_config(config: Any, registry: ComponentRegistry) -> None:
 
     training = config.training
     for name in training.metric_sinks:
-        build_options(
-            registry,
-            "metric_sink",
-            name,
-            training.sinks.get(name, {}),
-            section=f"training.sinks.{name}",
-        )
+        build_options(registry, "metric_sink", name, training.sinks.get(name, {}),
+                      section=f"training.sinks.{name}")
     unused = sorted(set(training.sinks) - set(training.metric_sinks))
     if unused:
         raise ConfigError(

@@ -44,9 +44,7 @@ def reward_from_result(value: Any) -> float:
     """The scalar reward of a result's ``rewards`` field: a number or a list of numbers."""
     if isinstance(value, list):
         if not value:
-            raise RewardError(
-                "result 'rewards' is an empty list; return a number or a non-empty list"
-            )
+            raise RewardError("result 'rewards' is an empty list; return a number or a non-empty list")
         value = value[-1]
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise RewardError(f"result 'rewards' must be a number or a list of numbers, got {value!r}")

@@ -13,10 +13,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plugins": ("rollhub.commands.plugins", "list installed plugins, components and load failures"),
     "config": ("rollhub.commands.config", "check a rollhub.toml"),
     "run": ("rollhub.commands.run", "run an experiment or a training run"),
-    "eval": (
-        "rollhub.commands.eval",
-        "score a policy (base, checkpoint, endpoint) on held-out prompts",
-    ),
+    "eval": ("rollhub.commands.eval", "score a policy (base, checkpoint, endpoint) on held-out prompts"),
     "export": ("rollhub.commands.export", "convert exported episodes between Parquet and JSONL"),
     "deploy": ("rollhub.commands.deploy", "ship an agent or a sandbox image to AgentCore Runtime"),
 }

@@ -81,10 +81,8 @@ def load_held_out(cfg: RollhubConfig) -> list[dict[str, Any]]:
     """The ``[eval] dataset`` payloads (every line checked, ``[eval] max_prompts`` applied)."""
     assert cfg.eval.dataset is not None
     return load_jsonl_dataset(
-        cfg.path(cfg.eval.dataset),
-        id_field=cfg.experiment.id_field,
-        limit=cfg.eval.max_prompts,
-        field="eval.dataset",
+        cfg.path(cfg.eval.dataset), id_field=cfg.experiment.id_field,
+        limit=cfg.eval.max_prompts, field="eval.dataset",
     )
 
 

@@ -39,10 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", help="held-out prompts (default: [eval] dataset)")
     parser.add_argument("-n", "--n-samples", type=int, help="samples per prompt (pass@k: k = n)")
     parser.add_argument("--max-prompts", type=int, help="only the first N prompts")
-    parser.add_argument(
-        "--out",
-        help="report file (default: next to the checkpoint, or the experiment's output_dir)",
-    )
+    parser.add_argument("--out", help="report file (default: next to the checkpoint, or the "
+                        "experiment's output_dir)")
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -88,19 +86,14 @@ def evaluated_config(cfg: RollhubConfig, args: argparse.Namespace) -> tuple[Roll
         ckpt = resolve_checkpoint(args.checkpoint)
         options = dict(cfg.token_source.options)
         engine = dict(options.get("engine") or {})
-        if (
-            cfg.token_source.name != "gateway"
-            or engine.get("name", "transformers") != "transformers"
-        ):
+        if cfg.token_source.name != "gateway" or engine.get("name", "transformers") != "transformers":
             raise ConfigError(
                 "--checkpoint loads trained parameters into the gateway's transformers engine; "
-                'set [token_source] name = "gateway" with engine = { name = "transformers" }',
+                "set [token_source] name = \"gateway\" with engine = { name = \"transformers\" }",
                 field="token_source.engine",
             )
-        engine["options"] = {
-            **(engine.get("options") or {}),
-            "weights": str(ckpt / "trainer" / "policy.safetensors"),
-        }
+        engine["options"] = {**(engine.get("options") or {}),
+                             "weights": str(ckpt / "trainer" / "policy.safetensors")}
         options["engine"] = {"name": "transformers", **engine}
         cfg.token_source = TokenSourceSection(name="gateway", **options)
         return cfg, str(ckpt)

@@ -81,15 +81,13 @@ def component_options(cls: type) -> list[dict[str, Any]]:
     out = []
     for name, field in options.model_fields.items():
         default = None if field.is_required() else field.get_default(call_default_factory=True)
-        out.append(
-            {
-                "name": name,
-                "type": _type_name(field.annotation),
-                "required": field.is_required(),
-                "default": default,
-                "description": field.description or "",
-            }
-        )
+        out.append({
+            "name": name,
+            "type": _type_name(field.annotation),
+            "required": field.is_required(),
+            "default": default,
+            "description": field.description or "",
+        })
     return out
 
 
@@ -107,19 +105,9 @@ def _print_options(host: PluginHost, kind: str, name: str | None, *, as_json: bo
     info = host.registry.info(kind, name)
     fields = component_options(info.cls)
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "kind": kind,
-                    "name": name,
-                    "plugin": info.plugin,
-                    "distribution": info.distribution,
-                    "options": fields,
-                },
-                indent=2,
-                default=str,
-            )
-        )
+        print(json.dumps({"kind": kind, "name": name, "plugin": info.plugin,
+                          "distribution": info.distribution, "options": fields},
+                         indent=2, default=str))
         return 0
     print(f"{kind} {name!r} from {info.plugin} ({info.distribution or 'rollhub'})")
     print(f"options (the [{kind}] section):" if fields else "no options")

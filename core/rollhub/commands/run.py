@@ -124,11 +124,8 @@ def run(args: argparse.Namespace) -> int:
     failed = summary["failed"]
     lost = summary.get("by_status", {}).get("store_error", 0)
     if lost:  # results the agents produced but could not store: the run is not whole
-        print(
-            f"\nerror: {lost} results could not be stored (store_error); the causes are "
-            f"in the summary above",
-            file=sys.stderr,
-        )
+        print(f"\nerror: {lost} results could not be stored (store_error); the causes are "
+              f"in the summary above", file=sys.stderr)
         return 1
     return 1 if summary["episodes"] and failed == summary["episodes"] else 0
 

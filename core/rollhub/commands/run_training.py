@@ -93,19 +93,14 @@ async def _drive(
         )
     history = read_metrics(run_dir / "metrics.jsonl") if resume else []
     recorder = StepRecorder(
-        hub,
-        run_dir,
-        total_steps=planned_steps(hub.config, len(payloads)),
-        sinks=sinks,
-        history=history,
-        progress=progress,
+        hub, run_dir, total_steps=planned_steps(hub.config, len(payloads)), sinks=sinks,
+        history=history, progress=progress,
     )
     try:
         with recorder:
             summary = await hub.trainer.drive(
-                DrivenRun(
-                    hub=hub, payloads=payloads, recorder=recorder, run_dir=run_dir, resume=resume
-                )
+                DrivenRun(hub=hub, payloads=payloads, recorder=recorder, run_dir=run_dir,
+                          resume=resume)
             )
     finally:
         history = recorder.history

@@ -41,12 +41,7 @@ class StoreWatch:
     """
 
     def __init__(
-        self,
-        store: ResultStore | None,
-        running: Callable[[], int],
-        show: Callable[[str], None],
-        *,
-        stall_s: float,
+        self, store: ResultStore | None, running: Callable[[], int], show: Callable[[str], None], *, stall_s: float
     ) -> None:
         self.store = store
         self.running = running

@@ -12,8 +12,8 @@ invocation to a local agent app (any server speaking the AgentCore Runtime contr
   ``InternalServerException``, other ``RuntimeClientError`` 424) whose message carries the
   app's status and body.
 - ``POST /runtimes/{agentRuntimeArn}/commands`` (InvokeAgentRuntimeCommand), only when
-  built with ``commands_dir``: runs the command on this machine for a session this plane
-  has seen and answers the event stream the model defines
+  built with ``commands_dir``: runs the command on this machine (starting the session, as a
+  command does on AgentCore) and answers the event stream the model defines
   (:mod:`rollhub.compat.agentcore_commands`). This is what the sandbox's ``agentcore``
   provider uses, next to the rollhub shim served as the runtime's app.
 - ``POST /runtimes/{agentRuntimeArn}/stopruntimesession`` (StopRuntimeSession): ends a

@@ -24,7 +24,6 @@ __all__ = ["BUILTIN_SCHEMES", "InvalidKeyError", "check_key", "open_store", "sto
 
 log = logging.getLogger(__name__)
 
-
 class InvalidKeyError(StoreError, ValueError):
     """A store key that is empty, absolute, contains ``..``, NUL or a backslash.
 

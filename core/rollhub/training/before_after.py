@@ -33,11 +33,8 @@ def window_mean(history: Sequence[Mapping[str, Any]], key: str) -> float | None:
 
 
 def before_after_rows(
-    history: Sequence[Mapping[str, Any]],
-    before: EvalReport | None,
-    after: EvalReport | None,
-    *,
-    window: int = 3,
+    history: Sequence[Mapping[str, Any]], before: EvalReport | None, after: EvalReport | None,
+    *, window: int = 3,
 ) -> list[tuple[str, str, str, str]]:
     """``(section, metric, before, after)`` rows: the first ``window`` steps against the
     last ``window``, then the held-out evaluation of the base and the final policy."""
@@ -47,16 +44,14 @@ def before_after_rows(
         first, last = history[:w], history[-w:]
         section = f"training: steps 1-{w} vs {len(history) - w + 1}-{len(history)}"
         for key, label in STEP_METRICS:
-            rows.append(
-                (section, label, _fmt(window_mean(first, key)), _fmt(window_mean(last, key)))
-            )
+            rows.append((section, label, _fmt(window_mean(first, key)),
+                         _fmt(window_mean(last, key))))
     if before is not None or after is not None:
         k = (after or before).k  # type: ignore[union-attr]
         section = f"held-out eval ({(after or before).prompts} prompts × {k})"  # type: ignore[union-attr]
         for key, label in _EVAL_METRICS:
-            rows.append(
-                (section, label, _fmt(getattr(before, key, None)), _fmt(getattr(after, key, None)))
-            )
+            rows.append((section, label, _fmt(getattr(before, key, None)),
+                         _fmt(getattr(after, key, None))))
     return rows
 
 

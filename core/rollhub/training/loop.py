@@ -135,12 +135,8 @@ class TrainingLoop:
         await self._restore(trainer)
         await self.hub.publish_policy(await trainer.initial_policy(), self.weight_version)
         self.recorder = StepRecorder(
-            self.hub,
-            self.run_dir,
-            total_steps=self.total_steps,
-            sinks=self.extra_sinks,
-            history=self.history,
-            progress=self.progress_enabled,
+            self.hub, self.run_dir, total_steps=self.total_steps, sinks=self.extra_sinks,
+            history=self.history, progress=self.progress_enabled,
         )
         try:
             with self.recorder:
@@ -193,9 +189,7 @@ class TrainingLoop:
             for s in range(first, self.total_steps):
                 async with done:
                     await done.wait_for(functools.partial(self._caught_up, s - window))
-                await queue.put(
-                    [asyncio.ensure_future(self._group(p)) for p in self.batch_payloads(s)]
-                )
+                await queue.put([asyncio.ensure_future(self._group(p)) for p in self.batch_payloads(s)])
 
         producer = asyncio.ensure_future(produce())
         pending: list[asyncio.Task[EpisodeGroup]] = []
@@ -350,18 +344,19 @@ def batch_metrics(batch: TrainingBatch, success_threshold: float = 1.0) -> dict[
             [e.weight_version] if e.weight_version is not None else []
         )
         lags.extend(batch.weight_version - v for v in known)
-    flat = sum(1 for g in batch.groups if len({e.reward for e in g.episodes if e.trainable}) <= 1)
+    flat = sum(
+        1 for g in batch.groups
+        if len({e.reward for e in g.episodes if e.trainable}) <= 1
+    )
     n_ok = len(ok) or 1
     traced = any(e.traces for e in ok)  # without token capture nothing says how turns ended
     return {
         "reward_mean": mean,
         "reward_std": std,
         "success_rate": round(sum(e.solved(success_threshold) for e in ok) / n_ok, 4)
-        if ok
-        else None,
+        if ok else None,
         "tool_call_rate": round(sum(e.num_tool_call_turns > 0 for e in ok) / n_ok, 4)
-        if traced
-        else None,
+        if traced else None,
         "turns_mean": round(sum(e.num_turns for e in ok) / n_ok, 3) if traced else None,
         "masked_tokens": sum(e.num_masked_tokens for e in episodes if e.trainable),
         "episodes": len(episodes),

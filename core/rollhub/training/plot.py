@@ -56,27 +56,17 @@ def plot_training(metrics_path: Path, out: Path) -> Path | None:
     if xs:
         sd = [float(r.get("reward_std") or 0.0) for r in rows if r.get("reward_mean") is not None]
         ax.plot(xs, ms, marker="o", ms=3, label="mean reward")
-        ax.fill_between(
-            xs,
-            [m - d for m, d in zip(ms, sd, strict=True)],
-            [m + d for m, d in zip(ms, sd, strict=True)],
-            alpha=0.2,
-            label="± std",
-        )
+        ax.fill_between(xs, [m - d for m, d in zip(ms, sd, strict=True)],
+                        [m + d for m, d in zip(ms, sd, strict=True)], alpha=0.2, label="± std")
         ax.legend(loc="best", fontsize=8)
     ax.set(title="reward", xlabel="step")
-    for ax, key, title in (
-        (axes[0][1], "success_rate", "task success"),
-        (axes[0][2], "tool_call_rate", "tool-call rate"),
-        (axes[1][0], "turns_mean", "turns per episode"),
-    ):
+    for ax, key, title in ((axes[0][1], "success_rate", "task success"),
+                           (axes[0][2], "tool_call_rate", "tool-call rate"),
+                           (axes[1][0], "turns_mean", "turns per episode")):
         ax.plot(*_series(rows, key), marker="o", ms=3)
         ax.set(title=title, xlabel="step")
     ax = axes[1][1]
-    for key, label in (
-        ("trained_tokens", "trained (sampled)"),
-        ("masked_tokens", "masked (tools)"),
-    ):
+    for key, label in (("trained_tokens", "trained (sampled)"), ("masked_tokens", "masked (tools)")):
         ax.plot(*_series(rows, key), marker="o", ms=3, label=label)
     ax.legend(loc="best", fontsize=8)
     ax.set(title="tokens per step", xlabel="step")
@@ -91,11 +81,8 @@ def plot_training(metrics_path: Path, out: Path) -> Path | None:
     return out
 
 
-def plot_runs(
-    runs: dict[str, Path],
-    out: Path,
-    keys: tuple[str, ...] = ("success_rate", "tool_call_rate", "reward_mean"),
-) -> Path | None:
+def plot_runs(runs: dict[str, Path], out: Path,
+              keys: tuple[str, ...] = ("success_rate", "tool_call_rate", "reward_mean")) -> Path | None:
     """Several runs on the same per-step curves (e.g. trained seeds against an lr = 0
     control); ``runs`` maps a label to a run directory or its ``metrics.jsonl``."""
     plt = _pyplot()

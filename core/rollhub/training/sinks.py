@@ -58,15 +58,9 @@ class MetricSink:
     name: ClassVar[str]
     Options: ClassVar[type[MetricSinkOptions]] = MetricSinkOptions
 
-    def __init__(
-        self,
-        options: MetricSinkOptions | None = None,
-        *,
-        run_dir: Path,
-        run_name: str = "rollhub",
-        config: Mapping[str, Any] | None = None,
-        **_: Any,
-    ) -> None:
+    def __init__(self, options: MetricSinkOptions | None = None, *, run_dir: Path,
+                 run_name: str = "rollhub", config: Mapping[str, Any] | None = None,
+                 **_: Any) -> None:
         self.options = options or self.Options()
         self.run_dir = run_dir
         self.run_name = run_name
@@ -147,14 +141,9 @@ class WandbSink(MetricSink):
     def start(self) -> None:
         wandb = _require("wandb", self.name)
         self._run = wandb.init(
-            project=self.options.project,
-            entity=self.options.entity,
-            mode=self.options.mode,
-            name=self.run_name,
-            dir=str(self.run_dir),
-            config=self.config,
-            tags=self.options.tags or None,
-            reinit="finish_previous",
+            project=self.options.project, entity=self.options.entity, mode=self.options.mode,
+            name=self.run_name, dir=str(self.run_dir), config=self.config,
+            tags=self.options.tags or None, reinit="finish_previous",
         )
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
@@ -219,9 +208,7 @@ class MLflowSink(MetricSink):
         uri = self.options.tracking_uri or f"sqlite:///{(self.run_dir / 'mlflow.db').resolve()}"
         self._client = mlflow.tracking.MlflowClient(tracking_uri=uri)
         exp = self._client.get_experiment_by_name(self.options.experiment)
-        exp_id = (
-            exp.experiment_id if exp else self._client.create_experiment(self.options.experiment)
-        )
+        exp_id = exp.experiment_id if exp else self._client.create_experiment(self.options.experiment)
         self._run_id = self._client.create_run(exp_id, run_name=self.run_name).info.run_id
         self.tracking_uri = uri
 

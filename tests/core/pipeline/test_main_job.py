@@ -58,15 +58,9 @@ def test_traces_hold_exactly_the_sampled_ids(main_job):
         for t in e.traces:
             assert len(t.response_ids) == len(t.response_mask) == len(t.response_logprobs)
             for span in t.turns:
-                ids = t.response_ids[span.start : span.end]
-                assert all(m == 1 for m in t.response_mask[span.start : span.end])
-                turns.append(
-                    (
-                        ids,
-                        t.response_logprobs[span.start : span.end],
-                        t.full_ids[: len(t.prompt_ids) + span.start],
-                    )
-                )
+                ids = t.response_ids[span.start:span.end]
+                assert all(m == 1 for m in t.response_mask[span.start:span.end])
+                turns.append((ids, t.response_logprobs[span.start:span.end], t.full_ids[: len(t.prompt_ids) + span.start]))
             # nothing outside the turn spans is trained
             inside = {i for s in t.turns for i in range(s.start, s.end)}
             assert all(m == 0 for i, m in enumerate(t.response_mask) if i not in inside)
@@ -87,10 +81,7 @@ def _independent_answer(text: str | None) -> float | None:
     if not text:
         return None
     number = r"-?\d[\d,]*(?:\.\d+)?"
-    for pattern in (
-        r"\\boxed\{\s*(" + number + r")\s*\}",
-        r"(?i)answer\s*(?:is)?\s*[:=]?\s*\$?\s*(" + number + ")",
-    ):
+    for pattern in (r"\\boxed\{\s*(" + number + r")\s*\}", r"(?i)answer\s*(?:is)?\s*[:=]?\s*\$?\s*(" + number + ")"):
         found = re.findall(pattern, text)
         if found:
             return float(found[-1].replace(",", ""))
@@ -116,7 +107,5 @@ def test_rewards_match_the_verifier(main_job):
 def test_summary_recomputes_from_export(main_job):
     run_dir, summary, _, _ = main_job
     for fmt in ("parquet", "jsonl"):
-        again = summarize(
-            read_episodes(run_dir / f"episodes.{fmt}"), wall_time_s=summary["wall_time_s"]
-        )
+        again = summarize(read_episodes(run_dir / f"episodes.{fmt}"), wall_time_s=summary["wall_time_s"])
         assert again == summary

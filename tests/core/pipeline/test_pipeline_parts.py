@@ -33,30 +33,17 @@ def trace(sid: str, n_turns: int = 2) -> TraceRecord:
             resp += [7, 8]
             mask += [0, 0]
             lps += [0.0, 0.0]
-    return TraceRecord(
-        session_id=sid,
-        prompt_ids=prompt,
-        response_ids=resp,
-        response_mask=mask,
-        response_logprobs=lps,
-        turns=turns,
-    )
+    return TraceRecord(session_id=sid, prompt_ids=prompt, response_ids=resp, response_mask=mask,
+                       response_logprobs=lps, turns=turns)
 
 
 def ep(i: int, status="ok", reward=1.0, group="g1") -> Episode:
     return Episode(
-        episode_id=f"s{i}",
-        group_id=group,
-        session_id=f"s{i}",
-        sample_index=i,
-        status=status,
-        payload={"id": group, "q": "1+1"},
-        result={"rewards": reward} if status == "ok" else None,
+        episode_id=f"s{i}", group_id=group, session_id=f"s{i}", sample_index=i, status=status,
+        payload={"id": group, "q": "1+1"}, result={"rewards": reward} if status == "ok" else None,
         reward=reward if status == "ok" else None,
         error=None if status == "ok" else ErrorInfo("ValueError", "boom", "tb"),
-        traces=[trace(f"s{i}")] if status == "ok" else [],
-        submitted_at=10.0,
-        finished_at=12.5,
+        traces=[trace(f"s{i}")] if status == "ok" else [], submitted_at=10.0, finished_at=12.5,
         weight_version=3,
     )
 

@@ -18,39 +18,20 @@ from rollhub.training.before_after import before_after_rows
 from rollhub.training.loop import batch_metrics
 
 
-def _episode(
-    i: int,
-    reward: float | None,
-    *,
-    tool: bool = False,
-    status: str = "ok",
-    success: bool | None = None,
-) -> Episode:
+def _episode(i: int, reward: float | None, *, tool: bool = False, status: str = "ok",
+             success: bool | None = None) -> Episode:
     turns = [TurnSpan(turn_index=0, start=0, end=2, finish_reason="tool_calls" if tool else "stop")]
     mask = [1, 1]
     if tool:  # a tool reply (3 tokens) and a second turn
         turns.append(TurnSpan(turn_index=1, start=5, end=6, finish_reason="stop"))
         mask = [1, 1, 0, 0, 0, 1]
-    record = TraceRecord(
-        session_id=f"s{i}",
-        prompt_ids=[1, 2],
-        response_ids=list(range(len(mask))),
-        response_mask=mask,
-        response_logprobs=[-0.1 * m for m in mask],
-        turns=turns,
-    )
+    record = TraceRecord(session_id=f"s{i}", prompt_ids=[1, 2], response_ids=list(range(len(mask))),
+                         response_mask=mask, response_logprobs=[-0.1 * m for m in mask],
+                         turns=turns)
     result = {} if success is None else {"success": success}
-    return Episode(
-        f"e{i}",
-        "g",
-        f"s{i}",
-        i,
-        status,
-        result=result,
-        reward=reward,
-        traces=[record] if status == "ok" else [],
-        error=None if status == "ok" else ErrorInfo("Boom", "agent failed"),
-    )
+    return Episode(f"e{i}", "g", f"s{i}", i, status, result=result, reward=reward,
+                   traces=[record] if status == "ok" else [],
+                   error=None if status == "ok" else ErrorInfo("Boom", "agent failed"))
 
 
 def test_summary_counts_failures_as_unsolved_and_reports_tool_use() -> None:
@@ -98,10 +79,8 @@ def test_batch_metrics_count_success_tool_calls_turns_and_masked_tokens() -> Non
 
 
 def test_before_after_rows_compare_first_and_last_steps_and_the_evals() -> None:
-    history = [
-        {"reward_mean": r, "success_rate": r, "tool_call_rate": 0.5, "turns_mean": 1.5}
-        for r in (0.1, 0.2, 0.3, 0.7, 0.8, 0.9)
-    ]
+    history = [{"reward_mean": r, "success_rate": r, "tool_call_rate": 0.5, "turns_mean": 1.5}
+               for r in (0.1, 0.2, 0.3, 0.7, 0.8, 0.9)]
     report = EvalReport("base", 4, 8, 2, 0.25, 0.5, 0.25, 0.5, 1.5)
     after = EvalReport("step 6", 4, 8, 2, 0.75, 1.0, 0.75, 1.0, 2.0)
     rows = before_after_rows(history, report, after)
@@ -112,20 +91,13 @@ def test_before_after_rows_compare_first_and_last_steps_and_the_evals() -> None:
 
 
 def _args(**kw) -> argparse.Namespace:
-    base = dict(
-        dataset=None,
-        n_samples=None,
-        max_prompts=None,
-        base_url=None,
-        model_id=None,
-        checkpoint=None,
-    )
+    base = dict(dataset=None, n_samples=None, max_prompts=None, base_url=None, model_id=None,
+                checkpoint=None)
     return argparse.Namespace(**{**base, **kw})
 
 
 def _config(tmp_path, eval_section: str = 'dataset = "held.jsonl"'):
-    return parse_config(
-        tomllib.loads(f"""
+    return parse_config(tomllib.loads(f"""
 [token_source]
 name = "gateway"
 engine = {{ name = "transformers" }}
@@ -134,10 +106,7 @@ name = "torch"
 learning_rate = 1e-5
 [eval]
 {eval_section}
-"""),
-        env={},
-        base_dir=tmp_path,
-    )
+"""), env={}, base_dir=tmp_path)
 
 
 def test_eval_needs_held_out_prompts(tmp_path) -> None:
@@ -153,9 +122,8 @@ def test_eval_of_a_checkpoint_loads_its_weights_into_the_engine(tmp_path) -> Non
         (directory / "policy.safetensors").write_bytes(b"x")
         return {"steps_done": 4}
 
-    step = asyncio.run(
-        write_checkpoint(tmp_path / "run" / "checkpoints", Checkpoint(4, 4, "1:abc"), save)
-    )
+    step = asyncio.run(write_checkpoint(tmp_path / "run" / "checkpoints",
+                                        Checkpoint(4, 4, "1:abc"), save))
     assert step.name == "step-000004"
     assert resolve_checkpoint(tmp_path / "run") == step
     assert resolve_checkpoint(step) == step
@@ -174,3 +142,4 @@ def test_eval_of_an_endpoint_needs_its_model_name(tmp_path) -> None:
         _config(tmp_path), _args(base_url="http://127.0.0.1:9/v1", model_id="m", n_samples=3)
     )
     assert cfg.token_source.name == "none" and label == "m" and cfg.eval.n_samples == 3
+

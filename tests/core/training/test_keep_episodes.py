@@ -45,17 +45,8 @@ def test_the_choice_is_deterministic_and_about_the_fraction():
 def _batch(step: int, n_groups: int, n: int) -> TrainingBatch:
     groups = []
     for g in range(n_groups):
-        eps = [
-            Episode(
-                f"s{step}-g{g}-{i}",
-                f"s{step}-g{g}",
-                f"s{step}-g{g}-{i}",
-                i,
-                "ok",
-                reward=float(i % 2),
-            )
-            for i in range(n)
-        ]
+        eps = [Episode(f"s{step}-g{g}-{i}", f"s{step}-g{g}", f"s{step}-g{g}-{i}", i, "ok",
+                       reward=float(i % 2)) for i in range(n)]
         groups.append(EpisodeGroup(group_id=f"s{step}-g{g}", payload={}, episodes=eps))
     advantages = {e.episode_id: 0.5 for grp in groups for e in grp.episodes}
     return TrainingBatch(step=step, groups=groups, advantages=advantages, weight_version=step)
@@ -73,9 +64,7 @@ def test_the_recorder_writes_only_the_kept_episodes(tmp_path: Path):
     StepRecorder(_hub(0.25), tmp_path / "a", total_steps=1).keep_episodes(batch)
     StepRecorder(_hub(0.25), tmp_path / "b", total_steps=1).keep_episodes(batch)
     StepRecorder(_hub("all"), tmp_path / "c", total_steps=1).keep_episodes(batch)
-    read = lambda d: [
-        json.loads(x) for x in (tmp_path / d / "episodes.jsonl").read_text().splitlines()
-    ]  # noqa: E731
+    read = lambda d: [json.loads(x) for x in (tmp_path / d / "episodes.jsonl").read_text().splitlines()]  # noqa: E731
     a, b, c = read("a"), read("b"), read("c")
     assert len(c) == 400
     assert [r["episode_id"] for r in a] == [r["episode_id"] for r in b]
@@ -96,9 +85,8 @@ async def test_a_training_run_keeps_the_sample(tmp_path: Path):
     cfg = _config(tmp_path, steps=2, checkpoint_every=0, keep_episodes=0.5)
     hub = make_hub(cfg, _Plugin(), run_dir=tmp_path / "run")
     async with hub:
-        await TrainingLoop(
-            hub, _payloads(4, tmp_path / "served.jsonl"), run_dir=tmp_path / "run"
-        ).run()
+        await TrainingLoop(hub, _payloads(4, tmp_path / "served.jsonl"),
+                           run_dir=tmp_path / "run").run()
         trained = [e for b in hub.trainer.batches for e in b.episodes]
     rows = [json.loads(x) for x in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
     assert len(trained) == 16  # 2 steps x 2 groups x 4 samples were trained on

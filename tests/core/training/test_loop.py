@@ -35,9 +35,7 @@ class RecordingTrainer(Trainer):
         self.batches.append(batch)
         await asyncio.sleep(self.step_delay)
         loss = -sum(a for _, a in batch.trainable())
-        return StepResult(
-            batch.weight_version + 1, {"loss": loss, "trained_on": len(batch.trainable())}
-        )
+        return StepResult(batch.weight_version + 1, {"loss": loss, "trained_on": len(batch.trainable())})
 
     async def save_state(self, directory: Path) -> dict[str, Any]:
         (directory / "weights.txt").write_text(str(len(self.batches)))
@@ -62,15 +60,9 @@ class _Plugin:
 
 def _config(tmp_path: Path, **training: Any) -> dict[str, Any]:
     return {
-        "experiment": {
-            "name": "loop",
-            "n_samples": 4,
-            "concurrency": 16,
-            "timeout_s": 30,
-            "progress": False,
-            "seed": 3,
-            **training.pop("experiment", {}),
-        },
+        "experiment": {"name": "loop", "n_samples": 4, "concurrency": 16, "timeout_s": 30,
+                       "progress": False, "seed": 3,
+                       **training.pop("experiment", {})},
         "runtime": {"name": "local", "app": f"{AGENT}:app", "workers": 2},
         "store": {"url": f"file://{tmp_path / 'store'}"},
         "trainer": {"name": "recording"},
@@ -127,11 +119,7 @@ async def test_on_policy_steps_advantages_versions_and_outputs(tmp_path):
     assert [s for s, _ in plugin.steps] == [0, 1, 2]
     assert plugin.steps[1][1] == {k: v for k, v in rows[1].items() if k != "step"}
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == [
-        "latest",
-        "step-000001",
-        "step-000002",
-        "step-000003",
-    ]
+        "latest", "step-000001", "step-000002", "step-000003"]
     assert plot_training(tmp_path / "run" / "metrics.jsonl", tmp_path / "run" / "training.png")
     assert (tmp_path / "run" / "training.png").stat().st_size > 10_000
 
@@ -199,9 +187,8 @@ async def test_resume_refuses_another_dataset_and_a_fresh_run_refuses_an_old_dir
         with pytest.raises(UsageError, match="already holds a run"):
             await TrainingLoop(hub, _payloads(4, tmp_path / "l"), run_dir=tmp_path / "run").run()
         with pytest.raises(UsageError, match="another dataset"):
-            await TrainingLoop(
-                hub, _payloads(5, tmp_path / "l"), run_dir=tmp_path / "run", resume=True
-            ).run()
+            await TrainingLoop(hub, _payloads(5, tmp_path / "l"), run_dir=tmp_path / "run",
+                               resume=True).run()
 
 
 async def test_a_trainer_that_does_not_train_is_refused(tmp_path):

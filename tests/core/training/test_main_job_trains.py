@@ -49,10 +49,7 @@ def trained(tmp_path_factory) -> Path:
     env = {**os.environ, **SHORT, "ROLLHUB_STORE__URL": f'"file://{tmp / "store"}"'}
     out = subprocess.run(
         [str(ROLLHUB), "run", str(CONFIG), "--run-dir", str(tmp / "run"), "--no-progress"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
+        env=env, capture_output=True, text=True, timeout=900,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "before / after training" in out.stdout
@@ -65,14 +62,8 @@ def test_the_policy_was_trained_and_published(trained: Path) -> None:
     assert [r["step"] for r in rows] == [0, 1]
     assert rows[-1]["weight_version"] == 2
     for row in rows:
-        for key in (
-            "success_rate",
-            "tool_call_rate",
-            "turns_mean",
-            "trained_tokens",
-            "masked_tokens",
-            "groups_without_signal",
-        ):
+        for key in ("success_rate", "tool_call_rate", "turns_mean", "trained_tokens",
+                    "masked_tokens", "groups_without_signal"):
             assert key in row, key
         # a step whose groups all scored alike leaves the weights as they were
         assert ("sampler_learner_kl" in row) == (row["datums"] > 0), row
@@ -100,12 +91,10 @@ def test_a_tool_call_whose_result_is_masked_out(trained: Path) -> None:
         for rec in row["traces"]:
             if not any(t["finish_reason"] == "tool_calls" for t in rec["turns"]):
                 continue
-            sampled = tok.decode(
-                [i for i, m in zip(rec["response_ids"], rec["response_mask"], strict=True) if m]
-            )
-            masked = tok.decode(
-                [i for i, m in zip(rec["response_ids"], rec["response_mask"], strict=True) if not m]
-            )
+            sampled = tok.decode([i for i, m in zip(rec["response_ids"], rec["response_mask"],
+                                                    strict=True) if m])
+            masked = tok.decode([i for i, m in zip(rec["response_ids"], rec["response_mask"],
+                                                   strict=True) if not m])
             assert "<tool_call>" in sampled  # the template's tool syntax, sampled
             assert "<|im_start|>tool\n" in masked  # the tool's reply: environment tokens
             found += 1
@@ -123,21 +112,9 @@ def test_the_held_out_set_was_scored_before_and_after(trained: Path) -> None:
 def test_rollhub_eval_scores_the_checkpoint(trained: Path, tmp_path: Path) -> None:
     env = {**os.environ, "ROLLHUB_STORE__URL": f'"file://{tmp_path / "store"}"'}
     out = subprocess.run(
-        [
-            str(ROLLHUB),
-            "eval",
-            str(CONFIG),
-            "--checkpoint",
-            str(trained),
-            "-n",
-            "2",
-            "--max-prompts",
-            "2",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        [str(ROLLHUB), "eval", str(CONFIG), "--checkpoint", str(trained), "-n", "2",
+         "--max-prompts", "2"],
+        env=env, capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     report = json.loads((trained / "eval-step-000002.json").read_text())

@@ -14,7 +14,7 @@ import pytest
 
 AGENT = Path(__file__).parent / "agents" / "policy_agent.py"
 
-TRAINER_PLUGIN = """
+TRAINER_PLUGIN = '''
 import asyncio, json
 from pathlib import Path
 from rollhub import hookimpl
@@ -48,7 +48,7 @@ class SlowTrainer(Trainer):
 @hookimpl
 def rollhub_register_components(registry):
     registry.add_trainer(SlowTrainer)
-"""
+'''
 
 
 def _setup(tmp_path: Path, n_prompts: int, extra: str = "") -> Path:
@@ -90,24 +90,13 @@ modules = ["slow_trainer"]
 
 def _rollhub(*args: str, cwd: Path, **kw) -> subprocess.Popen:
     exe = Path(sys.executable).with_name("rollhub")
-    return subprocess.Popen(
-        [str(exe), *args],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        **kw,
-    )
+    return subprocess.Popen([str(exe), *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, **kw)
 
 
 def test_training_run_with_sinks(tmp_path):
-    cfg = _setup(
-        tmp_path,
-        4,
-        extra='metric_sinks = ["wandb", "tensorboard", "mlflow"]\n'
-        '[training.sinks.wandb]\nproject = "rollhub-test"\n',
-    )
+    cfg = _setup(tmp_path, 4, extra='metric_sinks = ["wandb", "tensorboard", "mlflow"]\n'
+                                   '[training.sinks.wandb]\nproject = "rollhub-test"\n')
     env = {**os.environ, "WANDB_SILENT": "true", "WANDB_MODE": "offline"}
     proc = _rollhub("run", str(cfg), "--run-dir", str(tmp_path / "run"), cwd=tmp_path, env=env)
     out, _ = proc.communicate(timeout=240)
@@ -172,22 +161,18 @@ def test_kill_mid_run_then_resume(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     trained_before = [json.loads(x) for x in (run / "trained.jsonl").read_text().splitlines()]
-    served_before = [
-        json.loads(x)["id"] for x in (tmp_path / "served.jsonl").read_text().splitlines()
-    ]
+    served_before = [json.loads(x)["id"] for x in (tmp_path / "served.jsonl").read_text().splitlines()]
     (tmp_path / "served.jsonl").unlink()
 
     proc = _rollhub("run", "--resume", str(run), cwd=tmp_path)
     out, _ = proc.communicate(timeout=240)
     assert proc.returncode == 0, out
     trained = [json.loads(x) for x in (run / "trained.jsonl").read_text().splitlines()]
-    after = trained[len(trained_before) :]
+    after = trained[len(trained_before):]
     # the resumed run starts at the checkpoint: step 2, version 2, and trains to the end
     assert [t["step"] for t in after] == [2, 3, 4]
     assert [t["version"] for t in after] == [2, 3, 4]
-    served_after = [
-        json.loads(x)["id"] for x in (tmp_path / "served.jsonl").read_text().splitlines()
-    ]
+    served_after = [json.loads(x)["id"] for x in (tmp_path / "served.jsonl").read_text().splitlines()]
     done_before = {g for t in trained_before if t["step"] < 2 for g in t["groups"]}
     assert done_before == {"q0", "q1", "q2", "q3"}
     assert not done_before & set(served_after)  # nothing of a checkpointed step sampled again

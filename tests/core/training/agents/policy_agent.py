@@ -18,14 +18,6 @@ async def handle(payload, context):
         raise ValueError("failed on purpose")
     if payload.get("log"):
         with open(payload["log"], "a", encoding="utf-8") as f:
-            f.write(
-                json.dumps(
-                    {
-                        "id": payload["id"],
-                        "version": context.rollout.weight_version,
-                        "sample": index,
-                    }
-                )
-                + "\n"
-            )
+            f.write(json.dumps({"id": payload["id"], "version": context.rollout.weight_version,
+                                "sample": index}) + "\n")
     return {"rewards": float(index % 2), "weight_version": context.rollout.weight_version}
