@@ -112,6 +112,7 @@ class SessionExecutor(AgentExecutor, ABC):
         if first:
             await updater.requires_input(message=updater.new_agent_message([Part(text="ready")]))
             return
+        assert isinstance(value, SessionDump)
         await updater.add_artifact([data_part(dump_to_data(value))], name=ARTIFACT_NAME)
         await updater.complete()
 
