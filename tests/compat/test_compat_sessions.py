@@ -112,7 +112,7 @@ async def test_an_upstream_style_executor_runs_under_the_bounds(executor_url):
         state, bounds, "group-1", session, {"a": 2, "b": 3, "answer": 5}
     )
     assert dump.is_successful() and dump.reward == 1.0
-    assert dump.task_output == {"sum": 5, "type": "int", "rewards": 1.0}  # ints stay ints
+    assert dump.task_output == {"sum": 5, "type": "int"}  # as the agent made it: ints stay ints
     assert executor.setups == [{"a": 2, "b": 3, "answer": 5}]
     assert {"container_setup", "agent_run", "rate_limit_wait", "a2a_task_id"} <= set(state)
     assert state["agent_run_timeout_exceeded"] == 0.0

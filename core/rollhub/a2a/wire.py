@@ -23,6 +23,7 @@ from a2a.types import Artifact, Message, Part, Role
 from google.protobuf import json_format
 from google.protobuf.struct_pb2 import Value
 
+from rollhub.episode import ErrorInfo
 from rollhub.sessions.base import SessionDump, check_reward, numeric_metrics
 
 __all__ = [
@@ -124,7 +125,9 @@ def dump_to_data(dump: SessionDump) -> dict[str, Any]:
     """The artifact data of a dump: upstream's fields plus rollhub's exact JSON."""
     exception = None
     if dump.error is not None:
-        exception = dump.error.traceback or f"{dump.error.type}: {dump.error.message}"
+        exception = dump.error.traceback
+        if exception is None:
+            exception = f"{dump.error.type}: {dump.error.message}"
     exact = {
         "result": dump.result,
         "reward": dump.reward,
@@ -143,9 +146,8 @@ def dump_to_data(dump: SessionDump) -> dict[str, Any]:
 def dump_from_artifacts(artifacts: Iterable[Artifact]) -> SessionDump | None:
     """The dump in the ``rollout`` artifact, None when there is none.
 
-    Dumps of rollhub servers are read exactly; others from upstream's fields, a reward
-    that is not a finite number becoming the rollout's error. A reward given only as
-    the dump's ``reward`` is put into the result as ``rewards``, where reward hooks read it.
+    Dumps of rollhub servers are read exactly; others from upstream's fields. A reward
+    that is not a finite number becomes the rollout's error.
     """
     for artifact in artifacts:
         if artifact.name != ARTIFACT_NAME:
@@ -159,19 +161,21 @@ def dump_from_artifacts(artifacts: Iterable[Artifact]) -> SessionDump | None:
 
 def _dump_from_data(data: dict[str, Any]) -> SessionDump:
     exact = data.get(DUMP_JSON_KEY)
-    if isinstance(exact, str):
+    if isinstance(exact, str):  # a rollhub server: every field as it was sent
         body = json.loads(exact)
         error = body.get("error")
-        if error:
-            return SessionDump.failed(error["type"], error["message"], error.get("traceback"))
-        return SessionDump.from_result(body.get("result"))
-    exception = data.get("exception")
-    if exception:
-        lines = str(exception).strip().splitlines()
-        return SessionDump.failed("AgentError", lines[-1] if lines else "", str(exception))
-    output = data.get("task_output")
-    if not isinstance(output, dict):
-        return SessionDump.failed("InvalidResultError", "the rollout reported no task output")
+        try:
+            reward = check_reward(body.get("reward"), "reward")
+        except ValueError as exc:
+            return SessionDump.failed("InvalidResultError", str(exc))
+        return SessionDump(
+            result=body.get("result"),
+            reward=reward,
+            metrics=numeric_metrics(body.get("metrics")),
+            error=ErrorInfo(error["type"], error["message"], error.get("traceback"))
+            if error
+            else None,
+        )
     raw = data.get("reward")
     if raw in ("NaN", "Infinity", "-Infinity"):  # how a Struct shows a non-finite double
         raw = float(raw)
@@ -179,10 +183,20 @@ def _dump_from_data(data: dict[str, Any]) -> SessionDump:
         reward = check_reward(raw, "reward")
     except ValueError as exc:
         return SessionDump.failed("InvalidResultError", str(exc))
-    result = dict(output)
-    if reward is not None and "rewards" not in result:
-        result["rewards"] = reward
-    return SessionDump(result=result, reward=reward, metrics=numeric_metrics(data.get("metrics")))
+    exception = data.get("exception")
+    output = data.get("task_output")
+    error = None
+    if exception is not None:
+        lines = str(exception).strip().splitlines()
+        error = ErrorInfo("AgentError", lines[-1] if lines else "", str(exception))
+    elif not isinstance(output, dict):
+        error = ErrorInfo("InvalidResultError", "the rollout reported no task output")
+    return SessionDump(
+        result=output if isinstance(output, dict) else None,
+        reward=reward,
+        metrics=numeric_metrics(data.get("metrics")),
+        error=error,
+    )
 
 
 def text_of(message: Message | None) -> str | None:

@@ -21,7 +21,8 @@ Names (loaded on first use, so importing the package stays cheap):
   ``RolloutAgentExecutor`` and ``make_ping_handler`` (:mod:`rollhub.compat.a2a_executor`),
   ``A2ARolloutSession``, ``AgentCoreA2ASession``, ``DockerA2ASession`` and
   ``RolloutA2AError`` (:mod:`rollhub.compat.a2a_sessions`), ``AgentCoreS3Session``
-  (:mod:`rollhub.compat.s3_session`), ``RolloutSession``, ``RolloutSessionBounds``,
+  (:mod:`rollhub.compat.s3_session`), ``AgentCoreHttpSession``
+  (:mod:`rollhub.compat.http_session`), ``RolloutSession``, ``RolloutSessionBounds``,
   ``run_rollout_with_bounds`` and the ``Local*`` bounds (:mod:`rollhub.compat.session_bounds`),
   ``PersistentDict`` and ``NullPersister`` (:mod:`rollhub.compat.session_state`)
 
@@ -40,6 +41,7 @@ _HOMES = {
     "A2ARolloutSession": "rollhub.compat.a2a_sessions",
     "AgentCoreA2ASession": "rollhub.compat.a2a_sessions",
     "AgentCoreHttpClient": "rollhub.compat.runtime_client",
+    "AgentCoreHttpSession": "rollhub.compat.http_session",
     "AgentCoreRuntimeApp": "rollhub.compat.runtime_app",
     "AgentCoreS3Session": "rollhub.compat.s3_session",
     "DockerA2ASession": "rollhub.compat.a2a_sessions",

@@ -44,7 +44,7 @@ class AgentCoreRuntimeApp(RolloutApp):
     ) -> None:
         super().__init__(**kwargs)
         self._background = background
-        self._records = InvocationStore(state_dir)
+        self._store = InvocationStore(state_dir)
         self._lock = asyncio.Lock()
         self._live: dict[str, asyncio.Task[dict[str, Any]]] = {}
 
@@ -89,7 +89,7 @@ class AgentCoreRuntimeApp(RolloutApp):
         iid = invocation.invocation_id
         async with self._lock:
             execution = self._live.get(iid)
-            record = await asyncio.to_thread(self._records.read, session_id, iid)
+            record = await asyncio.to_thread(self._store.read, session_id, iid)
             if record is None and execution is not None:
                 record = state(iid, "in_progress")
             if record is not None:
@@ -98,7 +98,7 @@ class AgentCoreRuntimeApp(RolloutApp):
             elif invocation.operation == "get":
                 record = state(iid, "not_found")
             else:
-                await asyncio.to_thread(self._records.start, session_id, iid)
+                await asyncio.to_thread(self._store.start, session_id, iid)
                 execution = asyncio.ensure_future(self._execute(iid, handler, args, session_id))
                 self._live[iid] = execution
                 record = state(iid, "in_progress")
@@ -114,11 +114,11 @@ class AgentCoreRuntimeApp(RolloutApp):
         try:
             try:
                 terminal["result"] = await self.runner.call(handler, args)
-                await asyncio.to_thread(self._records.finish, session_id, terminal)
+                await asyncio.to_thread(self._store.finish, session_id, terminal)
             except Exception as exc:
                 log.exception("invocation %s failed", iid)
                 terminal = {**state(iid, "completed"), "error": str(exc)}
-                await asyncio.to_thread(self._records.finish, session_id, terminal)
+                await asyncio.to_thread(self._store.finish, session_id, terminal)
             return terminal
         finally:
             self._live.pop(iid, None)

@@ -21,13 +21,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from rollhub.compat.session_wire import RolloutDumpResponse
-from rollhub.ratelimit import RateLimiter
+from rollhub.ratelimit import RateLimiter as _TokenBucket
 from rollhub.sessions.bounds import GroupPriority, PrioritySlots
 
 __all__ = [
     "LocalPriorityAssigner",
     "LocalPrioritySemaphore",
     "LocalRateLimiter",
+    "PriorityAssigner",
+    "PrioritySemaphore",
+    "RateLimiter",
     "RolloutSession",
     "RolloutSessionBounds",
     "run_rollout_with_bounds",
@@ -50,6 +53,31 @@ class RolloutSession(Protocol):
     async def __aenter__(self) -> Any: ...
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None: ...
+
+
+@runtime_checkable
+class PrioritySemaphore(Protocol):
+    """A concurrency limit granting lower priorities first (upstream's interface)."""
+
+    async def acquire(self, priority: int = 0) -> None: ...
+
+    async def release(self) -> None: ...
+
+    def slot(self, priority: int = 0) -> Any: ...
+
+
+@runtime_checkable
+class PriorityAssigner(Protocol):
+    """Per-key, arrival-order priorities (upstream's interface)."""
+
+    async def get_priority(self, key: str) -> int: ...
+
+
+@runtime_checkable
+class RateLimiter(Protocol):
+    """A request-rate limit that does the waiting (upstream's interface)."""
+
+    async def wait_async(self) -> None: ...
 
 
 class LocalPrioritySemaphore:
@@ -89,7 +117,7 @@ class LocalRateLimiter:
 
     def __init__(self, tps_limit: float = 25) -> None:
         self.tps_limit = tps_limit
-        self._bucket = RateLimiter(tps_limit, burst=1.0)
+        self._bucket = _TokenBucket(tps_limit, burst=1.0)
 
     def wait_sync(self) -> None:
         self._bucket.acquire_sync()

@@ -16,7 +16,13 @@ from pydantic import BaseModel, Field, field_validator
 from rollhub.episode import ErrorInfo
 from rollhub.sessions.base import SessionDump
 
-__all__ = ["RolloutContractError", "RolloutDumpResponse", "exception_to_string"]
+__all__ = [
+    "RolloutContractError",
+    "RolloutDumpResponse",
+    "describe_with_root_cause",
+    "exception_to_string",
+    "root_cause",
+]
 
 
 class RolloutContractError(ValueError):
@@ -59,21 +65,23 @@ class RolloutDumpResponse(BaseModel):
         return self.failure_reason() is None
 
     def to_dump(self) -> SessionDump:
-        """rollhub's form of this dump."""
+        """rollhub's form of this dump (every field kept)."""
+        error = None
         if self.exception is not None:
             lines = self.exception.strip().splitlines()
-            return SessionDump.failed("AgentError", lines[-1] if lines else "", self.exception)
-        result = dict(self.task_output or {})
-        if self.reward is not None:
-            result.setdefault("rewards", self.reward)
-        return SessionDump(result=result, reward=self.reward, metrics=dict(self.metrics))
+            error = ErrorInfo("AgentError", lines[-1] if lines else "", self.exception)
+        return SessionDump(
+            result=self.task_output, reward=self.reward, metrics=dict(self.metrics), error=error
+        )
 
     @classmethod
     def from_dump(cls, dump: SessionDump) -> RolloutDumpResponse:
         """This type's form of rollhub's dump."""
         exception = None
         if dump.error is not None:
-            exception = dump.error.traceback or f"{dump.error.type}: {dump.error.message}"
+            exception = dump.error.traceback
+            if exception is None:
+                exception = f"{dump.error.type}: {dump.error.message}"
         return cls(
             task_output=dump.result, reward=dump.reward, metrics=dump.metrics, exception=exception
         )
@@ -84,7 +92,21 @@ def exception_to_string(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
 
-def error_dump(exc: BaseException) -> RolloutDumpResponse:
-    """The dump of a rollout that failed with ``exc``."""
-    info = ErrorInfo.from_exception(exc)
-    return RolloutDumpResponse(task_output=None, reward=None, exception=info.traceback)
+def root_cause(exc: BaseException) -> BaseException:
+    """The deepest exception of ``exc``'s cause/context chain (``exc`` when it has none)."""
+    seen = {id(exc)}
+    while True:
+        below = exc.__cause__ or exc.__context__
+        if below is None or id(below) in seen:
+            return exc
+        seen.add(id(below))
+        exc = below
+
+
+def describe_with_root_cause(exc: BaseException) -> str:
+    """``exc`` in one line, naming what it was raised over when that differs."""
+    root = root_cause(exc)
+    one = f"{type(exc).__name__}: {' '.join(str(exc).split())}".rstrip(": ")
+    if root is exc:
+        return one
+    return f"{one} [raised over {type(root).__name__}: {' '.join(str(root).split())}]"

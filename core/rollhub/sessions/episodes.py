@@ -97,13 +97,17 @@ class SessionEpisodes:
         )
         episode.metrics[SESSION_METRICS_KEY] = session_metrics(outcome)
         rollout = last.rollout
+        result = outcome.dump.result if outcome.dump is not None else None
+        if result is not None and outcome.dump is not None and outcome.dump.reward is not None:
+            # a reward reported beside the result (an executor's dump) is where hooks read it
+            result = {"rewards": outcome.dump.reward, **result}
         return RolloutOutcome(
             session_id=outcome.session_id,
             exp_id=rollout.exp_id,
             input_id=rollout.input_id,
             result_key=rollout.result_key,
             status=outcome.status,
-            result=outcome.dump.result if outcome.dump is not None else None,
+            result=result,
             error=outcome.error,
             submitted_at=submitted,
             finished_at=time.time(),
