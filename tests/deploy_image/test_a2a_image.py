@@ -111,7 +111,7 @@ def test_two_training_steps_through_a2a_sessions_in_containers(engine, image, tm
     assert shown["session"] == phases[0]  # rollhub view shows each episode's phases
     setup = sorted(p["setup_s"] for p in phases)
     print(
-        f"16 episodes in 2 steps, {took:.0f} s; container setup median "
+        f"8 episodes in 2 steps, {took:.0f} s; container setup median "
         f"{setup[len(setup) // 2]:.2f} s, max {setup[-1]:.2f} s"
     )
 
