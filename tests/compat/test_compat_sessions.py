@@ -176,3 +176,32 @@ async def test_agentcore_a2a_session_on_the_local_plane_keeps_its_result_over_a_
     kept = await run_rollout_with_bounds(state, _bounds(), "g", make_session(SID + "1", cfg, state),
                                          {"a": 2, "b": 2, "answer": 4})  # fmt: skip
     assert kept.reward == 1.0 and "AccessDeniedException" in state["shutdown_error"]
+
+
+async def test_agentcore_s3_session_runs_an_s3_contract_agent(aws_env, monkeypatch, tmp_path):
+    """make_session("agentcore_s3"): warm-up command, one invocation, the result from S3."""
+    from rollhub.compat.agentcore_local import ENDPOINT_ENV, LocalAgentCore
+
+    from tests.compat import rollhub_math_app
+    from tests.compat.conftest import BUCKET
+
+    arn = runtime_arn("compat_s3_session")
+    plane = LocalAgentCore(commands_dir=tmp_path)
+    with serve_app(plane) as plane_url, serve_app(rollhub_math_app.make_app()) as agent_url:
+        monkeypatch.setenv(ENDPOINT_ENV, plane_url)
+        plane.add_runtime(arn, agent_url)
+        cfg = {"backend": "agentcore_s3", "agentcore_runtime_arn": arn,
+               "rollout_output_s3": f"s3://{BUCKET}", "experiment_name": "s3-session"}  # fmt: skip
+        task = {"payload": {"a": 2, "b": 3, "answer": 5}, "group_id": "g1",
+                "llm": {"base_url": "http://127.0.0.1:9/v1", "model": "openai/qwen", "api_key": "k"}}  # fmt: skip
+        state = _state()
+        dump = await run_rollout_with_bounds(
+            state, _bounds(), "g1", make_session(SID, cfg, state), task
+        )
+    assert dump.is_successful() and dump.reward == 1.0
+    assert dump.task_output["model_seen"] == "qwen"  # upstream's `openai/<name>` → the name
+    # (a prefix in rollout_output_s3 would be folded into exp_id with a '/', which rollhub's
+    # app refuses as a key part: see the migration guide)
+    assert state["result_key"] == f"s3-session/g1/{SID}.json"
+    assert [c[0] for c in plane.calls] == ["InvokeAgentRuntimeCommand", "InvokeAgentRuntime",
+                                           "StopRuntimeSession"]  # fmt: skip

@@ -173,3 +173,40 @@ async def test_rollhub_runtime_drives_a_014_executor_agent_in_a_container(engine
         await transport.stop()
     assert [e.status for e in group.episodes] == ["ok", "ok"]
     assert [e.reward for e in group.episodes] == [1.0, 1.0] and ping == "Healthy"
+
+
+def test_compat_docker_a2a_session_runs_an_image_serving_a2a(engine, image, tmp_path, monkeypatch):
+    """make_session("docker_a2a") with podman as the CLI: the image's own command serves A2A
+    on port 9000 (here an image derived from the agent's, with that command)."""
+    from rollhub.compat import (
+        LocalPriorityAssigner, LocalPrioritySemaphore, NullPersister, PersistentDict,
+        RolloutSessionBounds, make_session, run_rollout_with_bounds,
+    )  # fmt: skip
+
+    derived = f"{image.split(':')[0]}-a2a-cmd:{image.split(':')[1]}"
+    if not engine.image_exists(derived):
+        (tmp_path / "Containerfile").write_text(
+            f"FROM {image}\n"
+            'CMD ["python", "-m", "rollhub.a2a", "sum_agent:app", "--host", "0.0.0.0", '
+            '"--port", "9000"]\n'
+        )
+        engine("build", "--network", "none", "-t", derived, str(tmp_path))
+    monkeypatch.setenv("ROLLHUB_CONTAINER_ENGINE", engine.executable)
+    monkeypatch.setenv("CONTAINERS_CONF", engine.env["CONTAINERS_CONF"])
+    cfg = {"backend": "docker_a2a", "agent_image_uri": derived, "docker_iam_role_arn": "",
+           "docker_log_group": "/agents", "docker_log_region": "us-west-2"}  # fmt: skip
+    bounds = RolloutSessionBounds(
+        container_semaphore=LocalPrioritySemaphore(2), rollout_semaphore=LocalPrioritySemaphore(2),
+        container_priority_assigner=LocalPriorityAssigner(),
+        rollout_priority_assigner=LocalPriorityAssigner(),
+        container_setup_timeout=120, agent_run_timeout=60,
+    )  # fmt: skip
+    state = PersistentDict(persister=NullPersister())
+    sid = "rollhub-compat-docker-" + "0" * 16
+    dump = asyncio.run(run_rollout_with_bounds(
+        state, bounds, "g1", make_session(sid, cfg, state), {"a": 2, "b": 3, "answer": 5}
+    ))  # fmt: skip
+    assert dump.is_successful() and dump.reward == 1.0
+    assert dump.task_output["uid"] == 10001 and dump.task_output["types"]["a"] == "int"
+    assert state["endpoint"].startswith("http://127.0.0.1:")
+    assert not _containers(engine, sid)  # torn down
