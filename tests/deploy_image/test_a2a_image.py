@@ -179,8 +179,13 @@ def test_compat_docker_a2a_session_runs_an_image_serving_a2a(engine, image, tmp_
     """make_session("docker_a2a") with podman as the CLI: the image's own command serves A2A
     on port 9000 (here an image derived from the agent's, with that command)."""
     from rollhub.compat import (
-        LocalPriorityAssigner, LocalPrioritySemaphore, NullPersister, PersistentDict,
-        RolloutSessionBounds, make_session, run_rollout_with_bounds,
+        LocalPriorityAssigner,
+        LocalPrioritySemaphore,
+        NullPersister,
+        PersistentDict,
+        RolloutSessionBounds,
+        make_session,
+        run_rollout_with_bounds,
     )  # fmt: skip
 
     derived = f"{image.split(':')[0]}-a2a-cmd:{image.split(':')[1]}"
