@@ -41,6 +41,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rollhub.errors import ConfigError
+from rollhub.sessions.config import SessionsConfig
 from rollhub.validation import explain, first_loc
 
 __all__ = [
@@ -263,6 +264,8 @@ class RollhubConfig(_Strict):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
+    #: bounds of rollouts run as sessions (runtimes that offer them: ``a2a``)
+    sessions: SessionsConfig = Field(default_factory=SessionsConfig)
 
     #: directory relative paths in the file are resolved against (set by the loader).
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)

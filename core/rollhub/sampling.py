@@ -7,7 +7,6 @@ the ids the engine sampled.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
@@ -26,8 +25,6 @@ __all__ = [
     "SamplingParams",
     "TokenChunk",
     "TurnContext",
-    "episode_seed",
-    "turn_seed",
 ]
 
 
@@ -59,28 +56,6 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     stop: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _mix(*parts: object) -> int:
-    digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1  # 63 bits: every engine's seed type takes it
-
-
-def episode_seed(seed: int, group_id: str, sample_index: int, round_: int = 0) -> int:
-    """The sampling seed of one episode: sample ``sample_index`` of prompt ``group_id``
-    the ``round_``-th time a hub runs it, under ``[experiment] seed``.
-
-    The same experiment seed gives every episode the same seed in every run, so a run and
-    its learning-rate-0 control sample their first step identically; each sample and each
-    repetition of a prompt still draws its own numbers.
-    """
-    return _mix("episode", seed, group_id, sample_index, round_)
-
-
-def turn_seed(session_seed: int, turn_index: int) -> int:
-    """The seed of one model call of a session whose policy carries ``session_seed``: each
-    turn draws its own numbers, the same ones in every run."""
-    return _mix("turn", session_seed, turn_index)
 
 
 @dataclass(frozen=True)

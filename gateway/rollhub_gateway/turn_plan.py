@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollhub.errors import GatewayError
-from rollhub.sampling import SamplingParams, TurnContext, turn_seed
+from rollhub.sampling import SamplingParams, TurnContext
+from rollhub.seeding import turn_seed
 
 from rollhub_gateway.config import SessionPolicy
 from rollhub_gateway.protocols.base import RequestedSampling, WireError, WireRequest

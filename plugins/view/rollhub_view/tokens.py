@@ -252,6 +252,8 @@ def episode_view(row: dict[str, Any], dec: Decoder, n: int) -> dict[str, Any]:
         "payload": _json_field(row, "payload"),
         "result": result,
         "metrics": metrics,
+        # a session rollout's phase seconds (setup, run, teardown), from rollhub.sessions
+        "session": metrics.get("session") if isinstance(metrics, dict) else None,
         "error": error,
         "traces": traces,
         "decoded": dec.tokenizer is not None,

@@ -14,7 +14,7 @@ from rollhub.config import TrainerSection, load_config
 from rollhub.dataset import load_jsonl_dataset
 from rollhub.episode import Episode
 from rollhub.hub import AsyncHub
-from rollhub.sampling import episode_seed, turn_seed
+from rollhub.seeding import episode_seed, turn_seed
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG = ROOT / "examples" / "math" / "train.toml"

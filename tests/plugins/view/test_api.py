@@ -230,3 +230,15 @@ def test_tool_calls_are_read_from_the_sampled_text() -> None:
         {"name": None, "raw": '{"name": "shell", "arguments": {"command": "echo 1'},
     ]
     assert parse_tool_calls("Answer: 42") == [] and parse_tool_calls(None) == []
+
+
+def test_a_session_rollout_shows_its_phase_seconds(serve, tmp_path: Path):
+    run = tmp_path / "run"
+    run.mkdir()
+    row = episode_row(0, 0, 0, random.Random(1))
+    phases = {"setup_wait_s": 0.01, "setup_s": 1.5, "run_wait_s": 0.0, "run_s": 3.25,
+              "shutdown_s": 0.4, "shutdown_error": "AccessDeniedException: no"}  # fmt: skip
+    row["metrics"] = json.dumps({"session": phases})
+    (run / "episodes.jsonl").write_text(json.dumps(row) + "\n")
+    ep = httpx.get(f"{serve(run).url}/api/runs/0/episodes/0").json()
+    assert ep["session"] == phases

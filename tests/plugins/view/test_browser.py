@@ -234,3 +234,20 @@ def test_a_rollouts_only_run_has_reward_group_and_latency_charts(serve, browser,
         "return document.querySelector('[data-chart=\"rewards\"]').data[0].y")
     assert sum(counts) == sum(r["status"] == "ok" for r in rows)
     assert browser.execute_script("return document.querySelectorAll('#charts [data-chart]').length") == 0
+
+
+def test_a_session_rollouts_phases_show_on_its_page(serve, browser, tmp_path: Path):
+    import random
+
+    from rollhub_view.synthetic import episode_row
+
+    run = tmp_path / "sessions"
+    run.mkdir()
+    row = {k: v for k, v in episode_row(0, 0, 0, random.Random(3)).items() if k != "step"}
+    row["metrics"] = json.dumps({"session": {"setup_wait_s": 0.0, "setup_s": 1.5, "run_wait_s": 0.25,
+                                             "run_s": 3.25, "shutdown_s": 0.5}})  # fmt: skip
+    (run / "episodes.jsonl").write_text(json.dumps(row) + "\n")
+    s = serve(run)
+    _open(browser, f"{s.url}/#episode/0/0", "episode")
+    text = browser.execute_script("return document.getElementById('view-episode').innerText")
+    assert "setup 1.50 s · queued for run 0.25 s · run 3.25 s · teardown 0.50 s" in text

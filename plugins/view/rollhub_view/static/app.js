@@ -319,6 +319,14 @@ function traceSection(tr, ep, compact) {
        el("span", { class: "note" }, "shading: the redder, the less likely the sampled token; hover a token for its logprob")),
     tokenView(tr.tokens, compact));
 }
+// A session rollout's phases: waits for slots, setup, the agent's run, teardown (seconds).
+function sessionPhases(s) {
+  const parts = [["queued for setup", s.setup_wait_s], ["setup", s.setup_s], ["queued for run", s.run_wait_s],
+                 ["run", s.run_s], ["teardown", s.shutdown_s]]
+    .filter(([, v]) => v !== undefined && v !== null).map(([k, v]) => `${k} ${fmt(v, 2)} s`);
+  if (s.shutdown_error) parts.push(`teardown failed: ${s.shutdown_error}`);
+  return parts.join(" · ");
+}
 function episodeHeader(ep, run) {
   // an environment's own check (its exit code is the reward) sits next to the reward
   const check = ep.result && typeof ep.result === "object" && ep.result.check && typeof ep.result.check === "object" ? ep.result.check : null;
@@ -334,7 +342,8 @@ function episodeHeader(ep, run) {
         split ? ["split", split] : null,
         ["advantage", fmt(ep.advantage)], ["trained", ep.trained === undefined || ep.trained === null ? "–" : (ep.trained ? "yes" : "no")],
         ["weight version", fmt(ep.weight_version)], ["turns", fmt(ep.num_turns)], ["sampled tokens", fmt(ep.num_sampled_tokens)],
-        ["seconds", fmt(ep.elapsed_s, 2)], ep.decoder_note ? ["tokens", ep.decoder_note] : null]),
+        ["seconds", fmt(ep.elapsed_s, 2)], ep.session ? ["session", sessionPhases(ep.session)] : null,
+        ep.decoder_note ? ["tokens", ep.decoder_note] : null]),
     el("details", {}, el("summary", {}, "task and result"), el("pre", {}, JSON.stringify({ payload: ep.payload, result: ep.result, metrics: ep.metrics }, null, 2))));
 }
 async function renderEpisode(run, n) {
