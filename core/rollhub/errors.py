@@ -11,7 +11,8 @@ The tree::
     │   ├── SubmissionError                  the runtime refused or could not take the rollout
     │   ├── TokenRetrievalError              traces could not be read from the token source
     │   ├── RewardError                      a reward hook failed or returned bad values
-    │   └── RolloutTimeout (+TimeoutError)   no result within the deadline
+    │   ├── RolloutTimeout (+TimeoutError)   no result within the deadline
+    │   └── SessionError                     a rollout session's setup, run or teardown failed
     ├── StoreError                           a result store could not read or write
     ├── ExportError                          episodes could not be written to an export file
     ├── GatewayError                         the token-capture gateway failed
@@ -36,6 +37,7 @@ __all__ = [
     "RollhubError",
     "RolloutFailed",
     "RolloutTimeout",
+    "SessionError",
     "StoreError",
     "SubmissionError",
     "TokenRetrievalError",
@@ -111,6 +113,20 @@ class RewardError(RolloutFailed):
 
 class RolloutTimeout(RolloutFailed, TimeoutError):
     """No terminal result arrived before the deadline."""
+
+
+class SessionError(RolloutFailed):
+    """A rollout session failed outside the agent: its ``phase`` (``setup``, ``run`` or
+    ``shutdown``) and whether a new session may succeed (``transient``: the container did
+    not start, the transport broke)."""
+
+    phase: str
+    transient: bool
+
+    def __init__(
+        self, message: str = "", *, phase: str = "run", transient: bool = False, **context: Any
+    ) -> None:
+        super().__init__(message, phase=phase, transient=transient, **context)
 
 
 class StoreError(RollhubError):

@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import SecretStr
-
 from rollhub.client import AsyncRolloutClient
 from rollhub.components import build_component, component_context, open_config_store
 from rollhub.config import RollhubConfig
@@ -40,11 +38,13 @@ from rollhub.hook_calls import call_all, call_first
 from rollhub.plugin_settings import check_config
 from rollhub.plugins import PluginHost, build_host
 from rollhub.rewards import apply_failure_policy, merge_reward_components
-from rollhub.rollout import RolloutConfig, RolloutRequest, SubmitReceipt
+from rollhub.rollout import RolloutRequest, SubmitReceipt
 from rollhub.runtime import Runtime
+from rollhub.seeding import EpisodeSeeds, session_sampling
+from rollhub.sessions.episodes import SessionEpisodes
 from rollhub.staleness import StalenessGate
 from rollhub.stores.base import ResultStore
-from rollhub.tokens import CaptureSession, TokenSource
+from rollhub.tokens import TokenSource
 from rollhub.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,7 @@ class AsyncHub:
         self._gate = StalenessGate(config.experiment.max_staleness)
         self._slots = asyncio.Semaphore(config.experiment.concurrency)
         self._started = False
+        self._seeds = EpisodeSeeds(config.experiment.seed)
         self.stats: dict[str, Any] = {}
 
     # Components ----------------------------------------------------------------------------
@@ -248,6 +249,7 @@ class AsyncHub:
         request = self._request(payload, group_id, index)
         request.rollout.sampling.update(sampling or {})
         sid = request.rollout.session_id
+        seed = self._seeds.assign(request, group_id, index)
         async with self._slots:
             await self._gate.wait_to_submit()
             version = self.weight_version
@@ -257,6 +259,7 @@ class AsyncHub:
             self._gate.enter(sid, version)
             try:
                 episode = await self._run_admitted(request, version)
+                episode.metrics["sampling_seed"] = seed
             finally:
                 self._gate.leave(sid)
         await call_all(self.hook.rollhub_episode_done, episode=episode, hub=self)
@@ -277,14 +280,17 @@ class AsyncHub:
         )
         try:
             capture = await self.token_source.open_session(
-                rollout.session_id, sampling=rollout.sampling
+                rollout.session_id, sampling=session_sampling(request)
             )
             opened = True
-            _fill_capture(rollout, capture)
-            future = await self.client.submit_request_async(
-                request, timeout=self.config.experiment.timeout_s
-            )
-            outcome = await future.result_async()
+            capture.apply_to(rollout)
+            if (sessions := SessionEpisodes.for_hub(self)) is not None:  # setup → run → teardown
+                outcome = await sessions.run(request, episode)
+            else:
+                future = await self.client.submit_request_async(
+                    request, timeout=self.config.experiment.timeout_s
+                )
+                outcome = await future.result_async()
             episode.session_id = outcome.session_id  # the last runtime session's
             if outcome.dead_sessions:
                 episode.metrics["dead_sessions"] = [dict(d) for d in outcome.dead_sessions]
@@ -321,9 +327,9 @@ class AsyncHub:
         except Exception as exc:  # the new attempt must not wait on the old one's cleanup
             log.warning("dropping capture session %s failed: %s", old.rollout.session_id, exc)
         capture = await self.token_source.open_session(
-            new.rollout.session_id, sampling=new.rollout.sampling
+            new.rollout.session_id, sampling=session_sampling(new, old)
         )
-        _fill_capture(new.rollout, capture)
+        capture.apply_to(new.rollout)
 
     async def _close_capture(self, episode: Episode) -> None:
         try:
@@ -434,12 +440,3 @@ def group_id_of(payload: Mapping[str, Any], id_field: str) -> str:
             f"stable id so its samples form one group and reruns can resume"
         )
     return str(value)
-
-
-def _fill_capture(rollout: RolloutConfig, capture: CaptureSession) -> None:
-    if capture.base_url is not None:
-        rollout.base_url = capture.base_url
-    if capture.api_key is not None:
-        rollout.api_key = SecretStr(capture.api_key)
-    if capture.model_id is not None:
-        rollout.model_id = capture.model_id
