@@ -128,8 +128,10 @@ class Gateway:
         self.sessions.drop(session_id)
 
     def set_weight_version(self, version: int | None) -> None:
-        """The policy version stamped on every turn committed from now on."""
+        """The policy version stamped on every turn committed from now on (a backend
+        that reports its own version takes it too)."""
         self.weight_version = version
+        self.backend.set_weight_version(version)
 
     @property
     def base_url(self) -> str | None:

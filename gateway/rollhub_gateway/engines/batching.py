@@ -161,6 +161,14 @@ class BatchEngine:
             self._policy = (policy, weight_version)
             self._cond.notify()
 
+    def relabel(self, weight_version: int | None) -> None:
+        """The weights held now are also ``weight_version`` (a step that changed nothing):
+        rows finishing from now on report it. A policy waiting to be applied brings its own
+        version instead, so nothing changes then."""
+        with self._cond:
+            if self._policy is None:
+                self.weight_version = weight_version
+
     def abort(self, row: Row) -> None:
         """Mark a row aborted; the worker drops it at the next step boundary."""
         row.aborted = True

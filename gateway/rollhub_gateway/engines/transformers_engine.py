@@ -147,6 +147,13 @@ class TransformersBackend(SamplingBackend):
         if is_module(policy):
             self.model = policy
 
+    def set_weight_version(self, version: int | None) -> None:
+        """The weights held now carry ``version`` too (a step that trained nothing)."""
+        if self.engine is not None:
+            self.engine.relabel(version)
+        elif self._policy is None:
+            self.options = self.options.model_copy(update={"weight_version": version})
+
     def _row(self, prompt_ids: list[int], params: SamplingParams, emit: Any) -> Row:
         import torch
 

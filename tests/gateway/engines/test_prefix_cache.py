@@ -239,3 +239,41 @@ async def test_a_module_policy_is_sampled_from_as_it_is_and_in_place_steps_show(
     )
     with pytest.raises(Exception, match="vocabulary"):
         engine.update_policy(other, 9)
+
+
+async def test_a_step_that_changed_nothing_relabels_the_weights_not_the_turns_in_flight(
+    engine: TransformersBackend,
+) -> None:
+    """A training step with no signal publishes no weights but a new version: the turns
+    sampled after it carry that version (they are not stale), and a version set while new
+    weights wait to be applied does not label the old weights with it."""
+    tok = engine.tokenizer
+    prompt = tok.encode(f"<|im_start|>user\n{QUESTIONS[2]}<|im_end|>\n<|im_start|>assistant\n")
+    greedy = SamplingParams(max_tokens=4, temperature=0.0)
+    norm = "model.norm.weight"
+    original = dict(engine.model.named_parameters())[norm].detach().clone()
+    try:
+        engine.update_policy({norm: original}, 5)
+        assert (await engine.generate(prompt, greedy)).weight_version == 5
+        engine.set_weight_version(6)  # the step trained nothing: same weights, version 6
+        assert (await engine.generate(prompt, greedy)).weight_version == 6
+        long = SamplingParams(max_tokens=24, temperature=0.0, extra={"ignore_eos": True})
+        started = asyncio.Event()
+
+        async def decode_old() -> Generation:
+            async for item in engine.stream(prompt, long):
+                started.set()
+                if isinstance(item, Generation):
+                    return item
+            raise AssertionError("the stream ended without a generation")
+
+        in_flight = asyncio.ensure_future(decode_old())
+        await started.wait()
+        engine.update_policy({norm: original * 1.0}, 7)  # waits for the row above
+        engine.set_weight_version(7)  # what the hub does right after publishing
+        old = await in_flight
+        assert old.weight_version == 6  # the old weights keep their version
+        assert (await engine.generate(prompt, greedy)).weight_version == 7
+    finally:
+        engine.update_policy({norm: original}, 0)
+        await engine.generate(prompt, SamplingParams(max_tokens=1, temperature=0.0))
