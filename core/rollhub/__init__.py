@@ -19,6 +19,7 @@ _LAZY: dict[str, str] = {
     "AsyncHub": "rollhub.hub",
     "AsyncRolloutClient": "rollhub.client",
     "BatchItem": "rollhub.batch",
+    "CaptureLost": "rollhub.errors",
     "CaptureSession": "rollhub.tokens",
     "ComponentRegistry": "rollhub.registry",
     "ConfigError": "rollhub.errors",

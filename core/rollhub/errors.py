@@ -10,6 +10,7 @@ The tree::
     ├── RolloutFailed                        the machinery around one rollout failed
     │   ├── SubmissionError                  the runtime refused or could not take the rollout
     │   ├── TokenRetrievalError              traces could not be read from the token source
+    │   │   └── CaptureLost                  the capture session went with the infrastructure
     │   ├── RewardError                      a reward hook failed or returned bad values
     │   └── RolloutTimeout (+TimeoutError)   no result within the deadline
     ├── StoreError                           a result store could not read or write
@@ -27,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "CaptureLost",
     "ConfigError",
     "ExportError",
     "GatewayError",
@@ -103,6 +105,13 @@ class SubmissionError(RolloutFailed):
 
 class TokenRetrievalError(RolloutFailed):
     """The token source could not return the session's traces."""
+
+
+class CaptureLost(TokenRetrievalError):
+    """A rollout's token-capture session was lost to an infrastructure fault: the gateway
+    replica holding it died, came back without it, or cannot be reached. The hub runs the
+    rollout again on a new session (``[experiment] session_attempts``) and, when none is
+    left, ends it ``infra_error``. Context: ``session_id`` and whatever the source adds."""
 
 
 class RewardError(RolloutFailed):

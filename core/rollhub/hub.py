@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from rollhub.attempts import end_attempt, next_attempt, note_close_error, take_outcome, time_left
 from rollhub.client import AsyncRolloutClient
 from rollhub.components import build_component, component_context, open_config_store
 from rollhub.config import RollhubConfig
@@ -264,7 +265,6 @@ class AsyncHub:
 
     async def _run_admitted(self, request: RolloutRequest, version: int | None) -> Episode:
         rollout = request.rollout
-        opened = False
         episode = Episode(
             episode_id=rollout.session_id,
             group_id=rollout.input_id,
@@ -275,26 +275,31 @@ class AsyncHub:
             weight_version=version,
             submitted_at=time.time(),
         )
+        capture_open = False  # the current session's capture session is still to be closed
         try:
-            capture = await self.token_source.open_session(
-                rollout.session_id, sampling=rollout.sampling
-            )
-            opened = True
-            _fill_capture(rollout, capture)
-            future = await self.client.submit_request_async(
-                request, timeout=self.config.experiment.timeout_s
-            )
-            outcome = await future.result_async()
-            episode.session_id = outcome.session_id  # the last runtime session's
-            if outcome.dead_sessions:
-                episode.metrics["dead_sessions"] = [dict(d) for d in outcome.dead_sessions]
-            episode.status = outcome.status
-            episode.result = outcome.result
-            episode.error = outcome.error
-            episode.finished_at = outcome.finished_at or time.time()
-            if outcome.status == "ok":
-                await self._retrieve(episode)
-                await self._reward(episode)
+            await self._open_capture(request)
+            capture_open = True
+            while True:
+                future = await self.client.submit_request_async(
+                    request, timeout=time_left(request, self.config.experiment.timeout_s)
+                )
+                outcome = await future.result_async()
+                take_outcome(episode, outcome)
+                capture_open, lost = await end_attempt(
+                    episode, self.token_source, self._retrieve, self._reward
+                )
+                if lost is None:
+                    break
+                # the agent's gateway replica went away under it: not the agent's doing
+                retry = next_attempt(
+                    request, episode, outcome, lost,
+                    session_attempts=self.config.experiment.session_attempts,
+                )  # fmt: skip
+                if retry is None:
+                    break
+                request = retry
+                await self._open_capture(request)
+                capture_open = True
         except asyncio.CancelledError:
             episode.status, episode.finished_at = "cancelled", time.time()
             raise
@@ -308,10 +313,17 @@ class AsyncHub:
             episode.error = ErrorInfo.from_exception(exc)
             episode.finished_at = episode.finished_at or time.time()
         finally:
-            if opened:
+            if capture_open:
                 await self._close_capture(episode)
         episode.metrics.setdefault("elapsed_s", episode.elapsed)
         return episode
+
+    async def _open_capture(self, request: RolloutRequest) -> None:
+        rollout = request.rollout
+        capture = await self.token_source.open_session(
+            rollout.session_id, sampling=rollout.sampling
+        )
+        _fill_capture(rollout, capture)
 
     async def _new_capture(self, old: RolloutRequest, new: RolloutRequest) -> None:
         """A rollout goes to a new runtime session: its old capture session (the dead
@@ -331,15 +343,7 @@ class AsyncHub:
                 self.token_source.close_session(episode.session_id, drop=episode.status != "ok")
             )
         except Exception as exc:  # the episode is complete; a leaked session is only logged
-            log.warning("closing capture session %s failed: %s", episode.session_id, exc)
-            episode.metrics["close_session_error"] = f"{type(exc).__name__}: {exc}"
-            if episode.status != "ok" and isinstance(exc, TokenRetrievalError):
-                # The capture side failed under the agent (e.g. its gateway replica died):
-                # that is the cause; the agent's own error (often a bare connection error)
-                # is kept beside it.
-                if episode.error is not None:
-                    episode.metrics["agent_error"] = episode.error.message
-                episode.error = ErrorInfo.from_exception(exc)
+            note_close_error(episode, exc)
 
     async def _retrieve(self, episode: Episode) -> None:
         try:
@@ -394,7 +398,8 @@ class AsyncHub:
             *(self.run_episode(payload, gid, i, sampling=sampling) for i in range(n))
         )
         group = EpisodeGroup(gid, dict(payload), list(episodes))
-        apply_failure_policy(group, self.config.rewards.on_failure)
+        rewards = self.config.rewards
+        apply_failure_policy(group, rewards.on_failure, min_group_size=rewards.min_group_size)
         return group
 
     async def iter_groups(

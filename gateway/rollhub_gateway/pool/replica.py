@@ -3,7 +3,7 @@
 A replica is a whole gateway served somewhere else (a child process, a Ray actor). The pool
 talks to it through the gateway's own admin routes with the pool's admin token. Subclasses
 start and stop it and notice its death; once dead, every call naming one of its sessions
-raises a :class:`~rollhub.errors.TokenRetrievalError` that names the replica and the cause,
+raises a :class:`~rollhub.errors.CaptureLost` that names the replica and the cause,
 while the other replicas carry on.
 """
 
@@ -15,11 +15,11 @@ import logging
 from abc import ABC, abstractmethod
 from typing import Any
 
-from rollhub.errors import GatewayError, TokenRetrievalError
+from rollhub.errors import CaptureLost, GatewayError
 
 from rollhub_gateway.admin_call import admin_call
 
-__all__ = ["POLICY_ROUTE", "Replica", "ReplicaDied"]
+__all__ = ["POLICY_ROUTE", "Replica", "ReplicaDied", "ReplicaUnreachable"]
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +30,14 @@ POLICY_ROUTE = "/pool/policy"
 DEATH_GRACE_S = 2.0
 
 
-class ReplicaDied(TokenRetrievalError):
-    """A call reached a dead replica. Context: ``replica``, ``cause``, ``session_id``."""
+class ReplicaDied(CaptureLost):
+    """A call reached a dead replica, or one that came back without the session. Context:
+    ``replica``, ``cause``, ``session_id``."""
+
+
+class ReplicaUnreachable(CaptureLost):
+    """A replica did not answer (its node may be going down) and is not known dead yet.
+    Context: ``replica``, ``session_id``."""
 
 
 class Replica(ABC):
@@ -148,7 +154,7 @@ class Replica(ABC):
                     method, path, json=json, session_id=session_id, missing_ok=missing_ok
                 )
             self._raise_if_dead(session_id)
-            raise TokenRetrievalError(
+            raise ReplicaUnreachable(
                 f"{self.name} unreachable for {method} {path}: {type(exc).__name__}: {exc}",
                 replica=self.index,
                 session_id=session_id,

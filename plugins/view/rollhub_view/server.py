@@ -183,6 +183,7 @@ def _query(request: Request) -> Query:
         version=_int(request, "version"),
         turns=_int(request, "turns"),
         cause=p.get("cause") or None,
+        node=p.get("node") or None,
         text=p.get("q") or None,
         sort=p.get("sort") or "n",
         descending=p.get("desc") in ("1", "true"),
