@@ -21,6 +21,7 @@ _LAZY: dict[str, str] = {
     "BatchItem": "rollhub.batch",
     "CaptureLost": "rollhub.errors",
     "CaptureSession": "rollhub.tokens",
+    "ClusterLost": "rollhub.errors",
     "ComponentRegistry": "rollhub.registry",
     "ConfigError": "rollhub.errors",
     "Episode": "rollhub.episode",

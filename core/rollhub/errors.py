@@ -13,6 +13,7 @@ The tree::
     │   │   └── CaptureLost                  the capture session went with the infrastructure
     │   ├── RewardError                      a reward hook failed or returned bad values
     │   └── RolloutTimeout (+TimeoutError)   no result within the deadline
+    ├── ClusterLost                          the runtime's cluster is gone (its head died)
     ├── StoreError                           a result store could not read or write
     ├── ExportError                          episodes could not be written to an export file
     ├── GatewayError                         the token-capture gateway failed
@@ -29,6 +30,7 @@ from typing import Any
 
 __all__ = [
     "CaptureLost",
+    "ClusterLost",
     "ConfigError",
     "ExportError",
     "GatewayError",
@@ -120,6 +122,13 @@ class RewardError(RolloutFailed):
 
 class RolloutTimeout(RolloutFailed, TimeoutError):
     """No terminal result arrived before the deadline."""
+
+
+class ClusterLost(RollhubError):
+    """The runtime's cluster is gone (the Ray head stopped answering): nothing more can
+    run, so the run stops instead of ending every rollout failed. A training run continues
+    from its last checkpoint with ``rollhub run --resume RUN_DIR`` once a cluster is up.
+    Context: ``address``."""
 
 
 class StoreError(RollhubError):

@@ -244,6 +244,7 @@ class AsyncHub:
 
         :param sampling: merged over ``[experiment] sampling`` for this rollout only (e.g.
             ``{"temperature": 0.0}`` for a greedy eval); other rollouts keep the defaults.
+        :raises ClusterLost: the runtime's cluster is gone (``Runtime.failure``).
         """
         self._require_started()
         request = self._request(payload, group_id, index)
@@ -260,6 +261,8 @@ class AsyncHub:
                 episode = await self._run_admitted(request, version)
             finally:
                 self._gate.leave(sid)
+        if self.runtime.failure is not None:  # its cluster is gone: the run cannot go on
+            raise self.runtime.failure
         await call_all(self.hook.rollhub_episode_done, episode=episode, hub=self)
         return episode
 
@@ -319,11 +322,8 @@ class AsyncHub:
         return episode
 
     async def _open_capture(self, request: RolloutRequest) -> None:
-        rollout = request.rollout
-        capture = await self.token_source.open_session(
-            rollout.session_id, sampling=rollout.sampling
-        )
-        _fill_capture(rollout, capture)
+        r = request.rollout
+        _fill_capture(r, await self.token_source.open_session(r.session_id, sampling=r.sampling))
 
     async def _new_capture(self, old: RolloutRequest, new: RolloutRequest) -> None:
         """A rollout goes to a new runtime session: its old capture session (the dead

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from rollhub.errors import ConfigError
+from rollhub.errors import ConfigError, RollhubError
 from rollhub.registry import ComponentContext
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 
@@ -102,6 +102,9 @@ class Runtime(ABC):
     #: Whether agents started by this runtime can reach a callback server bound to
     #: 127.0.0.1 in this process (true for worker processes on this machine).
     loopback_callbacks: bool = False
+    #: Set once the runtime can run nothing more (its cluster is gone): the hub then raises
+    #: it instead of ending rollouts failed, and the run stops. None while it works.
+    failure: RollhubError | None = None
 
     def on_session_lost(self, callback: SessionLostCallback) -> None:
         """Register ``callback(session_id, reason)`` for sessions that can no longer finish.

@@ -6,7 +6,7 @@ session goes to the least-loaded live replica and stays there: its agent gets th
 replica's URL, and its traces, finish and drop go to the same replica. Weight versions and
 policies are sent to every live replica. A replica process that dies is started again on
 its address (``restarts`` times), with the last policy and version; its journaled sessions
-carry on. Sessions it does not bring back, and those of a replica that stays dead, fail
+carry on. A Ray replica that dies is restarted by Ray on a live node, at a new address. Sessions it does not bring back, and those of a replica that stays dead, fail
 with a :class:`~rollhub_gateway.pool.replica.ReplicaDied` naming it and the cause; the
 others' sessions carry on, and new sessions go to the replicas that serve.
 """
@@ -131,6 +131,10 @@ class GatewayPool:
                 remote_cls=remote_cls,
                 num_cpus=self.pool.num_cpus_per_replica,
                 start_timeout_s=timeout,
+                restarts=self.pool.restarts,
+                spread=self.pool.ray_spread,
+                resources=self.pool.ray_resources,
+                on_restart=self._restarted,
             )
             for i in range(self.pool.replicas)
         ]
@@ -168,6 +172,22 @@ class GatewayPool:
             replica.live[session_id] = str(data.get("api_key", ""))
             return data
 
+    def status(self) -> list[dict[str, Any]]:
+        """Each replica: where it runs (pid, node), its URL, whether it serves, how often it
+        was restarted, and how many sessions its deaths cost."""
+        return [
+            {
+                "index": r.index,
+                "where": r.where,
+                "url": r.url,
+                "dead": r.dead,
+                "restarts": max(0, r.starts - 1),
+                "live_sessions": len(r.live),
+                "sessions_lost": len(r.lost),
+            }
+            for r in self.replicas
+        ]
+
     def replica_of(self, session_id: str) -> Replica | None:
         """The replica that owns ``session_id`` (None: not opened through this pool)."""
         return self.owner.get(session_id)
@@ -195,15 +215,20 @@ class GatewayPool:
         replica = self.owner.pop(session_id, None)
         if replica is None:
             return
-        replica.live.pop(session_id, None)
-        if drop:
-            await replica.call(
-                "DELETE", f"/sessions/{session_id}", session_id=session_id, missing_ok=True
-            )
-        else:
-            await replica.call(
-                "POST", f"/sessions/{session_id}/finish", session_id=session_id, missing_ok=True
-            )
+        # still live during the call: a restart under it counts the session lost, and the
+        # call (made again once the replica serves) says so instead of a quiet 404
+        try:
+            if drop:
+                await replica.call(
+                    "DELETE", f"/sessions/{session_id}", session_id=session_id, missing_ok=True
+                )
+            else:
+                await replica.call(
+                    "POST", f"/sessions/{session_id}/finish", session_id=session_id,
+                    missing_ok=True,
+                )  # fmt: skip
+        finally:
+            replica.live.pop(session_id, None)
 
     # Versions and policies -------------------------------------------------------------------
 
@@ -274,7 +299,7 @@ class GatewayPool:
             await self._http.close()
             self._http = None
         if self._inited_ray:
-            import ray
+            from rollhub.runtimes.ray_nodes import shutdown_ray
 
-            await asyncio.to_thread(ray.shutdown)
             self._inited_ray = False
+            await shutdown_ray()
