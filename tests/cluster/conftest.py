@@ -1,8 +1,9 @@
 """Fixtures of the cluster tests: a real three-node Ray cluster on this machine (a head
 and two worker nodes, each its own ``ray start`` process), and what runs on it.
 
-The cluster is shared by a module's tests; a test that kills a node brings it back before
-it ends. Only the processes the fixture started are ever signalled.
+The cluster is shared by every test here (starting one takes 10-20 s on two cores); a
+test that kills a node or the head leaves a working cluster behind. Only the processes
+the fixture started are ever signalled.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ CHAT_AGENT = Path(__file__).parents[1] / "gateway" / "pool" / "chat_agent.py"
 ENGINE_FACTORY = f"{Path(__file__).parents[1] / 'gateway' / 'pool' / 'engines.py'}:turn_echo"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRayCluster]:
     """A head (1 CPU) and two worker nodes (1 CPU each), 75 MiB object stores, node death
     seen by the head within about 2 s."""

@@ -4,12 +4,10 @@ Each actor loads the user's RolloutApp once and runs rollouts through the app's 
 (:mod:`rollhub.runtimes.ray_actor`), so results are the same documents in the same store.
 Sessions go to the least-loaded actor.
 
-Placement: with ``spread`` (the default) each actor is started on the eligible node with
-the fewest rollout actors (Ray node affinity), so rollouts spread over the nodes;
-``resources`` limits the eligible nodes to those offering some custom resources (e.g.
-``{rollhub_worker = 0.001}``: only worker nodes, never the head). Each receipt and
-outcome names the node (``details["node"]``), and episodes keep it in
-``metrics["node"]``.
+Placement: with ``spread`` each actor starts on the eligible node with the fewest actors
+(Ray node affinity); ``resources`` limits the eligible nodes to those offering them (e.g.
+``{rollhub_worker = 0.001}``: never the head). Receipts name the node
+(``details["node"]``); episodes keep it in ``metrics["node"]``.
 
 Faults: a rollout whose actor dies (its process is killed, its node is lost) is reported
 lost (the client runs it again on another actor), the actor's node is avoided until Ray
@@ -37,7 +35,8 @@ from pydantic import Field
 from rollhub.errors import ClusterLost, ConfigError, SubmissionError
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 from rollhub.runtime import Runtime, RuntimeOptions
-from rollhub.runtimes.ray_nodes import HeadProbe, NodeTable, gcs_address, shutdown_ray
+from rollhub.runtimes import ray_nodes
+from rollhub.runtimes.ray_nodes import HeadProbe, NodeTable
 
 __all__ = ["RayRuntime", "RayRuntimeOptions"]
 
@@ -160,7 +159,7 @@ class RayRuntime(Runtime):
         # ray.remote accepts concurrency_groups, but its typed overloads leave the option out
         remote: Callable[..., Any] = ray.remote
         self._remote_cls = remote(concurrency_groups={CONTROL: CONTROL_SLOTS})(RolloutActor)
-        self._head = HeadProbe(gcs_address(), self.options.head_timeout_s)
+        self._head = HeadProbe(ray_nodes.gcs_address(), self.options.head_timeout_s)
         self._started = True
         try:
             await asyncio.to_thread(self.nodes.refresh)
@@ -170,7 +169,8 @@ class RayRuntime(Runtime):
         except BaseException:
             await self.close()
             raise
-        self._track(self._watch_cluster())
+        self._track(self._head.watch(self._lose_cluster, WATCH_INTERVAL_S))
+        self._track(self._watch_nodes())
         log.info("ray runtime: %d actors on %s", len(self._actors), self.placement())
 
     def _check_resources(self) -> None:
@@ -318,18 +318,15 @@ class RayRuntime(Runtime):
         except Exception as exc:
             log.error("replacing ray actor %d failed: %s", actor.index, exc)
 
-    async def _watch_cluster(self) -> None:
-        """Every second: is the head there (else stop everything), did a node join?"""
+    async def _watch_nodes(self) -> None:
+        """Every second, while the head answers: did a node join (or come back)?"""
         assert self._head is not None
         while self._started:
             await asyncio.sleep(WATCH_INTERVAL_S)
-            if not await self._head.check():
-                if self._head.lost:
-                    self._lose_cluster()
-                    return
+            if self._head.lost_for:
                 continue
-            try:  # only now: with the head gone, ray.nodes() blocks instead of failing
-                joined = await asyncio.to_thread(self.nodes.refresh)
+            try:  # bounded: should the head go meanwhile, ray.nodes() blocks
+                joined = await ray_nodes.in_daemon_thread(self.nodes.refresh, 2 * WATCH_INTERVAL_S)
             except Exception as exc:
                 log.debug("reading ray's node table failed: %s", exc)
                 continue
@@ -342,8 +339,9 @@ class RayRuntime(Runtime):
         self.failure = ClusterLost(
             f"the Ray cluster's head at {self._head.address} has not answered for "
             f"{self._head.lost_for:.0f} s (runtime.head_timeout_s = "
-            f"{self.options.head_timeout_s:g}); the run stops here. Start a head again and "
-            f"continue a training run with: rollhub run --resume RUN_DIR",
+            f"{self.options.head_timeout_s:g}); the run stops here: start a head again (and "
+            f"point RAY_ADDRESS or runtime.address at it); a training run continues from its "
+            f"last checkpoint.",
             address=self._head.address,
         )
         log.error("%s", self.failure)
@@ -424,7 +422,7 @@ class RayRuntime(Runtime):
         self._where.clear()
         if self._inited_ray:
             self._inited_ray = False
-            await shutdown_ray()
+            await ray_nodes.shutdown_ray()
 
 
 async def _await(ref: Any) -> Any:

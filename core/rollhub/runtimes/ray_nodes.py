@@ -18,13 +18,23 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["SUSPECT_S", "HeadProbe", "NodeTable", "RayNodeInfo", "gcs_address", "shutdown_ray"]
+__all__ = [
+    "SUSPECT_S",
+    "HeadProbe",
+    "NodeTable",
+    "RayNodeInfo",
+    "gcs_address",
+    "in_daemon_thread",
+    "shutdown_ray",
+]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: seconds a node stays suspect after its actors died while Ray still calls it alive
 SUSPECT_S = 30.0
@@ -149,6 +159,14 @@ class HeadProbe:
         self._down_since = None
         return True
 
+    async def watch(self, on_lost: Callable[[], None], interval_s: float) -> None:
+        """Probe every ``interval_s``; call ``on_lost()`` once the head is lost, then stop."""
+        while True:
+            await asyncio.sleep(interval_s)
+            if not await self.check() and self.lost:
+                on_lost()
+                return
+
     @property
     def lost_for(self) -> float:
         """Seconds the head has not answered (0 while it does)."""
@@ -169,26 +187,42 @@ def gcs_address() -> str:
 
 
 async def shutdown_ray(wait_s: float = SHUTDOWN_WAIT_S) -> None:
-    """``ray.shutdown()`` in a daemon thread, waited for up to ``wait_s`` (with the head
-    gone it can take seconds; a thread of the loop's executor would also hold up exit)."""
+    """``ray.shutdown()``, waited for up to ``wait_s`` (with the head gone it takes
+    seconds; after that it is left to finish in the background)."""
     import ray
 
-    done = asyncio.get_running_loop().create_future()
-
-    def run() -> None:
-        try:
-            ray.shutdown()
-        finally:
-            with contextlib.suppress(RuntimeError):  # the loop may be closed by now
-                done.get_loop().call_soon_threadsafe(_set_done, done)
-
-    threading.Thread(target=run, name="ray-shutdown", daemon=True).start()
     try:
-        await asyncio.wait_for(asyncio.shield(done), wait_s)
+        await in_daemon_thread(ray.shutdown, wait_s)
     except TimeoutError:
         log.warning("ray.shutdown() took over %gs; left running in the background", wait_s)
 
 
-def _set_done(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
+async def in_daemon_thread(fn: Callable[[], T], timeout_s: float) -> T:
+    """``fn()`` in a daemon thread, waited for up to ``timeout_s``.
+
+    Ray calls can block for as long as the head is unreachable; a thread of the loop's
+    default executor would then hold up the program's exit, a daemon thread does not.
+
+    :raises TimeoutError: ``fn`` did not return in time (it is left running).
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(value: T | None, exc: BaseException | None) -> None:
+        if done.done():
+            return
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(value)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            value, exc = fn(), None
+        except BaseException as err:  # handed to the awaiting task
+            value, exc = None, err
+        with contextlib.suppress(RuntimeError):  # the loop may be closed by now
+            loop.call_soon_threadsafe(settle, value, exc)
+
+    threading.Thread(target=run, name="ray-call", daemon=True).start()
+    return await asyncio.wait_for(asyncio.shield(done), timeout_s)

@@ -175,11 +175,14 @@ class LocalRayCluster:
         return node
 
     def stop(self) -> None:
-        """Stop every node it started (workers first), SIGKILL whatever is left of them."""
-        order = [n for n in self.nodes.values() if n.name != HEAD]
-        order += [n for n in self.nodes.values() if n.name == HEAD]
-        for node in order:
-            self.stop_node(node.name)
+        """Stop every node it started: the workers together (they drain through the head),
+        then the head; SIGKILL whatever is left of them."""
+        head = self.nodes.get(HEAD)
+        # with the head gone a worker would wait out its 30 s drain for nothing
+        grace = 20.0 if head is not None and head.alive else 2.0
+        workers = [n.name for n in self.nodes.values() if n.name != HEAD]
+        self._stop_nodes(workers, grace)
+        self._stop_nodes([HEAD] if head is not None else [], 20.0)
         self.nodes.clear()
         if self._short is not None:
             shutil.rmtree(self._short, ignore_errors=True)
@@ -188,21 +191,26 @@ class LocalRayCluster:
     def stop_node(self, name: str, grace_s: float = 20.0) -> None:
         """SIGTERM the node's ``ray start`` (it stops its processes), then SIGKILL its
         process group and anything of it still running."""
-        node = self.nodes.get(name)
-        if node is None:
-            return
-        left = node.pids()
-        if node.alive:
-            node.proc.send_signal(signal.SIGTERM)
+        self._stop_nodes([name], grace_s)
+
+    def _stop_nodes(self, names: list[str], grace_s: float) -> None:
+        nodes = [self.nodes[n] for n in names if n in self.nodes]
+        left = {n.name: n.pids() for n in nodes}
+        for node in nodes:
+            if node.alive:
+                node.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for node in nodes:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                node.proc.wait(grace_s)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(node.proc.pid, signal.SIGKILL)
-        for pid in [*left, *_descendants(node.proc.pid)]:
+                node.proc.wait(max(0.0, deadline - time.monotonic()))
+        for node in nodes:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            node.proc.wait(5)
+                os.killpg(node.proc.pid, signal.SIGKILL)
+            for pid in [*left[node.name], *_descendants(node.proc.pid)]:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                node.proc.wait(5)
 
     # Faults ---------------------------------------------------------------------------------
 
