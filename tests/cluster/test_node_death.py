@@ -2,7 +2,7 @@
 its rollouts and the capture sessions of its gateway replica are infrastructure faults,
 run again elsewhere; the replica is restarted by Ray on the live node; the run reaches
 its last step with nothing lost, duplicated, blamed on the agent or trained as a reward;
-the node comes back and takes rollouts again."""
+the node comes back, gets a rollout actor and a gateway replica back, and takes rollouts."""
 
 from __future__ import annotations
 
@@ -53,14 +53,18 @@ async def test_a_worker_node_dies_mid_run_and_nothing_is_lost(cluster, model_dir
         assert pool.status()[victim.index]["restarts"] == 1
         assert runtime.placement() == {"worker-2": 2}
 
-        # the node comes back and rejoins: an actor moves to it and takes rollouts again
+        # the node comes back and rejoins: a rollout actor and a gateway replica move to it
         await asyncio.to_thread(cluster.wait_node_gone, VICTIM)
         await asyncio.to_thread(cluster.start_node, VICTIM)
-        deadline = time.monotonic() + 30
-        while runtime.placement() != {"worker-1": 1, "worker-2": 1}:
-            assert time.monotonic() < deadline, runtime.placement()
+        deadline = time.monotonic() + 60
+        while runtime.placement() != {"worker-1": 1, "worker-2": 1} or sorted(
+            r.node for r in pool.replicas
+        ) != ["worker-1", "worker-2"]:
+            assert time.monotonic() < deadline, (runtime.placement(), pool.status())
             await asyncio.sleep(0.2)
         assert runtime.actors_moved == 1
+        assert sum(s["moves"] for s in pool.status()) == 1
+        assert [s["restarts"] for s in pool.status()] == [int(r is victim) for r in pool.replicas]
         late = await hub.run_group({"id": "late", "turns": 1, "retries": 0}, 4)
         assert {e.metrics["node"] for e in late.episodes} == {"worker-1", "worker-2"}
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -126,7 +127,7 @@ class RayRuntime(Runtime):
     @property
     def loopback_callbacks(self) -> bool:  # type: ignore[override]
         """Callbacks to 127.0.0.1 reach this process only on a cluster of this machine."""
-        addr = self.options.address
+        addr = self.options.address or os.environ.get("RAY_ADDRESS")
         return (
             addr is None or addr in ("local", "auto") or addr.startswith(("127.0.0.1", "localhost"))
         )

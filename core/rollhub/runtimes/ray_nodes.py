@@ -65,13 +65,13 @@ class NodeTable:
         self._suspect: dict[str, float] = {}
 
     def refresh(self) -> list[RayNodeInfo]:
-        """Read the node table (blocking: call it in a thread); returns the eligible nodes
-        that were not known alive before (a node that joined, or came back)."""
+        """Read the node table (blocking: call it in a thread); returns the nodes that
+        became eligible (one that joined, came back, or is no longer suspect)."""
         import ray
 
         rows = ray.nodes()
         names = [str(r.get("NodeName") or r.get("NodeManagerAddress")) for r in rows if r["Alive"]]
-        before = {n for n, info in self.nodes.items() if info.alive}
+        before = {n.node_id for n in self.eligible()}
         nodes = {}
         for row in rows:
             node_id = str(row["NodeID"])

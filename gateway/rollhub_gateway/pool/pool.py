@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,9 @@ from rollhub_gateway.pool.replica import Replica
 __all__ = ["GatewayPool"]
 
 log = logging.getLogger(__name__)
+
+#: seconds between looks at where Ray replicas run (placement = "ray")
+BALANCE_INTERVAL_S = 2.0
 
 
 class GatewayPool:
@@ -55,6 +59,7 @@ class GatewayPool:
         self._inited_ray = False
         self._broadcasts: set[asyncio.Task[Any]] = set()
         self._policy: tuple[Any, int] | None = None
+        self._balancer: asyncio.Task[None] | None = None
 
     def spec(self, index: int) -> dict[str, Any]:
         """What replica ``index`` is built from (its own journal file, a free port)."""
@@ -89,6 +94,8 @@ class GatewayPool:
         if failed:
             await self.close()
             raise failed[0]
+        if self.pool.placement == "ray" and self.pool.ray_spread:
+            self._balancer = asyncio.create_task(self._balance())
         log.info(
             "gateway pool: %d %s replica(s) at %s",
             len(self.replicas),
@@ -139,6 +146,32 @@ class GatewayPool:
             for i in range(self.pool.replicas)
         ]
 
+    async def _balance(self) -> None:
+        """Ray placement: when a node that may take replicas holds none while another holds
+        two or more (a node joined, or came back after its replicas were restarted
+        elsewhere), move one replica there, one at a time."""
+        from rollhub.runtimes.ray_nodes import NodeTable, in_daemon_thread
+
+        table = NodeTable(self.pool.ray_resources)
+        while True:
+            await asyncio.sleep(BALANCE_INTERVAL_S)
+            try:  # bounded: with the cluster's head gone, ray.nodes() blocks
+                await in_daemon_thread(table.refresh, 2.0)
+            except Exception as exc:
+                log.debug("reading ray's node table failed: %s", exc)
+                await asyncio.sleep(30.0)  # the blocked read is left to finish first
+                continue
+            nodes = {n.node_id for n in table.eligible()}
+            serving = [r for r in self.replicas if r.dead is None and not r.restarting]
+            counts = Counter(getattr(r, "node_id", None) for r in serving)
+            empty = sorted(n for n in nodes if not counts.get(n))
+            busiest = max((n for n in counts if n in nodes), key=counts.__getitem__, default=None)
+            if not empty or busiest is None or counts[busiest] < 2:
+                continue
+            mover = min((r for r in serving if getattr(r, "node_id", None) == busiest),
+                        key=lambda r: len(r.live))  # fmt: skip
+            await mover.move_to(empty[0])  # type: ignore[attr-defined]
+
     # Sessions -----------------------------------------------------------------------------
 
     async def open_session(self, session_id: str, policy: dict[str, Any] | None) -> dict[str, Any]:
@@ -181,7 +214,8 @@ class GatewayPool:
                 "where": r.where,
                 "url": r.url,
                 "dead": r.dead,
-                "restarts": max(0, r.starts - 1),
+                "restarts": max(0, r.starts - 1 - r.moves),
+                "moves": r.moves,
                 "live_sessions": len(r.live),
                 "sessions_lost": len(r.lost),
             }
@@ -289,6 +323,11 @@ class GatewayPool:
 
     async def close(self) -> None:
         """Stop every replica and the admin client (idempotent)."""
+        if self._balancer is not None:
+            self._balancer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._balancer
+            self._balancer = None
         for task in list(self._broadcasts):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

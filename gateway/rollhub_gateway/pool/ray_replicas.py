@@ -14,7 +14,9 @@ room, and served again there: a new address, so the sessions it held are lost (t
 agents hold the old one) and fail with :class:`~rollhub_gateway.pool.replica.ReplicaDied`
 naming the death; the hub runs their episodes again. :attr:`RayReplica.restarts_done`
 counts the restarts. A replica killed on purpose (``ray.kill``), or past its restarts,
-stays dead.
+stays dead. When a node joins (or comes back) while another node holds two or more
+replicas, the pool moves one there (:meth:`RayReplica.move_to`): it takes no new session,
+and once its sessions ended a new actor is placed on the node; nothing is lost.
 
 Ray is imported only when a pool with this placement starts.
 """
@@ -151,13 +153,7 @@ class RayReplica(Replica):
         :raises GatewayError: the actor failed or stayed silent past ``start_timeout_s``.
         """
         self._http = http
-        self.handle = self.remote_cls.options(
-            num_cpus=self.num_cpus,
-            resources=self.resources or None,
-            scheduling_strategy="SPREAD" if self.spread else "DEFAULT",
-            max_concurrency=ACTOR_CONCURRENCY,
-            max_restarts=self.restarts,
-        ).remote(self.spec)
+        self.handle = self._new_actor("SPREAD" if self.spread else "DEFAULT")
         try:
             info = await asyncio.wait_for(_await(self.handle.serve.remote()), self.start_timeout_s)
         except TimeoutError:
@@ -175,6 +171,51 @@ class RayReplica(Replica):
         self.mark_serving()
         self._watch = asyncio.create_task(self._watch_actor())
         log.info("%s serving at %s", self.name, self.url)
+
+    def _new_actor(self, strategy: Any) -> Any:
+        return self.remote_cls.options(
+            num_cpus=self.num_cpus,
+            resources=self.resources or None,
+            scheduling_strategy=strategy,
+            max_concurrency=ACTOR_CONCURRENCY,
+            max_restarts=max(0, self.restarts - self.restarts_done),
+        ).remote(self.spec)
+
+    async def move_to(self, node_id: str) -> bool:
+        """Serve from node ``node_id`` instead: take no new session, wait until the live
+        ones ended, then replace the actor by one placed there. Nothing is lost (a node
+        that came back gets its share of replicas again). Whether it moved.
+        """
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.draining = True
+        try:
+            while self.live and self.dead is None and not self._stopping:
+                await asyncio.sleep(0.2)
+            if self.dead is not None or self._stopping:
+                return False
+            self.mark_restarting()
+            old, where = self.handle, self.where
+            if self._watch is not None:
+                self._watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._watch
+            await _close_actor(old)
+            self.handle = self._new_actor(NodeAffinitySchedulingStrategy(node_id, soft=True))
+            info = await asyncio.wait_for(_await(self.handle.serve.remote()), self.start_timeout_s)
+            self._serving_at(info)
+            if self.on_restart is not None:
+                await self.on_restart(self)
+        except Exception as exc:
+            self.mark_dead(f"moving it to another node failed: {_short(exc)}")
+            return False
+        finally:
+            self.draining = False
+        self.moves += 1
+        self.mark_serving()
+        self._watch = asyncio.create_task(self._watch_actor())
+        log.info("gateway replica %d moved from %s to %s", self.index, where, self.where)
+        return True
 
     def _serving_at(self, info: dict[str, Any]) -> None:
         self.url, self.pid = info["url"], info["pid"]
@@ -257,10 +298,9 @@ class RayReplica(Replica):
 
         self._stopping = True
         handle, self.handle = self.handle, None
-        if handle is not None:
-            if self.dead is None and not self.restarting:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(_await(handle.close.remote()), STOP_GRACE_S)
+        if handle is not None and self.dead is None and not self.restarting:
+            await _close_actor(handle)
+        elif handle is not None:
             with contextlib.suppress(Exception):
                 ray.kill(handle, no_restart=True)
         if self._watch is not None and self._watch is not asyncio.current_task():
@@ -271,6 +311,16 @@ class RayReplica(Replica):
         if self.dead is None:
             self.dead = "stopped by the pool"
             self._serving.set()
+
+
+async def _close_actor(handle: Any) -> None:
+    """Close the gateway in the actor (bounded), then kill the actor for good."""
+    import ray
+
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(_await(handle.close.remote()), STOP_GRACE_S)
+    with contextlib.suppress(Exception):
+        ray.kill(handle, no_restart=True)
 
 
 def _gone_for_good(exc: BaseException) -> bool:

@@ -60,6 +60,10 @@ class Replica(ABC):
         self._http: Any = None
         #: true while a replica that died is being started again (see ProcessReplica)
         self.restarting = False
+        #: true while it finishes its sessions before moving to another node (Ray)
+        self.draining = False
+        #: times it was moved to another node (a restart that lost nothing)
+        self.moves = 0
         #: times it started serving (a restart counts)
         self.starts = 0
         #: sessions a restart did not bring back: the death that lost them, in words
