@@ -21,10 +21,13 @@ processes, not cores, so no scaling beyond what 2 cores allow can show here.
 
 Faults: a steady stream of groups while worker-1 and worker-2 are SIGKILLed in turn
 (their raylet; the node's ``ray start`` ends the rest), ``--kills`` times; after each kill
-the node is started again and rejoins before the next. Per kill: seconds from the kill to
-the first rollout running again elsewhere (its next session accepted by a live actor), to
-the last one, and to the dead node's gateway replica serving again (restarted by Ray on
-the live node); episodes that needed a new session; episodes lost (ended failed).
+the node is started again and the next kill waits until it has a rollout actor and a
+gateway replica again. Per kill: seconds from the kill to the first rollout running again
+elsewhere (its next session accepted by a live actor), to the last one, and to the dead
+node's gateway replica serving again (restarted by Ray on the live node); sessions run
+again; how long the node took to come back and to get its actor and replica back.
+Overall: episodes, those that needed a new session, those lost (ended failed),
+duplicates.
 """
 
 from __future__ import annotations
@@ -199,9 +202,11 @@ async def faults(cluster: Any, tokenizer: str, root: Path, kills: int, turns: in
                 "sessions_run_again": len(again),
             })  # fmt: skip
             await asyncio.to_thread(cluster.start_node, victim)
-            while "worker-1" not in runtime.placement() or "worker-2" not in runtime.placement():
+            t_up = time.monotonic()
+            while not balanced(runtime, pool):  # an actor and a replica moved back to it
                 await asyncio.sleep(0.2)
-            per_kill[-1]["rejoined_s"] = round(time.monotonic() - t_kill, 2)
+            per_kill[-1]["node_back_s"] = round(t_up - t_kill, 2)
+            per_kill[-1]["work_back_on_it_s"] = round(time.monotonic() - t_up, 2)
             print(json.dumps(per_kill[-1]), flush=True)
             await asyncio.sleep(2)
         stop.set()
@@ -223,6 +228,13 @@ async def faults(cluster: Any, tokenizer: str, root: Path, kills: int, turns: in
             k["replicas_serving_again_s"] for k in per_kill if k["replicas_serving_again_s"]
         ),
     }
+
+
+def balanced(runtime: Any, pool: Any) -> bool:
+    """One rollout actor and one gateway replica serving on each worker node."""
+    nodes = ["worker-1", "worker-2"]
+    replicas = [r for r in pool.replicas if not (r.restarting or r.draining or r.dead)]
+    return sorted(runtime.placement()) == nodes and sorted(r.node for r in replicas) == nodes
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:

@@ -300,7 +300,7 @@ class AsyncHub:
                 )  # fmt: skip
                 if retry is None:
                     break
-                request = retry
+                request, episode.status = retry, "infra_error"  # until the next outcome
                 await self._open_capture(request)
                 capture_open = True
         except asyncio.CancelledError:

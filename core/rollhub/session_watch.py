@@ -203,29 +203,37 @@ class SessionWatch:
                 self._signals.pop(key, None)
 
     async def _new_session(self, fut: Any, cause: str) -> bool:
-        """Move ``fut`` to a new session after an infrastructure fault; False: none left."""
-        if len(fut.dead_sessions) + 1 >= self._session_attempts:
-            return False
-        old = fut.request
-        old_sid = old.rollout.session_id
-        fut.dead_sessions.append({"session_id": old_sid, "cause": cause})
-        self.stats["resubmitted"] += 1
-        # a session reported lost may still be running somewhere: it must not write later
-        self._in_background(self._runtime.cancel(old_sid))
-        k = len(fut.dead_sessions)
-        new = next_session(old, fut.dead_sessions)
-        log.info("session %s: %s; trying again as %s", old_sid, cause, new.rollout.session_id)
-        await asyncio.sleep(_SESSION_BACKOFF.delay(k - 1))
-        if self._on_new_session is not None:
-            await self._on_new_session(old, new)
-        loop = asyncio.get_running_loop()
-        self._live.pop(old_sid, None)
-        self._signals.pop(old_sid, None)
-        fut.request, fut.session_id = new, new.rollout.session_id
-        fut.result_key, fut.receipt = new.rollout.result_key, None
-        self._live[fut.session_id] = fut
-        self._signals[fut.session_id] = loop.create_future()
-        return True
+        """Move ``fut`` to a new session after an infrastructure fault; False: none left.
+
+        A new session whose capture session cannot be opened (``on_new_session`` fails,
+        say while no gateway replica can take one) is lost as well, and the next is tried.
+        """
+        while len(fut.dead_sessions) + 1 < self._session_attempts:
+            old = fut.request
+            old_sid = old.rollout.session_id
+            fut.dead_sessions.append({"session_id": old_sid, "cause": cause})
+            self.stats["resubmitted"] += 1
+            # a session reported lost may still be running somewhere: it must not write later
+            self._in_background(self._runtime.cancel(old_sid))
+            k = len(fut.dead_sessions)
+            new = next_session(old, fut.dead_sessions)
+            log.info("session %s: %s; trying again as %s", old_sid, cause, new.rollout.session_id)
+            await asyncio.sleep(_SESSION_BACKOFF.delay(k - 1))
+            self._live.pop(old_sid, None)
+            self._signals.pop(old_sid, None)
+            fut.request, fut.session_id = new, new.rollout.session_id
+            fut.result_key, fut.receipt = new.rollout.result_key, None
+            self._live[fut.session_id] = fut
+            self._signals[fut.session_id] = asyncio.get_running_loop().create_future()
+            if self._on_new_session is None:
+                return True
+            try:
+                await self._on_new_session(old, new)
+                return True
+            except Exception as exc:
+                cause = f"no capture session could be opened for it: {type(exc).__name__}: {exc}"
+                log.warning("session %s: %s", fut.session_id, cause)
+        return False
 
     async def _submit_with_retries(self, fut: Any) -> None:
         """Submit ``fut``'s request, retrying transient errors.

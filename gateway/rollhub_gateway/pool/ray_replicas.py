@@ -237,11 +237,17 @@ class RayReplica(Replica):
     async def _restarted(self, cause: str) -> bool:
         """Wait for Ray's restart of the actor and serve again; whether it serves.
 
-        Every session it held is lost: its agents call the old address.
+        Every session it held is lost at once: its agents call the old address.
         """
         self.mark_restarting()
         noticed, old = time.monotonic(), self.name
         self.deaths.append(f"{old} died ({cause})")
+        # whatever the restart brings, its sessions are lost (a new actor has a new
+        # address): say so at once, so their episodes run again without waiting for it
+        why = f"{old} died ({cause}); a restarted Ray replica serves at a new address"
+        for sid in list(self.live):
+            self.lost[sid] = why
+            self.live.pop(sid)
         log.warning("%s died (%s); waiting for Ray to restart it", old, cause)
         deadline = noticed + self.start_timeout_s
         info: dict[str, Any] | None = None
@@ -262,10 +268,6 @@ class RayReplica(Replica):
             return False
         self._serving_at(info)
         self.restarts_done += 1
-        why = f"{old} died ({cause}); Ray restarted it as {self.name} at {self.url}"
-        for sid in list(self.live):
-            self.lost[sid] = why
-            self.live.pop(sid)
         if self.on_restart is not None:
             try:
                 await self.on_restart(self)

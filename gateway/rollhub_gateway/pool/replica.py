@@ -152,7 +152,7 @@ class Replica(ABC):
             # A refused or cut connection is usually the replica dying: give the watcher a
             # moment to learn the exit status, so the error says what happened; a replica
             # being restarted gets the call again once it serves.
-            await self._await_fate()
+            await self._await_fate(session_id)
             if self.dead is None and self.starts > starts:
                 return await self.call(
                     method, path, json=json, session_id=session_id, missing_ok=missing_ok
@@ -164,21 +164,23 @@ class Replica(ABC):
                 session_id=session_id,
             ) from exc
 
-    async def _await_fate(self) -> None:
+    async def _await_fate(self, session_id: str | None = None) -> None:
         """After a failed call: wait up to :data:`DEATH_GRACE_S` for the watcher to say the
-        replica died or is restarting, and for a restart to finish."""
+        replica died or is restarting, and for a restart to finish (unless the call's
+        session is lost whatever the restart brings: nothing to wait for then)."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(DEATH_GRACE_S):
                 while self.dead is None and not self.restarting:
                     await asyncio.sleep(0.05)
+        if session_id is not None and session_id in self.lost:
+            return
         if asyncio.current_task() is not self._restarter:
             await self._serving.wait()
 
     def _raise_if_dead(self, session_id: str | None) -> None:
         if session_id is not None and session_id in self.lost:
             raise ReplicaDied(
-                f"{self.lost[session_id]}; started again without session {session_id!r}, "
-                "which is lost",
+                f"{self.lost[session_id]}; session {session_id!r} is lost",
                 replica=self.index,
                 cause=self.lost[session_id],
                 session_id=session_id,
