@@ -41,6 +41,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rollhub.errors import ConfigError
+from rollhub.sessions.config import SessionsConfig
 from rollhub.validation import explain, first_loc
 
 __all__ = [
@@ -224,6 +225,11 @@ class EvalConfig(_Strict):
     n_samples: int = Field(4, ge=1, description="samples per prompt (pass@k uses k = n)")
     before_training: bool = Field(True, description="a training run scores the base policy")
     after_training: bool = Field(True, description="a training run scores its final policy")
+    split_field: str | None = Field(
+        "split",
+        description="payload field naming each prompt's split; reports give figures per "
+        "split (None: no splits)",
+    )
 
 
 class LoggingConfig(_Strict):
@@ -263,6 +269,8 @@ class RollhubConfig(_Strict):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
+    #: bounds of rollouts run as sessions (runtimes that offer them: ``a2a``)
+    sessions: SessionsConfig = Field(default_factory=SessionsConfig)
 
     #: directory relative paths in the file are resolved against (set by the loader).
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)

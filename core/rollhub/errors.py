@@ -12,7 +12,8 @@ The tree::
     │   ├── TokenRetrievalError              traces could not be read from the token source
     │   │   └── CaptureLost                  the capture session went with the infrastructure
     │   ├── RewardError                      a reward hook failed or returned bad values
-    │   └── RolloutTimeout (+TimeoutError)   no result within the deadline
+    │   ├── RolloutTimeout (+TimeoutError)   no result within the deadline
+    │   └── SessionError                     a rollout session's setup, run or teardown failed
     ├── ClusterLost                          the runtime's cluster is gone (its head died)
     ├── StoreError                           a result store could not read or write
     ├── ExportError                          episodes could not be written to an export file
@@ -40,6 +41,7 @@ __all__ = [
     "RollhubError",
     "RolloutFailed",
     "RolloutTimeout",
+    "SessionError",
     "StoreError",
     "SubmissionError",
     "TokenRetrievalError",
@@ -122,6 +124,20 @@ class RewardError(RolloutFailed):
 
 class RolloutTimeout(RolloutFailed, TimeoutError):
     """No terminal result arrived before the deadline."""
+
+
+class SessionError(RolloutFailed):
+    """A rollout session failed outside the agent: its ``phase`` (``setup``, ``run`` or
+    ``shutdown``) and whether a new session may succeed (``transient``: the container did
+    not start, the transport broke)."""
+
+    phase: str
+    transient: bool
+
+    def __init__(
+        self, message: str = "", *, phase: str = "run", transient: bool = False, **context: Any
+    ) -> None:
+        super().__init__(message, phase=phase, transient=transient, **context)
 
 
 class ClusterLost(RollhubError):

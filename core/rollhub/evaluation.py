@@ -16,6 +16,7 @@ from typing import Any
 
 from rollhub.episode import Episode, pass_at_k
 from rollhub.hub_view import HubView
+from rollhub.intervals import bootstrap_mean, wilson
 
 __all__ = ["EvalReport", "evaluate", "summarize_episodes"]
 
@@ -26,7 +27,13 @@ class EvalReport:
 
     :param label: what was evaluated ("base", "step 12", a checkpoint path, a model name).
     :param k: the samples per prompt; ``pass_at_k`` is pass@k for this k.
+    :param pass_at_1_ci: the 95% Wilson interval of pass@1 over every sample scored.
+    :param reward_mean_ci: the 95% bootstrap interval of the mean reward, resampling prompts.
     :param failures: episodes that did not end ``ok``, counted by cause (status, error type).
+    :param splits: the same figures per split (the prompts' ``[eval] split_field``), when
+        the prompts carry one.
+    :param by_prompt: per prompt: its split, which samples solved it (1/0, a failed episode
+        0) and the rewards of its ``ok`` episodes (what ``rollhub compare`` pairs runs by).
     """
 
     label: str
@@ -41,47 +48,84 @@ class EvalReport:
     failures: dict[str, int] = field(default_factory=dict)
     weight_version: int | None = None
     elapsed_s: float = 0.0
+    pass_at_1_ci: tuple[float, float] = (0.0, 1.0)
+    reward_mean_ci: tuple[float, float] | None = None
+    splits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    by_prompt: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready."""
         return asdict(self)
 
 
-def summarize_episodes(
-    label: str, by_prompt: Mapping[str, Sequence[Episode]], k: int,
-    weight_version: int | None = None, elapsed_s: float = 0.0, success_threshold: float = 1.0,
-) -> EvalReport:
-    """The report of finished episodes grouped by prompt (a failed episode counts as not
-    solved, so pass@k never rises by dropping failures)."""
+def _figures(
+    by_prompt: Mapping[str, Sequence[Episode]], k: int, success_threshold: float
+) -> dict[str, Any]:
+    """Every figure of a report over these prompts (a failed episode counts as not solved,
+    so pass@k never rises by dropping failures)."""
     episodes = [e for group in by_prompt.values() for e in group]
     ok = [e for e in episodes if e.ok]
     solved = {key: sum(e.solved(success_threshold) for e in g) for key, g in by_prompt.items()}
     p1 = [pass_at_k(len(g), solved[key], 1) for key, g in by_prompt.items() if g]
     pk = [pass_at_k(len(g), solved[key], min(k, len(g))) for key, g in by_prompt.items() if g]
-    rewards = [float(e.reward) for e in ok if e.reward is not None]
+    rewards = [[float(e.reward) for e in g if e.ok and e.reward is not None]
+               for g in by_prompt.values()]
+    flat = [r for g in rewards for r in g]
     failures = Counter(
         f"{e.status}:{e.error.type}" if e.error else str(e.status) for e in episodes if not e.ok
     )
+    lo, hi = wilson(sum(solved.values()), len(episodes))
+    reward_ci = bootstrap_mean(rewards) if flat else None
+    return {
+        "prompts": len(by_prompt),
+        "samples": len(episodes),
+        "pass_at_1": round(sum(p1) / len(p1), 4) if p1 else 0.0,
+        "pass_at_1_ci": (round(lo, 4), round(hi, 4)),
+        "pass_at_k": round(sum(pk) / len(pk), 4) if pk else 0.0,
+        "reward_mean": round(sum(flat) / len(flat), 4) if flat else None,
+        "reward_mean_ci": (round(reward_ci[0], 4), round(reward_ci[1], 4)) if reward_ci else None,
+        "tool_call_rate": round(sum(e.num_tool_call_turns > 0 for e in ok) / len(ok), 4)
+        if ok else 0.0,
+        "turns_mean": round(sum(e.num_turns for e in ok) / len(ok), 3) if ok else 0.0,
+        "failures": dict(failures),
+    }
+
+
+def summarize_episodes(
+    label: str, by_prompt: Mapping[str, Sequence[Episode]], k: int,
+    weight_version: int | None = None, elapsed_s: float = 0.0, success_threshold: float = 1.0,
+    split_field: str | None = "split",
+) -> EvalReport:
+    """The report of finished episodes grouped by prompt, with per-split figures when the
+    prompts' payloads carry ``split_field``."""
+    split_of = {
+        key: str(g[0].payload.get(split_field)) if g and split_field
+        and g[0].payload.get(split_field) is not None else None
+        for key, g in by_prompt.items()
+    }
+    splits = {}
+    for name in sorted({s for s in split_of.values() if s is not None}):
+        part = {key: g for key, g in by_prompt.items() if split_of[key] == name}
+        splits[name] = _figures(part, k, success_threshold)
+    detail = {
+        key: {
+            "split": split_of[key],
+            "solved": [int(e.solved(success_threshold)) for e in g],
+            "rewards": [float(e.reward) for e in g if e.ok and e.reward is not None],
+        }
+        for key, g in by_prompt.items()
+    }
     return EvalReport(
-        label=label,
-        prompts=len(by_prompt),
-        samples=len(episodes),
-        k=k,
-        pass_at_1=round(sum(p1) / len(p1), 4) if p1 else 0.0,
-        pass_at_k=round(sum(pk) / len(pk), 4) if pk else 0.0,
-        reward_mean=round(sum(rewards) / len(rewards), 4) if rewards else None,
-        tool_call_rate=round(sum(e.num_tool_call_turns > 0 for e in ok) / len(ok), 4) if ok else 0.0,
-        turns_mean=round(sum(e.num_turns for e in ok) / len(ok), 3) if ok else 0.0,
-        failures=dict(failures),
-        weight_version=weight_version,
-        elapsed_s=round(elapsed_s, 2),
+        label=label, k=k, weight_version=weight_version, elapsed_s=round(elapsed_s, 2),
+        splits=splits, by_prompt=detail, **_figures(by_prompt, k, success_threshold),
     )
 
 
 async def evaluate(
     hub: HubView, payloads: Sequence[Mapping[str, Any]], n: int, *, label: str
 ) -> EvalReport:
-    """Run ``n`` samples of every prompt through ``hub`` and score them."""
+    """Run ``n`` samples of every prompt through ``hub`` and score them (per split, by
+    ``[eval] split_field``)."""
     t0 = time.monotonic()
     by_prompt: dict[str, list[Episode]] = {}
     async for group in hub.iter_groups(payloads, n):
@@ -89,4 +133,5 @@ async def evaluate(
     return summarize_episodes(
         label, by_prompt, n, hub.weight_version, time.monotonic() - t0,
         success_threshold=hub.config.rewards.success_threshold,
+        split_field=hub.config.eval.split_field,
     )

@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import SecretStr
-
 from rollhub.attempts import end_attempt, next_attempt, note_close_error, take_outcome, time_left
 from rollhub.client import AsyncRolloutClient
 from rollhub.components import build_component, component_context, open_config_store
@@ -41,11 +39,13 @@ from rollhub.hook_calls import call_all, call_first
 from rollhub.plugin_settings import check_config
 from rollhub.plugins import PluginHost, build_host
 from rollhub.rewards import apply_failure_policy, merge_reward_components
-from rollhub.rollout import RolloutConfig, RolloutRequest, SubmitReceipt
+from rollhub.rollout import RolloutRequest, SubmitReceipt
 from rollhub.runtime import Runtime
+from rollhub.seeding import EpisodeSeeds, session_sampling
+from rollhub.sessions.episodes import SessionEpisodes
 from rollhub.staleness import StalenessGate
 from rollhub.stores.base import ResultStore
-from rollhub.tokens import CaptureSession, TokenSource
+from rollhub.tokens import TokenSource
 from rollhub.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,7 @@ class AsyncHub:
         self._gate = StalenessGate(config.experiment.max_staleness)
         self._slots = asyncio.Semaphore(config.experiment.concurrency)
         self._started = False
+        self._seeds = EpisodeSeeds(config.experiment.seed)
         self.stats: dict[str, Any] = {}
 
     # Components ----------------------------------------------------------------------------
@@ -250,6 +251,7 @@ class AsyncHub:
         request = self._request(payload, group_id, index)
         request.rollout.sampling.update(sampling or {})
         sid = request.rollout.session_id
+        seed = self._seeds.assign(request, group_id, index)
         async with self._slots:
             await self._gate.wait_to_submit()
             version = self.weight_version
@@ -259,6 +261,7 @@ class AsyncHub:
             self._gate.enter(sid, version)
             try:
                 episode = await self._run_admitted(request, version)
+                episode.metrics["sampling_seed"] = seed
             finally:
                 self._gate.leave(sid)
         if self.runtime.failure is not None:  # its cluster is gone: the run cannot go on
@@ -283,10 +286,7 @@ class AsyncHub:
             await self._open_capture(request)
             capture_open = True
             while True:
-                future = await self.client.submit_request_async(
-                    request, timeout=time_left(request, self.config.experiment.timeout_s)
-                )
-                outcome = await future.result_async()
+                outcome = await self._outcome(request, episode)
                 take_outcome(episode, outcome)
                 capture_open, lost = await end_attempt(
                     episode, self.token_source, self._retrieve, self._reward
@@ -322,8 +322,16 @@ class AsyncHub:
         return episode
 
     async def _open_capture(self, request: RolloutRequest) -> None:
-        r = request.rollout
-        _fill_capture(r, await self.token_source.open_session(r.session_id, sampling=r.sampling))
+        sid, sampling = request.rollout.session_id, session_sampling(request)
+        (await self.token_source.open_session(sid, sampling=sampling)).apply_to(request.rollout)
+
+    async def _outcome(self, request: RolloutRequest, episode: Episode) -> Any:
+        if (sessions := SessionEpisodes.for_hub(self)) is not None:  # setup → run → teardown
+            return await sessions.run(request, episode)
+        future = await self.client.submit_request_async(
+            request, timeout=time_left(request, self.config.experiment.timeout_s)
+        )
+        return await future.result_async()
 
     async def _new_capture(self, old: RolloutRequest, new: RolloutRequest) -> None:
         """A rollout goes to a new runtime session: its old capture session (the dead
@@ -333,9 +341,9 @@ class AsyncHub:
         except Exception as exc:  # the new attempt must not wait on the old one's cleanup
             log.warning("dropping capture session %s failed: %s", old.rollout.session_id, exc)
         capture = await self.token_source.open_session(
-            new.rollout.session_id, sampling=new.rollout.sampling
+            new.rollout.session_id, sampling=session_sampling(new, old)
         )
-        _fill_capture(new.rollout, capture)
+        capture.apply_to(new.rollout)
 
     async def _close_capture(self, episode: Episode) -> None:
         try:
@@ -439,12 +447,3 @@ def group_id_of(payload: Mapping[str, Any], id_field: str) -> str:
             f"stable id so its samples form one group and reruns can resume"
         )
     return str(value)
-
-
-def _fill_capture(rollout: RolloutConfig, capture: CaptureSession) -> None:
-    if capture.base_url is not None:
-        rollout.base_url = capture.base_url
-    if capture.api_key is not None:
-        rollout.api_key = SecretStr(capture.api_key)
-    if capture.model_id is not None:
-        rollout.model_id = capture.model_id

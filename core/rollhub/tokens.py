@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from rollhub.trace import TraceRecord
+
+if TYPE_CHECKING:
+    from rollhub.rollout import RolloutConfig
 
 __all__ = ["CaptureSession", "NoTokenSource", "TokenSource", "TokenSourceOptions"]
 
@@ -33,6 +36,15 @@ class CaptureSession:
     api_key: str | None
     model_id: str | None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def apply_to(self, rollout: RolloutConfig) -> None:
+        """Point a rollout's model endpoint at this session (what the agent will call)."""
+        if self.base_url is not None:
+            rollout.base_url = self.base_url
+        if self.api_key is not None:
+            rollout.api_key = SecretStr(self.api_key)
+        if self.model_id is not None:
+            rollout.model_id = self.model_id
 
 
 class TokenSource(ABC):

@@ -14,6 +14,7 @@ from typing import Any
 
 from rollhub.errors import GatewayError
 from rollhub.sampling import SamplingParams, TurnContext
+from rollhub.seeding import turn_seed
 
 from rollhub_gateway.config import SessionPolicy
 from rollhub_gateway.protocols.base import RequestedSampling, WireError, WireRequest
@@ -136,6 +137,11 @@ class TurnPlanner:
             prompt_len=len(prepared.prompt_ids),
             context_window=getattr(self.chat_model, "context_window", None),
         )
+        from_policy = request.sampling.seed is None or "seed" in policy.pinned
+        if params.seed is not None and from_policy:
+            # the session's seed (a run's [experiment] seed): each turn its own draw, the
+            # same in every run; a seed the agent sent is the agent's and used as it is
+            params = dataclasses.replace(params, seed=turn_seed(params.seed, prepared.turn_index))
         top = request.options.get("top_logprobs") or 0
         if top:
             # engines that can report alternatives read this (vLLM, SGLang); others ignore it

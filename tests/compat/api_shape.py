@@ -15,9 +15,9 @@ import json
 import sys
 from typing import Any
 
-#: Top-level names of upstream's that rollhub.compat does not offer (see the migration
-#: guide): the runtime HTTP-lifecycle API, a different protocol from rollouts.
-NOT_OFFERED = ("AgentCoreRuntimeApp", "AgentCoreHttpClient", "InvocationHandle", "InvocationError")
+#: Top-level names of upstream's that rollhub.compat does not offer (each with its reason
+#: in the migration guide): none left.
+NOT_OFFERED: tuple[str, ...] = ()
 #: Public names upstream users import from submodules rather than the top level.
 EXTRA = {"RolloutConfig": "agentcore_rl_toolkit.app"}
 

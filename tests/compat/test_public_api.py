@@ -15,11 +15,17 @@ from tests.compat.upstream_venv import upstream_python
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "migrating-from-agentcore-rl-toolkit.md"
 # Keyword options rollhub's app adds (RolloutApp's); upstream's app takes none.
 # Members not offered, each with its reason in the migration guide.
-MEMBERS_NOT_OFFERED = {("AgentCoreRLApp", "websocket")}
+MEMBERS_NOT_OFFERED = {("AgentCoreRLApp", "websocket"), ("AgentCoreRuntimeApp", "websocket")}
 EXTENSIONS = {("AgentCoreRLApp", "__init__"): [["options", "VAR_KEYWORD", None]]}
+# Keyword options 0.2.0 added to these classes (rollhub.compat takes 0.2.0's signature).
+EXTENSIONS_014 = {
+    ("AgentCoreRuntimeApp", "__init__"): [["background", "KEYWORD_ONLY", "False"]],
+    ("AgentCoreHttpClient", "__init__"): [["aws_client", "KEYWORD_ONLY", "None"]],
+}
 
 
-def _compare(upstream: dict, compat: dict) -> list[str]:
+def _compare(upstream: dict, compat: dict, extensions: dict | None = None) -> list[str]:
+    extensions = {**EXTENSIONS, **(extensions or {})}
     problems = []
     for name, members in upstream.items():
         mine = compat.get(name)
@@ -34,7 +40,7 @@ def _compare(upstream: dict, compat: dict) -> list[str]:
                 problems.append(f"{name}.{member}: missing")
                 continue
             if isinstance(shape, list) and isinstance(have, list):
-                have = [p for p in have if p not in EXTENSIONS.get((name, member), [])]
+                have = [p for p in have if p not in extensions.get((name, member), [])]
             if have != shape:
                 problems.append(f"{name}.{member}: upstream {shape} != compat {have}")
     return problems
@@ -67,7 +73,7 @@ def test_every_name_with_upstreams_signatures_014(python014: str) -> None:
     out = json.loads(done.stdout)
     assert set(out["shape"]) == (set(out["all"]) - set(NOT_OFFERED)) | set(EXTRA)
     assert all(out["shape"].values())
-    assert _compare(out["shape"], describe("rollhub.compat")) == []
+    assert _compare(out["shape"], describe("rollhub.compat"), EXTENSIONS_014) == []
 
 
 def test_names_not_offered_are_in_the_guide_with_a_reason() -> None:

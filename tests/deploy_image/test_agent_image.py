@@ -125,15 +125,24 @@ def _dependency_wheels(context: Path, arch: str) -> None:
             shutil.copy(wheel, wheels / wheel.name)
 
 
-def build_agent_image(engine: Podman, arch: str, workdir: Path) -> tuple[str, float]:
-    """(tag, build seconds): the agent's image for ``arch``, built only when not there yet."""
+def build_agent_image(
+    engine: Podman,
+    arch: str,
+    workdir: Path,
+    *,
+    agent_dir: Path = AGENT_DIR,
+    app: str = "agent.py:app",
+    name: str = "rollhub-test-agent",
+) -> tuple[str, float]:
+    """(tag, build seconds): the image of the agent project ``agent_dir`` for ``arch``,
+    built only when not there yet."""
     base = base_image(engine, arch, workdir)
-    context = workdir / f"agent-{arch}"
-    shutil.copytree(AGENT_DIR, context)
-    argv = ["deploy", "init", "--project", str(context), "--app", "agent.py:app"]
+    context = workdir / f"{name}-{arch}"
+    shutil.copytree(agent_dir, context)
+    argv = ["deploy", "init", "--project", str(context), "--app", app]
     assert cli.main([*argv, "--python", PYTHON]) == 0
     _dependency_wheels(context, arch)
-    tag = f"localhost/rollhub-test-agent:{arch}-{context_digest(context)}"
+    tag = f"localhost/{name}:{arch}-{context_digest(context)}"
     if engine.image_exists(tag):
         return tag, 0.0
     platform = ARCHES[arch][0]

@@ -118,6 +118,8 @@ class RolloutApp(HealthState, Starlette):
             callback_hosts=callback_hosts,
         )
         self._rollout_handler: Callable[..., Any] | None = None
+        #: the ``@app.rollout_setup`` handler (sessions only), None when there is none
+        self.rollout_setup_handler: Callable[..., Any] | None = None
         self._init_health()
         self._registry = registry
         self._store_options = dict(store_options or {})
@@ -152,6 +154,13 @@ class RolloutApp(HealthState, Starlette):
         """
         self._rollout_handler = func
         self._attach_run(func)
+        return func
+
+    def rollout_setup(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """Register what prepares a rollout's environment before it runs, when rollouts run
+        as sessions (served over A2A: :mod:`rollhub.a2a`): same arguments as the rollout
+        handler; raise to fail the setup."""
+        self.rollout_setup_handler = func
         return func
 
     def entrypoint(self, func: Callable[..., Any]) -> Callable[..., Any]:

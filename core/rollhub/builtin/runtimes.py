@@ -1,6 +1,6 @@
-"""Registers the core's built-in runtimes: ``local``, ``agentcore`` and ``ray``.
+"""Registers the core's built-in runtimes: ``local``, ``agentcore``, ``ray`` and ``a2a``.
 
-Only the classes are imported; boto3 and ray are imported when a runtime is built.
+Only the classes are imported; boto3, ray and a2a-sdk are imported when a runtime is built.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from rollhub.registry import ComponentRegistry
 
 @hookimpl
 def rollhub_register_components(registry: ComponentRegistry) -> None:
-    """Add the local, agentcore and ray runtimes."""
+    """Add the local, agentcore, ray and a2a runtimes."""
+    from rollhub.runtimes.a2a import A2ARuntime
     from rollhub.runtimes.agentcore import AgentCoreRuntime
     from rollhub.runtimes.local import LocalRuntime
     from rollhub.runtimes.ray import RayRuntime
@@ -19,3 +20,4 @@ def rollhub_register_components(registry: ComponentRegistry) -> None:
     registry.add_runtime(LocalRuntime)
     registry.add_runtime(AgentCoreRuntime)
     registry.add_runtime(RayRuntime)
+    registry.add_runtime(A2ARuntime)

@@ -14,6 +14,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("rollhub.commands.config", "check a rollhub.toml"),
     "run": ("rollhub.commands.run", "run an experiment or a training run"),
     "eval": ("rollhub.commands.eval", "score a policy (base, checkpoint, endpoint) on held-out prompts"),
+    "compare": ("rollhub.commands.compare", "training runs side by side and against a control, with intervals"),
     "export": ("rollhub.commands.export", "convert exported episodes between Parquet and JSONL"),
     "deploy": ("rollhub.commands.deploy", "ship an agent or a sandbox image to AgentCore Runtime"),
 }

@@ -103,9 +103,9 @@ def evaluated_config(cfg: RollhubConfig, args: argparse.Namespace) -> tuple[Roll
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; return the exit code."""
     from rich.console import Console
-    from rich.table import Table
 
     from rollhub.commands.checks import check_run_config, load_held_out
+    from rollhub.manifest import build_manifest
 
     cfg, label = evaluated_config(load_config(args.config), args)
     host = check_run_config(cfg)
@@ -118,17 +118,40 @@ def run(args: argparse.Namespace) -> int:
     else:
         out = cfg.path(cfg.experiment.output_dir) / f"eval-{time.strftime('%Y%m%d-%H%M%S')}.json"
     report = asyncio.run(_evaluate(cfg, host, payloads, label, out.parent))
-    table = Table(title=f"eval: {label}")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key, value in report.items():
-        table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
-    Console().print(table)
+    report["manifest"] = build_manifest(cfg, config_file=args.config)
+    Console().print(report_table(report))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
     print(f"\nreport: {out}")
     failed = sum(report["failures"].values())
     return 1 if report["samples"] and failed == report["samples"] else 0
+
+
+def report_table(report: dict[str, Any]) -> Any:
+    """The printed form of an eval report: its figures with 95% intervals, then a row per
+    split."""
+    from rich.table import Table
+
+    def ci(figures: dict[str, Any], key: str) -> str:
+        value, bounds = figures.get(key), figures.get(f"{key}_ci")
+        if value is None:
+            return "-"
+        return f"{value:.3f} [{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else f"{value:.3f}"
+
+    table = Table(title=f"eval: {report['label']}  (95% intervals: Wilson for pass@1, "
+                  "bootstrap over prompts for reward)")
+    for name in ("split", "prompts", "samples", "pass@1", f"pass@{report['k']}", "reward",
+                 "tool-call rate", "failures"):
+        table.add_column(name, justify="left" if name in ("split", "failures") else "right")
+    rows = [("all", report), *sorted(report.get("splits", {}).items())]
+    for name, figures in rows:
+        failures = ", ".join(f"{k}={v}" for k, v in figures.get("failures", {}).items())
+        table.add_row(
+            name, str(figures["prompts"]), str(figures["samples"]), ci(figures, "pass_at_1"),
+            f"{figures['pass_at_k']:.3f}", ci(figures, "reward_mean"),
+            f"{figures['tool_call_rate']:.3f}", failures or "-",
+        )
+    return table
 
 
 async def _evaluate(

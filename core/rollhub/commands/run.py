@@ -9,18 +9,17 @@ With a trainer that trains (``tinker``, a user's own): runs the core's training 
 (:mod:`rollhub.training.loop`) and leaves ``metrics.jsonl``, ``training.png`` and
 ``checkpoints/``; ``rollhub run --resume RUN_DIR`` continues from the last checkpoint.
 
-Both write ``config.json`` (the resolved config), a copy of the config file and
-``run.json`` (where the config came from, for ``--resume``).
+Both write ``config.json`` (the resolved config), a copy of the config file,
+``run.json`` (where the config came from, for ``--resume``) and ``manifest.json`` (the
+code, versions and machine that produced the run; see :mod:`rollhub.run_dir`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -33,9 +32,11 @@ from rollhub.config import RollhubConfig, load_config
 from rollhub.episode import Episode
 from rollhub.errors import ClusterLost, UsageError
 from rollhub.hub import AsyncHub
+from rollhub.manifest import build_manifest
 from rollhub.markers import hookimpl
 from rollhub.plugins import PluginHost
 from rollhub.registry import build_options
+from rollhub.run_dir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -74,18 +75,15 @@ def run(args: argparse.Namespace) -> int:
     _configure_logging(cfg, getattr(args, "log_level", None))
     host = check_run_config(cfg)
     payloads = load_payloads(cfg)
+    manifest = build_manifest(cfg, config_file=config_path)
     if args.resume:
-        run_dir = Path(args.resume)
+        layout = RunDir(args.resume)
+        layout.record_resume(manifest)
     else:
-        run_dir = Path(args.run_dir) if args.run_dir else _new_run_dir(cfg)
-        _make_run_dir(run_dir, "--run-dir" if args.run_dir else "experiment.output_dir")
-        shutil.copyfile(config_path, run_dir / "rollhub.toml")
-        (run_dir / "config.json").write_text(
-            json.dumps(cfg.to_toml_dict(), indent=2, sort_keys=True)
-        )
-        (run_dir / "run.json").write_text(
-            json.dumps({"config": str(Path(config_path).resolve())}, indent=2)
-        )
+        layout = RunDir(args.run_dir if args.run_dir else _new_run_dir(cfg))
+        layout.create(field="--run-dir" if args.run_dir else "experiment.output_dir")
+        layout.write_start(config_path, cfg.to_toml_dict(), manifest)
+    run_dir = layout.path
     _share_plugin_modules(cfg)
     outputs: dict[str, Any] = {}
     try:
@@ -96,16 +94,7 @@ def run(args: argparse.Namespace) -> int:
         raise ClusterLost(f"{exc} Then: rollhub run --resume {run_dir}", **exc.context) from exc
     print(f"\nrun directory: {run_dir}")
     listed = set()
-    for name in (
-        "episodes.parquet",
-        "episodes.jsonl",
-        "summary.json",
-        "plots.png",
-        "metrics.jsonl",
-        "training.png",
-        "eval.json",
-        "checkpoints",
-    ):
+    for name in RunDir.OUTPUTS:
         if (run_dir / name).exists():
             listed.add(str((run_dir / name).resolve()))
             print(f"  {name:<17} {run_dir / name}")
@@ -155,16 +144,6 @@ def _apply_overrides(cfg: RollhubConfig, args: argparse.Namespace) -> None:
         cfg.experiment.progress = False
 
 
-def _make_run_dir(run_dir: Path, field: str) -> None:
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(
-            f"{field}: cannot create the run directory {str(run_dir)!r}: "
-            f"{exc.strerror or exc}; choose a writable path"
-        ) from None
-
-
 def _share_plugin_modules(cfg: RollhubConfig) -> None:
     """Agent workers this process starts load the same ``[plugins] modules`` as the hub."""
     if not cfg.plugins.modules:
@@ -194,16 +173,7 @@ def _config_path(args: argparse.Namespace) -> str:
     run_dir = Path(args.resume)
     if not run_dir.is_dir():
         raise UsageError(f"--resume {run_dir}: no such run directory")
-    try:
-        return json.loads((run_dir / "run.json").read_text())["config"]
-    except (OSError, ValueError, KeyError):
-        copy = run_dir / "rollhub.toml"
-        if copy.exists():
-            return str(copy)
-        raise UsageError(
-            f"--resume {run_dir}: cannot tell which config started this run; pass it: "
-            f"rollhub run CONFIG --resume {run_dir}"
-        ) from None
+    return RunDir(run_dir).config_source()
 
 
 async def run_experiment(

@@ -12,14 +12,25 @@ invocation to a local agent app (any server speaking the AgentCore Runtime contr
   ``InternalServerException``, other ``RuntimeClientError`` 424) whose message carries the
   app's status and body.
 - ``POST /runtimes/{agentRuntimeArn}/commands`` (InvokeAgentRuntimeCommand), only when
-  built with ``commands_dir``: runs the command on this machine for a session this plane
-  has seen and answers the event stream the model defines
+  built with ``commands_dir``: runs the command on this machine (starting the session, as a
+  command does on AgentCore) and answers the event stream the model defines
   (:mod:`rollhub.compat.agentcore_commands`). This is what the sandbox's ``agentcore``
   provider uses, next to the rollhub shim served as the runtime's app.
 - ``POST /runtimes/{agentRuntimeArn}/stopruntimesession`` (StopRuntimeSession): ends a
   session this plane has seen (404 ``ResourceNotFoundException`` otherwise). Apps that
   list ``DELETE /rollouts/{session_id}`` (rollhub's app) have the session's rollout
   cancelled, as a stopped microVM would end it.
+- Runtimes added with ``protocol="A2A"`` get their invocations (``…/invocations`` and the
+  A2A route ``…/invocations/``) forwarded to the app's JSON-RPC root ``/``, as AgentCore
+  forwards to an A2A container's port 9000.
+- ``DELETE /capacity-providers/{capacityProviderId}/sessions/{sessionId}``
+  (DeleteCapacityProviderSession, 202 ``{capacityProviderArn, sessionId, status}``): ends
+  a session of a runtime added with that ``capacity_provider_arn``; its A2A tasks that
+  are not finished are cancelled, as the instance's end would stop them.
+
+:meth:`LocalAgentCore.inject` makes the next calls of one operation fail with a given
+service error (``"A2A:GetTask"`` names one JSON-RPC method of the A2A route), to test
+what clients do with faults.
 
 Errors use the rest-json shape botocore parses: the ``x-amzn-ErrorType`` header and a
 ``{"message": ...}`` body. Request signatures are not checked (nothing leaves loopback).
@@ -60,7 +71,7 @@ log = logging.getLogger(__name__)
 #: The environment variable boto3 reads for this service's endpoint.
 ENDPOINT_ENV = "AWS_ENDPOINT_URL_BEDROCK_AGENTCORE"
 # Headers a real runtime forwards to the container besides the session id.
-_FORWARDED = ("content-type", "accept", "x-amzn-bedrock-agentcore-runtime-user-id")
+_FORWARDED = ("content-type", "accept", "x-amzn-bedrock-agentcore-runtime-user-id", "a2a-version")
 _FORWARDED_PREFIX = "x-amzn-bedrock-agentcore-runtime-custom-"
 
 
@@ -87,6 +98,12 @@ class LocalAgentCore(Starlette):
         commands_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self._runtimes: dict[str, str] = {}
+        self._a2a: set[str] = set()
+        #: capacity provider id -> runtime ARNs it backs
+        self._providers: dict[str, set[str]] = {}
+        #: (ARN, session id) -> A2A task ids seen in answers, for cancelling them
+        self._tasks: dict[tuple[str, str], set[str]] = {}
+        self._faults: dict[str, list[tuple[str, int]]] = {}
         for arn, url in (runtimes or {}).items():
             self.add_runtime(arn, url)
         self._timeout_s = timeout_s
@@ -98,14 +115,38 @@ class LocalAgentCore(Starlette):
         self.calls: list[tuple[str, str, str]] = []
         super().__init__(
             routes=[
+                Route("/runtimes/{arn:path}/invocations/", self._invoke, methods=["POST"]),
                 Route("/runtimes/{arn:path}/invocations", self._invoke, methods=["POST"]),
+                Route(
+                    "/capacity-providers/{provider}/sessions/{sid}",
+                    self._delete_provider_session,
+                    methods=["DELETE"],
+                ),
                 Route("/runtimes/{arn:path}/stopruntimesession", self._stop, methods=["POST"]),
                 Route("/runtimes/{arn:path}/commands", self._command, methods=["POST"]),
             ]
         )
 
-    def add_runtime(self, arn: str, base_url: str) -> None:
-        """Serve ``arn`` by forwarding to the app at ``base_url``."""
+    def add_runtime(
+        self,
+        arn: str,
+        base_url: str,
+        *,
+        protocol: str = "HTTP",
+        capacity_provider_arn: str | None = None,
+    ) -> None:
+        """Serve ``arn`` by forwarding to the app at ``base_url``.
+
+        :param protocol: ``HTTP`` (``/invocations``) or ``A2A`` (JSON-RPC at ``/``).
+        :param capacity_provider_arn: the capacity provider whose sessions these are.
+        """
+        if protocol not in ("HTTP", "A2A"):
+            raise ConfigError(f"protocol={protocol!r}: use HTTP or A2A", field="protocol")
+        if protocol == "A2A":
+            self._a2a.add(arn)
+        if capacity_provider_arn is not None:
+            provider = capacity_provider_arn.rsplit("/", 1)[-1]
+            self._providers.setdefault(provider, set()).add(arn)
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(
                 f"runtimes[{arn!r}]={base_url!r} is not an http(s) URL; give the agent app's "
@@ -113,6 +154,18 @@ class LocalAgentCore(Starlette):
                 field="runtimes",
             )
         self._runtimes[arn] = base_url.rstrip("/")
+
+    def inject(self, operation: str, code: str, status: int, *, times: int = 1) -> None:
+        """Answer the next ``times`` calls of ``operation`` with the service error ``code``
+        and HTTP ``status`` (``"A2A:<method>"``: a JSON-RPC method on the A2A route)."""
+        self._faults.setdefault(operation, []).extend([(code, status)] * times)
+
+    def _fault(self, operation: str) -> JSONResponse | None:
+        queue = self._faults.get(operation)
+        if not queue:
+            return None
+        code, status = queue.pop(0)
+        return _error(code, f"injected fault for {operation}", status)
 
     # Handlers ----------------------------------------------------------------------------
 
@@ -135,17 +188,25 @@ class LocalAgentCore(Starlette):
             if key in _FORWARDED or key.startswith(_FORWARDED_PREFIX):
                 headers[key] = value
         body = await request.body()
+        a2a = arn in self._a2a
+        if a2a:
+            fault = self._fault(f"A2A:{_jsonrpc_method(body)}")
+            if fault is not None:
+                return fault
         with self._lock:
             self.sessions.add((arn, sid))
         try:
             async with httpx.AsyncClient(timeout=self._timeout_s) as http:
-                answer = await http.post(f"{base}/invocations", content=body, headers=headers)
+                target = f"{base}/" if a2a else f"{base}/invocations"
+                answer = await http.post(target, content=body, headers=headers)
         except httpx.HTTPError as exc:
             log.warning("runtime %s did not answer: %s", arn, exc)
             # The service reports an unreachable container as a runtime client error.
             return _error("RuntimeClientError", f"the agent app did not answer: {exc}", 424)
         if answer.status_code >= 300:
             return _app_error(answer)
+        if a2a:
+            self._note_task(arn, sid, answer.content)
         out = {SESSION_HEADER: sid}
         if "content-type" in answer.headers:
             out["Content-Type"] = answer.headers["content-type"]
@@ -155,6 +216,9 @@ class LocalAgentCore(Starlette):
         arn = unquote(request.path_params["arn"])
         sid = request.headers.get(SESSION_HEADER, "")
         self.calls.append(("StopRuntimeSession", arn, sid))
+        fault = self._fault("StopRuntimeSession")
+        if fault is not None:
+            return fault
         base = self._runtimes.get(arn)
         if base is None:
             return _error("ResourceNotFoundException", f"no runtime {arn}", 404)
@@ -178,14 +242,61 @@ class LocalAgentCore(Starlette):
                 "this local data plane runs no commands; build it with commands_dir=",
                 403,
             )
-        if (arn, sid) not in self.sessions:
-            return _error("ResourceNotFoundException", f"no session {sid} on {arn}", 404)
+        with self._lock:  # a command starts the session, as on AgentCore
+            self.sessions.add((arn, sid))
         try:
             body = json.loads(await request.body())  # the model's payload member: body
         except ValueError:
             return _error("ValidationException", "the request body is not JSON", 400)
         stream = await run_command(body, self._commands_dir)
         return Response(stream, headers={SESSION_HEADER: sid, "Content-Type": EVENTSTREAM})
+
+    async def _delete_provider_session(self, request: Request) -> Response:
+        provider, sid = request.path_params["provider"], request.path_params["sid"]
+        self.calls.append(("DeleteCapacityProviderSession", provider, sid))
+        fault = self._fault("DeleteCapacityProviderSession")
+        if fault is not None:
+            return fault
+        arns = self._providers.get(provider, set())
+        with self._lock:
+            found = [(arn, s) for arn, s in self.sessions if s == sid and arn in arns]
+            for key in found:
+                self.sessions.discard(key)
+        if not found:
+            return _error("ResourceNotFoundException", f"no session {sid} on {provider}", 404)
+        for arn, _ in found:
+            for task_id in self._tasks.pop((arn, sid), set()):
+                await self._cancel_task(self._runtimes[arn], sid, task_id)
+        arn_of = next(iter(arns)).split(":runtime/")[0] + f":capacity-provider/{provider}"
+        return JSONResponse(
+            {"capacityProviderArn": arn_of, "sessionId": sid, "status": "Deleting"},
+            status_code=202,
+        )
+
+    def _note_task(self, arn: str, sid: str, content: bytes) -> None:
+        """Remember the A2A task an answer names, so ending the session can cancel it."""
+        try:
+            result = json.loads(content).get("result") or {}
+        except (ValueError, AttributeError):
+            return
+        task = result.get("task", result) if isinstance(result, dict) else {}
+        state = str((task.get("status") or {}).get("state", ""))
+        task_id = task.get("id")
+        if isinstance(task_id, str):
+            tasks = self._tasks.setdefault((arn, sid), set())
+            if state.endswith(("COMPLETED", "FAILED", "CANCELED", "REJECTED")):
+                tasks.discard(task_id)
+            else:
+                tasks.add(task_id)
+
+    async def _cancel_task(self, base: str, sid: str, task_id: str) -> None:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "CancelTask", "params": {"id": task_id}}
+        try:
+            async with httpx.AsyncClient(timeout=self._timeout_s) as http:
+                await http.post(f"{base}/", json=body, headers={SESSION_HEADER: sid,
+                                "A2A-Version": "1.0"})  # fmt: skip
+        except httpx.HTTPError as exc:
+            log.debug("cancel of task %s on %s failed: %s", task_id, base, exc)
 
     async def _cancel_rollout(self, base: str, sid: str) -> None:
         """Best effort: a stopped session's running rollout is cancelled (rollhub apps)."""
@@ -194,6 +305,14 @@ class LocalAgentCore(Starlette):
                 await http.delete(f"{base}/rollouts/{sid}")
         except httpx.HTTPError as exc:
             log.debug("cancel of %s on %s failed: %s", sid, base, exc)
+
+
+def _jsonrpc_method(body: bytes) -> str:
+    try:
+        method = json.loads(body).get("method")
+    except (ValueError, AttributeError):
+        return ""
+    return method if isinstance(method, str) else ""
 
 
 def _app_error(answer: httpx.Response) -> JSONResponse:

@@ -50,9 +50,27 @@ def before_after_rows(
         k = (after or before).k  # type: ignore[union-attr]
         section = f"held-out eval ({(after or before).prompts} prompts × {k})"  # type: ignore[union-attr]
         for key, label in _EVAL_METRICS:
-            rows.append((section, label, _fmt(getattr(before, key, None)),
-                         _fmt(getattr(after, key, None))))
+            rows.append((section, label, _figure(before, key), _figure(after, key)))
+        names = sorted({*getattr(before, "splits", {}), *getattr(after, "splits", {})})
+        for name in names:
+            b = (before.splits.get(name) if before else None) or {}
+            a = (after.splits.get(name) if after else None) or {}
+            section = f"held-out {name} ({(a or b).get('prompts')} prompts)"
+            rows.append((section, "pass@1", _with_ci(b, "pass_at_1"), _with_ci(a, "pass_at_1")))
     return rows
+
+
+def _figure(report: EvalReport | None, key: str) -> str:
+    """A report's figure, with its 95% interval where it has one."""
+    return _with_ci(report.as_dict(), key) if report is not None else "-"
+
+
+def _with_ci(figures: Mapping[str, Any], key: str) -> str:
+    value = figures.get(key)
+    ci = figures.get(f"{key}_ci")
+    if value is None:
+        return "-"
+    return f"{value:.3f} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"{value:.3f}"
 
 
 def _fmt(value: float | None) -> str:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_runs", "plot_training", "read_metrics"]
+__all__ = ["plot_comparison", "plot_runs", "plot_training", "read_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,14 @@ def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     return ([s for s, _ in pts], [v for _, v in pts]) if pts else ([], [])
 
 
+def _integer_steps(axes: Any) -> None:
+    """Steps are whole numbers: a short run must not label its axis 1, 1, 1, 2, 2, 2."""
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def plot_training(metrics_path: Path, out: Path) -> Path | None:
     """Draw, per step: reward (mean ± std), task success, tool-call rate, turns per
     episode, tokens trained and masked, and the loss. None when matplotlib is missing."""
@@ -75,6 +84,7 @@ def plot_training(metrics_path: Path, out: Path) -> Path | None:
     ax.set(title="loss", xlabel="step")
     for ax in axes.flat:
         ax.grid(alpha=0.3)
+    _integer_steps(axes.flat)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -97,7 +107,55 @@ def plot_runs(runs: dict[str, Path], out: Path,
     for ax, key in zip(axes[0], keys, strict=True):
         ax.set(title=key.replace("_", " "), xlabel="step")
         ax.grid(alpha=0.3)
+    _integer_steps(axes[0])
     axes[0][0].legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_comparison(runs: Sequence[Any], out: Path, *, control: Any = None) -> Path | None:
+    """``rollhub compare``'s figure: every run's task success, reward and tool-call rate per
+    step (the control dashed), and held-out pass@1 after training with its 95% interval,
+    overall and per split. ``runs`` are :class:`rollhub.comparison.RunSummary`."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    keys = (("success_rate", "task success"), ("reward_mean", "reward"),
+            ("tool_call_rate", "tool-call rate"))
+    fig, axes = plt.subplots(1, 4, figsize=(18, 3.8))
+    for run in runs:
+        rows = read_metrics(run.path / "metrics.jsonl")
+        style = "--" if run is control else "-"
+        for ax, (key, _) in zip(axes, keys, strict=False):
+            ax.plot(*_series(rows, key), style, marker="o", ms=3, label=run.label)
+    for ax, (_, title) in zip(axes, keys, strict=False):
+        ax.set(title=title, xlabel="step")
+        ax.grid(alpha=0.3)
+    _integer_steps(axes[:3])
+    axes[0].legend(loc="best", fontsize=8)
+    ax = axes[3]
+    splits = sorted({s for r in runs for s in ((r.after or {}).get("splits") or {})})
+    names = ["all", *splits]
+    width = 0.8 / max(len(runs), 1)
+    for i, run in enumerate(runs):
+        after = run.after or {}
+        figures = [after, *[(after.get("splits") or {}).get(s) or {} for s in splits]]
+        xs, ys, lo, hi = [], [], [], []
+        for j, f in enumerate(figures):
+            if f.get("pass_at_1") is None:
+                continue
+            ci = f.get("pass_at_1_ci") or (f["pass_at_1"], f["pass_at_1"])
+            xs.append(j + (i - (len(runs) - 1) / 2) * width)
+            ys.append(f["pass_at_1"])
+            lo.append(f["pass_at_1"] - ci[0])
+            hi.append(ci[1] - f["pass_at_1"])
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="s" if run is control else "o", capsize=3,
+                    label=run.label)
+    ax.set_xticks(range(len(names)), names)
+    ax.set(title="held-out pass@1 after (95% CI)", ylim=(0, 1), xlim=(-0.5, len(names) - 0.5))
+    ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)

@@ -27,3 +27,26 @@ def rollhub_add_commands(commands: Any) -> None:
         "tinker-local", "rollhub_tinker.local_server_cli",
         "set up and serve a Tinker-compatible training server on this machine (CPU)",
     )
+
+
+@hookimpl
+def rollhub_check_config(config: Any) -> None:
+    """With ``max_staleness > 0`` a step trains on tokens older weights sampled: Tinker's
+    ``importance_sampling`` loss weighs them by the unbounded ratio, so ``ppo`` (clipped) or
+    ``cispo`` (truncated) is required.
+
+    :raises ConfigError: naming ``trainer.loss_fn`` and the fix.
+    """
+    from rollhub.errors import ConfigError
+
+    if config.trainer.name != "tinker" or not config.experiment.max_staleness:
+        return
+    loss_fn = config.trainer.options.get("loss_fn", "importance_sampling")
+    if loss_fn == "importance_sampling":
+        raise ConfigError(
+            f"trainer.loss_fn = 'importance_sampling' with experiment.max_staleness = "
+            f"{config.experiment.max_staleness}: Tinker's importance_sampling loss uses the "
+            "unbounded sampler-to-learner ratio, which off-policy tokens can blow up; set "
+            "loss_fn = 'ppo' (clipped) or 'cispo' (truncated), or max_staleness = 0",
+            field="trainer.loss_fn",
+        )

@@ -7,10 +7,13 @@ rollhub's training loop drives it (the "rollhub drives" shape). Per step:
    logprobs;
 2. each prompt is forwarded once and its responses as a batch on its key/value states;
    logits are computed only where a token was sampled;
-3. the loss (``importance_sampling``: −ratio·advantage per sampled token, ``ppo``: its
-   clipped form, ``cross_entropy``: −logprob, for a supervised phase) is summed over
-   sampled tokens and divided by their number in the batch; Adam steps the trained
-   parameters (the top ``train_layers`` decoder layers and the final norm);
+3. the loss (``importance_sampling``: −min(ratio, ``tis_cap``)·advantage per sampled
+   token, truncated importance sampling; ``ppo``: the clipped surrogate, dual-clipped for
+   negative advantages; ``cross_entropy``:
+   −logprob, for a supervised phase), plus ``kl_coef`` times the KL to the reference
+   policy (the weights the run started from) when set, is summed over sampled tokens and
+   divided by their number in the batch; Adam steps the trained parameters (the top
+   ``train_layers`` decoder layers and the final norm);
 4. the trained parameters are the new policy: the loop publishes them to the gateway's
    ``transformers`` engine, which copies them in between batches, so the next turns are
    sampled by them and stamped with the new version.
@@ -21,6 +24,9 @@ step ``s`` trains (``max_staleness = 1``) without ever reading half-updated weig
 Learner logprobs are taken at the sampling temperature (``experiment.sampling.temperature``
 unless ``temperature`` is set), the distribution the engine's logprobs refer to, so the
 importance ratio is 1 for on-policy tokens and ``sampler_learner_kl`` measures real drift.
+Off-policy tokens (``max_staleness > 0``, or a sampler that drifted) never meet an
+unbounded ratio: ``importance_sampling`` truncates it at ``tis_cap`` (its gradient is
+``min(ratio, cap)·∇log π·A``) and ``ppo`` clips it.
 """
 
 from __future__ import annotations
@@ -67,6 +73,21 @@ class TorchTrainerOptions(TrainerOptions):
     )
     loss_fn: Literal["importance_sampling", "ppo", "cross_entropy"] = "importance_sampling"
     clip: float = Field(0.2, gt=0, description="ppo: ratio clipped to [1 - clip, 1 + clip]")
+    dual_clip: float = Field(
+        3.0, gt=1,
+        description="ppo: a token with a negative advantage loses at most dual_clip·|A| (the "
+        "ratio PPO's clip leaves unbounded there)",
+    )
+    tis_cap: float = Field(
+        2.0, ge=1,
+        description="importance_sampling: the sampler-to-learner ratio is truncated at this "
+        "value (truncated importance sampling); its gradient is min(ratio, cap)·∇log π·A",
+    )
+    kl_coef: float = Field(
+        0.0, ge=0,
+        description="weight of a KL penalty to the reference policy (the weights the run "
+        "started from), per sampled token; 0: none",
+    )
     learning_rate: float = Field(1e-5, ge=0, description="0 trains nothing (a control run)")
     beta1: float = Field(0.9, ge=0, lt=1)
     beta2: float = Field(0.95, ge=0, lt=1)
@@ -102,6 +123,7 @@ class TorchTrainer(Trainer):
         self.model: Any = None
         self.optimizer: Any = None
         self.trained: dict[str, Any] = {}
+        self.reference: Any = None  # the KL penalty's frozen start (kl_coef > 0)
         self.steps_done = 0
         self._cache_kw = "past_key_values"
 
@@ -129,6 +151,7 @@ class TorchTrainer(Trainer):
         params = inspect.signature(decoder.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self.model = model
+        self.reference = _reference_copy(model, self.trained) if opts.kl_coef > 0 else None
         log.info(
             "torch trainer: %s, %d of %d parameters trained (%s)", self.model_name,
             sum(p.numel() for p in self.trained.values()),
@@ -171,7 +194,7 @@ class TorchTrainer(Trainer):
         import torch
 
         self.optimizer.zero_grad(set_to_none=True)
-        totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
+        totals = {"loss": 0.0, "kl": 0.0, "abs_diff": 0.0, "clipped": 0.0, "ref_kl": 0.0}
         for group in groups:
             rows = group.responses
             for i in range(0, len(rows), self.options.max_rows):
@@ -182,21 +205,77 @@ class TorchTrainer(Trainer):
         clip = self.options.grad_clip_norm
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf)
         self.optimizer.step()
-        return {
+        n = max(tokens, 1)
+        metrics = {
             "loss": totals["loss"],
-            "sampler_learner_kl": totals["kl"] / max(tokens, 1),
-            "clipped_fraction": totals["clipped"] / max(tokens, 1),
+            "sampler_learner_kl": totals["kl"] / n,
+            "sampler_learner_abs_diff": totals["abs_diff"] / n,
+            "clipped_fraction": totals["clipped"] / n,
             "grad_norm": float(norm),
         }
+        if self.reference is not None:
+            metrics["reference_kl"] = totals["ref_kl"] / n
+        return metrics
 
     def _backward(self, group: PromptGroup, tokens: int) -> dict[str, float]:
         """Forward one prompt and its responses, backpropagate their share of the loss."""
         import torch
+
+        ids, trained, sampler, advantage = _response_tensors(group)
+        old, adv = sampler[trained], advantage[trained]
+        learner = self._token_logprobs(self.model, group, ids, trained)
+        clipped = torch.zeros(())
+        if self.options.loss_fn == "cross_entropy":
+            per_token = -learner
+        else:
+            ratio = torch.exp(learner - old)
+            if self.options.loss_fn == "ppo":
+                c = self.options.clip
+                per_token = -ratio * adv
+                bounded = -torch.clamp(ratio, 1 - c, 1 + c) * adv
+                clipped = (bounded > per_token).float().sum()
+                per_token = torch.maximum(per_token, bounded)
+                # dual clip: with a negative advantage PPO's bound never applies to a large
+                # ratio; cap that token's loss at dual_clip·|A| too
+                capped = torch.minimum(per_token, -self.options.dual_clip * adv)
+                clipped = clipped + ((adv < 0) & (capped < per_token)).float().sum()
+                per_token = torch.where(adv < 0, capped, per_token)
+            else:
+                # truncated importance sampling: value min(ratio, cap)·A, gradient
+                # min(ratio, cap)·∇log π·A; a token the sampler found far less likely than
+                # the learner does cannot dominate the step
+                cap = self.options.tis_cap
+                weight = torch.clamp(ratio.detach(), max=cap) / ratio.detach()
+                clipped = (ratio.detach() > cap).float().sum()
+                per_token = -ratio * weight * adv
+        ref_kl = torch.zeros(())
+        if self.reference is not None:
+            with torch.no_grad():
+                ref = self._token_logprobs(self.reference, group, ids, trained)
+            # k3 estimator of KL(π ‖ π_ref) at the sampled tokens: unbiased, never negative
+            delta = ref - learner
+            penalty = torch.exp(delta) - delta - 1
+            per_token = per_token + self.options.kl_coef * penalty
+            ref_kl = penalty.detach().sum()
+        loss = per_token.sum() / max(tokens, 1)
+        loss.backward()
+        drift = (old - learner.detach())
+        return {
+            "loss": float(loss.detach()),
+            "kl": float(drift.sum()),
+            "abs_diff": float(drift.abs().sum()),
+            "clipped": float(clipped),
+            "ref_kl": float(ref_kl),
+        }
+
+    def _token_logprobs(self, model: Any, group: PromptGroup, ids: Any, trained: Any) -> Any:
+        """Log-probabilities (at the sampling temperature) of the sampled tokens where
+        ``trained``: the prompt is forwarded once, its responses as a batch on its states."""
+        import torch
         from transformers import DynamicCache
 
-        model, decoder = self.model, self.model.get_decoder()
-        rows = group.responses
-        n, width = len(rows), max(len(r.token_ids) for r in rows)
+        decoder = model.get_decoder()
+        n = len(group.responses)
         prompt = torch.tensor([group.prompt_ids], dtype=torch.long)
         out = decoder(input_ids=prompt, use_cache=True)
         states = getattr(out, self._cache_kw)
@@ -204,18 +283,11 @@ class TorchTrainer(Trainer):
             (layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1))
             for layer in states.layers
         ])
-        ids = torch.zeros((n, width), dtype=torch.long)
-        valid = torch.zeros((n, width), dtype=torch.long)
-        trained = torch.zeros((n, width), dtype=torch.bool)
-        sampler = torch.zeros((n, width))
-        advantage = torch.tensor([r.advantage for r in rows]).unsqueeze(1).expand(n, width)
-        for j, r in enumerate(rows):
-            k = len(r.token_ids)
-            ids[j, :k] = torch.tensor(r.token_ids)
-            valid[j, :k] = 1
-            trained[j, :k] = torch.tensor(r.mask, dtype=torch.bool)
-            sampler[j, :k] = torch.tensor(r.logprobs)
-        mask = torch.cat([torch.ones((n, len(group.prompt_ids)), dtype=torch.long), valid], 1)
+        valid = (torch.arange(ids.shape[1]).unsqueeze(0)
+                 < torch.tensor([len(r.token_ids) for r in group.responses]).unsqueeze(1))
+        mask = torch.cat(
+            [torch.ones((n, len(group.prompt_ids)), dtype=torch.long), valid.long()], 1
+        )
         hidden = decoder(
             input_ids=ids, attention_mask=mask, use_cache=True, **{self._cache_kw: expanded}
         ).last_hidden_state
@@ -225,26 +297,7 @@ class TorchTrainer(Trainer):
             [out.last_hidden_state[:, -1:].expand(n, 1, -1), hidden[:, :-1]], dim=1
         )
         logits = model.get_output_embeddings()(before[trained]).float() / self.temperature
-        learner = torch.log_softmax(logits, -1).gather(1, ids[trained].unsqueeze(1)).squeeze(1)
-        old, adv = sampler[trained], advantage[trained]
-        clipped = torch.zeros(())
-        if self.options.loss_fn == "cross_entropy":
-            per_token = -learner
-        else:
-            ratio = torch.exp(learner - old)
-            per_token = -ratio * adv
-            if self.options.loss_fn == "ppo":
-                c = self.options.clip
-                bounded = -torch.clamp(ratio, 1 - c, 1 + c) * adv
-                clipped = (bounded > per_token).float().sum()
-                per_token = torch.maximum(per_token, bounded)
-        loss = per_token.sum() / max(tokens, 1)
-        loss.backward()
-        return {
-            "loss": float(loss.detach()),
-            "kl": float((old - learner.detach()).sum()),
-            "clipped": float(clipped),
-        }
+        return torch.log_softmax(logits, -1).gather(1, ids[trained].unsqueeze(1)).squeeze(1)
 
     async def save_state(self, directory: Path) -> dict[str, Any]:
         """The trained parameters (``policy.safetensors``) and Adam's state."""
@@ -287,9 +340,43 @@ class TorchTrainer(Trainer):
 
     async def close(self) -> dict[str, Any]:
         """Release the model."""
-        self.model = self.optimizer = None
+        self.model = self.optimizer = self.reference = None
         self.trained = {}
         return {"steps": self.steps_done}
+
+
+def _response_tensors(group: PromptGroup) -> tuple[Any, Any, Any, Any]:
+    """``(ids, trained, sampler logprobs, advantage)``, each ``[responses, width]``, the
+    responses right-padded."""
+    import torch
+
+    rows = group.responses
+    n, width = len(rows), max(len(r.token_ids) for r in rows)
+    ids = torch.zeros((n, width), dtype=torch.long)
+    trained = torch.zeros((n, width), dtype=torch.bool)
+    sampler = torch.zeros((n, width))
+    for j, r in enumerate(rows):
+        k = len(r.token_ids)
+        ids[j, :k] = torch.tensor(r.token_ids)
+        trained[j, :k] = torch.tensor(r.mask, dtype=torch.bool)
+        sampler[j, :k] = torch.tensor(r.logprobs)
+    advantage = torch.tensor([r.advantage for r in rows]).unsqueeze(1).expand(n, width)
+    return ids, trained, sampler, advantage
+
+
+def _reference_copy(model: Any, trained: dict[str, Any]) -> Any:
+    """A frozen copy of the model as it starts: the reference of the KL penalty. Only the
+    trained parameters are copied; the frozen ones share the trainer's storage."""
+    import copy
+
+    reference = copy.deepcopy(model)
+    reference.eval()
+    reference.requires_grad_(False)
+    ours = dict(model.named_parameters())
+    for name, param in reference.named_parameters():
+        if name not in trained:
+            param.data = ours[name].data
+    return reference
 
 
 def _engine_model(config: Any) -> str:

@@ -16,7 +16,10 @@ awaits :meth:`TrlTrainer.drive`, which runs ``GRPOTrainer.train()`` on a thread:
   stamped with it and the engine drops key/value states of the old weights;
 - each step is recorded like the core loop's: ``metrics.jsonl`` (rollhub's batch figures
   plus TRL's logs: ``loss``, ``grad_norm``, ``trl_*``), ``episodes.jsonl`` with TRL's own
-  advantage per episode, the metric sinks and the progress bar.
+  advantage per episode, the metric sinks and the progress bar;
+- TRL trains on the core's advantages (``[training] advantage``, the same estimate the
+  ``torch`` and ``tinker`` trainers use), and each step reports how far the learner's
+  logprobs of the sampled tokens are from the engine's (``sampler_learner_kl``).
 
 With ``use_vllm = true`` (a GPU machine), TRL's vLLM generates behind the gateway's vLLM
 engine and TRL syncs its weights itself; only the version is published here.
@@ -71,13 +74,14 @@ RESERVED_ARGS = {
     "learning_rate": "trainer.learning_rate",
     "use_vllm": "trainer.use_vllm",
     "logging_steps": "rollhub (every step is recorded)",
+    "scale_rewards": "training.advantage (TRL trains on the core's advantages)",
 }
 
 
 class TrlTrainerOptions(TrainerOptions):
     """``[trainer]`` options of the ``trl`` trainer; ``[trainer.args]`` passes the rest of
-    TRL's ``GRPOConfig`` through (``loss_type``, ``beta``, ``epsilon``, ``scale_rewards``,
-    ``max_grad_norm``, ``weight_decay``, ...)."""
+    TRL's ``GRPOConfig`` through (``loss_type``, ``beta`` — TRL's KL penalty to the
+    reference model —, ``epsilon``, ``max_grad_norm``, ``weight_decay``, ...)."""
 
     model: str | None = Field(
         None,
@@ -247,7 +251,16 @@ class TrlTrainer(Trainer):
 
 
 def _grpo_trainer_class() -> type:
-    """GRPOTrainer that keeps each generation batch's advantages for the step record."""
+    """GRPOTrainer that trains on rollhub's advantages and checks the sampler's logprobs.
+
+    - Advantages: TRL's own estimate (its std has Bessel's correction and a 1e-4 floor)
+      is replaced by ``[training] advantage`` computed by the core, so the ``torch``,
+      ``tinker`` and ``trl`` trainers weigh the same episode alike.
+    - Sampler check: the learner's logprobs of the batch's sampled tokens, before the
+      update, against the ones the engine reported (``sampler_learner_kl``,
+      ``sampler_learner_abs_diff``): a broken hand-over of TRL's weights to the engine
+      shows there.
+    """
     from trl import GRPOTrainer
 
     class RollhubGRPOTrainer(GRPOTrainer):  # type: ignore[misc,valid-type]
@@ -264,11 +277,40 @@ def _grpo_trainer_class() -> type:
                 ids = [x.get(EPISODE_FIELD) for x in inputs]
                 self.rollout_order = ids
                 trainable = {e.episode_id for e in pending.batch.episodes if e.trainable}
-                pending.batch.advantages = {
-                    eid: float(a) for eid, a in zip(ids, out["advantages"].tolist(), strict=True)
-                    if eid in trainable
-                }
+                advantages = pending.batch.advantages
+                out["advantages"] = out["advantages"].new_tensor(
+                    [advantages.get(eid, 0.0) if eid in trainable else 0.0 for eid in ids]
+                )
+                by_id = {e.episode_id: e for e in pending.batch.episodes}
+                pending.metrics.update(self._sampler_check(out, [by_id.get(i) for i in ids]))
             return out
+
+        def _sampler_check(self, out: dict[str, Any], episodes: list[Any]) -> dict[str, float]:
+            import torch
+
+            completion = out["completion_ids"]
+            ids = torch.cat([out["prompt_ids"], completion], dim=1)
+            attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+            with torch.no_grad():
+                learner = self._get_per_token_logps_and_entropies(
+                    self.model, ids, attention, completion.size(1),
+                    batch_size=completion.size(0),
+                )[0]
+            diffs = []
+            for i, episode in enumerate(episodes):
+                if episode is None or not episode.trainable or not episode.traces:
+                    continue
+                rec = episode.traces[-1]
+                for j, (lp, m) in enumerate(zip(rec.response_logprobs, rec.response_mask,
+                                                strict=True)):
+                    if m and j < learner.size(1):
+                        diffs.append(float(lp) - float(learner[i, j]))
+            if not diffs:
+                return {}
+            return {
+                "sampler_learner_kl": sum(diffs) / len(diffs),
+                "sampler_learner_abs_diff": sum(abs(d) for d in diffs) / len(diffs),
+            }
 
     return RollhubGRPOTrainer
 

@@ -2,8 +2,8 @@
 
 ``episodes.jsonl`` is read incrementally (:class:`~rollhub_view.tail.JsonlTail`): the index
 keeps per episode a :class:`Summary` (step, group, status, reward, weight versions, turns,
-failure cause, the node it ran on, a short search text) and the byte offset and length of its line, so the
-table is filtered, sorted and paged here and one episode is read back with one seek. A
+failure cause, the payload's ``split``, the node it ran on, a short search text) and the
+byte offset and length of its line, so the table is filtered, sorted and paged here and one episode is read back with one seek. A
 100,000-episode run never goes to the browser whole. ``episodes.parquet`` (a rollouts-only
 run) is read whole when it changes; its rows stay in memory.
 """
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 SEARCH_CHARS = 400
 #: columns the table sorts by
 SORT_KEYS = ("n", "step", "group_id", "sample_index", "status", "reward", "advantage",
-             "weight_version", "turns", "tokens", "elapsed", "cause", "node")
+             "weight_version", "turns", "tokens", "elapsed", "cause", "split", "node")
 
 
 @dataclass(slots=True)
@@ -55,6 +55,7 @@ class Summary:
     cause: str | None
     elapsed: float | None
     trained: bool | None
+    split: str | None
     text: str
     #: the cluster node its last session ran on (runtimes with nodes, e.g. ``ray``)
     node: str | None = None
@@ -67,7 +68,8 @@ class Summary:
             "status": self.status, "reward": self.reward, "advantage": self.advantage,
             "weight_version": self.weight_version, "versions": list(self.versions),
             "turns": self.turns, "tokens": self.tokens, "cause": self.cause,
-            "elapsed": self.elapsed, "trained": self.trained, "node": self.node,
+            "elapsed": self.elapsed, "trained": self.trained, "split": self.split,
+            "node": self.node,
         }
 
 
@@ -83,6 +85,7 @@ class Query:
     version: int | None = None
     turns: int | None = None
     cause: str | None = None
+    split: str | None = None
     node: str | None = None
     text: str | None = None
     sort: str = "n"
@@ -118,6 +121,8 @@ class Query:
             return False
         if self.cause is not None and s.cause != self.cause:
             return False
+        if self.split is not None and s.split != self.split:
+            return False
         if self.node is not None and s.node != self.node:
             return False
         return not (self.text and self.text.lower() not in s.text)
@@ -137,6 +142,13 @@ def summarize_row(n: int, offset: int, length: int, row: dict[str, Any]) -> Summ
     )
     reward = row.get("reward")
     advantage = row.get("advantage")
+    payload = row.get("payload")
+    if isinstance(payload, str):
+        try:
+            payload = json.loads(payload)
+        except ValueError:
+            payload = None
+    split = payload.get("split") if isinstance(payload, dict) else None
     return Summary(
         n=n, offset=offset, length=length,
         step=row.get("step") if isinstance(row.get("step"), int) else None,
@@ -154,6 +166,7 @@ def summarize_row(n: int, offset: int, length: int, row: dict[str, Any]) -> Summ
         cause=str(cause) if cause else None,
         elapsed=row.get("elapsed_s") if isinstance(row.get("elapsed_s"), int | float) else None,
         trained=row.get("trained") if isinstance(row.get("trained"), bool) else None,
+        split=str(split) if split is not None else None,
         text=text.lower(),
         node=_node(row.get("metrics")),
     )
@@ -204,6 +217,7 @@ class EpisodeIndex:
         self.steps: set[int] = set()
         self.versions: set[int] = set()
         self.turn_counts: set[int] = set()
+        self.splits: Counter[str] = Counter()
         self.generation = 0  # bumped when the file was read again from its start
         self._tail = JsonlTail(path) if path.suffix == ".jsonl" else None
         self._parquet_rows: list[dict[str, Any]] = []
@@ -252,7 +266,7 @@ class EpisodeIndex:
     def _clear(self) -> None:
         self.rows = []
         self.groups = defaultdict(list)
-        for c in (self.statuses, self.causes, self.nodes):
+        for c in (self.statuses, self.causes, self.splits, self.nodes):
             c.clear()
         for s in (self.steps, self.versions, self.turn_counts):
             s.clear()
@@ -270,6 +284,8 @@ class EpisodeIndex:
             self.steps.add(s.step)
         self.versions.update(s.versions)
         self.turn_counts.add(s.turns)
+        if s.split is not None:
+            self.splits[s.split] += 1
 
     def query(self, q: Query) -> dict[str, Any]:
         """One page of the episodes that pass ``q``, in its order, and how many pass."""
@@ -295,6 +311,7 @@ class EpisodeIndex:
             "steps": sorted(self.steps),
             "versions": sorted(self.versions),
             "turns": sorted(self.turn_counts),
+            "splits": dict(sorted(self.splits.items())),
         }
 
     def row(self, n: int) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import re
 import threading
 from typing import Any
 
-__all__ = ["Decoder", "decoder_for", "episode_view", "parse_chat"]
+__all__ = ["Decoder", "decoder_for", "episode_view", "parse_chat", "parse_tool_calls"]
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,28 @@ def decoder_for(model: str | None) -> Decoder:
     return dec
 
 
+_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+
+
+def parse_tool_calls(text: str | None) -> list[dict[str, Any]]:
+    """The tool calls a sampled text makes in the ``<tool_call>{json}</tool_call>`` markup
+    (Hermes, Qwen): ``{"name", "arguments"}`` each; a block that is not JSON is kept as
+    ``{"name": None, "raw": …}`` so an ill-formed call still shows."""
+    calls: list[dict[str, Any]] = []
+    for m in _TOOL_CALL.finditer(text or ""):
+        try:
+            obj = json.loads(m.group(1))
+        except ValueError:
+            calls.append({"name": None, "raw": m.group(1)})
+            continue
+        if not isinstance(obj, dict):
+            calls.append({"name": None, "raw": m.group(1)})
+            continue
+        args = obj.get("arguments", obj.get("parameters", {}))
+        calls.append({"name": obj.get("name"), "arguments": args})
+    return calls
+
+
 _CHATML = re.compile(r"<\|im_start\|>([^\n]*)\n(.*?)(?:<\|im_end\|>\n?|$)", re.S)
 
 
@@ -178,6 +200,7 @@ def _trace_view(trace: dict[str, Any], dec: Decoder) -> dict[str, Any]:
             "input_messages": parse_chat(text_in) if text_in is not None else None,
             "output_ids": None if text_out is not None else resp[start:end],
             "output_text": text_out,
+            "tool_calls": parse_tool_calls(text_out),
         })
         prev_end = end
     tail = resp[prev_end:]
@@ -229,6 +252,8 @@ def episode_view(row: dict[str, Any], dec: Decoder, n: int) -> dict[str, Any]:
         "payload": _json_field(row, "payload"),
         "result": result,
         "metrics": metrics,
+        # a session rollout's phase seconds (setup, run, teardown), from rollhub.sessions
+        "session": metrics.get("session") if isinstance(metrics, dict) else None,
         "error": error,
         "traces": traces,
         "decoded": dec.tokenizer is not None,

@@ -81,12 +81,17 @@ def test_batch_metrics_count_success_tool_calls_turns_and_masked_tokens() -> Non
 def test_before_after_rows_compare_first_and_last_steps_and_the_evals() -> None:
     history = [{"reward_mean": r, "success_rate": r, "tool_call_rate": 0.5, "turns_mean": 1.5}
                for r in (0.1, 0.2, 0.3, 0.7, 0.8, 0.9)]
-    report = EvalReport("base", 4, 8, 2, 0.25, 0.5, 0.25, 0.5, 1.5)
-    after = EvalReport("step 6", 4, 8, 2, 0.75, 1.0, 0.75, 1.0, 2.0)
+    report = EvalReport("base", 4, 8, 2, 0.25, 0.5, 0.25, 0.5, 1.5, pass_at_1_ci=(0.07, 0.59),
+                        splits={"depth-2": {"prompts": 2, "pass_at_1": 0.5,
+                                            "pass_at_1_ci": (0.15, 0.85)}})
+    after = EvalReport("step 6", 4, 8, 2, 0.75, 1.0, 0.75, 1.0, 2.0, pass_at_1_ci=(0.41, 0.93))
     rows = before_after_rows(history, report, after)
     by_metric = {(section.split(":")[0], metric): (b, a) for section, metric, b, a in rows}
     assert by_metric[("training", "reward")] == ("0.200", "0.800")
-    assert by_metric[("held-out eval (4 prompts × 2)", "pass@1")] == ("0.250", "0.750")
+    assert by_metric[("held-out eval (4 prompts × 2)", "pass@1")] == (
+        "0.250 [0.07, 0.59]", "0.750 [0.41, 0.93]")
+    assert by_metric[("held-out eval (4 prompts × 2)", "reward")] == ("0.250", "0.750")
+    assert by_metric[("held-out depth-2 (2 prompts)", "pass@1")] == ("0.500 [0.15, 0.85]", "-")
     assert before_after_rows([], None, None) == []
 
 
@@ -143,3 +148,34 @@ def test_eval_of_an_endpoint_needs_its_model_name(tmp_path) -> None:
     )
     assert cfg.token_source.name == "none" and label == "m" and cfg.eval.n_samples == 3
 
+
+
+def _split_episode(i: int, split: str, solved: bool) -> Episode:
+    e = _episode(i, 1.0 if solved else 0.0)
+    e.payload = {"split": split}
+    return e
+
+
+def test_reports_carry_95_percent_intervals_and_per_split_figures() -> None:
+    by_prompt = {
+        f"a{p}": [_split_episode(4 * p + j, "depth-1", j < 3) for j in range(4)] for p in range(5)
+    } | {
+        f"b{p}": [_split_episode(100 + 4 * p + j, "depth-2", j < 1) for j in range(4)]
+        for p in range(5)
+    }
+    report = summarize_episodes("x", by_prompt, k=4)
+    assert report.pass_at_1 == pytest.approx(0.5)
+    lo, hi = report.pass_at_1_ci
+    assert 0.34 < lo < 0.5 < hi < 0.66  # Wilson, 20 of 40
+    assert set(report.splits) == {"depth-1", "depth-2"}
+    d1, d2 = report.splits["depth-1"], report.splits["depth-2"]
+    assert (d1["prompts"], d1["samples"], d1["pass_at_1"]) == (5, 20, 0.75)
+    assert d2["pass_at_1"] == 0.25 and d2["pass_at_1_ci"][1] < d1["pass_at_1_ci"][1]
+    # every prompt scored alike within its split: resampling prompts cannot move the mean
+    assert d1["reward_mean_ci"] == (0.75, 0.75)
+    r_lo, r_hi = report.reward_mean_ci
+    assert r_lo < 0.5 < r_hi
+    assert report.by_prompt["a0"] == {"split": "depth-1", "solved": [1, 1, 1, 0],
+                                      "rewards": [1.0, 1.0, 1.0, 0.0]}
+    # no split field: no splits
+    assert summarize_episodes("x", by_prompt, k=4, split_field=None).splits == {}

@@ -2,10 +2,12 @@
 calculator agent for 2 steps with the embedded torch trainer, then ``rollhub eval`` scores
 its checkpoint. Real worker processes, the real gateway and engine, SmolLM2 on the CPU.
 
-Asserted: the weight version advanced, turns of step 2 were sampled by version 1, some
-episode called the tool through the template's tool syntax and the tool's reply sits in
-its record with mask 0, the held-out evaluation ran before and after, and ``rollhub eval``
-wrote its report.
+Asserted: the weight version advanced, turns of step 2 were sampled by version 1, the
+sampler's logprobs are the learner's on every trained step (|KL| < 1e-4) and step 2's
+came from the new weights, not the base ones (a weight copy into the engine that silently
+did nothing fails here), some episode called the tool through the template's tool syntax
+and the tool's reply sits in its record with mask 0, the held-out evaluation ran before
+and after, and ``rollhub eval`` wrote its report.
 """
 
 from __future__ import annotations
@@ -40,7 +42,11 @@ SHORT = {
     "ROLLHUB_EVAL__N_SAMPLES": "2",
     # a learning rate high enough that two steps surely change the weights
     "ROLLHUB_TRAINER__LEARNING_RATE": "1e-4",
+    # seeded sampling: the same episodes every run; with this seed both steps have groups
+    # with signal, so step 1 trains and step 2 samples new weights
+    "ROLLHUB_EXPERIMENT__SEED": "1",
 }
+T = 0.7  # examples/math/train.toml's sampling temperature
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +77,38 @@ def test_the_policy_was_trained_and_published(trained: Path) -> None:
     assert (trained / "training.png").stat().st_size > 0
     assert (trained / "checkpoints" / "latest").read_text().strip() == "step-000002"
     assert (trained / "checkpoints" / "step-000002" / "trainer" / "policy.safetensors").exists()
+
+
+def test_the_sampler_is_the_learner_and_step_two_sampled_the_new_weights(trained: Path) -> None:
+    import torch
+    from rollhub_gateway.models import load_causal_lm
+
+    rows = [json.loads(line) for line in (trained / "metrics.jsonl").read_text().splitlines()]
+    # (seeded: both steps have groups with signal; another seed may need checking again)
+    assert all(row["datums"] > 0 for row in rows), rows
+    for row in rows:
+        if row["datums"]:
+            assert abs(row["sampler_learner_kl"]) < 1e-4, row
+            assert row["sampler_learner_abs_diff"] < 1e-3, row
+    # the same tokens under the base weights: step 2's recorded logprobs must be far from
+    # them (the copy into the engine worked) while matching the learner's (above)
+    model, _ = load_causal_lm(SMOLLM2)
+    diffs = []
+    for row in read_rows(trained / "episodes.jsonl"):
+        if row["step"] != 1 or row["status"] != "ok":
+            continue
+        for rec in row["traces"]:
+            ids = rec["prompt_ids"] + rec["response_ids"]
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([ids])).logits[0].float() / T
+            lps = torch.log_softmax(logits, -1)
+            p = len(rec["prompt_ids"])
+            for j, (t, m, lp) in enumerate(zip(rec["response_ids"], rec["response_mask"],
+                                               rec["response_logprobs"], strict=True)):
+                if m:
+                    diffs.append(abs(float(lps[p + j - 1, t]) - lp))
+    base_diff = sum(diffs) / len(diffs)
+    assert base_diff > 10 * max(rows[1]["sampler_learner_abs_diff"], 1e-4), (base_diff, rows[1])
 
 
 def test_every_episode_is_kept_and_step_two_was_sampled_by_version_one(trained: Path) -> None:

@@ -107,6 +107,7 @@ def test_training_run_with_sinks(tmp_path):
     assert [r["step"] for r in rows] == [0, 1]
     assert (run / "training.png").stat().st_size > 10_000
     assert (run / "checkpoints" / "latest").read_text() == "step-000002"
+    _check_manifest(run, cfg)
 
     # the same keys reached every sink
     # W&B offline: the run's record log holds each history item as key + JSON value
@@ -128,6 +129,26 @@ def test_training_run_with_sinks(tmp_path):
     (mrun,) = client.search_runs([exp.experiment_id])
     hist = client.get_metric_history(mrun.info.run_id, "reward_mean")
     assert [m.value for m in hist] == pytest.approx([r["reward_mean"] for r in rows])
+
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _check_manifest(run: Path, cfg: Path) -> dict:
+    """What produced the run: this checkout's commit, versions, the config, the machine."""
+    manifest = json.loads((run / "manifest.json").read_text())
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert manifest["git"]["commit"] == head and isinstance(manifest["git"]["dirty"], bool)
+    assert manifest["project_git"] is None  # the config lies outside any checkout
+    for name in ("rollhub", "rollhub-gateway", "torch", "transformers", "trl", "python"):
+        assert manifest["versions"][name], name
+    assert manifest["config"] == json.loads((run / "config.json").read_text())
+    assert manifest["config_file"] == str(cfg.resolve()) and "run" in manifest["command"]
+    assert manifest["seed"] == manifest["config"]["experiment"]["seed"]
+    machine = manifest["machine"]
+    assert machine["cpus"] >= 1 and machine["memory_bytes"] > 2**30
+    return manifest
 
 
 def _tensorboard_scalars(path: Path) -> dict[str, list[tuple[int, float]]]:
@@ -181,6 +202,9 @@ def test_kill_mid_run_then_resume(tmp_path):
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
     assert (run / "checkpoints" / "latest").read_text() == "step-000005"
+    # the manifest says the run was resumed, and by what
+    (resumed,) = _check_manifest(run, cfg)["resumed"]
+    assert "--resume" in resumed["command"] and resumed["versions"]["rollhub"]
     # the trainer's state came back: 2 steps before the kill + 3 after
     assert (run / "checkpoints" / "step-000005" / "trainer" / "done").read_text() == "5"
     # no worker outlived either run

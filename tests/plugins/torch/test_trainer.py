@@ -200,3 +200,99 @@ def test_the_engine_loads_a_checkpoint_policy(tmp_path, episodes: list[Episode])
 def test_train_layers_beyond_the_model_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="train_layers=99"):
         _trainer(train_layers=99)
+
+
+def _off_policy(episodes: list[Episode], shift: float) -> list[Episode]:
+    """The episodes as if a stale sampler had found every other trained token ``shift``
+    nats less likely than the learner does (ratio e^shift there)."""
+    out = []
+    for e in episodes:
+        record = e.traces[0]
+        logprobs = [
+            lp - shift if m and j % 2 == 0 else lp
+            for j, (lp, m) in enumerate(zip(record.response_logprobs, record.response_mask,
+                                            strict=True))
+        ]
+        stale = record.model_copy(update={"response_logprobs": logprobs})
+        out.append(Episode(e.episode_id, e.group_id, e.session_id, e.sample_index, "ok",
+                           traces=[stale], reward=e.reward))
+    return out
+
+
+def _gradient(trainer: TorchTrainer, pairs: list[tuple[Episode, float]]) -> dict[str, torch.Tensor]:
+    groups, stats = prompt_groups(pairs)
+    trainer._train(groups, stats.trained_tokens)
+    return {k: p.grad.clone() for k, p in trainer.trained.items()}
+
+
+@pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo"])
+def test_an_off_policy_ratio_is_truncated_or_clipped_never_unbounded(
+    episodes: list[Episode], loss_fn: str
+) -> None:
+    """Tokens whose ratio is e^3 (a sampler 3 nats behind) weigh at most the cap (TIS) or
+    drop out of the gradient (PPO's clip, dual-clipped for negative advantages); the
+    unbounded ratio would weigh them e^3 ≈ 20."""
+    stale = _off_policy(episodes, 3.0)
+    pairs = [(e, 1.0 if e.reward else -1.0) for e in stale]
+    trainer = _trainer(learning_rate=0.0, grad_clip_norm=0.0, loss_fn=loss_fn, tis_cap=2.0)
+    groups, stats = prompt_groups(pairs)
+    metrics = trainer._train(groups, stats.trained_tokens)
+    got = {k: p.grad.clone() for k, p in trainer.trained.items()}
+    assert metrics["clipped_fraction"] > 0.2  # the shifted tokens (about half of them)
+    # the same gradient from the bounded weights, one record at a time
+    trainer.optimizer.zero_grad(set_to_none=True)
+    for episode, adv in pairs:
+        record = episode.traces[0]
+        full = torch.tensor([record.prompt_ids + record.response_ids])
+        lps = torch.log_softmax(trainer.model(input_ids=full).logits[0].float() / T, -1)
+        p = len(record.prompt_ids)
+        loss = torch.zeros(())
+        for j, (t, m, old) in enumerate(zip(record.response_ids, record.response_mask,
+                                            record.response_logprobs, strict=True)):
+            if not m:
+                continue
+            ratio = torch.exp(lps[p + j - 1, t] - old)
+            if loss_fn == "ppo":
+                surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 0.8, 1.2) * adv)
+                if adv < 0:
+                    surrogate = torch.maximum(surrogate, torch.tensor(3.0 * adv))
+            else:
+                surrogate = ratio * (torch.clamp(ratio.detach(), max=2.0) / ratio.detach()) * adv
+            loss = loss - surrogate
+        (loss / stats.trained_tokens).backward()
+    for name, grad in got.items():
+        assert torch.allclose(grad, trainer.trained[name].grad, atol=1e-5, rtol=1e-3), name
+    # and it is not the unbounded importance-sampling gradient
+    unbounded = _trainer(learning_rate=0.0, grad_clip_norm=0.0, tis_cap=1e9)
+    raw = _gradient(unbounded, pairs)
+    name = next(iter(got))
+    assert not torch.allclose(got[name], raw[name], rtol=0.05)
+
+
+def test_a_kl_penalty_pulls_towards_the_starting_weights(episodes: list[Episode]) -> None:
+    pairs = [(e, 1.0 if e.reward else -1.0) for e in episodes]
+    trainer = _trainer(learning_rate=1e-3, kl_coef=0.5)
+    groups, stats = prompt_groups(pairs)
+    first = trainer._train(groups, stats.trained_tokens)
+    assert first["reference_kl"] < 1e-7  # the weights are the reference still
+    second = trainer._train(groups, stats.trained_tokens)
+    assert second["reference_kl"] > 1e-5  # one step of lr 1e-3 moved them
+    # the frozen lower layers are shared with the reference, the trained ones are not
+    ours = dict(trainer.model.named_parameters())
+    ref = dict(trainer.reference.named_parameters())
+    assert ref["model.layers.0.mlp.up_proj.weight"].data_ptr() == ours[
+        "model.layers.0.mlp.up_proj.weight"].data_ptr()
+    assert not torch.equal(ref["model.norm.weight"], ours["model.norm.weight"])
+    # the penalty's gradient points back: with no advantage, a small step along it
+    # lowers the KL
+    still = [(e, 0.0) for e in episodes]
+    groups, stats = prompt_groups(still, skip_zero_advantage=False)
+    for g in trainer.optimizer.param_groups:
+        g["lr"] = 0.0  # the measurements themselves move nothing
+    before = trainer._train(groups, stats.trained_tokens)["reference_kl"]
+    with torch.no_grad():
+        for p in trainer.trained.values():
+            p -= 1e-2 * p.grad / (p.grad.norm() + 1e-12)
+    trainer.optimizer.zero_grad(set_to_none=True)
+    after = trainer._train(groups, stats.trained_tokens)["reference_kl"]
+    assert after < before

@@ -169,3 +169,31 @@ def test_turns_of_step_two_carry_version_one(run: dict[str, Any]) -> None:
         assert {t["weight_version"] for r in ok for rec in r["traces"] for t in rec["turns"]} == {
             version
         }
+
+
+def test_trl_trains_on_the_cores_advantages_and_its_sampler_is_its_learner(
+    run: dict[str, Any],
+) -> None:
+    from rollhub.episode import Episode, EpisodeGroup
+    from rollhub.training.advantages import group_advantages
+
+    rows = [json.loads(line) for line in (run["dir"] / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:  # the engine sampled from TRL's weights as they were: ratio 1
+        assert abs(row["sampler_learner_kl"]) < 1e-4, row
+        assert row["sampler_learner_abs_diff"] < 1e-3, row
+    # the advantages TRL's loss used in step 2 are the core's grpo estimate (population
+    # std, 1e-6), not TRL's own (Bessel-corrected std, 1e-4)
+    second = [r for r in read_rows(run["dir"] / "episodes.jsonl") if r["step"] == 1]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in second:
+        groups.setdefault(r["group_id"], []).append(r)
+    expected: dict[str, float] = {}
+    for gid, members in groups.items():
+        episodes = [Episode(r["episode_id"], gid, r["session_id"], r["sample_index"],
+                            r["status"], reward=r["reward"], trainable=r["trainable"])
+                    for r in members]
+        expected.update(group_advantages(EpisodeGroup(gid, {}, episodes), "grpo"))
+    used = run["trl"].last_scored["advantages"].tolist()
+    order = run["trl"].rollout_order
+    assert used == pytest.approx([expected.get(eid, 0.0) for eid in order], abs=1e-6)
+    assert any(abs(a) > 0 for a in used)

@@ -197,3 +197,48 @@ def test_a_parquet_export_is_read_too(serve, tmp_path: Path):
     assert ep["episode_id"] == rows[5]["episode_id"]
     group = httpx.get(f"{s.url}/api/runs/0/group", params={"group": rows[0]["group_id"]}).json()
     assert len(group["episodes"]) == 2
+
+
+def test_splits_filter_and_an_environments_check_and_commands_show(serve, synthetic: Path):
+    """A sandbox environment's episode: its split is a filter, its check sits next to the
+    reward, its shell commands are tool calls of their turns, the manifest is served."""
+    rows = [json.loads(x) for x in (synthetic / "episodes.jsonl").read_text().splitlines()]
+    for i, row in enumerate(rows):
+        row["payload"] = json.dumps({"seed": i, "split": f"depth-{1 + i % 3}"})
+        row["result"] = json.dumps({"check": {"exit_code": i % 2, "output": "FAIL: x"}})
+    (synthetic / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (synthetic / "manifest.json").write_text(json.dumps({"seed": 3, "git": {"commit": "abc"}}))
+    s = serve(synthetic)
+    facets = httpx.get(f"{s.url}/api/runs/0/facets").json()
+    assert facets["splits"] == {"depth-1": 16, "depth-2": 16, "depth-3": 16}
+    body = httpx.get(f"{s.url}/api/runs/0/episodes", params={"split": "depth-2"}).json()
+    assert body["total"] == 16 and {r["split"] for r in body["rows"]} == {"depth-2"}
+    ep = httpx.get(f"{s.url}/api/runs/0/episodes/1").json()
+    assert ep["result"]["check"] == {"exit_code": 1, "output": "FAIL: x"}
+    info = httpx.get(f"{s.url}/api/runs").json()["runs"][0]
+    assert info["manifest"]["git"]["commit"] == "abc"
+
+
+def test_tool_calls_are_read_from_the_sampled_text() -> None:
+    from rollhub_view.tokens import parse_tool_calls
+
+    text = ('<tool_call>\n{"name": "shell", "arguments": {"command": "sh check.sh"}}\n'
+            '</tool_call>\n<tool_call>{"name": "shell", "arguments": {"command": "echo 1'
+            '</tool_call>')
+    assert parse_tool_calls(text) == [
+        {"name": "shell", "arguments": {"command": "sh check.sh"}},
+        {"name": None, "raw": '{"name": "shell", "arguments": {"command": "echo 1'},
+    ]
+    assert parse_tool_calls("Answer: 42") == [] and parse_tool_calls(None) == []
+
+
+def test_a_session_rollout_shows_its_phase_seconds(serve, tmp_path: Path):
+    run = tmp_path / "run"
+    run.mkdir()
+    row = episode_row(0, 0, 0, random.Random(1))
+    phases = {"setup_wait_s": 0.01, "setup_s": 1.5, "run_wait_s": 0.0, "run_s": 3.25,
+              "shutdown_s": 0.4, "shutdown_error": "AccessDeniedException: no"}  # fmt: skip
+    row["metrics"] = json.dumps({"session": phases})
+    (run / "episodes.jsonl").write_text(json.dumps(row) + "\n")
+    ep = httpx.get(f"{serve(run).url}/api/runs/0/episodes/0").json()
+    assert ep["session"] == phases

@@ -78,6 +78,14 @@ def test_overview_of_a_real_run(serve, real_run: Path, browser, tmp_path: Path):
     points = browser.execute_script(
         "return document.querySelector('[data-chart=\"Reward (mean)\"]').data[0].x")
     assert points == [1, 2]
+    # a 2-step run's axis reads 1, 2: whole steps, each once
+    ticks = browser.execute_script(
+        "return [...document.querySelectorAll('[data-chart=\"Reward (mean)\"] .xtick text')]"
+        ".map(t => t.textContent)")
+    assert ticks == ["1", "2"], ticks
+    # the run says what produced it
+    card = browser.execute_script("return document.querySelector('#run-cards .card').textContent")
+    assert "seed" in card and "code" in card and "manifest" in card
     _shot(browser, "overview", tmp_path)
 
 
@@ -119,6 +127,13 @@ def test_filter_the_episodes_and_open_one_with_its_masked_tool_result(
     heads = browser.execute_script(
         "return [...document.querySelectorAll('#view-episode .turn-head')].map(h => h.textContent)")
     assert heads and all("weights v" in h and "drift" in h for h in heads)
+    # the tool call reads as a call, its reply as the next turn's tool output
+    calls = browser.execute_script(
+        "return [...document.querySelectorAll('#view-episode .call')].map(c => c.textContent)")
+    assert any(c.startswith("calculator") for c in calls), calls
+    roles = browser.execute_script(
+        "return [...document.querySelectorAll('#view-episode .msg-role')].map(r => r.textContent)")
+    assert "tool output (masked, not trained)" in roles
     browser.execute_script("document.querySelector('#view-episode .trace').scrollIntoView()")
     _shot(browser, "episode", tmp_path)
     browser.execute_script("window.scrollTo(0, 0)")
@@ -219,3 +234,20 @@ def test_a_rollouts_only_run_has_reward_group_and_latency_charts(serve, browser,
         "return document.querySelector('[data-chart=\"rewards\"]').data[0].y")
     assert sum(counts) == sum(r["status"] == "ok" for r in rows)
     assert browser.execute_script("return document.querySelectorAll('#charts [data-chart]').length") == 0
+
+
+def test_a_session_rollouts_phases_show_on_its_page(serve, browser, tmp_path: Path):
+    import random
+
+    from rollhub_view.synthetic import episode_row
+
+    run = tmp_path / "sessions"
+    run.mkdir()
+    row = {k: v for k, v in episode_row(0, 0, 0, random.Random(3)).items() if k != "step"}
+    row["metrics"] = json.dumps({"session": {"setup_wait_s": 0.0, "setup_s": 1.5, "run_wait_s": 0.25,
+                                             "run_s": 3.25, "shutdown_s": 0.5}})  # fmt: skip
+    (run / "episodes.jsonl").write_text(json.dumps(row) + "\n")
+    s = serve(run)
+    _open(browser, f"{s.url}/#episode/0/0", "episode")
+    text = browser.execute_script("return document.getElementById('view-episode').innerText")
+    assert "setup 1.50 s · queued for run 0.25 s · run 3.25 s · teardown 0.50 s" in text

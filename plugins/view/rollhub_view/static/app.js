@@ -115,6 +115,11 @@ async function fetchMetrics(i) {
   S.metrics[i] = since === 0 ? body.rows : have.concat(body.rows);
   return S.metrics[i];
 }
+// steps are whole numbers: a 2-step run labels its axis 1, 2 (not 1, 1, 1, 2, 2, 2)
+function stepAxis(all) {
+  const steps = Math.max(1, ...all.map(rows => rows.length));
+  return { title: { text: "step" }, tickmode: "linear", tick0: 1, dtick: Math.max(1, Math.ceil(steps / 12)), tickformat: "d" };
+}
 function metricValue(row, key) {
   if (key === "_tokens_per_s") {
     const t = row.time_step_s || ((row.time_sample_s || 0) + (row.time_train_s || 0));
@@ -127,7 +132,11 @@ function runCard(r, i) {
   const cfg = r.config || {};
   const exp = cfg.experiment || {}, tr = cfg.training || {}, trainer = cfg.trainer || {};
   const ev = r.eval || {};
-  const evalLine = ev.before || ev.after ? `pass@1 ${fmt(ev.before && ev.before.pass_at_1, 2)} → ${fmt(ev.after && ev.after.pass_at_1, 2)}` : null;
+  const withCi = (rep) => !rep ? "–" : fmt(rep.pass_at_1, 2) + (rep.pass_at_1_ci ? ` [${fmt(rep.pass_at_1_ci[0], 2)}, ${fmt(rep.pass_at_1_ci[1], 2)}]` : "");
+  const evalLine = ev.before || ev.after ? `pass@1 ${withCi(ev.before)} → ${withCi(ev.after)}` : null;
+  const splits = Object.keys((ev.after && ev.after.splits) || (ev.before && ev.before.splits) || {});
+  const m = r.manifest || {};
+  const code = m.git ? `${m.git.commit.slice(0, 10)}${m.git.dirty ? " (dirty)" : ""}` : (r.manifest ? "not a git checkout" : null);
   const sum = r.summary || {};
   return el("div", { class: "card", "data-run": i },
     el("h3", {}, el("span", { class: "dot", style: `display:inline-block;width:.7em;height:.7em;border-radius:50%;margin-right:.4em;background:${COLORS[i % COLORS.length]}` }), r.name),
@@ -140,9 +149,15 @@ function runCard(r, i) {
         ["group size", fmt(exp.n_samples)],
         r.kind === "training" ? ["groups / step", fmt(tr.batch_groups)] : null,
         evalLine ? ["held-out", evalLine] : null,
+        ...splits.map(sp => [`held-out ${sp}`, `pass@1 ${withCi(ev.before && ev.before.splits && ev.before.splits[sp])} → ${withCi(ev.after && ev.after.splits && ev.after.splits[sp])}`]),
+        m.seed !== undefined ? ["seed", fmt(m.seed)] : null,
+        code ? ["code", code] : null,
         sum.episodes_per_s ? ["episodes / s", fmt(sum.episodes_per_s, 2)] : null,
         ["directory", r.path]]),
-    el("details", {}, el("summary", {}, "config"), el("pre", {}, JSON.stringify(cfg, null, 2))));
+    el("details", {}, el("summary", {}, "config"), el("pre", {}, JSON.stringify(cfg, null, 2))),
+    r.manifest ? el("details", { class: "manifest" }, el("summary", {}, "manifest (code, versions, machine, command)"),
+      el("pre", {}, JSON.stringify({ git: m.git, project_git: m.project_git, command: m.command, created: m.created,
+                                     versions: m.versions, machine: m.machine, resumed: m.resumed }, null, 2))) : null);
 }
 async function renderOverview(live) {
   const runs = S.runs;
@@ -166,7 +181,7 @@ async function renderOverview(live) {
                     name: runs.length > 1 ? `${r.name}${keys.length > 1 ? " · " + k : ""}` : k,
                     line: { color: COLORS[i % COLORS.length], dash: ["solid", "dot", "dash"][j % 3] } });
     }));
-    drawn.push(plot(div, traces, { title, xaxis: { title: { text: "step" }, tickformat: "d" } }));
+    drawn.push(plot(div, traces, { title, xaxis: stepAxis(all) }));
   }
   document.body.dataset.charts = String(wanted.length);
   const stats = await statsAsked;
@@ -215,13 +230,16 @@ async function loadFacets(force) {
   fillSelect(form.version, f.versions.map(v => [v]), v => `v${v[0]}`);
   fillSelect(form.turns, f.turns.map(t => [t]));
   fillSelect(form.cause, Object.entries(f.causes), v => `${v[0]} (${v[1]})`);
+  fillSelect(form.split, Object.entries(f.splits || {}), v => `${v[0]} (${v[1]})`);
+  form.split.closest("label").hidden = !Object.keys(f.splits || {}).length;
   fillSelect(form.node, Object.entries(f.nodes || {}), v => `${v[0]} (${v[1]})`);
+  form.node.closest("label").hidden = !Object.keys(f.nodes || {}).length;
   S.facetsFor = run;
 }
 function queryString() {
   const form = $("#filters");
   const p = new URLSearchParams();
-  for (const name of ["step", "group", "status", "reward_min", "reward_max", "version", "turns", "cause", "node", "q"]) {
+  for (const name of ["step", "group", "status", "reward_min", "reward_max", "version", "turns", "cause", "split", "node", "q"]) {
     const v = form.elements[name].value.trim();
     if (v) p.set(name, v);
   }
@@ -282,7 +300,15 @@ function messages(list, ids) {
   if (!list) return el("pre", {}, `token ids: ${JSON.stringify(ids)}`);
   return list.map(m => m.role === "system"  // long and the same every time: folded
     ? el("details", { class: "msg role-system" }, el("summary", { class: "msg-role" }, `system (${m.content.length} characters)`), el("div", { class: "msg-body" }, m.content))
-    : el("div", { class: `msg role-${m.role}` }, el("div", { class: "msg-role" }, m.role), el("div", { class: "msg-body" }, m.content)));
+    : el("div", { class: `msg role-${m.role}` }, el("div", { class: "msg-role" }, m.role === "tool" ? "tool output (masked, not trained)" : m.role), el("div", { class: "msg-body" }, m.content)));
+}
+// a tool call as a reader expects it: a command line for a one-string argument (shell tools)
+function toolCall(c) {
+  if (!c.name) return el("div", { class: "call bad" }, "ill-formed tool call: ", el("code", {}, c.raw));
+  const args = c.arguments || {};
+  const vals = typeof args === "object" ? Object.values(args) : [args];
+  const line = vals.length === 1 && typeof vals[0] === "string" ? vals[0] : JSON.stringify(args);
+  return el("div", { class: "call" }, el("span", { class: "call-name" }, c.name), el("code", {}, line));
 }
 function traceSection(tr, ep, compact) {
   const meta = tr.metadata || {};
@@ -293,7 +319,8 @@ function traceSection(tr, ep, compact) {
       `${t.masked_tokens ? ` (${t.masked_tokens} earlier tokens masked)` : ""} · finish ${t.finish_reason}${t.ill_formed ? " · ill-formed" : ""}`),
     compact ? null : el("div", { class: "note" }, "what the model saw (new since the last turn):"),
     compact ? null : messages(t.input_messages, t.input_ids),
-    el("div", { class: "msg out" }, el("div", { class: "msg-role" }, "sampled"), el("div", { class: "msg-body" }, t.output_text !== null ? t.output_text : JSON.stringify(t.output_ids)))));
+    el("div", { class: "msg out" }, el("div", { class: "msg-role" }, "sampled"), el("div", { class: "msg-body" }, t.output_text !== null ? t.output_text : JSON.stringify(t.output_ids))),
+    (t.tool_calls || []).length ? el("div", { class: "calls" }, el("div", { class: "msg-role" }, "tool call"), t.tool_calls.map(toolCall)) : null));
   return el("div", { class: "section trace", "data-branch": tr.branch_id },
     el("h3", {}, `${head} · ${tr.turns.length} turn(s) · finish ${tr.finish_reason} · drift: ${drift}`),
     turns,
@@ -303,7 +330,18 @@ function traceSection(tr, ep, compact) {
        el("span", { class: "note" }, "shading: the redder, the less likely the sampled token; hover a token for its logprob")),
     tokenView(tr.tokens, compact));
 }
+// A session rollout's phases: waits for slots, setup, the agent's run, teardown (seconds).
+function sessionPhases(s) {
+  const parts = [["queued for setup", s.setup_wait_s], ["setup", s.setup_s], ["queued for run", s.run_wait_s],
+                 ["run", s.run_s], ["teardown", s.shutdown_s]]
+    .filter(([, v]) => v !== undefined && v !== null).map(([k, v]) => `${k} ${fmt(v, 2)} s`);
+  if (s.shutdown_error) parts.push(`teardown failed: ${s.shutdown_error}`);
+  return parts.join(" · ");
+}
 function episodeHeader(ep, run) {
+  // an environment's own check (its exit code is the reward) sits next to the reward
+  const check = ep.result && typeof ep.result === "object" && ep.result.check && typeof ep.result.check === "object" ? ep.result.check : null;
+  const split = ep.payload && typeof ep.payload === "object" ? ep.payload.split : null;
   const comps = Object.entries(ep.reward_components || {}).map(([k, v]) => `${k} ${fmt(v)}`).join(", ");
   return el("div", { class: "section" },
     el("h3", {}, `episode ${ep.episode_id}`),
@@ -311,9 +349,12 @@ function episodeHeader(ep, run) {
         ["step", ep.step === null || ep.step === undefined ? "–" : String(ep.step + 1)],
         ["group", el("a", { href: `#group/${run}/${ep.step === null || ep.step === undefined ? "" : ep.step}/${encodeURIComponent(ep.group_id)}` }, `${ep.group_id} (sample ${ep.sample_index}) — see the group side by side`)],
         ["reward", `${fmt(ep.reward)}${comps ? "  (" + comps + ")" : ""}`],
+        check ? ["check", el("span", { class: check.exit_code === 0 ? "st-ok" : "st-bad" }, `exit ${fmt(check.exit_code)}: `, el("code", {}, String(check.output || "")))] : null,
+        split ? ["split", split] : null,
         ["advantage", fmt(ep.advantage)], ["trained", ep.trained === undefined || ep.trained === null ? "–" : (ep.trained ? "yes" : "no")],
         ["weight version", fmt(ep.weight_version)], ["turns", fmt(ep.num_turns)], ["sampled tokens", fmt(ep.num_sampled_tokens)],
-        ["seconds", fmt(ep.elapsed_s, 2)], ep.decoder_note ? ["tokens", ep.decoder_note] : null]),
+        ["seconds", fmt(ep.elapsed_s, 2)], ep.session ? ["session", sessionPhases(ep.session)] : null,
+        ep.decoder_note ? ["tokens", ep.decoder_note] : null]),
     el("details", {}, el("summary", {}, "task and result"), el("pre", {}, JSON.stringify({ payload: ep.payload, result: ep.result, metrics: ep.metrics }, null, 2))));
 }
 async function renderEpisode(run, n) {

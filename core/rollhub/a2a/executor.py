@@ -1,0 +1,183 @@
+"""The server half: an a2a-sdk ``AgentExecutor`` that runs one rollout as one A2A task.
+
+The first message of a task runs :meth:`SessionExecutor.setup_task` and parks the task at
+``input-required``; the second runs :meth:`SessionExecutor.run_task` and completes the
+task with the ``rollout`` artifact (see :mod:`rollhub.a2a.wire`). Work runs in a task of
+its own per A2A task, so a cancel stops it (an async handler is cancelled where it
+awaits) and ``/ping`` goes back to Healthy once it stopped. An exception that is not the
+agent's (a message without the task input) fails the task with its traceback as text.
+
+:class:`RolloutAppExecutor` serves any :class:`~rollhub.app.RolloutApp`: setup runs the
+app's ``@app.rollout_setup`` handler (none: nothing to prepare), run its
+``@app.rollout_entrypoint`` with the task as payload; the returned dict is the artifact
+(no result store is written).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from abc import ABC, abstractmethod
+from typing import Any
+
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.tasks import TaskUpdater
+from a2a.types import Part, Task, TaskState, TaskStatus
+from pydantic import ValidationError
+
+from rollhub.a2a.wire import ARTIFACT_NAME, data_part, dump_to_data, read_task_input
+from rollhub.app.context import PingStatus, RolloutContext, takes_context
+from rollhub.rollout import ROLLOUT_KEY, RolloutConfig
+from rollhub.sessions.base import SessionDump
+
+__all__ = ["RolloutAppExecutor", "SessionExecutor"]
+
+log = logging.getLogger(__name__)
+
+
+class SessionExecutor(AgentExecutor, ABC):
+    """One rollout per A2A task: setup on the first message, the run on the second.
+
+    :param cancel_wait_s: how long a cancel waits for the work to stop before it answers.
+    """
+
+    def __init__(self, *, cancel_wait_s: float = 10.0) -> None:
+        self._work: dict[str, asyncio.Task[Any]] = {}
+        #: task id -> set once cancel() has reported the task canceled
+        self._cancels: dict[str, asyncio.Event] = {}
+        self._cancel_wait_s = cancel_wait_s
+
+    @abstractmethod
+    async def setup_task(self, task_input: dict[str, Any], session_id: str) -> None:
+        """Prepare the environment for ``task_input``; raise to fail the setup."""
+
+    @abstractmethod
+    async def run_task(self, task_input: dict[str, Any], session_id: str) -> SessionDump:
+        """Run the rollout; the agent's failure is a dump with ``error``."""
+
+    @property
+    def busy(self) -> bool:
+        """Whether any task is being set up or run."""
+        return bool(self._work)
+
+    def ping_status(self) -> PingStatus:
+        """``HealthyBusy`` while a task is being set up or run, else ``Healthy``."""
+        return PingStatus.HEALTHY_BUSY if self._work else PingStatus.HEALTHY
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """Set up (first message of a task) or run (the message that resumes it)."""
+        task_id, context_id = str(context.task_id), str(context.context_id)
+        updater = TaskUpdater(event_queue, task_id, context_id)
+        first = context.current_task is None
+        if first:
+            # the task must exist before its first status update
+            await event_queue.enqueue_event(
+                Task(
+                    id=task_id,
+                    context_id=context_id,
+                    status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
+                )
+            )
+        await updater.start_work()
+        try:
+            task_input = read_task_input(context.message)
+            work = asyncio.ensure_future(
+                self.setup_task(task_input, context_id)
+                if first
+                else self.run_task(task_input, context_id)
+            )
+            self._work[task_id] = work
+            try:
+                value = await work
+            finally:
+                if self._work.get(task_id) is work:
+                    del self._work[task_id]
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            # cancel() stopped the work; the queue must stay open until it said so
+            reported = self._cancels.get(task_id)
+            if reported is not None:
+                await reported.wait()
+            return
+        except Exception as exc:
+            what = "setup" if first else "rollout"
+            log.warning("%s of task %s failed: %r", what, task_id, exc)
+            text = "".join(traceback.format_exception(exc))
+            await updater.failed(message=updater.new_agent_message([Part(text=text)]))
+            return
+        if first:
+            await updater.requires_input(message=updater.new_agent_message([Part(text="ready")]))
+            return
+        assert isinstance(value, SessionDump)
+        await updater.add_artifact([data_part(dump_to_data(value))], name=ARTIFACT_NAME)
+        await updater.complete()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """Stop the task's work (waiting up to ``cancel_wait_s``) and mark it canceled."""
+        task_id = str(context.task_id)
+        reported = self._cancels[task_id] = asyncio.Event()
+        try:
+            work = self._work.get(task_id)
+            if work is not None and not work.done():
+                work.cancel()
+                await asyncio.wait({work}, timeout=self._cancel_wait_s)
+            await self.cleanup_task(task_id)
+            updater = TaskUpdater(event_queue, task_id, str(context.context_id))
+            await updater.cancel()
+        finally:
+            reported.set()
+            self._cancels.pop(task_id, None)
+
+    async def cleanup_task(self, task_id: str) -> None:
+        """Called after a cancel stopped a task's work (default: nothing)."""
+
+
+class RolloutAppExecutor(SessionExecutor):
+    """Serves a :class:`~rollhub.app.RolloutApp`'s handlers over A2A.
+
+    :param app: the app; its ``@app.rollout_entrypoint`` runs each rollout and its
+        ``@app.rollout_setup`` (if any) each setup, off the serving loop as under HTTP.
+    """
+
+    def __init__(self, app: Any, *, cancel_wait_s: float = 10.0) -> None:
+        super().__init__(cancel_wait_s=cancel_wait_s)
+        self.app = app
+
+    async def setup_task(self, task_input: dict[str, Any], session_id: str) -> None:
+        handler = getattr(self.app, "rollout_setup_handler", None)
+        if handler is not None:
+            await self.app.runner.call(handler, _args(handler, task_input, session_id))
+
+    async def run_task(self, task_input: dict[str, Any], session_id: str) -> SessionDump:
+        handler = self.app.rollout_handler
+        if handler is None:
+            raise RuntimeError("the app has no @app.rollout_entrypoint handler")
+        try:
+            result = await self.app.runner.call(handler, _args(handler, task_input, session_id))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            text = "".join(traceback.format_exception(exc))
+            return SessionDump.failed(type(exc).__name__, str(exc), text)
+        return SessionDump.from_result(result)
+
+
+def _args(handler: Any, task_input: dict[str, Any], session_id: str) -> tuple[Any, ...]:
+    """``(payload,)`` or ``(payload, context)``: the context's rollout is the task's
+    ``_rollout`` when it is a valid one (a rollhub hub's task), else None."""
+    if not takes_context(handler):
+        return (task_input,)
+    rollout = None
+    raw = task_input.get(ROLLOUT_KEY)
+    if isinstance(raw, dict):
+        try:
+            rollout = RolloutConfig.model_validate(raw)
+        except ValidationError:
+            log.info("task %s: its %s is not rollhub's; context.rollout is None", session_id,
+                     ROLLOUT_KEY)  # fmt: skip
+    sid = rollout.session_id if rollout is not None else session_id
+    return (task_input, RolloutContext(session_id=sid, rollout=rollout))

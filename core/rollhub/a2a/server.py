@@ -1,0 +1,129 @@
+"""Serving a rollout agent over A2A (JSON-RPC), as AgentCore's A2A protocol expects.
+
+:func:`a2a_app` builds a Starlette app from a :class:`~rollhub.app.RolloutApp` (or any
+:class:`~rollhub.a2a.executor.SessionExecutor`): a2a-sdk's JSON-RPC endpoint at ``/``,
+the agent card at ``/.well-known/agent-card.json`` and ``GET /ping`` (``HealthyBusy``
+while a task is set up or run). AgentCore's A2A contract serves on port 9000.
+
+From the command line (the same image ``rollhub deploy init`` builds, another command)::
+
+    python -m rollhub.a2a agent:app --app-dir . --port 9000
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import logging
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore
+from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from rollhub.a2a.executor import RolloutAppExecutor, SessionExecutor
+from rollhub.errors import ConfigError
+
+__all__ = ["A2A_PORT", "a2a_app", "agent_card", "main"]
+
+log = logging.getLogger(__name__)
+
+#: the port AgentCore's A2A contract serves on
+A2A_PORT = 9000
+
+
+def agent_card(url: str, name: str = "rollhub-agent") -> AgentCard:
+    """The card of a rollout agent: one JSON-RPC interface at ``url``, no streaming."""
+    return AgentCard(
+        name=name,
+        description="A reinforcement-learning rollout agent (setup, then run, per task)",
+        version="1.0",
+        capabilities=AgentCapabilities(streaming=False),
+        default_input_modes=["application/json"],
+        default_output_modes=["application/json"],
+        skills=[
+            AgentSkill(id="rollout", name="rollout", description="one rollout", tags=["rollout"])
+        ],
+        supported_interfaces=[
+            AgentInterface(protocol_binding="JSONRPC", protocol_version="1.0", url=url)
+        ],
+    )
+
+
+def a2a_app(target: Any, *, url: str | None = None, name: str = "rollhub-agent") -> Starlette:
+    """The A2A app serving ``target``: a ``RolloutApp`` or a ``SessionExecutor``.
+
+    :param url: the URL the card advertises (default ``http://localhost:9000/``).
+    :raises ConfigError: ``target`` is neither.
+    """
+    if isinstance(target, SessionExecutor):
+        executor: SessionExecutor = target
+    elif hasattr(target, "rollout_handler") and hasattr(target, "runner"):
+        executor = RolloutAppExecutor(target)
+    else:
+        raise ConfigError(
+            f"cannot serve a {type(target).__name__} over A2A: give a rollhub RolloutApp "
+            f"(with @app.rollout_entrypoint) or a SessionExecutor"
+        )
+    card = agent_card(url or f"http://localhost:{A2A_PORT}/", name)
+    handler = DefaultRequestHandler(
+        agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card
+    )
+    started = time.time()
+
+    async def ping(request: Request) -> JSONResponse:
+        return JSONResponse(
+            {"status": executor.ping_status().value, "time_of_last_update": int(started)}
+        )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            shutdown = getattr(getattr(executor, "app", None), "shutdown", None)
+            if shutdown is not None:
+                await shutdown()
+
+    routes = [Route("/ping", ping, methods=["GET"]), *create_agent_card_routes(card)]
+    routes += create_jsonrpc_routes(request_handler=handler, rpc_url="/")
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.executor = executor
+    return app
+
+
+def _load(target: str, app_dir: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"{target!r}: expected module:attribute, e.g. agent:app")
+    sys.path.insert(0, os.path.abspath(app_dir))
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m rollhub.a2a module:app [--app-dir D] [--host H] [--port P]``."""
+    parser = argparse.ArgumentParser(prog="python -m rollhub.a2a", description=__doc__)
+    parser.add_argument("app", help="module:attribute of the RolloutApp or SessionExecutor")
+    parser.add_argument("--app-dir", default=".", help="directory to import the module from")
+    parser.add_argument("--host", default=None, help="default: 0.0.0.0 in a container")
+    parser.add_argument("--port", type=int, default=A2A_PORT)
+    args = parser.parse_args(argv)
+    import uvicorn
+
+    host = args.host
+    if host is None:
+        in_container = os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv")
+        host = "0.0.0.0" if in_container else "127.0.0.1"
+    app = a2a_app(_load(args.app, args.app_dir), url=f"http://{host}:{args.port}/")
+    uvicorn.run(app, host=host, port=args.port, log_level="warning")
+    return 0
