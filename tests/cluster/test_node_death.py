@@ -37,16 +37,16 @@ async def test_a_worker_node_dies_mid_run_and_nothing_is_lost(cluster, model_dir
         loop = TrainingLoop(hub, payloads, run_dir=run_dir, progress=False)
 
         async def kill_in_step_two() -> None:
-            while not (loop.steps_done == 1 and len(victim.live) >= 2):
+            while not (loop.steps_done >= 1 and len(victim.live) >= 2):
                 await asyncio.sleep(0.02)
-            await asyncio.sleep(0.3)  # the agents are mid-conversation
+            await asyncio.sleep(0.2)  # the agents are mid-conversation
             killed["live"] = float(len(victim.live))
-            killed["at"] = time.monotonic()
+            killed["step"] = float(loop.steps_done)  # the step being sampled
             await asyncio.to_thread(cluster.kill_node, VICTIM)
 
         killer = asyncio.create_task(kill_in_step_two())
         summary = await loop.run()
-        await killer
+        await asyncio.wait_for(killer, 1)  # it killed the node before the run ended
         # the replica is restarted by Ray on the live node, at a new address (its sessions
         # were given up as soon as its death was seen: the run may end before it serves)
         deadline = time.monotonic() + 60
@@ -89,7 +89,10 @@ async def test_a_worker_node_dies_mid_run_and_nothing_is_lost(cluster, model_dir
     ]
     # the node's death cost sessions, each run again elsewhere; none was the agent's fault
     retried = [r for r in rows if json.loads(r["metrics"]).get("dead_sessions")]
-    assert retried and {r["step"] for r in retried} == {1}
+    # the step being sampled at the kill, or the next: the node's processes go down up to a
+    # second after its raylet (its `ray start` notices), and a step can end meanwhile
+    step = int(killed["step"])
+    assert retried and {r["step"] for r in retried} <= {step, step + 1}
     for r in retried:
         for dead in json.loads(r["metrics"])["dead_sessions"]:
             assert "died" in dead["cause"] and VICTIM in dead["cause"], dead
@@ -98,7 +101,7 @@ async def test_a_worker_node_dies_mid_run_and_nothing_is_lost(cluster, model_dir
     assert {t["status"] for t in trained} == {"ok"}
     # metrics.jsonl: episodes per node; the killed step counts no failure
     assert metrics[0]["episodes_by_node"] == {"worker-1": 2, "worker-2": 2}
-    assert metrics[2]["episodes_by_node"] == {"worker-2": 4}
+    assert all(m["episodes_by_node"] == {"worker-2": 4} for m in metrics[step + 2 :])
     assert all(m["episodes_failed"] == m["episodes_infra_failed"] == 0 for m in metrics)
     assert killed["live"] >= 2
 

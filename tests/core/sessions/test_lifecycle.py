@@ -204,7 +204,7 @@ async def test_sessions_all_lost_to_the_infrastructure_end_infra_error():
         exc = SessionError("the transport broke", phase="run", transient=True)
         return Scripted(request.rollout.session_id, [], run_exc=exc)
 
-    out, last = await run_with_attempts(open_session, _request(), bounds(), attempts=2)
+    out, _ = await run_with_attempts(open_session, _request(), bounds(), attempts=2)
     assert out.status == "infra_error" and opened == ["g-0-abc", "g-0-abc-r1"]
     assert "transport broke" in out.error.message and len(out.dead_sessions) == 1
 
