@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -241,15 +242,18 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     from rollhub.testing.ray_cluster import LocalRayCluster
 
     root = Path(tempfile.mkdtemp(prefix="bench-ray-"))
-    tokenizer = model_dir(root)
-    with LocalRayCluster(root / "cluster", workers=2, cpus=1, health_check_s=2.0) as cluster:
-        out: dict[str, Any] = {"cpus": os.cpu_count(), "turns": args.turns}
-        if "scaling" in args.parts:
-            out["scaling"] = await scaling(
-                cluster, tokenizer, root, args.groups, args.turns, args.rounds
-            )
-        if "faults" in args.parts:
-            out["faults"] = await faults(cluster, tokenizer, root, args.kills, args.turns)
+    try:
+        tokenizer = model_dir(root)
+        with LocalRayCluster(root / "cluster", workers=2, cpus=1, health_check_s=2.0) as cluster:
+            out: dict[str, Any] = {"cpus": os.cpu_count(), "turns": args.turns}
+            if "scaling" in args.parts:
+                out["scaling"] = await scaling(
+                    cluster, tokenizer, root, args.groups, args.turns, args.rounds
+                )
+            if "faults" in args.parts:
+                out["faults"] = await faults(cluster, tokenizer, root, args.kills, args.turns)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
     return out
 
 
