@@ -25,6 +25,7 @@ from typing import Any
 from rollhub.config import RollhubConfig, TokenSourceSection, TrainerSection, load_config
 from rollhub.errors import ConfigError, UsageError
 from rollhub.plugins import PluginHost
+from rollhub.run_dir import RunDir
 
 __all__ = ["add_arguments", "resolve_checkpoint", "run"]
 
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out)
     elif args.checkpoint:
         ckpt = Path(label)  # evaluated_config resolved it
-        out = ckpt.parent.parent / f"eval-{ckpt.name}.json"
+        out = RunDir(ckpt.parent.parent).checkpoint_report(ckpt)  # RUN/checkpoints/step-N
     else:
         out = cfg.path(cfg.experiment.output_dir) / f"eval-{time.strftime('%Y%m%d-%H%M%S')}.json"
     report = asyncio.run(_evaluate(cfg, host, payloads, label, out.parent))
