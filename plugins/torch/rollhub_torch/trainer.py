@@ -190,7 +190,7 @@ class TorchTrainer(Trainer):
             batch.trainable(), max_length=self.options.max_length,
             skip_zero_advantage=self.options.loss_fn != "cross_entropy",
         )
-        metrics: dict[str, Any] = stats.as_metrics()
+        metrics: dict[str, Any] = {**stats.as_metrics(), "masked_tokens": stats.masked_tokens}
         t0 = time.perf_counter()
         if groups:
             try:
