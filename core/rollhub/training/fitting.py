@@ -12,6 +12,11 @@ step's account of what was left out. :func:`fit_records` does that once:
   counted *truncated*, with the tokens cut; one whose prompt alone reaches
   ``max_length`` is *dropped*; a cut that leaves no sampled token makes it *empty*.
 
+A backend with fixed prompt and response widths (verl) gives ``prompt_length`` and
+``response_length`` instead: a longer prompt keeps its first tokens (the system prompt)
+and its tail opens the response with mask 0 (*prompt overflow*: the token sequence the
+model saw is unchanged, so the logprobs still line up), and a longer response is cut.
+
 Each backend then only converts a :class:`FittedRecord` into its own format (a Tinker
 ``Datum``, a torch prompt group, verl's tensors). Nothing is retokenised: the ids are the
 ones the sampler saw and produced.
@@ -41,6 +46,10 @@ class FittedRecord:
     advantage: float
     episode_id: str
     branch_id: int = 0
+    #: prompt tokens moved to the head of the response (``prompt_length``)
+    prompt_overflow: int = 0
+    #: response tokens cut off at the end
+    truncated_tokens: int = 0
 
     @property
     def full_ids(self) -> list[int]:
@@ -72,6 +81,8 @@ class FitStats:
     dropped_records: int = 0
     #: records with no sampled token, before or after the cut
     empty_records: int = 0
+    #: prompt tokens moved to the response (``prompt_length``)
+    prompt_overflow: int = 0
     #: the episode of each fitted record, in order
     episode_ids: list[str] = field(default_factory=list)
 
@@ -100,31 +111,50 @@ class FitStats:
 
 def fit_record(
     record: TraceRecord, advantage: float, *, episode_id: str, max_length: int | None = None,
-    stats: FitStats | None = None,
+    prompt_length: int | None = None, response_length: int | None = None,
+    keep_empty: bool = False, stats: FitStats | None = None,
 ) -> FittedRecord | None:
-    """One record within ``max_length`` tokens; None (and counted) when nothing of it can
-    be trained. See the module docstring for what is counted how."""
+    """One record within the budget; None (and counted) when nothing of it can be trained.
+    See the module docstring for what is counted how.
+
+    :param keep_empty: return a record with no sampled token too (still counted *empty*),
+        for a backend that needs every record of an episode in place.
+    """
     stats = stats if stats is not None else FitStats()
-    ids, mask = list(record.response_ids), list(record.response_mask)
+    prompt, ids, mask = list(record.prompt_ids), list(record.response_ids), list(
+        record.response_mask
+    )
+    logprobs = [float(x) for x in record.response_logprobs]
     if not any(mask):
         stats.empty_records += 1
-        return None
-    logprobs = [float(x) for x in record.response_logprobs]
-    prompt_len = len(record.prompt_ids)
-    if max_length is not None and prompt_len + len(ids) > max_length:
-        keep = max_length - prompt_len
-        if keep <= 0:
+        if not keep_empty:
+            return None
+    overflow = 0
+    if prompt_length is not None and len(prompt) > prompt_length:
+        overflow = len(prompt) - prompt_length
+        ids = prompt[prompt_length:] + ids
+        mask = [0] * overflow + mask
+        logprobs = [0.0] * overflow + logprobs
+        prompt = prompt[:prompt_length]
+        stats.prompt_overflow += overflow
+    keep = len(ids) if response_length is None else min(len(ids), response_length)
+    if max_length is not None:
+        if len(prompt) >= max_length:
             stats.dropped_records += 1
             return None
+        keep = min(keep, max_length - len(prompt))
+    cut = len(ids) - keep
+    if cut:
         stats.truncated_records += 1
-        stats.truncated_tokens += len(ids) - keep
+        stats.truncated_tokens += cut
         ids, mask, logprobs = ids[:keep], mask[:keep], logprobs[:keep]
-        if not any(mask):
+        if not any(mask) and any(record.response_mask):
             stats.empty_records += 1  # every sampled token was cut away
-            return None
+            if not keep_empty:
+                return None
     fitted = FittedRecord(
-        list(record.prompt_ids), ids, mask, logprobs, float(advantage), episode_id,
-        record.branch_id,
+        prompt, ids, mask, logprobs, float(advantage), episode_id, record.branch_id,
+        prompt_overflow=overflow, truncated_tokens=cut,
     )
     stats.add(fitted)
     return fitted

@@ -64,3 +64,21 @@ def test_zero_advantage_episodes_are_skipped_unless_asked_and_forks_are_records(
         "datums": 3, "trained_tokens": 6, "truncated_records": 0, "truncated_tokens": 0,
         "dropped_records": 0,
     }
+
+
+def test_fixed_widths_move_the_prompt_tail_to_the_response_and_keep_every_record() -> None:
+    """verl's shape: the prompt's head stays (the system prompt), its tail opens the
+    response masked, the response is cut at its width; empty records are kept in place."""
+    stats = FitStats()
+    rec = _record([1, 2, 3, 4, 5], [6, 7, 8], [1, 0, 1])
+    fitted = fit_record(rec, 1.0, episode_id="e0", prompt_length=3, response_length=4,
+                        stats=stats)
+    assert fitted is not None and fitted.prompt_ids == [1, 2, 3]
+    assert (fitted.response_ids, fitted.response_mask) == ([4, 5, 6, 7], [0, 0, 1, 0])
+    assert fitted.response_logprobs == [0.0, 0.0, -0.5, 0.0]
+    assert (fitted.prompt_overflow, fitted.truncated_tokens) == (2, 1)
+    assert (stats.prompt_overflow, stats.truncated_tokens, stats.trained_tokens) == (2, 1, 1)
+
+    empty = fit_record(_record([1], [20], [0]), 1.0, episode_id="e0", prompt_length=3,
+                       response_length=4, keep_empty=True, stats=stats)
+    assert empty is not None and empty.response_mask == [0] and stats.empty_records == 1
