@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from rollhub_gateway.template_env import FrozenJson
 from rollhub_gateway.turns import OutputDelta, ParsedOutput, ToolCall
@@ -350,9 +350,11 @@ class MarkupStreamParser:
                 return out
             return out  # tool section: held until finish()
 
-    def _emit(self, out: list[OutputDelta], kind: str, text: str) -> None:
+    def _emit(
+        self, out: list[OutputDelta], kind: Literal["content", "reasoning"], text: str
+    ) -> None:
         if text:
-            out.append(OutputDelta(kind, text))  # type: ignore[arg-type]
+            out.append(OutputDelta(kind, text))
             if kind == "content":
                 self._sent_content += text
 

@@ -11,7 +11,7 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from aiohttp import web
 from rollhub.sampling import Generation
@@ -199,10 +199,13 @@ def owed_deltas(streamed: Mapping[str, str], parsed: ParsedOutput) -> list[Outpu
     only non-empty remainders (see :func:`remainder`) are returned.
     """
     owed = []
-    for kind, final in (("reasoning", parsed.reasoning or ""), ("content", parsed.content)):
+    finals: tuple[tuple[Literal["reasoning", "content"], str], ...] = (
+        ("reasoning", parsed.reasoning or ""), ("content", parsed.content)
+    )
+    for kind, final in finals:
         rest = remainder(streamed[kind], final)
         if rest:
-            owed.append(OutputDelta(kind, rest))  # type: ignore[arg-type]
+            owed.append(OutputDelta(kind, rest))
     return owed
 
 
