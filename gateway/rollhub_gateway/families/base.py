@@ -278,12 +278,14 @@ class MarkupStreamParser:
         self.in_reasoning = in_reasoning
         self._buf = ""
         self._pos = 0
+        markup = family.reasoning_markup
+        self._open, self._close = markup if markup is not None else ("", "")
+        # without markup there is no reasoning block to be in, as parse() reads the output
+        in_block = in_reasoning and markup is not None
         self._state = (
-            "start"
-            if family.reasoning_markup and not in_reasoning
-            else ("reasoning" if in_reasoning else "content")
+            "start" if markup and not in_reasoning else ("reasoning" if in_block else "content")
         )
-        self._skip_newlines = in_reasoning
+        self._skip_newlines = in_block
         self._sent_content = ""
 
     def feed(self, token_ids: list[int]) -> list[OutputDelta]:
@@ -297,7 +299,7 @@ class MarkupStreamParser:
         while True:
             rest = self._buf[self._pos :]
             if self._state == "start":
-                open_ = fam.reasoning_markup[0]  # type: ignore[index]
+                open_ = self._open
                 stripped = rest.lstrip()
                 if stripped.startswith(open_):
                     self._pos += len(rest) - len(stripped) + len(open_)
@@ -315,7 +317,7 @@ class MarkupStreamParser:
                     if not rest:
                         return out
                     self._skip_newlines = False
-                close = fam.reasoning_markup[1]  # type: ignore[index]
+                close = self._close
                 end = rest.find(close)
                 if end >= 0:
                     self._emit(out, "reasoning", rest[:end].rstrip("\n"))
