@@ -22,7 +22,7 @@ from rollhub_gateway.unique_ids import unique_id
 try:  # a C JSON codec: request bodies and responses grow with the conversation
     import orjson
 except ImportError:  # pragma: no cover - the standard library gives the same results
-    orjson = None  # type: ignore[assignment]
+    orjson = None  # type: ignore[assignment]  # optional: json serves without it
 
 __all__ = [
     "ErrorKind",
