@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from rollhub.config import RollhubConfig
 from rollhub.errors import ConfigError, PluginError, UnknownComponentError
 from rollhub.validation import explain, first_loc
 
@@ -89,13 +90,13 @@ class ComponentContext:
     :param run_dir: the run directory (trainers write their outputs here); None outside a
         run.
     :param exp_id: the experiment id, the result-store prefix.
-    :param config: the whole validated config (``RollhubConfig``), or None.
+    :param config: the whole validated config, or None (a component built from code).
     """
 
     base_dir: Path = field(default_factory=Path.cwd)
     run_dir: Path | None = None
     exp_id: str = "rollhub"
-    config: Any = None
+    config: RollhubConfig | None = None
 
     def path(self, value: str | Path) -> Path:
         """``value`` resolved against :attr:`base_dir` (absolute paths unchanged)."""

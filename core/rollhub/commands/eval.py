@@ -28,6 +28,7 @@ from rollhub.episode import Episode
 from rollhub.errors import ConfigError, UsageError
 from rollhub.export.files import episode_to_row, write_rows
 from rollhub.plugins import PluginHost
+from rollhub.run_dir import RunDir
 
 __all__ = ["add_arguments", "resolve_checkpoint", "run"]
 
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out)
     elif args.checkpoint:
         ckpt = Path(label)  # evaluated_config resolved it
-        out = ckpt.parent.parent / f"eval-{ckpt.name}.json"
+        out = RunDir(ckpt.parent.parent).checkpoint_report(ckpt)  # RUN/checkpoints/step-N
     else:
         out = cfg.path(cfg.experiment.output_dir) / f"eval-{time.strftime('%Y%m%d-%H%M%S')}.json"
     episodes: list[Episode] = []
