@@ -124,6 +124,8 @@ class EpisodeGroup:
     group_id: str
     payload: dict[str, Any]
     episodes: list[Episode]
+    #: what scoring the group together cost (``{"judge": {"calls": 1, "s": 0.8}}``)
+    metrics: dict[str, Any] = field(default_factory=dict)
 
     @property
     def trainable_episodes(self) -> list[Episode]:

@@ -34,9 +34,11 @@ from rollhub.components import build_component, component_context, open_config_s
 from rollhub.config import RollhubConfig
 from rollhub.episode import Episode, EpisodeGroup, ErrorInfo
 from rollhub.errors import RewardError, RollhubError, TokenRetrievalError, UsageError
+from rollhub.group_rewards import collect_group_rewards
 from rollhub.hook_calls import call_all, call_first
 from rollhub.plugin_settings import check_config
 from rollhub.plugins import PluginHost, build_host
+from rollhub.policies import effective_staleness
 from rollhub.rewards import apply_failure_policy, merge_reward_components
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 from rollhub.runtime import Runtime
@@ -45,6 +47,7 @@ from rollhub.sessions.episodes import SessionEpisodes
 from rollhub.staleness import StalenessGate
 from rollhub.stores.base import ResultStore
 from rollhub.tokens import TokenSource
+from rollhub.training.policy_trainer import build_trainer
 from rollhub.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -87,7 +90,7 @@ class AsyncHub:
         self.run_dir = run_dir
         self.exp_id = config.experiment.resolved_exp_id
         self._parts: _Parts | None = None
-        self._gate = StalenessGate(config.experiment.max_staleness)
+        self._gate = StalenessGate(effective_staleness(config))
         self._slots = asyncio.Semaphore(config.experiment.concurrency)
         self._started = False
         self._seeds = EpisodeSeeds(config.experiment.seed)
@@ -169,7 +172,7 @@ class AsyncHub:
         store = open_config_store(cfg, registry)
         runtime: Runtime = build_component(registry, cfg, "runtime", context)
         token_source: TokenSource = build_component(registry, cfg, "token_source", context)
-        trainer: Trainer = build_component(registry, cfg, "trainer", context)
+        trainer: Trainer = build_trainer(registry, cfg, context)  # one per policy
         await token_source.start()
         if self._gate.current is not None:
             token_source.set_weight_version(self._gate.current)
@@ -400,6 +403,7 @@ class AsyncHub:
             *(self.run_episode(payload, gid, i, sampling=sampling) for i in range(n))
         )
         group = EpisodeGroup(gid, dict(payload), list(episodes))
+        await collect_group_rewards(self, group)  # e.g. a judge ranking the group
         apply_failure_policy(group, self.config.rewards.on_failure)
         return group
 

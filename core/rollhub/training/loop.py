@@ -34,7 +34,9 @@ from typing import Any
 
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
+from rollhub.group_rewards import group_reward_metrics
 from rollhub.hub import AsyncHub, group_id_of
+from rollhub.policies import effective_staleness
 from rollhub.training.advantages import group_advantages
 from rollhub.training.checkpoint import (
     Checkpoint,
@@ -180,7 +182,7 @@ class TrainingLoop:
         _keep_steps_before(self.run_dir / "episodes.jsonl", step)
 
     async def _steps(self, trainer: Trainer, t0: float) -> None:
-        window = self.config.experiment.max_staleness or 0
+        window = effective_staleness(self.config) or 0  # with [[policies]]: the narrowest
         done = asyncio.Condition()
         queue: asyncio.Queue[list[asyncio.Task[EpisodeGroup]]] = asyncio.Queue()
         first = self.steps_done
@@ -214,6 +216,7 @@ class TrainingLoop:
                     done.notify_all()
                 metrics = {
                     **batch_metrics(batch, self.config.rewards.success_threshold),
+                    **group_reward_metrics(batch.groups),  # e.g. the judge's cost
                     **result.metrics,
                     "weight_version": result.weight_version,
                     "time_sample_s": round(t_train - t_wait, 3),
