@@ -19,7 +19,7 @@ from rollhub.registry import ComponentRegistry, build_options
 __all__ = ["rollhub_check_config"]
 
 
-@hookimpl
+@hookimpl(tryfirst=True)  # what cannot run at all is said before what is missing to run it
 def rollhub_check_config(config: Any, registry: ComponentRegistry) -> None:
     """Refuse ``[[policies]]`` that the configured token source or trainer cannot take."""
     policies = config.policies
