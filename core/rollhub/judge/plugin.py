@@ -27,7 +27,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from typing import Any
 
 from rollhub.errors import ConfigError, RewardError
@@ -246,7 +246,7 @@ class _Endpoint:
             await self.source.close_session(self.session_id)
 
 
-def _append_log(hub: Any, rows: list[Mapping[str, Any]]) -> None:
+def _append_log(hub: Any, rows: list[dict[str, Any]]) -> None:
     run_dir = getattr(hub, "run_dir", None)
     if run_dir is None or not rows:
         return

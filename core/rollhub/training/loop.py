@@ -38,6 +38,7 @@ from rollhub.group_rewards import group_reward_metrics
 from rollhub.hub import AsyncHub, group_id_of
 from rollhub.policies import effective_staleness
 from rollhub.training.advantages import group_advantages
+from rollhub.training.batch_metrics import batch_metrics
 from rollhub.training.checkpoint import (
     Checkpoint,
     dataset_fingerprint,
@@ -326,48 +327,3 @@ def _check_result(result: Any, batch: TrainingBatch) -> None:
             f"trainer.step returned weight_version {result.weight_version} after training "
             f"version {batch.weight_version}; a step must produce a newer version"
         )
-
-
-def batch_metrics(batch: TrainingBatch, success_threshold: float = 1.0) -> dict[str, Any]:
-    """Reward, token, failure and staleness figures of one batch (trainer-neutral)."""
-    episodes = batch.episodes
-    ok = [e for e in episodes if e.ok and e.reward is not None]
-    rewards = [float(e.reward) for e in ok]  # type: ignore[arg-type]
-    mean: float | None = None
-    std: float | None = None
-    if rewards:
-        mean = sum(rewards) / len(rewards)
-        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
-    lags: list[int] = []
-    for e in episodes:
-        if not e.trainable:
-            continue
-        versions = [t.weight_version for rec in e.traces for t in rec.turns]
-        known = [v for v in versions if v is not None] or (
-            [e.weight_version] if e.weight_version is not None else []
-        )
-        lags.extend(batch.weight_version - v for v in known)
-    flat = sum(
-        1 for g in batch.groups
-        if len({e.reward for e in g.episodes if e.trainable}) <= 1
-    )
-    n_ok = len(ok) or 1
-    traced = any(e.traces for e in ok)  # without token capture nothing says how turns ended
-    return {
-        "reward_mean": mean,
-        "reward_std": std,
-        "success_rate": round(sum(e.solved(success_threshold) for e in ok) / n_ok, 4)
-        if ok else None,
-        "tool_call_rate": round(sum(e.num_tool_call_turns > 0 for e in ok) / n_ok, 4)
-        if traced else None,
-        "turns_mean": round(sum(e.num_turns for e in ok) / n_ok, 3) if traced else None,
-        "masked_tokens": sum(e.num_masked_tokens for e in episodes if e.trainable),
-        "episodes": len(episodes),
-        "episodes_failed": sum(1 for e in episodes if not e.ok),
-        "episodes_trained": len(batch.trainable()),
-        "groups": len(batch.groups),
-        "groups_without_signal": flat,
-        "sampled_tokens": sum(e.num_sampled_tokens for e in episodes),
-        "staleness_max": max(lags) if lags else 0,
-        "staleness_mean": round(sum(lags) / len(lags), 4) if lags else 0.0,
-    }

@@ -33,6 +33,7 @@ from rollhub.errors import ConfigError, UsageError
 from rollhub.policies import PolicyConfig, PolicyUpdate, PolicyUpdates, policy_groups
 from rollhub.registry import ComponentContext, ComponentRegistry
 from rollhub.training.advantages import group_advantages
+from rollhub.training.batch_metrics import batch_metrics
 from rollhub.training.step import StepResult, TrainingBatch
 from rollhub.training.trainer import Trainer
 
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 
 #: where each policy's trainer files go inside a checkpoint's trainer folder
 POLICIES_DIR = "policies"
-#: the trainer-neutral figures recorded per policy (of :func:`rollhub.training.loop.batch_metrics`)
+#: the trainer-neutral figures recorded per policy (of :func:`~rollhub.training.batch_metrics.batch_metrics`)
 POLICY_FIGURES = (
     "reward_mean", "success_rate", "tool_call_rate", "turns_mean", "sampled_tokens",
     "episodes_trained", "groups_without_signal", "staleness_max", "staleness_mean",
@@ -167,8 +168,6 @@ class PolicyTrainers(Trainer):
 
     def _figures(self, name: str, sub: TrainingBatch) -> dict[str, Any]:
         """The policy's own reward, success, tokens and staleness, under ``policy/<name>/``."""
-        from rollhub.training.loop import batch_metrics  # the loop imports the hub, the hub us
-
         figures = batch_metrics(sub, self.config.rewards.success_threshold)
         return {f"policy/{name}/{k}": figures[k] for k in POLICY_FIGURES}
 
