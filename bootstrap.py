@@ -6,7 +6,9 @@
 
 Needs only Python >= 3.11 and pip. The environment is created once in ``.venv`` and
 reinstalled only when a requirements file or a pyproject.toml changes. Extra arguments are
-passed on (to ``rollhub run`` or to ``pytest``).
+passed on (to ``rollhub run`` or to ``pytest``); ``run CONFIG`` runs another config, and
+installs the ``requirements.txt`` beside it first when there is one (an example's extra
+needs, e.g. ``examples/repair``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,16 @@ def _pip(*args: str) -> None:
     subprocess.run(cmd, check=True, cwd=ROOT)
 
 
+def ensure_extra(requirements: Path) -> None:
+    """Install an example's own ``requirements.txt`` into ``.venv`` unless already current."""
+    stamp = VENV / f".rollhub-extra-{hashlib.sha256(str(requirements).encode()).hexdigest()[:12]}"
+    want = hashlib.sha256(requirements.read_bytes()).hexdigest()
+    if stamp.exists() and stamp.read_text() == want:
+        return
+    _pip("install", "--quiet", "-r", str(requirements))
+    stamp.write_text(want)
+
+
 def ensure_env(kind: str) -> None:
     """Create ``.venv`` and install the ``kind`` requirement set unless already current."""
     stamp = VENV / f".rollhub-{kind}.sha256"
@@ -84,6 +96,9 @@ def main(argv: list[str]) -> int:
     if kind == "run":
         config = rest[0] if rest and not rest[0].startswith("-") else "examples/math/train.toml"
         extra = rest[1:] if rest and not rest[0].startswith("-") else rest
+        needs = (ROOT / config).resolve().parent / "requirements.txt"
+        if needs.is_file():
+            ensure_extra(needs)
         cmd = [str(BIN / "rollhub"), "run", config, *extra]
     else:
         # The Tinker-compatible training server's own environment, built once and reused

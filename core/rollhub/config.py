@@ -189,6 +189,11 @@ class TrainingConfig(_Strict):
         "grpo", description="advantage estimator over each group's rewards"
     )
     checkpoint_every: int = Field(10, ge=0, description="checkpoint every N steps (0: never)")
+    keep_checkpoints: int = Field(
+        2, ge=1,
+        description="checkpoints kept: the newest N; an older one is deleted once a newer "
+        "one is complete",
+    )
     metric_sinks: list[str] = Field(
         default_factory=list, description="extra metric sinks: wandb, tensorboard, mlflow…"
     )

@@ -143,6 +143,12 @@ class SamplingBackend(ABC):
         yield TokenChunk(gen.token_ids, gen.logprobs)
         yield gen
 
+    def set_weight_version(self, version: int | None) -> None:  # noqa: B027 - optional
+        """The weights this backend holds are now known as ``version``: a training step
+        that changed nothing, or weights synced into the engine out of band. A backend that
+        reports its own version on every :class:`Generation` takes it for the rows it
+        admits from now on; the default does nothing (the gateway stamps its own)."""
+
     def update_policy(self, policy: Any, weight_version: int) -> None:
         """Sample from ``policy`` from the next turn on; turns in flight keep the old one.
 

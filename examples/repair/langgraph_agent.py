@@ -32,7 +32,7 @@ log = logging.getLogger("examples.repair.langgraph_agent")
 app = RolloutApp()
 
 #: model calls an episode may make (the gateway's session policy caps them too)
-MAX_TURNS = 6
+MAX_TURNS = 5
 TOOLS = os.environ.get("REPAIR_TOOLS", "1") != "0"
 SHOTS_ON = os.environ.get("REPAIR_SHOTS", "1") != "0"
 

@@ -142,9 +142,12 @@ class Gateway:
         self.sessions.drop(session_id)
 
     def set_weight_version(self, version: int | None) -> None:
-        """The policy version stamped on every turn committed from now on (with several
-        policies, each has its own: see :meth:`publish_policy`)."""
+        """The policy version stamped on every turn committed from now on (a backend
+        that reports its own version takes it too; with several policies, each has its
+        own: see :meth:`publish_policy`)."""
         self.weight_version = version
+        if not self.policies.routed:
+            self.backend.set_weight_version(version)
 
     def publish_policy(self, policy: Any, version: int) -> None:
         """Sample from a trainer's new ``policy`` as ``version`` from the next turn on.

@@ -127,8 +127,8 @@ class PolicyRoutes:
 
     def publish(self, updates: Mapping[str, Any]) -> None:
         """Apply a step's per-policy updates (:class:`rollhub.policies.PolicyUpdates`):
-        each policy's new weights to its backend (none: only its version moves), then its
-        version.
+        each policy's new weights to its backend (none: its backend's weights are relabeled
+        with the new version), then its version.
 
         :raises UsageError: an update names a policy not served here, or gives new weights
             to a frozen one.
@@ -142,5 +142,7 @@ class PolicyRoutes:
                         f"weights; a trainer must not train it"
                     )
                 route.backend.update_policy(update.policy, update.version)
+            elif route.trainable:  # a step that changed nothing: same weights, new version
+                route.backend.set_weight_version(update.version)
             route.weight_version = update.version
             log.debug("policy %s: version %s", name, update.version)

@@ -10,7 +10,8 @@ Layout inside the run directory::
 
 A checkpoint directory is written under a temporary name and renamed when complete, and
 ``latest`` is replaced atomically, so a kill at any moment leaves the previous checkpoint
-usable.
+usable. Only the newest ``keep`` checkpoints stay: older ones are deleted after
+``latest`` names the new one.
 """
 
 from __future__ import annotations
@@ -71,8 +72,13 @@ async def write_checkpoint(
     root: Path,
     ckpt: Checkpoint,
     save_trainer: Callable[[Path], Awaitable[dict[str, Any]]],
+    *,
+    keep: int | None = None,
 ) -> Path:
-    """Write ``ckpt`` (and the trainer's files) under ``root``; return its directory."""
+    """Write ``ckpt`` (and the trainer's files) under ``root``; return its directory.
+
+    :param keep: delete all but the newest ``keep`` checkpoints afterwards (None: keep all).
+    """
     root.mkdir(parents=True, exist_ok=True)
     name = f"step-{ckpt.steps_done:06d}"
     final = root / name
@@ -91,6 +97,12 @@ async def write_checkpoint(
     os.replace(pointer, root / "latest")
     ckpt.directory = final
     log.info("checkpoint %s written", final)
+    if keep is not None:
+        steps = sorted(root.glob("step-*"), key=lambda p: p.name)
+        for old in steps[: max(len(steps) - keep, 0)]:
+            if old != final:
+                shutil.rmtree(old, ignore_errors=True)
+                log.info("checkpoint %s deleted (keep_checkpoints=%d)", old, keep)
     return final
 
 

@@ -255,7 +255,10 @@ class TrainingLoop:
 
     async def _checkpoint(self, trainer: Trainer) -> None:
         ckpt = Checkpoint(self.steps_done, self.weight_version, self.fingerprint)
-        await write_checkpoint(self.run_dir / "checkpoints", ckpt, trainer.save_state)
+        await write_checkpoint(
+            self.run_dir / "checkpoints", ckpt, trainer.save_state,
+            keep=self.config.training.keep_checkpoints,
+        )
 
 
 def _keep_steps_before(path: Path, step: int) -> list[dict[str, Any]]:

@@ -1,76 +1,69 @@
-"""Step-synchronous micro-batching for the embedded transformers engine.
+"""Step-synchronous batching for the embedded transformers engine.
 
-One worker thread owns the model. Every decoding step runs *one* forward pass over all
-active rows: a left-padded batch whose KV cache (a ``DynamicCache``) grows by one position
-per step, with an attention mask that hides the padding and explicit position ids per row.
+One worker thread owns the model. Every step runs *one* forward pass
+(:class:`~.decoder.Decoder`) over a flat list of tokens: the last sampled token of every
+decoding row and the prompt chunks of rows joining, so rows join and leave between any two
+steps and a joining row costs no extra pass over the weights. Key/value states live in
+pre-allocated memory (:mod:`.kv_store`): each step writes one position per row in place.
 
-- A new request joins at the next step boundary: it is prefilled alone (its first token is
-  sampled from that pass), then its cache is left-padded and concatenated onto the batch.
-  The prefill forwards only what follows the longest prefix whose states the
-  :class:`~.prefix_cache.PrefixCache` holds (an earlier prompt of the group, the session's
-  previous turn).
-- A finished or aborted row is dropped at the step boundary (``batch_select_indices``);
-  leading columns that became padding in every row are cut off so the cache stays tight.
-- Tokens reach each caller through a callback that hands them to the caller's event loop;
-  the thread never touches an event loop itself, so callers on any loop can share it.
-- New weights (:meth:`BatchEngine.load_policy`) are copied in when the batch is empty:
-  rows already decoding finish on the weights they started with, new rows wait, and every
-  generation reports the version of the weights that sampled all of it. A policy may also
-  be a whole module (a trainer's own model, trained in place): the engine then samples
-  from that module itself, and each later version only drops the states of the old
-  weights.
+- **Joining.** A request is looked up in the :class:`~.prefix_cache.PrefixCache`. With a
+  hit, the row starts on the hit's shared span, copies the hit's short private tail into
+  its slot and forwards only the rest of its prompt there. Identical prompts admitted
+  together (a GRPO group), or a prompt with no usable hit, are prefilled once into a new
+  span (a :class:`Build`) that every such row then reads; the span is cached, so the
+  group's next samples and the sessions' next turns find it. A prompt that shares a long
+  prefix with a span still being built waits for that build rather than repeat its work.
+- **Leaving.** A finished row's states (its span prefix and its private tail) go to the
+  prefix cache; the last row takes its slot.
+- **Sampling.** Each row draws from its own ``torch.Generator``, so a row's tokens depend
+  on its seed, not on which rows share its batch. Tokens reach each caller through a
+  callback that hands them to the caller's event loop; the thread never touches an event
+  loop itself, so callers on any loop can share it.
+- **Weights.** New weights (:meth:`BatchEngine.load_policy`) are taken when the batch is
+  empty: rows already decoding finish on the weights they started with, new rows wait,
+  and every generation reports the version of the weights that sampled all of it. A
+  policy may also be a whole module (a trainer's own model, trained in place): the engine
+  then samples from that module itself, and each later version only drops the states of
+  the old weights.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from rollhub.errors import GatewayError
-from rollhub.sampling import Generation, SamplingParams, TokenChunk
+from rollhub.sampling import Generation, TokenChunk
 
-from .padded_batch import merge_row, select_rows
-from .prefix_cache import PrefixCache
-from .token_sampling import LogprobsMode, sample_token
+from .batch_sampling import Draw, sample_rows
+from .decoder import Decoder, Pass
+from .kv_store import SlotCache, Span
+from .prefix_cache import MIN_REUSE, PrefixCache, common_prefix
+from .step_plan import Build, Row, plan_pass
+from .token_sampling import LogprobsMode
 
 log = logging.getLogger(__name__)
 
 __all__ = ["BatchEngine", "Row", "is_module"]
 
-Emit = Callable[[TokenChunk | Generation | BaseException], None]
+#: prompt tokens forwarded in one step, over every joining row
+PREFILL_BUDGET = 512
+#: a hit whose private part (tail plus new tokens) is longer is rebuilt as a span
+PRIVATE_LIMIT = 256
+#: positions per slot before the first growth
+SLOT_CAPACITY = 128
 
 
 def is_module(policy: Any) -> bool:
     """Whether a policy is a whole model (sampled from as it is) rather than tensors."""
-    return callable(policy) and hasattr(policy, "named_parameters") and hasattr(
-        policy, "get_input_embeddings"
+    return (
+        callable(policy)
+        and hasattr(policy, "named_parameters")
+        and hasattr(policy, "get_input_embeddings")
     )
-
-
-@dataclass(eq=False)
-class Row:
-    """One request inside the engine. ``aborted`` may be set from any thread."""
-
-    prompt_ids: list[int]
-    params: SamplingParams
-    max_tokens: int
-    stop_ids: frozenset[int]
-    emit: Emit
-    generator: Any = None
-    decode: Callable[[list[int]], str] | None = None
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    length: int = 0  # tokens of this row held in the KV cache
-    aborted: bool = False
-    submitted_at: float = field(default_factory=time.perf_counter)
-    first_token_at: float | None = None
-    max_batch: int = 0
 
 
 class BatchEngine:
@@ -86,27 +79,31 @@ class BatchEngine:
         weight_version: int | None = None,
         prefix_cache_tokens: int = 0,
     ) -> None:
-        self.model = model
         self.max_batch_size = max_batch_size
         self.logprobs_mode: LogprobsMode = logprobs_mode
         self.threads = threads
         self.weight_version = weight_version
         self.stats: dict[str, float] = {
-            "decode_steps": 0, "prefills": 0, "tokens": 0, "peak_batch": 0,
-            "busy_s": 0.0,  # wall time inside prefills and decoding steps
+            "decode_steps": 0,
+            "prefills": 0,
+            "prefill_tokens": 0,
+            "tokens": 0,
+            "peak_batch": 0,
+            "passes": 0,
+            "busy_s": 0.0,  # wall time inside steps: forward passes, sampling, bookkeeping
+            "forward_s": 0.0,  # of which inside the forward passes
         }
         self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens else None
-        self._policy: tuple[dict[str, Any], int | None] | None = None
+        self._policy: tuple[Any, int | None] | None = None
         self._pending: deque[Row] = deque()
-        self._rows: list[Row] = []
-        self._cache: Any = None
-        self._mask: Any = None
+        self._rows: list[Row] = []  # row i holds slot i
+        self._builds: list[Build] = []
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
-        # transformers renamed ``past_key_values`` to ``cache`` during 5.x; speak both
-        self._cache_kw = "past_key_values"
-        self._keep_kw: dict[str, int] = {}
+        self.model: Any = None
+        self.decoder: Decoder
+        self.slots: SlotCache
         self._use_model(model)
 
     # -- control (any thread) -------------------------------------------------------------
@@ -143,21 +140,34 @@ class BatchEngine:
             if ours != theirs:
                 raise GatewayError(
                     f"the policy module's vocabulary has {theirs} ids, the engine's model "
-                    f"{ours}: it must be the same model family", engine="transformers")
+                    f"{ours}: it must be the same model family",
+                    engine="transformers",
+                )
         else:
             params = dict(self.model.named_parameters())
             for name, value in policy.items():
                 if name not in params:
-                    raise GatewayError(f"policy names a parameter the model lacks: {name!r}",
-                                       engine="transformers")
+                    raise GatewayError(
+                        f"policy names a parameter the model lacks: {name!r}", engine="transformers"
+                    )
                 if tuple(value.shape) != tuple(params[name].shape):
                     raise GatewayError(
                         f"policy tensor {name!r} has shape {tuple(value.shape)}, the model's is "
-                        f"{tuple(params[name].shape)}", engine="transformers")
+                        f"{tuple(params[name].shape)}",
+                        engine="transformers",
+                    )
             policy = dict(policy)
         with self._cond:
             self._policy = (policy, weight_version)
             self._cond.notify()
+
+    def relabel(self, weight_version: int | None) -> None:
+        """The weights held now are also ``weight_version`` (a step that changed nothing):
+        rows finishing from now on report it. A policy waiting to be applied brings its own
+        version instead, so nothing changes then."""
+        with self._cond:
+            if self._policy is None:
+                self.weight_version = weight_version
 
     def abort(self, row: Row) -> None:
         """Mark a row aborted; the worker drops it at the next step boundary."""
@@ -189,8 +199,12 @@ class BatchEngine:
         with torch.inference_mode():
             while True:
                 with self._cond:
-                    while (not self._stopping and not self._pending and not self._rows
-                           and self._policy is None):
+                    while (
+                        not self._stopping
+                        and not self._pending
+                        and not self._rows
+                        and self._policy is None
+                    ):
                         self._cond.wait()
                     if self._stopping:
                         break
@@ -202,7 +216,9 @@ class BatchEngine:
                     if self._policy is None:
                         self._admit()
                     if self._rows:
-                        self._decode_step()
+                        self._step()
+                    if not self._rows:
+                        self.slots.reset()
                     self.stats["busy_s"] += time.perf_counter() - busy
                 except Exception as exc:  # a failed pass fails its rows, not the engine
                     log.exception("engine step failed")
@@ -210,13 +226,14 @@ class BatchEngine:
                         f"transformers engine step failed: {exc}", engine="transformers"
                     )
                     err.__cause__ = exc
-                    rows, self._rows = self._rows, []
-                    self._cache = self._mask = None
+                    rows, self._rows, self._builds = self._rows, [], []
+                    if self.prefix_cache is not None:
+                        self.prefix_cache.clear()  # may hold states the pass never wrote
                     for r in rows:
                         r.emit(err)
         for r in [*self._rows, *self._pending]:
             self._finish(r, "abort")
-        self._rows, self._cache, self._mask = [], None, None
+        self._rows, self._builds = [], []
         self._pending.clear()
 
     def _apply_policy(self) -> None:
@@ -238,108 +255,143 @@ class BatchEngine:
         self.stats["policies"] = self.stats.get("policies", 0) + 1
 
     def _use_model(self, model: Any) -> None:
+        self.decoder = Decoder(model)
         self.model = model
-        params = inspect.signature(model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._keep_kw = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
-
-    def _prefill(self, prompt_ids: list[int]) -> Any:
-        """Forward the prompt, or only what follows its longest cached prefix."""
-        import torch
-        from transformers import DynamicCache
-
-        cache = self.prefix_cache
-        n, layers = cache.lookup(prompt_ids) if cache is not None else (0, None)
-        past = {self._cache_kw: DynamicCache(ddp_cache_data=layers)} if layers else {}
-        out = self.model(
-            input_ids=torch.tensor([prompt_ids[n:]], dtype=torch.long),
-            use_cache=True,
-            **past,
-            **self._keep_kw,
+        self.slots = SlotCache(
+            self.decoder.shape, self.max_batch_size, SLOT_CAPACITY, self.decoder.dtype
         )
-        layers_out = self._out_cache(out).layers
-        if cache is not None and any(getattr(lay, "is_sliding", False) for lay in layers_out):
-            # a sliding-window layer keeps only its last positions: nothing to reuse
-            self.prefix_cache = cache = None
-        if cache is not None:
-            cache.store(prompt_ids, [(lay.keys, lay.values) for lay in layers_out])
-        return out
+
+    # -- joining ----------------------------------------------------------------------------
 
     def _admit(self) -> None:
+        """Move pending rows into free slots, each with a plan for its prompt's states."""
+        waiting: deque[Row] = deque()
+        joined: dict[tuple[int, ...], list[Row]] = {}
         while len(self._rows) < self.max_batch_size:
             with self._cond:
                 if not self._pending or self._policy is not None:
-                    return  # new weights wait for the batch to drain: admit nobody
+                    break  # new weights wait for the batch to drain: admit nobody
                 row = self._pending.popleft()
             if row.aborted:
                 self._finish(row, "abort")
                 continue
-            try:
-                out = self._prefill(row.prompt_ids)
-                self.stats["prefills"] += 1
-                row.length = len(row.prompt_ids)
-                if self._sample(row, out.logits[0, -1].float()):
-                    continue
-                self._merge(row, self._out_cache(out))
-            except Exception as exc:  # this row fails alone; the batch is untouched
-                log.exception("prefill failed")
-                err = (
-                    exc
-                    if isinstance(exc, GatewayError)
-                    else GatewayError(
-                        f"transformers engine prefill failed: {exc}", engine="transformers"
+            key = tuple(row.prompt_ids)
+            if key not in joined and self._defer(row.prompt_ids, joined):
+                waiting.append(row)
+                continue
+            joined.setdefault(key, []).append(row)
+            self._rows.append(row)
+        with self._cond:
+            self._pending.extendleft(reversed(waiting))
+        for rows in joined.values():
+            self._plan(rows)
+
+    def _defer(self, prompt: list[int], joined: dict[tuple[int, ...], list[Row]]) -> bool:
+        """Whether ``prompt`` should wait for a prompt being prefilled now that shares
+        more of it than the cache holds (it then reuses that prefill instead)."""
+        others = [b.prompt for b in self._builds] + [list(k) for k in joined]
+        if not others:
+            return False
+        shared = max(min(common_prefix(tuple(o), prompt), len(prompt) - 1) for o in others)
+        if shared < MIN_REUSE:
+            return False
+        cache = self.prefix_cache
+        hit = cache.lookup(prompt, count=False) if cache is not None else None
+        return shared >= (hit.length if hit is not None else 0) + MIN_REUSE
+
+    def _plan(self, rows: list[Row]) -> None:
+        """Set up the states of rows with one prompt: a shared build, or the hit's span
+        plus a private prefill."""
+        prompt = rows[0].prompt_ids
+        cache = self.prefix_cache
+        hit = cache.lookup(prompt) if cache is not None else None
+        new = len(prompt) - (hit.length if hit is not None else 0)
+        if hit is not None and (len(rows) == 1 or new <= 1) and hit.tail_len + new <= PRIVATE_LIMIT:
+            for row in rows:
+                slot = self._rows.index(row)
+                row.span, row.span_len = hit.span, hit.span_len
+                if hit.tail is not None:
+                    self.slots.reserve(hit.tail_len + new, self._filled())
+                    tail = hit.tail
+                    self.slots.write(
+                        slot, 0, tail.keys[:, :, : hit.tail_len], tail.values[:, :, : hit.tail_len]
                     )
+                row.private = hit.tail_len
+                row.feed = prompt[hit.length :]
+            return
+        span = Span.empty(self.decoder.shape, len(prompt), self.decoder.dtype)
+        if hit is not None:  # start from the hit's states, copied
+            span.copy_from(
+                hit.span.keys[:, :, : hit.span_len], hit.span.values[:, :, : hit.span_len]
+            )
+            if hit.tail is not None:
+                span.copy_from(
+                    hit.tail.keys[:, :, : hit.tail_len], hit.tail.values[:, :, : hit.tail_len]
                 )
-                if err is not exc:
-                    err.__cause__ = exc
-                row.emit(err)
+        build = Build(prompt, span, prompt[span.length :], rows)
+        for row in rows:
+            row.build = build
+        self._builds.append(build)
 
-    def _merge(self, row: Row, cache: Any) -> None:
-        mask = self._mask if self._rows else None  # an empty batch becomes this row
-        self._cache, self._mask = merge_row(self._cache, mask, cache, row.length)
-        self._rows.append(row)
+    def _filled(self) -> int:
+        return max((r.private for r in self._rows), default=0)
 
-    def _decode_step(self) -> None:
-        import torch
+    # -- one step ---------------------------------------------------------------------------
 
-        rows = self._rows
-        batch = len(rows)
+    def _step(self) -> None:
+        """One forward pass: decode every decoding row, prefill what the budget allows."""
+        step, firsts = self._plan_pass()
+        if not step.tokens:
+            return
+        start = time.perf_counter()
+        logits = self.decoder.forward(step, self.slots)
+        self.stats["forward_s"] += time.perf_counter() - start
+        self.stats["passes"] += 1
+        batch = len(self._rows)
         self.stats["peak_batch"] = max(self.stats["peak_batch"], batch)
-        input_ids = torch.tensor([[r.token_ids[-1]] for r in rows], dtype=torch.long)
-        positions = torch.tensor([[r.length] for r in rows], dtype=torch.long)
-        mask = torch.cat([self._mask, torch.ones((batch, 1), dtype=torch.long)], dim=1)
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            **{self._cache_kw: self._cache},
-        )
-        self.stats["decode_steps"] += 1
-        self._cache, self._mask = self._out_cache(out), mask
-        logits = out.logits[:, -1].float()
-        done = []
-        for i, r in enumerate(rows):
-            r.length += 1
-            r.max_batch = max(r.max_batch, batch)
-            if self._sample(r, logits[i]):
-                done.append(r)
+        if step.decode_slots:
+            self.stats["decode_steps"] += 1
+        drawing: list[tuple[Row, int]] = []
+        for i, slot in enumerate(step.decode_slots):
+            row = self._rows[slot]
+            row.private += 1
+            drawing.append((row, i))
+        for index, rows in firsts:
+            drawing.extend((row, index) for row in rows if not row.aborted)
+        draws = [
+            Draw(r.params.temperature, r.params.top_k, r.params.top_p, r.generator)
+            for r, _ in drawing
+        ]
+        rows_logits = logits[[i for _, i in drawing]] if drawing else logits[:0]
+        done: list[Row] = []
+        for (row, _), (token, logprob) in zip(
+            drawing, sample_rows(rows_logits, draws, self.logprobs_mode), strict=True
+        ):
+            row.max_batch = max(row.max_batch, batch)
+            if self._take(row, token, logprob):
+                done.append(row)
         self._drop(done, None)
 
-    def _out_cache(self, out: Any) -> Any:
-        return getattr(out, self._cache_kw)
+    def _plan_pass(self) -> tuple[Pass, list[tuple[int, list[Row]]]]:
+        """This step's pass (:func:`.step_plan.plan_pass`); completed builds are cached
+        and their rows start on their spans."""
+        rows = self._rows
+        self.slots.reserve(max(r.private + len(r.feed) + 1 for r in rows), self._filled())
+        step, done = plan_pass(rows, self._builds, self.slots, PREFILL_BUDGET)
+        self.stats["prefill_tokens"] += done.prefill_tokens
+        self.stats["prefills"] += done.tails_done + len(done.built)
+        for build in done.built:
+            if self.prefix_cache is not None:
+                self.prefix_cache.store(build.prompt, build.span, build.span.length)
+            for row in build.rows:
+                row.span, row.span_len, row.build = build.span, build.span.length, None
+        return step, done.firsts
 
-    def _sample(self, row: Row, logits: Any) -> bool:
-        """Draw the row's next token, emit it; True when the row finished."""
+    # -- sampling and leaving ---------------------------------------------------------------
+
+    def _take(self, row: Row, token: int, logprob: float) -> bool:
+        """Append the row's drawn token and emit it; True when the row finished."""
         p = row.params
-        token, logprob = sample_token(
-            logits,
-            temperature=p.temperature,
-            top_k=p.top_k,
-            top_p=p.top_p,
-            generator=row.generator,
-            mode=self.logprobs_mode,
-        )
         row.token_ids.append(token)
         row.logprobs.append(logprob)
         self.stats["tokens"] += 1
@@ -362,36 +414,31 @@ class BatchEngine:
         return True
 
     def _drop(self, rows: list[Row], reason: str | None) -> None:
-        """Remove finished or aborted rows from the batch and tighten the cache."""
+        """Remove finished or aborted rows; the last row moves into each freed slot."""
         if not rows:
             return
         gone = {id(r) for r in rows}
-        keep = [i for i, r in enumerate(self._rows) if id(r) not in gone]
-        if reason is None and self.prefix_cache is not None:
-            self._keep_states([i for i in range(len(self._rows)) if i not in set(keep)])
-        if reason is not None:
-            for r in rows:
-                self._finish(r, reason)
-        self._rows = [self._rows[i] for i in keep]
-        if not keep:
-            self._cache = self._mask = None
-            return
-        self._cache, self._mask = select_rows(self._cache, self._mask, keep)
+        for slot in sorted((i for i, r in enumerate(self._rows) if id(r) in gone), reverse=True):
+            row = self._rows[slot]
+            if reason is None:
+                self._keep_states(row, slot)
+            else:
+                self._finish(row, reason)
+            last = len(self._rows) - 1
+            if slot != last:
+                self.slots.move(last, slot, self._rows[last].private)
+                self._rows[slot] = self._rows[last]
+            self._rows.pop()
 
-    def _keep_states(self, indices: list[int]) -> None:
-        """Hand finished rows' states to the prefix cache: the session's next turn starts
-        with this row's prompt and sampled tokens. A row's states are the last
-        ``row.length`` columns of the left-padded batch."""
-        assert self.prefix_cache is not None
-        for i in indices:
-            row = self._rows[i]
-            n = row.length
-            tokens = (row.prompt_ids + row.token_ids)[:n]
-            layers = [
-                (lay.keys[i : i + 1, :, -n:].clone(), lay.values[i : i + 1, :, -n:].clone())
-                for lay in self._cache.layers
-            ]
-            self.prefix_cache.store(tokens, layers)
+    def _keep_states(self, row: Row, slot: int) -> None:
+        """Hand a finished row's states to the prefix cache: the session's next turn
+        starts with this row's prompt and sampled tokens."""
+        cache = self.prefix_cache
+        if cache is None or row.span is None:
+            return
+        tokens = (row.prompt_ids + row.token_ids)[: row.cached]
+        tail = self.slots.span(slot, row.private) if row.private else None
+        cache.store(tokens, row.span, row.span_len, tail)
 
     def _finish(self, row: Row, reason: str) -> None:
         now = time.perf_counter()

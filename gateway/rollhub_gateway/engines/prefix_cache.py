@@ -3,9 +3,13 @@
 Agent sessions re-send their whole history every turn, and the samples of a GRPO group
 share their prompt: without reuse, the embedded engine prefills the same few hundred
 tokens again for every sample and every turn, which on a CPU costs more than the decoding.
-The cache keeps the key/value states of recent prompts and of finished rows (prompt plus
-sampled tokens), and a new request forwards only what follows its longest common prefix
-with one of them.
+
+An entry covers a token sequence with at most two pieces of states: a prefix of a shared
+:class:`~.kv_store.Span` (a prompt prefilled once, referenced, never copied) and a private
+tail (what one row added after it: the rest of its prompt and its sampled tokens). A
+group's ~300-token prompt is therefore held once however many samples and turns continue
+it, and a session's next turn finds its previous turn as the shared prompt plus its own
+short tail.
 
 Keys and values of a causal model at position ``i`` depend only on tokens ``0..i``, so a
 common prefix of any length is reusable, even with an entry that diverges afterwards. At
@@ -16,11 +20,13 @@ valid for one set of weights: :meth:`PrefixCache.clear` runs when the weights ch
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from dataclasses import dataclass
 
-__all__ = ["PrefixCache", "common_prefix"]
+from .kv_store import Span
 
-#: shorter matches are not worth a cache rebuild
+__all__ = ["Hit", "PrefixCache", "common_prefix"]
+
+#: shorter matches are not worth a lookup's bookkeeping
 MIN_REUSE = 16
 
 
@@ -39,16 +45,41 @@ def common_prefix(a: tuple[int, ...], b: list[int] | tuple[int, ...]) -> int:
     return lo
 
 
+@dataclass(frozen=True)
+class Hit:
+    """States of the first ``length`` tokens of a prompt: ``span[:span_len]`` (shared) and
+    then ``tail[:length - span_len]`` (to copy), ``tail`` None when the span covers all."""
+
+    length: int
+    span: Span
+    span_len: int
+    tail: Span | None
+
+    @property
+    def tail_len(self) -> int:
+        """Positions to take from the tail."""
+        return self.length - self.span_len
+
+
+@dataclass(frozen=True)
+class _Entry:
+    span: Span
+    span_len: int
+    tail: Span | None
+
+
 class PrefixCache:
     """An LRU of key/value states keyed by the tokens they encode.
 
-    :param max_tokens: total tokens held over all entries (0 disables the cache). One token
-        of SmolLM2-135M costs 46 KiB (30 layers × keys and values × 3 heads × 64 × 4 bytes).
+    :param max_tokens: positions held over all spans and tails (0 disables the cache); a
+        span shared by many entries counts once. One token of SmolLM2-135M costs 46 KiB in
+        float32 (30 layers × keys and values × 3 heads × 64 × 4 bytes).
     """
 
     def __init__(self, max_tokens: int) -> None:
         self.max_tokens = max_tokens
-        self._entries: OrderedDict[tuple[int, ...], list[tuple[Any, Any]]] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, ...], _Entry] = OrderedDict()
+        self._refs: dict[int, tuple[Span, int]] = {}  # id(span) -> (span, entries holding it)
         self._tokens = 0
         self.stats = {"hits": 0, "misses": 0, "reused_tokens": 0}
 
@@ -57,13 +88,14 @@ class PrefixCache:
 
     @property
     def tokens(self) -> int:
-        """Tokens held over all entries."""
+        """Positions held over all distinct spans and tails."""
         return self._tokens
 
-    def lookup(self, prompt: list[int]) -> tuple[int, list[tuple[Any, Any]] | None]:
-        """``(n, layers)``: the states of ``prompt[:n]``, or ``(0, None)`` on a miss.
+    def lookup(self, prompt: list[int], *, count: bool = True) -> Hit | None:
+        """The states of the longest cached prefix of ``prompt``, or None on a miss.
 
-        ``n`` stops one short of the whole prompt, so the caller forwards at least one token.
+        The prefix stops one short of the whole prompt, so the caller forwards at least one
+        token. ``count=False`` is a peek: no statistics, no change to the LRU order.
         """
         best, best_key = 0, None
         limit = len(prompt) - 1
@@ -72,18 +104,27 @@ class PrefixCache:
             if n > best:
                 best, best_key = n, key
         if best_key is None or best < MIN_REUSE:
-            self.stats["misses"] += 1
-            return 0, None
-        self._entries.move_to_end(best_key)
-        self.stats["hits"] += 1
-        self.stats["reused_tokens"] += best
-        layers = [(k[:, :, :best], v[:, :, :best]) for k, v in self._entries[best_key]]
-        return best, layers
+            self.stats["misses"] += count
+            return None
+        if count:
+            self._entries.move_to_end(best_key)
+            self.stats["hits"] += 1
+            self.stats["reused_tokens"] += best
+        entry = self._entries[best_key]
+        if best <= entry.span_len:
+            return Hit(best, entry.span, best, None)
+        return Hit(best, entry.span, entry.span_len, entry.tail)
 
-    def store(self, tokens: list[int] | tuple[int, ...], layers: list[tuple[Any, Any]]) -> None:
-        """Keep the states of ``tokens`` (one ``(keys, values)`` pair per layer, batch 1).
+    def store(
+        self,
+        tokens: list[int] | tuple[int, ...],
+        span: Span,
+        span_len: int,
+        tail: Span | None = None,
+    ) -> None:
+        """Keep the states of ``tokens``: ``span[:span_len]`` then all of ``tail``.
 
-        Entries that are a prefix of ``tokens`` are dropped: the new one covers them.
+        Entries whose tokens are a prefix of ``tokens`` are dropped: the new one covers them.
         """
         if self.max_tokens <= 0 or not tokens or len(tokens) > self.max_tokens:
             return
@@ -93,16 +134,35 @@ class PrefixCache:
             return
         for old in [k for k in self._entries if len(k) <= len(key) and key[: len(k)] == k]:
             self._drop(old)
-        self._entries[key] = layers
-        self._tokens += len(key)
-        while self._tokens > self.max_tokens:
+        entry = _Entry(span, span_len, tail)
+        self._entries[key] = entry
+        for part in (span, tail):
+            if part is not None:
+                self._hold(part)
+        while self._tokens > self.max_tokens and len(self._entries) > 1:
             self._drop(next(iter(self._entries)))
 
     def clear(self) -> None:
         """Forget every entry (the weights changed)."""
         self._entries.clear()
+        self._refs.clear()
         self._tokens = 0
 
+    def _hold(self, part: Span) -> None:
+        _, count = self._refs.get(id(part), (part, 0))
+        if count == 0:
+            self._tokens += part.capacity
+        self._refs[id(part)] = (part, count + 1)
+
+    def _release(self, part: Span) -> None:
+        _, count = self._refs.pop(id(part))
+        if count > 1:
+            self._refs[id(part)] = (part, count - 1)
+        else:
+            self._tokens -= part.capacity
+
     def _drop(self, key: tuple[int, ...]) -> None:
-        del self._entries[key]
-        self._tokens -= len(key)
+        entry = self._entries.pop(key)
+        self._release(entry.span)
+        if entry.tail is not None:
+            self._release(entry.tail)

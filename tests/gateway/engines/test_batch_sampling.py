@@ -1,0 +1,60 @@
+"""A step's draws, taken together, are each row's own ``sample_token`` draw, bit for bit.
+
+The per-row generator is what makes a seeded request reproducible whatever shares its
+batch; the batched path must consume each generator exactly as ``torch.multinomial`` does
+and draw the same id, or a seed would mean something else in a batch than alone.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from rollhub_gateway.engines.batch_sampling import Draw, exact, sample_rows
+from rollhub_gateway.engines.token_sampling import sample_token
+
+SETTINGS = [  # (temperature, top_k, top_p)
+    (0.7, -1, 1.0),
+    (0.7, -1, 1.0),
+    (1.0, -1, 1.0),
+    (0.0, -1, 1.0),
+    (1.3, 20, 1.0),
+    (0.7, -1, 0.9),
+    (0.7, 5, 0.8),
+    (0.5, -1, 1.0),
+]
+
+
+def test_this_torch_draws_vectorised() -> None:
+    assert exact()  # else the engine falls back to torch.multinomial (correct, slower)
+
+
+@pytest.mark.parametrize("mode", ["sampling", "processed", "raw"])
+def test_the_batched_draws_are_each_rows_own(mode: str) -> None:
+    logits = torch.randn((len(SETTINGS), 49152), generator=torch.Generator().manual_seed(0)) * 3
+    for step in range(3):
+        seeds = [100 * step + i for i in range(len(SETTINGS))]
+        alone = [
+            sample_token(
+                logits[i] + step,
+                temperature=t,
+                top_k=k,
+                top_p=p,
+                mode=mode,
+                generator=torch.Generator().manual_seed(s) if t > 0 else None,
+            )
+            for i, ((t, k, p), s) in enumerate(zip(SETTINGS, seeds, strict=True))
+        ]
+        generators = [torch.Generator().manual_seed(s) for s in seeds]
+        draws = [
+            Draw(t, k, p, g if t > 0 else None)
+            for (t, k, p), g in zip(SETTINGS, generators, strict=True)
+        ]
+        together = sample_rows(logits + step, draws, mode)
+        assert [i for i, _ in together] == [i for i, _ in alone]
+        assert [lp for _, lp in together] == pytest.approx([lp for _, lp in alone], abs=1e-6)
+        # each generator moved exactly as torch.multinomial moves it
+        for (t, _, _), s, g in zip(SETTINGS, seeds, generators, strict=True):
+            if t > 0:
+                ref = torch.Generator().manual_seed(s)
+                torch.empty(49152).exponential_(generator=ref)
+                assert torch.equal(g.get_state(), ref.get_state())

@@ -1,0 +1,127 @@
+"""The engine's own forward pass against the Hugging Face forward, on small random models of
+every family it computes, and its refusal of the others.
+
+Each pass here mixes what the engine mixes: a prompt prefilled into a span in two chunks,
+a second prompt continuing part of that span in a slot, rows decoding together on one
+span, a row still prefilling while the others decode. Every logit must match a fresh HF
+forward over the row's whole sequence.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from rollhub.errors import ConfigError
+from rollhub_gateway.engines.decoder import Chunk, Decoder, Group, Pass, check_model
+from rollhub_gateway.engines.kv_store import SlotCache, Span
+
+TOL = 1e-4
+
+
+def tiny(kind: str, **extra: object) -> torch.nn.Module:
+    """A random model of ``kind`` small enough to build in milliseconds."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(
+        kind,
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        **extra,
+    )
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+def reference(model: torch.nn.Module, ids: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([ids])).logits[0, -1].float()
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra"),
+    [
+        ("llama", {}),
+        ("llama", {"attention_bias": True, "mlp_bias": True}),
+        ("mistral", {"sliding_window": None}),
+        ("qwen2", {}),  # biases on q, k and v
+    ],
+)
+def test_every_kind_of_pass_matches_the_hf_forward(kind: str, extra: dict) -> None:
+    model = tiny(kind, **extra)
+    decoder = Decoder(model)
+    slots = SlotCache(decoder.shape, 3, 4, decoder.dtype)  # grown below, as the engine does
+    g = torch.Generator().manual_seed(1)
+    a = torch.randint(0, 97, (40,), generator=g).tolist()
+    b = a[:25] + torch.randint(0, 97, (9,), generator=g).tolist()
+    c = torch.randint(0, 97, (7,), generator=g).tolist()
+    with torch.inference_mode():
+        span = Span.empty(decoder.shape, len(a), decoder.dtype)
+        for lo, hi in ((0, 17), (17, 40)):  # a prompt in two chunks
+            step = Pass(
+                tokens=a[lo:hi],
+                positions=list(range(lo, hi)),
+                rows=0,
+                chunks=[Chunk(0, hi - lo, span.keys, span.values, lo)],
+                sample=[hi - lo - 1],
+            )
+            logits = decoder.forward(step, slots)
+            span.length = hi
+            torch.testing.assert_close(logits[0], reference(model, a[:hi]), atol=TOL, rtol=0)
+        slots.reserve(64, 0)
+        step = Pass(
+            tokens=b[25:],
+            positions=list(range(25, len(b))),
+            rows=0,
+            chunks=[Chunk(0, 9, slots.keys[:, 1], slots.values[:, 1], 0, span, 25)],
+            sample=[8],
+        )
+        logits = decoder.forward(step, slots)
+        torch.testing.assert_close(logits[0], reference(model, b), atol=TOL, rtol=0)
+        seqs = [list(a), list(b)]
+        private = [0, 9]
+        nxt = [3, 5]
+        for turn in range(4):
+            tokens = list(nxt)
+            chunks, sample = [], [0, 1]
+            if turn == 1:  # a third row prefills in slot 2 while the two decode
+                chunks = [Chunk(2, len(c), slots.keys[:, 2], slots.values[:, 2], 0)]
+                tokens += c
+                sample.append(2 + len(c) - 1)
+            step = Pass(
+                tokens=tokens,
+                positions=[len(s) for s in seqs] + list(range(len(c)))[: len(tokens) - 2],
+                rows=3 if turn else 2,
+                decode_slots=[0, 1],
+                decode_write=list(private),
+                slot_len=[p + 1 for p in private] + ([len(c)] if turn else []),
+                groups=[Group(span, [0, 1], [40, 25])],
+                chunks=chunks,
+                sample=sample,
+            )
+            logits = decoder.forward(step, slots)
+            for i in range(2):
+                seqs[i].append(nxt[i])
+                private[i] += 1
+                torch.testing.assert_close(logits[i], reference(model, seqs[i]), atol=TOL, rtol=0)
+            if turn == 1:
+                torch.testing.assert_close(logits[2], reference(model, c), atol=TOL, rtol=0)
+            nxt = [int(x) for x in logits[:2].argmax(-1)]
+
+
+def test_other_architectures_are_refused_naming_the_field() -> None:
+    with pytest.raises(ConfigError, match="gpt2") as err:
+        check_model(tiny_gpt2())
+    assert err.value.field == "model"
+    with pytest.raises(ConfigError, match="sliding-window"):
+        check_model(tiny("mistral", sliding_window=16))
+
+
+def tiny_gpt2() -> torch.nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config(vocab_size=97, n_embd=32, n_layer=1, n_head=2))
