@@ -189,10 +189,12 @@ def speed(args: argparse.Namespace) -> dict[str, Any]:
     seconds: dict[str, list[float]] = {k: [] for k in built}
     order = list(built)
     rng = random.Random(0)
-    for _ in range(args.repeats):
+    for r in range(args.repeats):
         rng.shuffle(order)
         for layout in order:
             seconds[layout].append(decode(*built[layout], args.tokens))
+            print(f"repeat {r + 1}: {layout} {seconds[layout][-1]:.2f} s", file=sys.stderr,
+                  flush=True)
     tokens = 2 * args.rows * args.tokens
     out = {
         k: {
@@ -291,9 +293,9 @@ def _child(what: str, args: argparse.Namespace) -> dict[str, Any]:
         f"--own-layers={args.own_layers}",
         f"--layouts={','.join(args.layouts)}",
     ]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)  # progress: stderr
     if out.returncode != 0:
-        raise SystemExit(f"{what} failed:\n{out.stderr[-3000:]}")
+        raise SystemExit(f"{what} failed (exit {out.returncode})")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
