@@ -8,7 +8,7 @@ awaited::
         outcome = await future           # RolloutOutcome: status, result, error, timings
 
 Each future ends in exactly one terminal status (``ok``, ``agent_error``, ``timeout``,
-``submit_error``, ``cancelled``, ``store_error``). Completion comes from the app's callback
+``submit_error``, ``cancelled``, ``store_error``, ``infra_error``). Completion comes from the app's callback
 notice (the client runs a loopback :class:`~rollhub.callbacks.CallbackServer` when the
 runtime's agents can reach it), from the runtime reporting the session lost or its result
 unstorable, or from a sparse store poll.

@@ -169,6 +169,11 @@ class RewardsConfig(_Strict):
         default_factory=dict, description="weight per reward component (default 1.0 each)"
     )
     success_threshold: float = Field(1.0, description="reward at which a sample passes (pass@k)")
+    min_group_size: int = Field(
+        2, ge=1,
+        description="episodes a group must keep once those lost to infrastructure faults "
+        "(infra_error) are left out; a smaller group is dropped and counted",
+    )
 
 
 class TrainingConfig(_Strict):

@@ -18,8 +18,13 @@ __all__ = ["Episode", "EpisodeGroup", "ErrorInfo", "Status", "group_stats", "pas
 
 #: Terminal status of a rollout. Exactly one per submitted rollout. ``store_error``: the
 #: agent finished but its result could not be written to the result store (the error says
-#: why).
-Status = Literal["ok", "agent_error", "timeout", "submit_error", "cancelled", "store_error"]
+#: why). ``infra_error``: every session the rollout was given was lost to the
+#: infrastructure (its worker or node died, the runtime lost it, no worker took it, its
+#: token-capture session went with a gateway replica); not the agent's doing, so no failure
+#: policy ever turns it into a reward.
+Status = Literal[
+    "ok", "agent_error", "timeout", "submit_error", "cancelled", "store_error", "infra_error"
+]
 TERMINAL_STATUSES: tuple[str, ...] = (
     "ok",
     "agent_error",
@@ -27,6 +32,7 @@ TERMINAL_STATUSES: tuple[str, ...] = (
     "submit_error",
     "cancelled",
     "store_error",
+    "infra_error",
 )
 
 
@@ -79,6 +85,11 @@ class Episode:
         return self.status == "ok"
 
     @property
+    def infra_failed(self) -> bool:
+        """True when the infrastructure, not the agent, ended the rollout (``infra_error``)."""
+        return self.status == "infra_error"
+
+    @property
     def elapsed(self) -> float | None:
         """Seconds from submission to the terminal result."""
         if self.submitted_at is None or self.finished_at is None:
@@ -126,6 +137,9 @@ class EpisodeGroup:
     episodes: list[Episode]
     #: what scoring the group together cost (``{"judge": {"calls": 1, "s": 0.8}}``)
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: why no episode of the group trains although some succeeded (set by the failure
+    #: policy when infrastructure failures left the group too small); None: not dropped
+    dropped: str | None = None
 
     @property
     def trainable_episodes(self) -> list[Episode]:

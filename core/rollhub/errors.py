@@ -10,9 +10,11 @@ The tree::
     ├── RolloutFailed                        the machinery around one rollout failed
     │   ├── SubmissionError                  the runtime refused or could not take the rollout
     │   ├── TokenRetrievalError              traces could not be read from the token source
+    │   │   └── CaptureLost                  the capture session went with the infrastructure
     │   ├── RewardError                      a reward hook failed or returned bad values
     │   ├── RolloutTimeout (+TimeoutError)   no result within the deadline
     │   └── SessionError                     a rollout session's setup, run or teardown failed
+    ├── ClusterLost                          the runtime's cluster is gone (its head died)
     ├── StoreError                           a result store could not read or write
     ├── ExportError                          episodes could not be written to an export file
     ├── GatewayError                         the token-capture gateway failed
@@ -28,6 +30,8 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "CaptureLost",
+    "ClusterLost",
     "ConfigError",
     "ExportError",
     "GatewayError",
@@ -107,6 +111,13 @@ class TokenRetrievalError(RolloutFailed):
     """The token source could not return the session's traces."""
 
 
+class CaptureLost(TokenRetrievalError):
+    """A rollout's token-capture session was lost to an infrastructure fault: the gateway
+    replica holding it died, came back without it, or cannot be reached. The hub runs the
+    rollout again on a new session (``[experiment] session_attempts``) and, when none is
+    left, ends it ``infra_error``. Context: ``session_id`` and whatever the source adds."""
+
+
 class RewardError(RolloutFailed):
     """A reward hook failed or returned something that is not a finite number."""
 
@@ -127,6 +138,13 @@ class SessionError(RolloutFailed):
         self, message: str = "", *, phase: str = "run", transient: bool = False, **context: Any
     ) -> None:
         super().__init__(message, phase=phase, transient=transient, **context)
+
+
+class ClusterLost(RollhubError):
+    """The runtime's cluster is gone (the Ray head stopped answering): nothing more can
+    run, so the run stops instead of ending every rollout failed. A training run continues
+    from its last checkpoint with ``rollhub run --resume RUN_DIR`` once a cluster is up.
+    Context: ``address``."""
 
 
 class StoreError(RollhubError):

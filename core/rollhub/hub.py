@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rollhub.attempts import end_attempt, next_attempt, note_close_error, take_outcome, time_left
 from rollhub.client import AsyncRolloutClient
 from rollhub.components import build_component, component_context, open_config_store
 from rollhub.config import RollhubConfig
@@ -247,6 +248,7 @@ class AsyncHub:
 
         :param sampling: merged over ``[experiment] sampling`` for this rollout only (e.g.
             ``{"temperature": 0.0}`` for a greedy eval); other rollouts keep the defaults.
+        :raises ClusterLost: the runtime's cluster is gone (``Runtime.failure``).
         """
         self._require_started()
         request = self._request(payload, group_id, index)
@@ -265,12 +267,13 @@ class AsyncHub:
                 episode.metrics["sampling_seed"] = seed
             finally:
                 self._gate.leave(sid)
+        if self.runtime.failure is not None:  # its cluster is gone: the run cannot go on
+            raise self.runtime.failure
         await call_all(self.hook.rollhub_episode_done, episode=episode, hub=self)
         return episode
 
     async def _run_admitted(self, request: RolloutRequest, version: int | None) -> Episode:
         rollout = request.rollout
-        opened = False
         episode = Episode(
             episode_id=rollout.session_id,
             group_id=rollout.input_id,
@@ -281,29 +284,28 @@ class AsyncHub:
             weight_version=version,
             submitted_at=time.time(),
         )
+        capture_open = False  # the current session's capture session is still to be closed
         try:
-            capture = await self.token_source.open_session(
-                rollout.session_id, sampling=session_sampling(request)
-            )
-            opened = True
-            capture.apply_to(rollout)
-            if (sessions := SessionEpisodes.for_hub(self)) is not None:  # setup → run → teardown
-                outcome = await sessions.run(request, episode)
-            else:
-                future = await self.client.submit_request_async(
-                    request, timeout=self.config.experiment.timeout_s
+            await self._open_capture(request)
+            capture_open = True
+            while True:
+                outcome = await self._outcome(request, episode)
+                take_outcome(episode, outcome)
+                capture_open, lost = await end_attempt(
+                    episode, self.token_source, self._retrieve, self._reward
                 )
-                outcome = await future.result_async()
-            episode.session_id = outcome.session_id  # the last runtime session's
-            if outcome.dead_sessions:
-                episode.metrics["dead_sessions"] = [dict(d) for d in outcome.dead_sessions]
-            episode.status = outcome.status
-            episode.result = outcome.result
-            episode.error = outcome.error
-            episode.finished_at = outcome.finished_at or time.time()
-            if outcome.status == "ok":
-                await self._retrieve(episode)
-                await self._reward(episode)
+                if lost is None:
+                    break
+                # the agent's gateway replica went away under it: not the agent's doing
+                retry = next_attempt(
+                    request, episode, outcome, lost,
+                    session_attempts=self.config.experiment.session_attempts,
+                )  # fmt: skip
+                if retry is None:
+                    break
+                request, episode.status = retry, "infra_error"  # until the next outcome
+                await self._open_capture(request)
+                capture_open = True
         except asyncio.CancelledError:
             episode.status, episode.finished_at = "cancelled", time.time()
             raise
@@ -317,10 +319,22 @@ class AsyncHub:
             episode.error = ErrorInfo.from_exception(exc)
             episode.finished_at = episode.finished_at or time.time()
         finally:
-            if opened:
+            if capture_open:
                 await self._close_capture(episode)
         episode.metrics.setdefault("elapsed_s", episode.elapsed)
         return episode
+
+    async def _open_capture(self, request: RolloutRequest) -> None:
+        sid, sampling = request.rollout.session_id, session_sampling(request)
+        (await self.token_source.open_session(sid, sampling=sampling)).apply_to(request.rollout)
+
+    async def _outcome(self, request: RolloutRequest, episode: Episode) -> Any:
+        if (sessions := SessionEpisodes.for_hub(self)) is not None:  # setup → run → teardown
+            return await sessions.run(request, episode)
+        future = await self.client.submit_request_async(
+            request, timeout=time_left(request, self.config.experiment.timeout_s)
+        )
+        return await future.result_async()
 
     async def _new_capture(self, old: RolloutRequest, new: RolloutRequest) -> None:
         """A rollout goes to a new runtime session: its old capture session (the dead
@@ -340,15 +354,7 @@ class AsyncHub:
                 self.token_source.close_session(episode.session_id, drop=episode.status != "ok")
             )
         except Exception as exc:  # the episode is complete; a leaked session is only logged
-            log.warning("closing capture session %s failed: %s", episode.session_id, exc)
-            episode.metrics["close_session_error"] = f"{type(exc).__name__}: {exc}"
-            if episode.status != "ok" and isinstance(exc, TokenRetrievalError):
-                # The capture side failed under the agent (e.g. its gateway replica died):
-                # that is the cause; the agent's own error (often a bare connection error)
-                # is kept beside it.
-                if episode.error is not None:
-                    episode.metrics["agent_error"] = episode.error.message
-                episode.error = ErrorInfo.from_exception(exc)
+            note_close_error(episode, exc)
 
     async def _retrieve(self, episode: Episode) -> None:
         try:
@@ -404,7 +410,8 @@ class AsyncHub:
         )
         group = EpisodeGroup(gid, dict(payload), list(episodes))
         await collect_group_rewards(self, group)  # e.g. a judge ranking the group
-        apply_failure_policy(group, self.config.rewards.on_failure)
+        rewards = self.config.rewards
+        apply_failure_policy(group, rewards.on_failure, min_group_size=rewards.min_group_size)
         return group
 
     async def iter_groups(

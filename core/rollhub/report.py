@@ -68,6 +68,10 @@ def summarize(
         "failed": len(eps) - status.get("ok", 0),
         "by_status": dict(sorted(status.items())),
         "trainable": sum(1 for e in eps if e.trainable),
+        # every session lost to the infrastructure: never trained, never the agent's fault
+        "infra_failed": status.get("infra_error", 0),
+        # groups infrastructure failures left too small to train (rewards.min_group_size)
+        "groups_dropped": len({e.group_id for e in eps if e.metrics.get("group_dropped")}),
         # rollouts moved to a new runtime session after an infrastructure fault
         "resubmitted": sum(1 for e in eps if e.metrics.get("dead_sessions")),
         "dead_sessions": sum(len(e.metrics.get("dead_sessions") or ()) for e in eps),
@@ -86,6 +90,9 @@ def summarize(
             "masked_tokens": masked,
         },
     }
+    nodes = Counter(str(e.metrics["node"]) for e in eps if e.metrics.get("node") is not None)
+    if nodes:  # where the last session of each episode ran (a runtime with nodes: ray)
+        out["episodes_by_node"] = dict(sorted(nodes.items()))
     out["failure_causes"] = failure_causes(eps)
     if wall_time_s is not None:
         out["wall_time_s"] = wall_time_s

@@ -30,13 +30,36 @@ def merge_reward_components(parts: Iterable[Mapping[str, float] | None]) -> dict
     return merged
 
 
-def apply_failure_policy(group: EpisodeGroup, policy: str) -> None:
-    """Mark which episodes trainers learn from (``[rewards] on_failure``)."""
-    failed = [e for e in group.episodes if not e.ok or e.reward is None]
-    for e in group.episodes:
+def apply_failure_policy(group: EpisodeGroup, policy: str, *, min_group_size: int = 2) -> None:
+    """Mark which episodes trainers learn from (``[rewards] on_failure``).
+
+    Episodes the infrastructure ended (``infra_error``) are left out of the group first,
+    whatever the policy: they never train, are never given a reward, and never make
+    ``drop_group`` drop the group (the agent did nothing wrong). A group they leave with
+    fewer than ``min_group_size`` episodes (``[rewards] min_group_size``) is dropped
+    whole, and :attr:`EpisodeGroup.dropped` says why. The policy then applies to the
+    rest: ``exclude_episode`` leaves failed episodes out, ``drop_group`` drops the group
+    when any failed, ``zero_reward`` trains them with reward 0.
+    """
+    lost = [e for e in group.episodes if e.infra_failed]
+    rest = [e for e in group.episodes if not e.infra_failed]
+    for e in lost:
+        e.trainable = False
+    if lost and len(rest) < min_group_size:
+        group.dropped = (
+            f"{len(lost)} of {len(group.episodes)} episodes were lost to infrastructure "
+            f"faults; the {len(rest)} left are fewer than rewards.min_group_size = "
+            f"{min_group_size}"
+        )
+        for e in rest:
+            e.trainable = False
+            e.metrics["group_dropped"] = group.dropped
+        return
+    failed = [e for e in rest if not e.ok or e.reward is None]
+    for e in rest:
         e.trainable = e.ok and e.reward is not None
     if policy == "drop_group" and failed:
-        for e in group.episodes:
+        for e in rest:
             e.trainable = False
     elif policy == "zero_reward":
         for e in failed:

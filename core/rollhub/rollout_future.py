@@ -25,6 +25,8 @@ class RolloutOutcome:
     is not ``ok`` failed. ``attempts`` counts submission tries; ``dead_sessions`` lists
     the runtime sessions lost to infrastructure faults before the last one (each a
     ``session_id`` and a ``cause``), whose turns are never part of the result.
+    ``details`` is what the runtime said of the last session's place (e.g. ``worker``,
+    ``actor``, ``node``).
     """
 
     session_id: str

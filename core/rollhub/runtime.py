@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from rollhub.errors import ConfigError
+from rollhub.errors import ConfigError, RollhubError
 from rollhub.registry import ComponentContext
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 
@@ -34,7 +34,7 @@ class StoreFailure(str):
     """A lost-session reason meaning: the app finished but could not store the result.
 
     Runtimes pass it to ``_report_lost`` so the client ends the rollout as ``store_error``
-    with this text as the cause, instead of ``agent_error``.
+    with this text as the cause, instead of running it again on a new session.
     """
 
     __slots__ = ()
@@ -52,8 +52,9 @@ class Runtime(ABC):
     Lifecycle: ``await start()`` once, then ``submit``/``cancel``/``finish`` from the same
     event loop, then ``await close()``. ``async with runtime:`` does start and close.
     Liveness: a runtime that learns a session can never write its result (its worker died)
-    calls the :meth:`on_session_lost` callbacks; the client then ends that rollout as
-    ``agent_error`` (after one last look in the store).
+    calls the :meth:`on_session_lost` callbacks; the client then runs that rollout again on
+    a new session (``session_attempts``), or ends it ``infra_error`` when none is left
+    (after one last look in the store).
 
     Construction: the core calls ``cls(options, context=context)`` with the validated
     ``Options`` and a :class:`~rollhub.registry.ComponentContext` (``context.base_dir`` is
@@ -101,6 +102,9 @@ class Runtime(ABC):
     #: Whether agents started by this runtime can reach a callback server bound to
     #: 127.0.0.1 in this process (true for worker processes on this machine).
     loopback_callbacks: bool = False
+    #: Set once the runtime can run nothing more (its cluster is gone): the hub then raises
+    #: it instead of ending rollouts failed, and the run stops. None while it works.
+    failure: RollhubError | None = None
 
     def on_session_lost(self, callback: SessionLostCallback) -> None:
         """Register ``callback(session_id, reason)`` for sessions that can no longer finish.

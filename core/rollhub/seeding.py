@@ -24,8 +24,10 @@ SEED_KEY = "rollhub.sampling_seed"
 
 
 def _mix(*parts: object) -> int:
-    digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1  # 63 bits: every engine's seed type takes it
+    digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=4).digest()
+    # 31 bits: the narrowest seed type an engine takes is a signed 32-bit integer
+    # (Tinker's sampler refuses anything larger)
+    return int.from_bytes(digest, "big") >> 1
 
 
 def episode_seed(seed: int, group_id: str, sample_index: int, round_: int = 0) -> int:

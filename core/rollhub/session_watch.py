@@ -9,19 +9,20 @@ its microVM went away) and a submission no worker took after every retry are tri
 under a new session, up to ``session_attempts`` sessions per rollout, within the rollout's
 deadline. What the agent did (an exception, any reward), a timeout and a cancellation are
 never retried. The future then carries the last session's id and result key; the dead
-sessions and their causes are kept in :attr:`RolloutOutcome.dead_sessions`.
+sessions and their causes are kept in :attr:`RolloutOutcome.dead_sessions`. A rollout
+whose every session was lost that way ends ``infra_error``, never ``agent_error``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from rollhub.attempts import DEAD_SESSIONS, next_session
 from rollhub.errors import StoreError
 from rollhub.results.document import InvalidResultError, read_result
 from rollhub.retry import Backoff, is_transient, poll_schedule
@@ -128,6 +129,8 @@ class SessionWatch:
             # The app stores anything that ends later as a timeout, as this client reports it.
             request.rollout.deadline_at = time.time() + timeout
         fut = self._make_future(request, self._loop, self)
+        # sessions it lost before (the hub runs it again after its capture session was lost)
+        fut.dead_sessions.extend(dict(d) for d in request.extras.get(DEAD_SESSIONS, ()))
         self._live[sid] = fut
         # Registered before submission: a fast agent may call back before submit returns.
         self._signals[sid] = self._loop.create_future()
@@ -175,10 +178,10 @@ class SessionWatch:
                 self.end_early(fut, "timeout", f"no result within {timeout} s", stop=False)
         except _Resolved:
             pass
-        except _NotTaken as exc:
-            self._resolve(fut, "submit_error", error=_error_from(exc.exc))
-        except _Lost as exc:
-            self._resolve(fut, "agent_error", error=_error("SessionLost", str(exc)))
+        except _NotTaken as exc:  # no worker took any of its sessions
+            self._resolve(fut, "infra_error", error=_error_from(exc.exc))
+        except _Lost as exc:  # its last session died under it too
+            self._resolve(fut, "infra_error", error=_error("SessionLost", str(exc)))
         except _TooLarge as exc:
             self._resolve(fut, "agent_error", error=_error("ResultTooLarge", str(exc)))
             self._in_background(self._runtime.finish(fut.session_id))
@@ -200,34 +203,37 @@ class SessionWatch:
                 self._signals.pop(key, None)
 
     async def _new_session(self, fut: Any, cause: str) -> bool:
-        """Move ``fut`` to a new session after an infrastructure fault; False: none left."""
-        if len(fut.dead_sessions) + 1 >= self._session_attempts:
-            return False
-        old = fut.request
-        old_sid = old.rollout.session_id
-        fut.dead_sessions.append({"session_id": old_sid, "cause": cause})
-        self.stats["resubmitted"] += 1
-        # a session reported lost may still be running somewhere: it must not write later
-        self._in_background(self._runtime.cancel(old_sid))
-        k = len(fut.dead_sessions)
-        base = fut.dead_sessions[0]["session_id"]
-        new = dataclasses.replace(
-            old,
-            rollout=old.rollout.model_copy(update={"session_id": f"{base}-r{k}"}),
-            extras=dict(old.extras),
-        )
-        log.info("session %s: %s; trying again as %s", old_sid, cause, new.rollout.session_id)
-        await asyncio.sleep(_SESSION_BACKOFF.delay(k - 1))
-        if self._on_new_session is not None:
-            await self._on_new_session(old, new)
-        loop = asyncio.get_running_loop()
-        self._live.pop(old_sid, None)
-        self._signals.pop(old_sid, None)
-        fut.request, fut.session_id = new, new.rollout.session_id
-        fut.result_key, fut.receipt = new.rollout.result_key, None
-        self._live[fut.session_id] = fut
-        self._signals[fut.session_id] = loop.create_future()
-        return True
+        """Move ``fut`` to a new session after an infrastructure fault; False: none left.
+
+        A new session whose capture session cannot be opened (``on_new_session`` fails,
+        say while no gateway replica can take one) is lost as well, and the next is tried.
+        """
+        while len(fut.dead_sessions) + 1 < self._session_attempts:
+            old = fut.request
+            old_sid = old.rollout.session_id
+            fut.dead_sessions.append({"session_id": old_sid, "cause": cause})
+            self.stats["resubmitted"] += 1
+            # a session reported lost may still be running somewhere: it must not write later
+            self._in_background(self._runtime.cancel(old_sid))
+            k = len(fut.dead_sessions)
+            new = next_session(old, fut.dead_sessions)
+            log.info("session %s: %s; trying again as %s", old_sid, cause, new.rollout.session_id)
+            await asyncio.sleep(_SESSION_BACKOFF.delay(k - 1))
+            self._live.pop(old_sid, None)
+            self._signals.pop(old_sid, None)
+            fut.request, fut.session_id = new, new.rollout.session_id
+            fut.result_key, fut.receipt = new.rollout.result_key, None
+            self._live[fut.session_id] = fut
+            self._signals[fut.session_id] = asyncio.get_running_loop().create_future()
+            if self._on_new_session is None:
+                return True
+            try:
+                await self._on_new_session(old, new)
+                return True
+            except Exception as exc:
+                cause = f"no capture session could be opened for it: {type(exc).__name__}: {exc}"
+                log.warning("session %s: %s", fut.session_id, cause)
+        return False
 
     async def _submit_with_retries(self, fut: Any) -> None:
         """Submit ``fut``'s request, retrying transient errors.
@@ -385,6 +391,8 @@ class SessionWatch:
             finished_at=time.time(),
             attempts=fut.attempts,
             dead_sessions=tuple(fut.dead_sessions),
+            # where the last session ran (a worker, an actor and its node), as the runtime said
+            details=dict(fut.receipt.details) if fut.receipt is not None else {},
             **fields,
         )
         fut._outcome.set_result(outcome)

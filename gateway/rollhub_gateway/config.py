@@ -166,15 +166,27 @@ class PoolSection(_Strict):
     restarts: int = Field(
         3,
         ge=0,
-        description="times a replica process that died is started again on its own address "
-        "(0: never); with journal_dir its journaled sessions come back with it, the others "
-        "fail with the cause (Ray replicas are not restarted)",
+        description="times a replica that died is started again (0: never): a process on its "
+        "own address (with journal_dir its journaled sessions come back with it, the others "
+        "fail with the cause); a Ray actor by Ray, on a live node (its sessions fail with "
+        "the cause: their agents hold the old address)",
     )
     ray_address: str | None = Field(
-        None, description="Ray cluster to join (None: the current one, else a local one)"
-    )
+        None, description="Ray cluster to join (None: RAY_ADDRESS, the current one, else a "
+        "local one)"
+    )  # fmt: skip
     num_cpus_per_replica: float = Field(
         0.0, ge=0, description="CPUs Ray reserves for each replica actor"
+    )
+    ray_spread: bool = Field(
+        True, description="spread the replica actors over the nodes (Ray's SPREAD strategy; "
+        "false: Ray's default scheduler)"
+    )  # fmt: skip
+    ray_resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="custom resources each replica actor asks for: only nodes offering them "
+        "take replicas (a label only worker nodes offer keeps them off the head; a node's "
+        "own label pins them there)",
     )
 
 

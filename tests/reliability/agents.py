@@ -6,12 +6,17 @@ per rollout.
 ``hanging``: a sync handler on a 4-thread pool; ``mode=hang`` blocks for ``seconds``.
 ``full_disk``: stores into ``full://DIR``, a store whose writes fail with ENOSPC.
 ``dies_once``: one model call, then the first session SIGKILLs its own worker.
+``dies_writing``: the first ``kills`` sessions of a rollout SIGKILL their worker halfway
+through writing the result to its ``file://`` store (``kills`` may be a list: one count per
+sample index; ``fail``: the agent raises, or ``fail_index``: that sample does).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
+import signal
 import sys
 import time
 from typing import Any
@@ -117,3 +122,38 @@ def _dies_once(payload: dict[str, Any], context: Any) -> dict[str, Any]:
             fh.write(context.rollout.session_id)
         os.kill(os.getpid(), 9)  # the worker dies after its turn was captured
     return {"rewards": 1.0, "reply": reply.choices[0].message.content}
+
+
+class KillOnWriteStore(FileResultStore):
+    """The app's ``file://`` store: a result the agent marked ``kill_writer`` SIGKILLs the
+    worker halfway through its write (the client reads the store as a plain ``file://``)."""
+
+    def put(self, key: str, document: dict[str, Any]) -> None:
+        if document.get("kill_writer"):
+            target = self.path(key)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target.with_name(f".tmp-{target.name}"), "wb") as fh:
+                fh.write(b'{"rewards": 1.0, "kill_wr')  # a torn write, never renamed
+            os.kill(os.getpid(), signal.SIGKILL)
+        super().put(key, document)
+
+
+_kill_registry = ComponentRegistry()
+_kill_registry.add_store(KillOnWriteStore)
+dies_writing = RolloutApp(registry=_kill_registry)
+
+
+@dies_writing.rollout_entrypoint
+async def _dies_writing(payload: dict[str, Any], context: Any) -> dict[str, Any]:
+    import asyncio
+
+    # the rollout's sessions are "<id>", "<id>-r1", "<id>-r2", ...: which one this is
+    match = re.search(r"-r(\d+)$", context.rollout.session_id)
+    attempt = int(match.group(1)) if match else 0
+    index = context.rollout.sample_index or 0
+    kills = payload["kills"]
+    kills = kills[index] if isinstance(kills, list) else kills
+    await asyncio.sleep(float(payload.get("seconds", 0.0)))
+    if payload.get("fail") or payload.get("fail_index") == index:
+        raise RuntimeError("the agent failed on purpose")
+    return {"rewards": float(index % 2), "attempt": attempt, "kill_writer": attempt < kills}

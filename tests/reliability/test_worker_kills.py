@@ -123,3 +123,171 @@ async def test_a_dead_workers_episode_is_trained_on_its_new_session_only(tmp_pat
     (record,) = episode.traces
     assert record.response_ids == second
     assert len(record.turns) == 1  # the live session's one turn, nothing of the dead one
+
+
+@aio
+async def test_kill_while_writing_storm_is_never_the_agents_fault(store) -> None:
+    """Workers SIGKILLed as they write a result, more times than ``session_attempts`` for
+    some rollouts: those end ``infra_error`` (every session lost to the infrastructure),
+    never ``agent_error``; only agents that raised are ``agent_error``."""
+    n, attempts = 12, 3
+    # kills: how many sessions of a rollout die writing; 4 is more than the 3 it gets. A
+    # kill takes every session of that worker with it, so any rollout may lose more.
+    kills = [0, 1, 4, 0]
+    payloads = [
+        {"id": f"p{i}", "kills": kills[i % 4], "seconds": 0.05 * (i % 4 == 2), "fail": i == 3}
+        for i in range(n)
+    ]
+    rt = make_runtime("dies_writing", workers=2)
+    seen: set[int] = set()
+    async with rt, AsyncRolloutClient(
+        rt, store, exp_id="storm", session_attempts=attempts
+    ) as client:
+        seen.update(rt.worker_pids())
+        items = [i async for i in client.run_batch_async(payloads, max_concurrent=4, timeout=60)]
+        seen.update(rt.worker_pids())
+    assert sorted(i.index for i in items) == list(range(n))
+    for item in items:
+        p = payloads[item.index]
+        assert item.status in ("ok", "infra_error", "agent_error"), (item.status, item.error)
+        if item.status == "agent_error":  # only the agent that raised, on a session that lived
+            assert p["fail"] and item.error.type == "RuntimeError", item.error
+        if p["kills"] >= attempts:  # every session died writing: the infrastructure gave out
+            assert item.status == "infra_error", (item.status, item.error)
+        if item.status == "infra_error":
+            assert item.error.type == "SessionLost" and "exited with code -9" in item.error.message
+            assert len(item.outcome.dead_sessions) == attempts - 1  # the last one is the error
+        for dead in item.outcome.dead_sessions:
+            assert "exited with code -9" in dead["cause"], dead
+    assert sum(i.status == "infra_error" for i in items) >= 3
+    assert any(i.status == "ok" and i.outcome.dead_sessions for i in items)  # retried, then ok
+    assert not [p for p in seen if pid_alive(p)], "worker processes outlived the runtime"
+
+
+class _RecordingTrainer:
+    """A policy trainer that keeps what each step was given to train (episode, reward)."""
+
+    @staticmethod
+    def make():
+        from rollhub.training import StepResult, Trainer
+
+        class Recording(Trainer):
+            name = "recording"
+            trains = True
+            steps: list = []
+
+            async def step(self, batch):
+                Recording.steps.append([(e, e.reward) for e, _ in batch.trainable()])
+                return StepResult(batch.weight_version + 1, {"loss": 0.0})
+
+        return Recording
+
+
+@aio
+async def test_a_storm_under_a_training_step_trains_no_infrastructure_failure(tmp_path) -> None:
+    """Through the hub and one training step: rollouts whose every session died writing
+    are ``infra_error``, left out of their group under every ``[rewards] on_failure``
+    policy (``zero_reward`` imputes 0 only to the agent that raised), a group they leave
+    too small is dropped and counted, and ``metrics.jsonl`` counts both."""
+    import copy
+
+    from rollhub.config import parse_config
+    from rollhub.hub import AsyncHub
+    from rollhub.plugins import build_host
+    from rollhub.rewards import apply_failure_policy
+    from rollhub.training.advantages import group_advantages
+    from rollhub.training.loop import TrainingLoop, batch_metrics
+    from rollhub.training.step import TrainingBatch
+
+    from tests.reliability.conftest import AGENTS
+
+    trainer = _RecordingTrainer.make()
+    host = build_host()
+    host.registry.add_trainer(trainer)
+    cfg = parse_config(
+        {
+            "experiment": {"name": "storm", "n_samples": 4, "timeout_s": 60, "progress": False,
+                           "session_attempts": 2, "concurrency": 1},
+            "runtime": {"name": "local", "app": f"{AGENTS}:dies_writing", "workers": 2,
+                        "ping_interval_s": 0.2},
+            "store": {"url": f"file://{tmp_path / 'store'}"},
+            "trainer": {"name": "recording"},
+            "rewards": {"on_failure": "zero_reward"},
+            "training": {"batch_groups": 4, "steps": 1, "shuffle": False, "checkpoint_every": 0},
+        },
+        env={},
+    )  # fmt: skip
+    # kills per sample index: 3 is more than the 2 sessions each rollout gets. One rollout
+    # at a time, so a kill takes no other rollout's session with it.
+    payloads = [
+        {"id": "g0", "kills": [0, 0, 0, 0]},
+        {"id": "g1", "kills": [3, 0, 0, 0]},
+        {"id": "g2", "kills": [3, 3, 3, 0]},  # one episode left: under min_group_size
+        {"id": "g3", "kills": [0, 3, 0, 0], "fail_index": 0},
+    ]
+    hub = AsyncHub(cfg, host=host, run_dir=tmp_path / "run")
+    async with hub:
+        loop = TrainingLoop(hub, payloads, run_dir=tmp_path / "run", progress=False)
+        await loop.run()
+    (trained,) = trainer.steps
+    (row,) = loop.history
+    episodes = [e for e, _ in trained]
+    assert not [e for e in episodes if e.status == "infra_error"]
+    # the episodes the step was given, by status: only the agent's failure is imputed
+    infra = {k for k, p in _kills(payloads).items() if p >= 2}
+    by_id = {(e.group_id, e.sample_index): e for e in episodes}
+    assert not infra & set(by_id)
+    assert by_id[("g3", 0)].status == "agent_error" and by_id[("g3", 0)].reward == 0.0
+    assert row["episodes_infra_failed"] == len(infra) == 5 and row["groups_dropped"] == 1
+    assert row["episodes_trained"] == len(trained)
+    assert not any(g == "g2" for g, _ in by_id)  # dropped whole: one episode left of four
+    assert len(trained) == 4 + 3 + 3  # g0 whole, g1 and g3 without their lost episode
+
+    # The same groups under the other two policies: no infrastructure failure trains.
+    groups = [g for g in _step_groups(tmp_path / "run")]
+    for policy in ("exclude_episode", "drop_group", "zero_reward"):
+        fresh = copy.deepcopy(groups)
+        for g in fresh:
+            _reset(g)
+            apply_failure_policy(g, policy)
+        advantages = {k: v for g in fresh for k, v in group_advantages(g).items()}
+        batch = TrainingBatch(0, fresh, advantages, 0)
+        given = batch.trainable()
+        assert not [e for e, _ in given if e.status == "infra_error"], policy
+        assert not [e for g in fresh for e in g.episodes if e.infra_failed and e.reward is not None]
+        metrics = batch_metrics(batch)
+        assert metrics["groups_dropped"] == sum(1 for g in fresh if g.dropped) == 1, policy
+        assert metrics["episodes_infra_failed"] == len(infra)
+        if policy == "drop_group":  # g3 had an agent failure: dropped by the policy too
+            assert not [e for e, _ in given if e.group_id == "g3"]
+            # an infrastructure failure alone never drops a group that is big enough
+            assert len([e for e, _ in given if e.group_id == "g1"]) == 3
+        if policy == "zero_reward":
+            imputed = [e for g in fresh for e in g.episodes if e.metrics.get("reward_imputed")]
+            assert imputed and all(e.status == "agent_error" for e in imputed)
+
+
+def _kills(payloads: list[dict]) -> dict[tuple[str, int], int]:
+    return {(p["id"], i): k for p in payloads for i, k in enumerate(p["kills"])}
+
+
+def _step_groups(run_dir):
+    """The step's groups, read back from ``episodes.jsonl``."""
+    from rollhub.episode import EpisodeGroup
+    from rollhub.export import episode_from_row, read_rows
+
+    groups: dict[str, list] = {}
+    for row in read_rows(run_dir / "episodes.jsonl"):
+        groups.setdefault(row["group_id"], []).append(episode_from_row(row))
+    return [EpisodeGroup(gid, {}, sorted(eps, key=lambda e: e.sample_index))
+            for gid, eps in groups.items()]  # fmt: skip
+
+
+def _reset(group) -> None:
+    """Undo the failure policy the run applied (its imputed zeros too)."""
+    group.dropped = None
+    for e in group.episodes:
+        if e.metrics.pop("reward_imputed", False):
+            e.reward = None
+        e.metrics.pop("group_dropped", None)
+        e.trainable = True

@@ -30,7 +30,7 @@ from rollhub.commands.run_training import train
 from rollhub.commands.store_watch import StoreWatch
 from rollhub.config import RollhubConfig, load_config
 from rollhub.episode import Episode
-from rollhub.errors import UsageError
+from rollhub.errors import ClusterLost, UsageError
 from rollhub.hub import AsyncHub
 from rollhub.manifest import build_manifest
 from rollhub.markers import hookimpl
@@ -86,9 +86,12 @@ def run(args: argparse.Namespace) -> int:
     run_dir = layout.path
     _share_plugin_modules(cfg)
     outputs: dict[str, Any] = {}
-    summary = asyncio.run(
-        run_experiment(cfg, payloads, run_dir, resume=bool(args.resume), host=host, outputs=outputs)
-    )
+    try:
+        summary = asyncio.run(
+            run_experiment(cfg, payloads, run_dir, resume=bool(args.resume), host=host, outputs=outputs)
+        )
+    except ClusterLost as exc:  # say which run to resume
+        raise ClusterLost(f"{exc} Then: rollhub run --resume {run_dir}", **exc.context) from exc
     print(f"\nrun directory: {run_dir}")
     listed = set()
     for name in RunDir.OUTPUTS:

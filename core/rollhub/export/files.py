@@ -10,7 +10,7 @@ group_id             string — the prompt id (input_id); samples of a prompt sh
 session_id           string
 sample_index         int32
 status               string — ok | agent_error | timeout | submit_error | cancelled |
-                     store_error
+                     store_error | infra_error
 trainable            bool — after the failure policy
 reward               float64, null when the rollout failed or gave no reward
 reward_components    string (JSON object name → float)

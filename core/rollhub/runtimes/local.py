@@ -5,8 +5,9 @@ serving the app on its own 127.0.0.1 port and speaking the AgentCore Runtime con
 (``POST /invocations``, ``GET /ping``) plus rollhub's ``DELETE /rollouts/{id}`` and
 ``GET /rollouts``. Sessions go to the least-loaded worker. A worker that exits or stops
 answering ``/ping`` (or answers it with an error, as an app whose handler threads are all
-stuck does) is killed, its sessions are reported lost (the client ends them as
-``agent_error`` unless their result is already stored) and a fresh worker replaces it.
+stuck does) is killed, its sessions are reported lost (the client runs them again on a new
+session, and ends them ``infra_error`` when none is left, unless their result is already
+stored) and a fresh worker replaces it.
 A session whose result the app could not store is reported as a
 :class:`~rollhub.runtime.StoreFailure`, which the client ends as ``store_error``.
 

@@ -33,11 +33,13 @@ class RolloutActor:
             raise TypeError(f"{app_ref!r} has no @app.rollout_entrypoint handler")
         self.handler: Callable[..., Any] = handler
 
-    def ready(self) -> int:
-        """Answer once the app is loaded; returns the worker's pid."""
+    def ready(self) -> dict[str, Any]:
+        """Answer once the app is loaded: the worker's pid and its Ray node's id."""
         import os
 
-        return os.getpid()
+        import ray
+
+        return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
 
     async def start(self, wire: dict[str, Any]) -> str:
         """Start one rollout in the background (once per session); return its location.

@@ -43,7 +43,8 @@ class SessionOutcome:
     """How one session ended.
 
     :ivar status: the episode status (``ok``, ``agent_error``, ``timeout``,
-        ``submit_error`` when setup failed, ``cancelled``).
+        ``submit_error`` when setup failed, ``cancelled``; ``infra_error`` once every
+        session a transient failure ended is used up).
     :ivar dump: what the run produced (None when it never ended).
     :ivar error: why it failed, None on success.
     :ivar phases: seconds per phase: ``setup_wait_s`` (queued for a setup slot),
@@ -186,6 +187,8 @@ async def run_with_attempts(
         outcome.session_id = request.rollout.session_id
         outcome.dead_sessions = dead
         if not outcome.transient or len(dead) + 1 >= attempts:
+            if outcome.transient:  # every session lost to the infrastructure: not the agent's
+                outcome.status = "infra_error"
             return outcome, request
         old = request
         cause = outcome.error.message if outcome.error else outcome.status

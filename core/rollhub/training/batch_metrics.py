@@ -1,5 +1,5 @@
 """The trainer-neutral figures of one training batch: reward, success, tool use, tokens,
-failures and staleness (what every step's ``metrics.jsonl`` row starts with, and each
+failures, staleness and nodes (what every step's ``metrics.jsonl`` row starts with, and each
 policy's figures of a run with several)."""
 
 from __future__ import annotations
@@ -47,10 +47,24 @@ def batch_metrics(batch: TrainingBatch, success_threshold: float = 1.0) -> dict[
         "masked_tokens": sum(e.num_masked_tokens for e in episodes if e.trainable),
         "episodes": len(episodes),
         "episodes_failed": sum(1 for e in episodes if not e.ok),
+        "episodes_infra_failed": sum(1 for e in episodes if e.infra_failed),
         "episodes_trained": len(batch.trainable()),
         "groups": len(batch.groups),
+        "groups_dropped": sum(1 for g in batch.groups if g.dropped),
         "groups_without_signal": flat,
         "sampled_tokens": sum(e.num_sampled_tokens for e in episodes),
         "staleness_max": max(lags) if lags else 0,
         "staleness_mean": round(sum(lags) / len(lags), 4) if lags else 0.0,
+        **_by_node(episodes),
     }
+
+
+def _by_node(episodes: list[Any]) -> dict[str, Any]:
+    """``episodes_by_node``: episodes per node their last session ran on, when the runtime
+    has nodes (a dict: metric sinks take only the numbers, ``metrics.jsonl`` keeps it)."""
+    nodes: dict[str, int] = {}
+    for e in episodes:
+        node = e.metrics.get("node")
+        if node is not None:
+            nodes[str(node)] = nodes.get(str(node), 0) + 1
+    return {"episodes_by_node": dict(sorted(nodes.items()))} if nodes else {}

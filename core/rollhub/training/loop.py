@@ -138,8 +138,12 @@ class TrainingLoop:
         await self._restore(trainer)
         await self.hub.publish_policy(await trainer.initial_policy(), self.weight_version)
         self.recorder = StepRecorder(
-            self.hub, self.run_dir, total_steps=self.total_steps, sinks=self.extra_sinks,
-            history=self.history, progress=self.progress_enabled,
+            self.hub,
+            self.run_dir,
+            total_steps=self.total_steps,
+            sinks=self.extra_sinks,
+            history=self.history,
+            progress=self.progress_enabled,
         )
         try:
             with self.recorder:
@@ -192,7 +196,9 @@ class TrainingLoop:
             for s in range(first, self.total_steps):
                 async with done:
                     await done.wait_for(functools.partial(self._caught_up, s - window))
-                await queue.put([asyncio.ensure_future(self._group(p)) for p in self.batch_payloads(s)])
+                await queue.put(
+                    [asyncio.ensure_future(self._group(p)) for p in self.batch_payloads(s)]
+                )
 
         producer = asyncio.ensure_future(produce())
         pending: list[asyncio.Task[EpisodeGroup]] = []
@@ -256,7 +262,9 @@ class TrainingLoop:
     async def _checkpoint(self, trainer: Trainer) -> None:
         ckpt = Checkpoint(self.steps_done, self.weight_version, self.fingerprint)
         await write_checkpoint(
-            self.run_dir / "checkpoints", ckpt, trainer.save_state,
+            self.run_dir / "checkpoints",
+            ckpt,
+            trainer.save_state,
             keep=self.config.training.keep_checkpoints,
         )
 

@@ -41,13 +41,14 @@ from rollhub.sampling import Generation, TokenChunk
 from .batch_sampling import Draw, sample_rows
 from .decoder import Decoder, Pass
 from .kv_store import SlotCache, Span
+from .policy_tensors import checked_policy, is_module
 from .prefix_cache import MIN_REUSE, PrefixCache, common_prefix
 from .step_plan import Build, Row, plan_pass
 from .token_sampling import LogprobsMode
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BatchEngine", "Row", "is_module"]
+__all__ = ["BatchEngine", "Row"]
 
 #: prompt tokens forwarded in one step, over every joining row
 PREFILL_BUDGET = 512
@@ -55,15 +56,6 @@ PREFILL_BUDGET = 512
 PRIVATE_LIMIT = 256
 #: positions per slot before the first growth
 SLOT_CAPACITY = 128
-
-
-def is_module(policy: Any) -> bool:
-    """Whether a policy is a whole model (sampled from as it is) rather than tensors."""
-    return (
-        callable(policy)
-        and hasattr(policy, "named_parameters")
-        and hasattr(policy, "get_input_embeddings")
-    )
 
 
 class BatchEngine:
@@ -134,29 +126,7 @@ class BatchEngine:
         :raises GatewayError: a name the model does not have, a shape that differs, or a
             module with another vocabulary.
         """
-        if is_module(policy):
-            ours = self.model.get_input_embeddings().num_embeddings
-            theirs = policy.get_input_embeddings().num_embeddings
-            if ours != theirs:
-                raise GatewayError(
-                    f"the policy module's vocabulary has {theirs} ids, the engine's model "
-                    f"{ours}: it must be the same model family",
-                    engine="transformers",
-                )
-        else:
-            params = dict(self.model.named_parameters())
-            for name, value in policy.items():
-                if name not in params:
-                    raise GatewayError(
-                        f"policy names a parameter the model lacks: {name!r}", engine="transformers"
-                    )
-                if tuple(value.shape) != tuple(params[name].shape):
-                    raise GatewayError(
-                        f"policy tensor {name!r} has shape {tuple(value.shape)}, the model's is "
-                        f"{tuple(params[name].shape)}",
-                        engine="transformers",
-                    )
-            policy = dict(policy)
+        policy = checked_policy(self.model, policy)
         with self._cond:
             self._policy = (policy, weight_version)
             self._cond.notify()

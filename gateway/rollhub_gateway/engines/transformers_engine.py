@@ -27,7 +27,8 @@ from rollhub.sampling import (
 
 from ..models import SMOLLM2, load_causal_lm
 from .allocator import tune_allocator
-from .batching import BatchEngine, Row, is_module
+from .batching import BatchEngine, Row
+from .policy_tensors import is_module
 from .token_sampling import LogprobsMode
 
 log = logging.getLogger(__name__)

@@ -15,6 +15,6 @@ the pool sees it), :mod:`.replica_server` (a replica's own side), :mod:`.process
 
 from rollhub_gateway.pool.placement import least_loaded
 from rollhub_gateway.pool.pool import GatewayPool
-from rollhub_gateway.pool.replica import Replica, ReplicaDied
+from rollhub_gateway.pool.replica import Replica, ReplicaDied, ReplicaUnreachable
 
-__all__ = ["GatewayPool", "Replica", "ReplicaDied", "least_loaded"]
+__all__ = ["GatewayPool", "Replica", "ReplicaDied", "ReplicaUnreachable", "least_loaded"]

@@ -47,6 +47,11 @@ class Placeable(Protocol):
         """Being started again after it died (placed on only when no other replica serves)."""
         ...
 
+    @property
+    def draining(self) -> bool:
+        """Finishing its sessions before it moves to another node (placed on likewise)."""
+        ...
+
 
 def least_loaded(replicas: Sequence[R], *, exclude: frozenset[int] = frozenset()) -> R:
     """The live replica (not in ``exclude``) with the fewest live sessions.
@@ -54,7 +59,7 @@ def least_loaded(replicas: Sequence[R], *, exclude: frozenset[int] = frozenset()
     :raises GatewayError: no replica is left to take a session (each one's cause listed).
     """
     candidates = [r for r in replicas if r.dead is None and r.index not in exclude]
-    candidates = [r for r in candidates if not r.restarting] or candidates
+    candidates = [r for r in candidates if not (r.restarting or r.draining)] or candidates
     if not candidates:
         causes = "; ".join(
             f"replica {r.index}: {r.dead or 'refused the session'}" for r in replicas

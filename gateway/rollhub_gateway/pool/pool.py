@@ -6,7 +6,7 @@ session goes to the least-loaded live replica and stays there: its agent gets th
 replica's URL, and its traces, finish and drop go to the same replica. Weight versions and
 policies are sent to every live replica. A replica process that dies is started again on
 its address (``restarts`` times), with the last policy and version; its journaled sessions
-carry on. Sessions it does not bring back, and those of a replica that stays dead, fail
+carry on. A Ray replica that dies is restarted by Ray on a live node, at a new address. Sessions it does not bring back, and those of a replica that stays dead, fail
 with a :class:`~rollhub_gateway.pool.replica.ReplicaDied` naming it and the cause; the
 others' sessions carry on, and new sessions go to the replicas that serve.
 """
@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,9 @@ from rollhub_gateway.pool.replica import Replica
 __all__ = ["GatewayPool"]
 
 log = logging.getLogger(__name__)
+
+#: seconds between looks at where Ray replicas run (placement = "ray")
+BALANCE_INTERVAL_S = 2.0
 
 
 class GatewayPool:
@@ -55,6 +59,7 @@ class GatewayPool:
         self._inited_ray = False
         self._broadcasts: set[asyncio.Task[Any]] = set()
         self._policy: tuple[Any, int] | None = None
+        self._balancer: asyncio.Task[None] | None = None
 
     def spec(self, index: int) -> dict[str, Any]:
         """What replica ``index`` is built from (its own journal file, a free port)."""
@@ -89,6 +94,8 @@ class GatewayPool:
         if failed:
             await self.close()
             raise failed[0]
+        if self.pool.placement == "ray" and self.pool.ray_spread:
+            self._balancer = asyncio.create_task(self._balance())
         log.info(
             "gateway pool: %d %s replica(s) at %s",
             len(self.replicas),
@@ -131,9 +138,39 @@ class GatewayPool:
                 remote_cls=remote_cls,
                 num_cpus=self.pool.num_cpus_per_replica,
                 start_timeout_s=timeout,
+                restarts=self.pool.restarts,
+                spread=self.pool.ray_spread,
+                resources=self.pool.ray_resources,
+                on_restart=self._restarted,
             )
             for i in range(self.pool.replicas)
         ]
+
+    async def _balance(self) -> None:
+        """Ray placement: when a node that may take replicas holds none while another holds
+        two or more (a node joined, or came back after its replicas were restarted
+        elsewhere), move one replica there, one at a time."""
+        from rollhub.runtimes.ray_nodes import NodeTable, in_daemon_thread
+
+        table = NodeTable(self.pool.ray_resources)
+        while True:
+            await asyncio.sleep(BALANCE_INTERVAL_S)
+            try:  # bounded: with the cluster's head gone, ray.nodes() blocks
+                await in_daemon_thread(table.refresh, 2.0)
+            except Exception as exc:
+                log.debug("reading ray's node table failed: %s", exc)
+                await asyncio.sleep(30.0)  # the blocked read is left to finish first
+                continue
+            nodes = {n.node_id for n in table.eligible()}
+            serving = [r for r in self.replicas if r.dead is None and not r.restarting]
+            counts = Counter(getattr(r, "node_id", None) for r in serving)
+            empty = sorted(n for n in nodes if not counts.get(n))
+            busiest = max((n for n in counts if n in nodes), key=counts.__getitem__, default=None)
+            if not empty or busiest is None or counts[busiest] < 2:
+                continue
+            mover = min((r for r in serving if getattr(r, "node_id", None) == busiest),
+                        key=lambda r: len(r.live))  # fmt: skip
+            await mover.move_to(empty[0])  # type: ignore[attr-defined]
 
     # Sessions -----------------------------------------------------------------------------
 
@@ -168,6 +205,23 @@ class GatewayPool:
             replica.live[session_id] = str(data.get("api_key", ""))
             return data
 
+    def status(self) -> list[dict[str, Any]]:
+        """Each replica: where it runs (pid, node), its URL, whether it serves, how often it
+        was restarted, and how many sessions its deaths cost."""
+        return [
+            {
+                "index": r.index,
+                "where": r.where,
+                "url": r.url,
+                "dead": r.dead,
+                "restarts": max(0, r.starts - 1 - r.moves),
+                "moves": r.moves,
+                "live_sessions": len(r.live),
+                "sessions_lost": len(r.lost),
+            }
+            for r in self.replicas
+        ]
+
     def replica_of(self, session_id: str) -> Replica | None:
         """The replica that owns ``session_id`` (None: not opened through this pool)."""
         return self.owner.get(session_id)
@@ -195,15 +249,20 @@ class GatewayPool:
         replica = self.owner.pop(session_id, None)
         if replica is None:
             return
-        replica.live.pop(session_id, None)
-        if drop:
-            await replica.call(
-                "DELETE", f"/sessions/{session_id}", session_id=session_id, missing_ok=True
-            )
-        else:
-            await replica.call(
-                "POST", f"/sessions/{session_id}/finish", session_id=session_id, missing_ok=True
-            )
+        # still live during the call: a restart under it counts the session lost, and the
+        # call (made again once the replica serves) says so instead of a quiet 404
+        try:
+            if drop:
+                await replica.call(
+                    "DELETE", f"/sessions/{session_id}", session_id=session_id, missing_ok=True
+                )
+            else:
+                await replica.call(
+                    "POST", f"/sessions/{session_id}/finish", session_id=session_id,
+                    missing_ok=True,
+                )  # fmt: skip
+        finally:
+            replica.live.pop(session_id, None)
 
     # Versions and policies -------------------------------------------------------------------
 
@@ -264,6 +323,11 @@ class GatewayPool:
 
     async def close(self) -> None:
         """Stop every replica and the admin client (idempotent)."""
+        if self._balancer is not None:
+            self._balancer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._balancer
+            self._balancer = None
         for task in list(self._broadcasts):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -274,7 +338,7 @@ class GatewayPool:
             await self._http.close()
             self._http = None
         if self._inited_ray:
-            import ray
+            from rollhub.runtimes.ray_nodes import shutdown_ray
 
-            await asyncio.to_thread(ray.shutdown)
             self._inited_ray = False
+            await shutdown_ray()

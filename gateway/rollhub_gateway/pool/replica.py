@@ -3,7 +3,7 @@
 A replica is a whole gateway served somewhere else (a child process, a Ray actor). The pool
 talks to it through the gateway's own admin routes with the pool's admin token. Subclasses
 start and stop it and notice its death; once dead, every call naming one of its sessions
-raises a :class:`~rollhub.errors.TokenRetrievalError` that names the replica and the cause,
+raises a :class:`~rollhub.errors.CaptureLost` that names the replica and the cause,
 while the other replicas carry on.
 """
 
@@ -15,11 +15,11 @@ import logging
 from abc import ABC, abstractmethod
 from typing import Any
 
-from rollhub.errors import GatewayError, TokenRetrievalError
+from rollhub.errors import CaptureLost, GatewayError
 
 from rollhub_gateway.admin_call import admin_call
 
-__all__ = ["POLICY_ROUTE", "Replica", "ReplicaDied"]
+__all__ = ["POLICY_ROUTE", "Replica", "ReplicaDied", "ReplicaUnreachable"]
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +30,14 @@ POLICY_ROUTE = "/pool/policy"
 DEATH_GRACE_S = 2.0
 
 
-class ReplicaDied(TokenRetrievalError):
-    """A call reached a dead replica. Context: ``replica``, ``cause``, ``session_id``."""
+class ReplicaDied(CaptureLost):
+    """A call reached a dead replica, or one that came back without the session. Context:
+    ``replica``, ``cause``, ``session_id``."""
+
+
+class ReplicaUnreachable(CaptureLost):
+    """A replica did not answer (its node may be going down) and is not known dead yet.
+    Context: ``replica``, ``session_id``."""
 
 
 class Replica(ABC):
@@ -54,6 +60,10 @@ class Replica(ABC):
         self._http: Any = None
         #: true while a replica that died is being started again (see ProcessReplica)
         self.restarting = False
+        #: true while it finishes its sessions before moving to another node (Ray)
+        self.draining = False
+        #: times it was moved to another node (a restart that lost nothing)
+        self.moves = 0
         #: times it started serving (a restart counts)
         self.starts = 0
         #: sessions a restart did not bring back: the death that lost them, in words
@@ -142,33 +152,35 @@ class Replica(ABC):
             # A refused or cut connection is usually the replica dying: give the watcher a
             # moment to learn the exit status, so the error says what happened; a replica
             # being restarted gets the call again once it serves.
-            await self._await_fate()
+            await self._await_fate(session_id)
             if self.dead is None and self.starts > starts:
                 return await self.call(
                     method, path, json=json, session_id=session_id, missing_ok=missing_ok
                 )
             self._raise_if_dead(session_id)
-            raise TokenRetrievalError(
+            raise ReplicaUnreachable(
                 f"{self.name} unreachable for {method} {path}: {type(exc).__name__}: {exc}",
                 replica=self.index,
                 session_id=session_id,
             ) from exc
 
-    async def _await_fate(self) -> None:
+    async def _await_fate(self, session_id: str | None = None) -> None:
         """After a failed call: wait up to :data:`DEATH_GRACE_S` for the watcher to say the
-        replica died or is restarting, and for a restart to finish."""
+        replica died or is restarting, and for a restart to finish (unless the call's
+        session is lost whatever the restart brings: nothing to wait for then)."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(DEATH_GRACE_S):
                 while self.dead is None and not self.restarting:
                     await asyncio.sleep(0.05)
+        if session_id is not None and session_id in self.lost:
+            return
         if asyncio.current_task() is not self._restarter:
             await self._serving.wait()
 
     def _raise_if_dead(self, session_id: str | None) -> None:
         if session_id is not None and session_id in self.lost:
             raise ReplicaDied(
-                f"{self.lost[session_id]}; started again without session {session_id!r}, "
-                "which is lost",
+                f"{self.lost[session_id]}; session {session_id!r} is lost",
                 replica=self.index,
                 cause=self.lost[session_id],
                 session_id=session_id,

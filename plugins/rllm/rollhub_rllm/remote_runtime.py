@@ -14,7 +14,8 @@ rollhub status     finished   termination_reason
 =================  =========  ==========================================================
 ``ok``             True       ``env_done`` (or the agent's own ``termination_reason``)
 ``timeout``        False      ``timeout``
-``agent_error``    False      ``error`` (the agent raised, or its worker died)
+``agent_error``    False      ``error`` (the agent raised)
+``infra_error``    False      ``error`` (every session was lost to the infrastructure)
 ``submit_error``   False      ``error``
 ``cancelled``      False      ``error``
 =================  =========  ==========================================================

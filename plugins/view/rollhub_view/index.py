@@ -2,8 +2,8 @@
 
 ``episodes.jsonl`` is read incrementally (:class:`~rollhub_view.tail.JsonlTail`): the index
 keeps per episode a :class:`Summary` (step, group, status, reward, weight versions, turns,
-failure cause, the payload's ``split``, a short search text) and the byte offset and length of its line, so the
-table is filtered, sorted and paged here and one episode is read back with one seek. A
+failure cause, the payload's ``split``, the node it ran on, a short search text) and the
+byte offset and length of its line, so the table is filtered, sorted and paged here and one episode is read back with one seek. A
 100,000-episode run never goes to the browser whole. ``episodes.parquet`` (a rollouts-only
 run) is read whole when it changes; its rows stay in memory.
 """
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 SEARCH_CHARS = 400
 #: columns the table sorts by
 SORT_KEYS = ("n", "step", "group_id", "sample_index", "status", "reward", "advantage",
-             "weight_version", "turns", "tokens", "elapsed", "cause", "split")
+             "weight_version", "turns", "tokens", "elapsed", "cause", "split", "node")
 
 
 @dataclass(slots=True)
@@ -57,6 +57,8 @@ class Summary:
     trained: bool | None
     split: str | None
     text: str
+    #: the cluster node its last session ran on (runtimes with nodes, e.g. ``ray``)
+    node: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The row as the table gets it (no offsets, no search text)."""
@@ -67,6 +69,7 @@ class Summary:
             "weight_version": self.weight_version, "versions": list(self.versions),
             "turns": self.turns, "tokens": self.tokens, "cause": self.cause,
             "elapsed": self.elapsed, "trained": self.trained, "split": self.split,
+            "node": self.node,
         }
 
 
@@ -83,6 +86,7 @@ class Query:
     turns: int | None = None
     cause: str | None = None
     split: str | None = None
+    node: str | None = None
     text: str | None = None
     sort: str = "n"
     descending: bool = False
@@ -118,6 +122,8 @@ class Query:
         if self.cause is not None and s.cause != self.cause:
             return False
         if self.split is not None and s.split != self.split:
+            return False
+        if self.node is not None and s.node != self.node:
             return False
         return not (self.text and self.text.lower() not in s.text)
 
@@ -162,7 +168,19 @@ def summarize_row(n: int, offset: int, length: int, row: dict[str, Any]) -> Summ
         trained=row.get("trained") if isinstance(row.get("trained"), bool) else None,
         split=str(split) if split is not None else None,
         text=text.lower(),
+        node=_node(row.get("metrics")),
     )
+
+
+def _node(metrics: Any) -> str | None:
+    """``metrics.node`` of an export row (JSON text in the export schema)."""
+    if isinstance(metrics, str) and '"node"' in metrics:  # most runs have none: skip parsing
+        try:
+            metrics = json.loads(metrics)
+        except ValueError:
+            return None
+    node = metrics.get("node") if isinstance(metrics, dict) else None
+    return str(node) if node is not None else None
 
 
 def _summary_or_none(offset: int, length: int, value: Any) -> Summary | None:
@@ -195,6 +213,7 @@ class EpisodeIndex:
         self.groups: dict[tuple[int | None, str], list[int]] = defaultdict(list)
         self.statuses: Counter[str] = Counter()
         self.causes: Counter[str] = Counter()
+        self.nodes: Counter[str] = Counter()
         self.steps: set[int] = set()
         self.versions: set[int] = set()
         self.turn_counts: set[int] = set()
@@ -247,7 +266,7 @@ class EpisodeIndex:
     def _clear(self) -> None:
         self.rows = []
         self.groups = defaultdict(list)
-        for c in (self.statuses, self.causes, self.splits):
+        for c in (self.statuses, self.causes, self.splits, self.nodes):
             c.clear()
         for s in (self.steps, self.versions, self.turn_counts):
             s.clear()
@@ -259,6 +278,8 @@ class EpisodeIndex:
         self.statuses[s.status] += 1
         if s.cause:
             self.causes[s.cause] += 1
+        if s.node is not None:
+            self.nodes[s.node] += 1
         if s.step is not None:
             self.steps.add(s.step)
         self.versions.update(s.versions)
@@ -286,6 +307,7 @@ class EpisodeIndex:
         return {
             "statuses": dict(sorted(self.statuses.items())),
             "causes": dict(self.causes.most_common()),
+            "nodes": dict(sorted(self.nodes.items())),
             "steps": sorted(self.steps),
             "versions": sorted(self.versions),
             "turns": sorted(self.turn_counts),

@@ -185,6 +185,7 @@ def _query(request: Request) -> Query:
         turns=_int(request, "turns"),
         cause=p.get("cause") or None,
         split=p.get("split") or None,
+        node=p.get("node") or None,
         text=p.get("q") or None,
         sort=p.get("sort") or "n",
         descending=p.get("desc") in ("1", "true"),

@@ -1,5 +1,6 @@
 """Numbers of the overview computed from the episode index: failures by cause, the reward
-histogram, rewards per group and rollout latency (a rollouts-only run has no steps)."""
+histogram, rewards per group, rollout latency (a rollouts-only run has no steps), and
+episodes per node with the infrastructure failures among them (runtimes with nodes)."""
 
 from __future__ import annotations
 
@@ -61,9 +62,16 @@ def run_stats(index: EpisodeIndex) -> dict[str, Any]:
     for s in rows:
         if s.cause and s.step is not None:
             by_step.setdefault(s.step, Counter())[s.cause] += 1
+    infra_by_node: Counter[str] = Counter(
+        s.node for s in rows if s.status == "infra_error" and s.node is not None
+    )
     return {
         "episodes": len(rows),
         "statuses": dict(index.statuses),
+        # every session lost to the infrastructure: never the agent's fault, never trained
+        "infra_failed": index.statuses.get("infra_error", 0),
+        "nodes": {n: {"episodes": c, "infra_failed": infra_by_node.get(n, 0)}
+                  for n, c in sorted(index.nodes.items())},
         "causes": dict(index.causes.most_common()),
         "causes_by_step": {str(k): dict(v) for k, v in sorted(by_step.items())},
         "reward_histogram": histogram(rewards),

@@ -127,18 +127,19 @@ async def test_permanent_submit_errors_are_not_retried(runtime, store, caplog) -
     assert "bad payload" in failed[0].getMessage()
 
 
-async def test_exhausted_retries_end_as_submit_error(runtime, store) -> None:
+async def test_exhausted_retries_end_as_infra_error(runtime, store) -> None:
     async def refused(request):
         raise ConnectionRefusedError("connection refused")
 
-    # no worker takes it: 3 tries in the first session, 3 more in a second, then given up
+    # no worker takes it: 3 tries in the first session, 3 more in a second, then given up,
+    # as an infrastructure failure (the runtime refusing the payload is submit_error)
     async with AsyncRolloutClient(
         runtime, store, exp_id="exh", submit=refused, submit_attempts=3
     ) as c:
         c._watch._submit_backoff = type(c._watch._submit_backoff)(initial=0.01, maximum=0.02)
         items = await collect(c.run_batch_async([{"x": 1}], progress=False))
     item = items[0]
-    assert item.status == "submit_error" and item.outcome.attempts == 6
+    assert item.status == "infra_error" and item.outcome.attempts == 6
     assert item.error.type == "ConnectionRefusedError"
     (dead,) = item.outcome.dead_sessions
     assert item.session_id == dead["session_id"] + "-r1" and "refused" in dead["cause"]
@@ -147,8 +148,38 @@ async def test_exhausted_retries_end_as_submit_error(runtime, store) -> None:
     ) as c:
         c._watch._submit_backoff = type(c._watch._submit_backoff)(initial=0.01, maximum=0.02)
         items = await collect(c.run_batch_async([{"x": 1}], progress=False))
-    assert items[0].status == "submit_error" and items[0].outcome.attempts == 3
+    assert items[0].status == "infra_error" and items[0].outcome.attempts == 3
     assert items[0].outcome.dead_sessions == ()
+
+
+async def test_a_new_session_whose_capture_cannot_open_is_lost_too(runtime, store) -> None:
+    """The hub's capture session for a rollout's next session cannot be opened (no gateway
+    replica takes one while a node goes): that session is lost as well, the next one is
+    tried, and the rollout ends infra_error, never agent_error."""
+    from rollhub.errors import GatewayError
+
+    async def refused(request):
+        raise ConnectionRefusedError("connection refused")
+
+    opened = []
+
+    async def on_new(old, new):
+        opened.append(new.rollout.session_id)
+        if len(opened) == 1:
+            raise GatewayError("no gateway replica can take a session")
+
+    async with AsyncRolloutClient(
+        runtime, store, exp_id="cap", submit=refused, submit_attempts=1, session_attempts=3,
+        on_new_session=on_new,
+    ) as c:  # fmt: skip
+        items = await collect(c.run_batch_async([{"x": 1}], progress=False))
+    (item,) = items
+    assert item.status == "infra_error", item.error
+    first, second = item.outcome.dead_sessions
+    assert "refused" in first["cause"] and second["session_id"] == first["session_id"] + "-r1"
+    assert "no capture session could be opened" in second["cause"] and "GatewayError" in second["cause"]
+    assert opened == [first["session_id"] + "-r1", first["session_id"] + "-r2"]
+    assert item.session_id == first["session_id"] + "-r2"
 
 
 async def test_session_attempts_must_be_positive(runtime, store) -> None:

@@ -81,6 +81,39 @@ def test_failure_policy(policy, trainable, rewards):
         assert g.episodes[1].metrics["reward_imputed"] is True
 
 
+@pytest.mark.parametrize("policy", ["exclude_episode", "drop_group", "zero_reward"])
+def test_infrastructure_failures_never_train_under_any_policy(policy):
+    """``infra_error`` episodes are left out before the policy: never a reward, never a
+    reason for drop_group; a group they leave too small is dropped, with the reason."""
+    g = EpisodeGroup("g1", {}, [ep(0), ep(1, status="infra_error"), ep(2, reward=0.0)])
+    apply_failure_policy(g, policy)
+    assert [e.trainable for e in g.episodes] == [True, False, True]
+    assert [e.reward for e in g.episodes] == [1.0, None, 0.0]
+    assert g.dropped is None
+
+    small = EpisodeGroup("g2", {}, [ep(0), *(ep(i, status="infra_error") for i in (1, 2, 3))])
+    apply_failure_policy(small, policy, min_group_size=2)
+    assert not any(e.trainable for e in small.episodes)
+    assert [e.reward for e in small.episodes] == [1.0, None, None, None]
+    assert "3 of 4 episodes were lost" in small.dropped and "min_group_size = 2" in small.dropped
+    assert small.episodes[0].metrics["group_dropped"] == small.dropped
+    kept = EpisodeGroup("g3", {}, [ep(0), *(ep(i, status="infra_error") for i in (1, 2, 3))])
+    apply_failure_policy(kept, policy, min_group_size=1)
+    assert [e.trainable for e in kept.episodes] == [True, False, False, False]
+
+
+def test_summary_counts_infrastructure_failures_dropped_groups_and_nodes():
+    eps = [ep(0), ep(1, status="infra_error"), ep(2, group="g2"), ep(3, status="infra_error",
+           group="g2")]  # fmt: skip
+    for e in eps:
+        e.metrics["node"] = "worker-a" if e.sample_index % 2 else "worker-b"
+    apply_failure_policy(EpisodeGroup("g2", {}, eps[2:]), "exclude_episode", min_group_size=2)
+    summary = summarize(eps)
+    assert summary["by_status"] == {"infra_error": 2, "ok": 2}
+    assert summary["infra_failed"] == 2 and summary["groups_dropped"] == 1
+    assert summary["episodes_by_node"] == {"worker-a": 2, "worker-b": 2}
+
+
 def test_group_stats_and_pass_at_k():
     g = [ep(0, reward=1.0), ep(1, reward=0.0), ep(2, status="timeout"), ep(3, reward=1.0)]
     s = group_stats(g)

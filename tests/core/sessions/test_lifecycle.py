@@ -195,6 +195,20 @@ async def test_infrastructure_failures_are_retried_under_a_new_session():
     assert "did not start" in out.dead_sessions[0]["cause"]
 
 
+async def test_sessions_all_lost_to_the_infrastructure_end_infra_error():
+    """Every session a transient failure ended: infra_error, never the agent's fault."""
+    opened: list[str] = []
+
+    def open_session(request):
+        opened.append(request.rollout.session_id)
+        exc = SessionError("the transport broke", phase="run", transient=True)
+        return Scripted(request.rollout.session_id, [], run_exc=exc)
+
+    out, _ = await run_with_attempts(open_session, _request(), bounds(), attempts=2)
+    assert out.status == "infra_error" and opened == ["g-0-abc", "g-0-abc-r1"]
+    assert "transport broke" in out.error.message and len(out.dead_sessions) == 1
+
+
 async def test_a_failure_of_the_agent_is_not_retried():
     opened: list[str] = []
 

@@ -97,6 +97,7 @@ class R:
     opened: int = 0
     dead: str | None = None
     restarting: bool = False
+    draining: bool = False
 
 
 def test_least_loaded_counts_live_sessions_then_sessions_given_then_index():
@@ -117,6 +118,9 @@ def test_least_loaded_counts_live_sessions_then_sessions_given_then_index():
     fresh[0].live.clear()
     fresh[0].restarting = True
     assert least_loaded(fresh) is fresh[1]
+    fresh[1].draining = True  # one moving to another node likewise
+    assert least_loaded(fresh) is fresh[2]
+    fresh[1].draining = False
     fresh[1].dead = fresh[2].dead = "exited with signal SIGKILL"
     assert least_loaded(fresh) is fresh[0]
     a.dead = b.dead = "stopped by the pool"

@@ -84,10 +84,11 @@ def test_one_result_per_submission_for_ok_failing_hanging_and_killed_agents(remo
     assert (dup.finished, dup.termination_reason) == (False, TerminationReason.ERROR)
     assert "submitted twice" in dup.error
 
-    # a killed worker: its task ends as an error, and the runtime carries on
+    # a killed worker: its task ends as an error of the infrastructure, and the runtime
+    # carries on
     (killed,) = asyncio.run(remote.execute_tasks([submission("s-die", {"mode": "die"})]))
     assert (killed.finished, killed.termination_reason) == (False, TerminationReason.ERROR)
-    assert killed.metadata["rollhub_status"] == "agent_error" and "lost" in killed.error
+    assert killed.metadata["rollhub_status"] == "infra_error" and "lost" in killed.error
     (after,) = asyncio.run(remote.execute_tasks([submission("s-after", {"mode": "echo"})]))
     assert after.finished and after.termination_reason is TerminationReason.ENV_DONE
 
@@ -196,6 +197,7 @@ def outcome(status: str, result=None, error=None) -> RolloutOutcome:
         ("ok", {"rewards": []}, True, "env_done", None),
         ("timeout", None, False, "timeout", None),
         ("agent_error", None, False, "error", None),
+        ("infra_error", None, False, "error", None),
         ("submit_error", None, False, "error", None),
         ("cancelled", None, False, "error", None),
     ],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -130,7 +131,19 @@ def test_filter_the_episodes_and_open_one_with_its_masked_tool_result(
     # the tool call reads as a call, its reply as the next turn's tool output
     calls = browser.execute_script(
         "return [...document.querySelectorAll('#view-episode .call')].map(c => c.textContent)")
-    assert any(c.startswith("calculator") for c in calls), calls
+    row = json.loads((real_run / "episodes.jsonl").read_text().splitlines()[n])
+    tok = decoder_for(json.loads((real_run / "config.json").read_text())["token_source"]["model"])
+    assert tok.ready()
+    names = [
+        json.loads(block).get("name", "")
+        for rec in row["traces"]
+        for block in re.findall(r"<tool_call>\s*(.*?)\s*</tool_call>", tok.text(
+            [t for t, m in zip(rec["response_ids"], rec["response_mask"], strict=True) if m]),
+            re.S)
+        if block.startswith("{")
+    ]
+    assert calls and any(c.startswith(name) for c in calls for name in names if name), (calls,
+                                                                                       names)
     roles = browser.execute_script(
         "return [...document.querySelectorAll('#view-episode .msg-role')].map(r => r.textContent)")
     assert "tool output (masked, not trained)" in roles

@@ -84,3 +84,30 @@ def test_filters_sort_and_pages(tmp_path: Path):
                                            if r.step == 1 and r.group_id == "g0001-002"]
     with pytest.raises(UsageError):
         Query(sort="payload")
+
+
+def test_nodes_and_infrastructure_failures(tmp_path: Path):
+    """Episodes per node (``metrics.node``, set by runtimes with nodes) as a facet, a
+    filter, a column and in the overview's numbers, infra_error ones counted apart."""
+    from rollhub_view.stats import run_stats
+
+    path = tmp_path / "episodes.jsonl"
+    rng = random.Random(3)
+    rows = [episode_row(0, g, s, rng) for g in range(2) for s in range(3)]
+    for i, row in enumerate(rows):
+        row["metrics"] = json.dumps({"node": ["worker-a", "worker-b"][i % 2], "elapsed_s": 1.0})
+    rows[1].update(status="infra_error", error_type="SessionLost", trainable=False, reward=None)
+    rows[5]["metrics"] = json.dumps({})  # a runtime without nodes
+    _write(path, rows, "w")
+    index = EpisodeIndex(path)
+    index.refresh()
+    assert index.facets()["nodes"] == {"worker-a": 3, "worker-b": 2}
+    page = index.query(Query(node="worker-b"))
+    assert page["total"] == 2 and {r["node"] for r in page["rows"]} == {"worker-b"}
+    assert index.query(Query(sort="node"))["rows"][-1]["node"] is None
+    stats = run_stats(index)
+    assert stats["infra_failed"] == 1 and stats["statuses"]["infra_error"] == 1
+    assert stats["nodes"] == {
+        "worker-a": {"episodes": 3, "infra_failed": 0},
+        "worker-b": {"episodes": 2, "infra_failed": 1},
+    }

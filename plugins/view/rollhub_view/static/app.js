@@ -217,6 +217,13 @@ async function renderOverview(live) {
   const causeTraces = stats.map((s, i) => ({ type: "bar", name: runs[i].name, x: Object.keys(s.causes), y: Object.values(s.causes), marker: { color: COLORS[i % COLORS.length] } }));
   add("causes", `Failures by cause (${stats.reduce((a, s) => a + Object.values(s.causes).reduce((x, y) => x + y, 0), 0)})`,
       causeTraces, { xaxis: { type: "category" } });
+  if (stats.some(s => Object.keys(s.nodes || {}).length)) {  // a runtime with nodes (ray)
+    add("nodes", "Episodes per node (hatched: lost to the infrastructure)", stats.flatMap((s, i) => {
+      const names = Object.keys(s.nodes || {});
+      return [{ type: "bar", name: runs[i].name, x: names, y: names.map(n => s.nodes[n].episodes), marker: { color: COLORS[i % COLORS.length] } },
+              { type: "bar", name: `${runs[i].name} infra_error`, x: names, y: names.map(n => s.nodes[n].infra_failed), marker: { color: COLORS[i % COLORS.length], pattern: { shape: "/" } } }];
+    }), { xaxis: { type: "category" } });
+  }
   if (runs.some(r => r.kind === "rollouts")) {
     add("rewards", "Reward histogram", stats.map((s, i) => ({ type: "bar", name: runs[i].name, x: s.reward_histogram.edges, y: s.reward_histogram.counts, marker: { color: COLORS[i % COLORS.length] } })), { xaxis: { title: { text: "reward" } } });
     add("groups", "Rewards per group", stats.map((s, i) => ({ type: "scatter", mode: "markers", name: runs[i].name,
@@ -229,6 +236,8 @@ async function renderOverview(live) {
 }
 
 // ---- episodes table -----------------------------------------------------------------
+// infra_error: the infrastructure lost every session (not the agent's failure, never trained)
+function statusClass(status) { return status === "ok" ? "st-ok" : status === "infra_error" ? "st-infra" : "st-bad"; }
 function fillSelect(sel, values, label) {
   const cur = sel.value;
   sel.replaceChildren(el("option", { value: "" }, "all"), ...values.map(v => el("option", { value: v[0] }, label ? label(v) : String(v[0]))));
@@ -246,12 +255,14 @@ async function loadFacets(force) {
   fillSelect(form.cause, Object.entries(f.causes), v => `${v[0]} (${v[1]})`);
   fillSelect(form.split, Object.entries(f.splits || {}), v => `${v[0]} (${v[1]})`);
   form.split.closest("label").hidden = !Object.keys(f.splits || {}).length;
+  fillSelect(form.node, Object.entries(f.nodes || {}), v => `${v[0]} (${v[1]})`);
+  form.node.closest("label").hidden = !Object.keys(f.nodes || {}).length;
   S.facetsFor = run;
 }
 function queryString() {
   const form = $("#filters");
   const p = new URLSearchParams();
-  for (const name of ["step", "group", "status", "reward_min", "reward_max", "version", "turns", "cause", "split", "q"]) {
+  for (const name of ["step", "group", "status", "reward_min", "reward_max", "version", "turns", "cause", "split", "node", "q"]) {
     const v = form.elements[name].value.trim();
     if (v) p.set(name, v);
   }
@@ -267,9 +278,9 @@ async function renderEpisodes(live) {
   tb.replaceChildren(...body.rows.map(r => {
     const tr = el("tr", { "data-n": r.n },
       el("td", {}, r.n), el("td", {}, r.step === null ? "–" : r.step + 1), el("td", {}, r.group_id), el("td", {}, r.sample_index),
-      el("td", { class: r.status === "ok" ? "st-ok" : "st-bad" }, r.status), el("td", {}, fmt(r.reward)), el("td", {}, fmt(r.advantage)),
+      el("td", { class: statusClass(r.status) }, r.status), el("td", {}, fmt(r.reward)), el("td", {}, fmt(r.advantage)),
       el("td", {}, r.versions.length ? r.versions.map(v => "v" + v).join(",") : fmt(r.weight_version)), el("td", {}, r.turns), el("td", {}, r.tokens),
-      el("td", {}, fmt(r.elapsed, 1)), el("td", {}, r.cause || ""));
+      el("td", {}, fmt(r.elapsed, 1)), el("td", {}, r.cause || ""), el("td", {}, r.node || ""));
     tr.addEventListener("click", () => { location.hash = `#episode/${S.q.run}/${r.n}`; });
     return tr;
   }));
@@ -357,7 +368,7 @@ function episodeHeader(ep, run) {
   const comps = Object.entries(ep.reward_components || {}).map(([k, v]) => `${k} ${fmt(v)}`).join(", ");
   return el("div", { class: "section" },
     el("h3", {}, `episode ${ep.episode_id}`),
-    kv([["status", el("span", { class: ep.status === "ok" ? "st-ok" : "st-bad" }, ep.status)],
+    kv([["status", el("span", { class: statusClass(ep.status) }, ep.status)],
         ["step", ep.step === null || ep.step === undefined ? "–" : String(ep.step + 1)],
         ["group", el("a", { href: `#group/${run}/${ep.step === null || ep.step === undefined ? "" : ep.step}/${encodeURIComponent(ep.group_id)}` }, `${ep.group_id} (sample ${ep.sample_index}) — see the group side by side`)],
         ["reward", `${fmt(ep.reward)}${comps ? "  (" + comps + ")" : ""}`],
