@@ -33,6 +33,7 @@ from rollhub.attempts import end_attempt, next_attempt, note_close_error, take_o
 from rollhub.client import AsyncRolloutClient
 from rollhub.components import build_component, component_context, open_config_store
 from rollhub.config import RollhubConfig
+from rollhub.dataset import group_id_of
 from rollhub.episode import Episode, EpisodeGroup, ErrorInfo
 from rollhub.errors import RewardError, RollhubError, TokenRetrievalError, UsageError
 from rollhub.group_rewards import collect_group_rewards
@@ -437,17 +438,3 @@ class AsyncHub:
             raise UsageError(
                 "the hub is not started: use 'async with AsyncHub(cfg) as hub' or await hub.start()"
             )
-
-
-# Pure helpers ------------------------------------------------------------------------------
-
-
-def group_id_of(payload: Mapping[str, Any], id_field: str) -> str:
-    """The prompt id of a payload (its ``id_field``), required to be present."""
-    value = payload.get(id_field)
-    if value is None or value == "":
-        raise UsageError(
-            f"payload has no {id_field!r} field (experiment.id_field); every prompt needs a "
-            f"stable id so its samples form one group and reruns can resume"
-        )
-    return str(value)

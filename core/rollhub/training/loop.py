@@ -32,10 +32,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rollhub.dataset import group_id_of
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
 from rollhub.group_rewards import group_reward_metrics
-from rollhub.hub import AsyncHub, group_id_of
+from rollhub.hub import AsyncHub
 from rollhub.policies import effective_staleness
 from rollhub.training.advantages import group_advantages
 from rollhub.training.batch_metrics import batch_metrics
