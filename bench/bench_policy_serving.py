@@ -193,8 +193,9 @@ def speed(args: argparse.Namespace) -> dict[str, Any]:
         rng.shuffle(order)
         for layout in order:
             seconds[layout].append(decode(*built[layout], args.tokens))
-            print(f"repeat {r + 1}: {layout} {seconds[layout][-1]:.2f} s", file=sys.stderr,
-                  flush=True)
+            print(
+                f"repeat {r + 1}: {layout} {seconds[layout][-1]:.2f} s", file=sys.stderr, flush=True
+            )
     tokens = 2 * args.rows * args.tokens
     out = {
         k: {
