@@ -22,9 +22,11 @@ exactly ``--tokens`` greedy tokens. Layouts:
 Speed: every layout is built in one process and timed in turn, repeat after repeat (the
 order shuffled each repeat), so the machine's load falls on all of them alike; the
 median decoding time of ``--repeats`` repeats is reported (prefill excluded), with each
-layout's ratio to ``one``. Then the gateway's own path: two ``transformers`` engines (one
+layout's ratio to ``one``, both as tokens per second of wall time and per CPU-second of the
+process (the comparable figure on a shared machine, where wall time mostly measures the
+share of a core the process got). Then the gateway's own path: two ``transformers`` engines (one
 per policy, each over its own model) sampling at once against one engine taking all rows,
-timed the same way (prefill included: the engines' own clock).
+timed the same way (prefill included).
 
 Memory: each layout is built again in a fresh process, which reports its resident set
 after building (``rss_gb``), its peak (``peak_gb``) and the bytes of its distinct parameter
@@ -144,9 +146,9 @@ def build(
 
 def decode(
     models: list[Any], kwargs: list[dict[str, Any]], batches: list[Any], tokens: int
-) -> float:
+) -> tuple[float, float]:
     """Prefill each batch on its model, then ``tokens`` greedy steps, one step of each model
-    in turn; the seconds of the decoding steps."""
+    in turn; ``(wall seconds, process CPU seconds)`` of the decoding steps."""
     import torch
     from transformers import DynamicCache
 
@@ -158,7 +160,7 @@ def decode(
                 input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1, **kw
             )
             states.append([out.logits[:, -1].argmax(-1, keepdim=True), cache])
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(tokens):
             for model, kw, state in zip(models, kwargs, states, strict=True):
                 out = model(
@@ -169,7 +171,7 @@ def decode(
                     **kw,
                 )
                 state[0] = out.logits[:, -1].argmax(-1, keepdim=True)
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.process_time() - c0
 
 
 def speed(args: argparse.Namespace) -> dict[str, Any]:
@@ -187,27 +189,35 @@ def speed(args: argparse.Namespace) -> dict[str, Any]:
         built[layout] = build(layout, args, base)
         decode(*built[layout], 2)  # warm-up: first-call setup
     seconds: dict[str, list[float]] = {k: [] for k in built}
+    cpu: dict[str, list[float]] = {k: [] for k in built}
     order = list(built)
     rng = random.Random(0)
     for r in range(args.repeats):
         rng.shuffle(order)
         for layout in order:
-            seconds[layout].append(decode(*built[layout], args.tokens))
+            wall, used = decode(*built[layout], args.tokens)
+            seconds[layout].append(wall)
+            cpu[layout].append(used)
             print(
-                f"repeat {r + 1}: {layout} {seconds[layout][-1]:.2f} s", file=sys.stderr, flush=True
+                f"repeat {r + 1}: {layout} {wall:.2f} s, {used:.2f} CPU-s",
+                file=sys.stderr,
+                flush=True,
             )
     tokens = 2 * args.rows * args.tokens
     out = {
         k: {
             "decode_s": round(statistics.median(v), 3),
             "tokens_per_s": round(tokens / statistics.median(v), 2),
+            "tokens_per_cpu_s": round(tokens / statistics.median(cpu[k]), 2),
             "repeats_s": [round(s, 3) for s in v],
+            "repeats_cpu_s": [round(s, 3) for s in cpu[k]],
         }
         for k, v in seconds.items()
     }
     if "one" in out:
         for v in out.values():
             v["vs_one"] = round(v["tokens_per_s"] / out["one"]["tokens_per_s"], 3)
+            v["cpu_vs_one"] = round(v["tokens_per_cpu_s"] / out["one"]["tokens_per_cpu_s"], 3)
     return out
 
 
@@ -258,12 +268,15 @@ def engines(args: argparse.Namespace) -> dict[str, Any]:
                 *(e.generate(p, SamplingParams(max_tokens=2, temperature=0.0)) for e, p in calls)
             )
         seconds: dict[str, list[float]] = {k: [] for k in setups}
+        cpu: dict[str, list[float]] = {k: [] for k in setups}
         order = list(setups)
         for r in range(args.repeats):
             for name in order if r % 2 == 0 else order[::-1]:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 await asyncio.gather(*(e.generate(p, sp) for e, p in setups[name]))
                 seconds[name].append(time.perf_counter() - t0)
+                cpu[name].append(time.process_time() - c0)
+                print(f"repeat {r + 1}: {name} {seconds[name][-1]:.2f} s", file=sys.stderr)
         for e in (one, *pair):
             await e.close()
         tokens = 2 * args.rows * args.tokens
@@ -271,7 +284,9 @@ def engines(args: argparse.Namespace) -> dict[str, Any]:
             k: {
                 "wall_s": round(statistics.median(v), 3),
                 "tokens_per_s": round(tokens / statistics.median(v), 2),
+                "tokens_per_cpu_s": round(tokens / statistics.median(cpu[k]), 2),
                 "repeats_s": [round(s, 3) for s in v],
+                "repeats_cpu_s": [round(s, 3) for s in cpu[k]],
             }
             for k, v in seconds.items()
         }
@@ -333,18 +348,22 @@ def main() -> None:
         f"\n{2 * args.rows} rows ({args.rows} per policy), {args.prompt}-token prompts, "
         f"{args.tokens} tokens each, {args.threads} threads, median of {args.repeats}"
     )
-    print("\n| layout | tokens/s | vs one model | params GB | RSS GB | peak GB |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(
+        "\n| layout | tokens/CPU-s | vs one model | tokens/s | vs one model | params GB "
+        "| RSS GB | peak GB |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for layout in args.layouts:
         s, m = speeds[layout], mems[layout]
         print(
-            f"| {layout} | {s['tokens_per_s']} | {s.get('vs_one', '-')} | {m['params_gb']} | "
+            f"| {layout} | {s['tokens_per_cpu_s']} | {s.get('cpu_vs_one', '-')} | "
+            f"{s['tokens_per_s']} | {s.get('vs_one', '-')} | {m['params_gb']} | "
             f"{m['rss_gb']} | {m['peak_gb']} |"
         )
-    print("\n| engines | tokens/s (prefill included) | wall s |")
-    print("| --- | --- | --- |")
+    print("\n| engines (prefill included) | tokens/CPU-s | tokens/s | wall s |")
+    print("| --- | --- | --- | --- |")
     for name, e in eng.items():
-        print(f"| {name} | {e['tokens_per_s']} | {e['wall_s']} |")
+        print(f"| {name} | {e['tokens_per_cpu_s']} | {e['tokens_per_s']} | {e['wall_s']} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
