@@ -145,6 +145,14 @@ def progress_line(step: int, total: int, m: Mapping[str, Any]) -> str:
         value = m.get(key)
         return format(value, fmt) if isinstance(value, int | float) else "-"
 
+    loss = num("loss", ".4g")
+    per_policy = {  # several policies: each trainer's own loss, no run-wide one
+        k.split("/")[1]: v
+        for k, v in m.items()
+        if k.startswith("policy/") and k.endswith("/loss") and isinstance(v, int | float)
+    }
+    if loss == "-" and per_policy:
+        loss = " ".join(f"{name}={value:.4g}" for name, value in per_policy.items())
     if "time_sample_s" in m:
         seconds = m["time_sample_s"] + m.get("time_train_s", 0.0)
     else:
@@ -152,7 +160,7 @@ def progress_line(step: int, total: int, m: Mapping[str, Any]) -> str:
     return (
         f"step {step + 1}/{total}  reward {num('reward_mean', '.3f')}"
         f"  success {num('success_rate', '.2f')}  tool calls {num('tool_call_rate', '.2f')}"
-        f"  turns {num('turns_mean', '.2f')}  loss {num('loss', '.4g')}"
+        f"  turns {num('turns_mean', '.2f')}  loss {loss}"
         f"  tokens {m.get('sampled_tokens', '-')}  staleness {m.get('staleness_max', '-')}"
         f"  failed {m.get('episodes_failed', '-')}"
         + (f"  {seconds:.1f}s" if isinstance(seconds, int | float) else "")

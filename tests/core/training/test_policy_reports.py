@@ -1,5 +1,6 @@
 """Per-policy figures where runs are looked at: ``rollhub eval`` reports, ``rollhub
-compare --policy``, and episodes read back from ``episodes.jsonl``."""
+compare --policy``, episodes read back from ``episodes.jsonl`` and the step's progress
+line."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from rollhub.evaluation import summarize_episodes
 from rollhub.export import episode_from_row, episode_to_row
 from rollhub.policies import PolicyConfig
 from rollhub.trace import TraceRecord, TurnSpan
+from rollhub.training.recorder import progress_line
 
 POLICIES = [
     PolicyConfig(name="proposer", reward_key="drafted"),
@@ -148,3 +150,17 @@ def test_compare_one_policy_of_runs_against_a_control(tmp_path: Path, capsys):
     )
     out = capsys.readouterr().out
     assert "| trained | - | 3 | 0.750 |" in out and "+0.500" in out
+
+
+def test_progress_line_shows_each_policys_loss():
+    metrics = {
+        "reward_mean": 0.5,
+        "policy/proposer/loss": -0.19313,
+        "policy/checker/loss": 0.0085296,
+        "policy/checker/success_rate": 0.6,
+    }
+    line = progress_line(0, 4, metrics)
+    assert "loss proposer=-0.1931 checker=0.00853  tokens" in line
+    # one policy: the run's own loss, as before
+    assert "loss 0.25  tokens" in progress_line(0, 4, {**metrics, "loss": 0.25})
+    assert "loss -  tokens" in progress_line(0, 4, {"reward_mean": 0.5})
