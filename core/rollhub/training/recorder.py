@@ -62,7 +62,9 @@ class StepRecorder:
         self.history: list[dict[str, Any]] = [dict(r) for r in history]
         self.bar = RolloutProgress(total_steps, enabled=progress, description="steps")
         # a resumed run's clock goes on from where its last recorded step left it
-        self._elapsed_before = float(self.history[-1].get("elapsed_s", 0.0)) if self.history else 0.0
+        self._elapsed_before = (
+            float(self.history[-1].get("elapsed_s", 0.0)) if self.history else 0.0
+        )
         self._t0 = time.monotonic()
 
     def __enter__(self) -> StepRecorder:
@@ -87,13 +89,18 @@ class StepRecorder:
 
         ``elapsed_s`` (wall time since the run started, across resumes) is added here.
         """
-        metrics = {**metrics, "elapsed_s": round(self._elapsed_before + time.monotonic() - self._t0, 3)}
+        metrics = {
+            **metrics,
+            "elapsed_s": round(self._elapsed_before + time.monotonic() - self._t0, 3),
+        }
         self.keep_episodes(batch)
         step = batch.step
         self.history.append({"step": step, **metrics})
         for sink in self.sinks:
             sink.log(step, metrics)
-        await call_all(self.hub.hook.rollhub_training_step, step=step, metrics=metrics, hub=self.hub)
+        await call_all(
+            self.hub.hook.rollhub_training_step, step=step, metrics=metrics, hub=self.hub
+        )
         self.bar.finished("ok")
         line = progress_line(step, self.total_steps, metrics)
         self.bar.note(line.split("  ", 1)[1])
