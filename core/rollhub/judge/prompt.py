@@ -3,7 +3,9 @@
 Rank mode (RULER-style) shows the task and every attempt of a group in one message and asks
 for one line per attempt, ``<n>: <score>``; score mode shows one attempt and asks for one
 number. Scores run from 0 to ``scale`` and become rewards in [0, 1]. An attempt the reply
-gives no readable score gets None (the caller scores it 0 and counts it as unparsed).
+gives no readable score gets None (the caller scores it 0 and counts it as unparsed); a
+number above ``scale`` is no score (an untrained judge that does the task's arithmetic,
+``1: 8080 + 9110``, must not read as a perfect score).
 """
 
 from __future__ import annotations
@@ -90,21 +92,22 @@ def score_messages(task: str, attempt: str, rubric: str, scale: int) -> list[dic
 
 
 def parse_rank(reply: str, n: int, scale: int) -> list[float | None]:
-    """Rewards in [0, 1] of attempts 1..n from a rank reply (the first score given for each
-    attempt counts; None: no readable score)."""
+    """Rewards in [0, 1] of attempts 1..n from a rank reply (the first score in range given
+    for each attempt counts; None: no readable score)."""
     out: list[float | None] = [None] * n
     for index, value in _RANK_LINE.findall(reply):
         i = int(index) - 1
         if 0 <= i < n and out[i] is None:
-            out[i] = _clamp(float(value), scale)
+            out[i] = _reward(float(value), scale)
     return out
 
 
 def parse_score(reply: str, scale: int) -> float | None:
-    """The reward in [0, 1] of a score reply: its first number (None: no number)."""
+    """The reward in [0, 1] of a score reply: its first number (None: no number, or one
+    above ``scale``)."""
     found = _NUMBER.search(reply)
-    return _clamp(float(found.group()), scale) if found else None
+    return _reward(float(found.group()), scale) if found else None
 
 
-def _clamp(value: float, scale: int) -> float:
-    return min(max(value / scale, 0.0), 1.0)
+def _reward(value: float, scale: int) -> float | None:
+    return value / scale if 0.0 <= value <= scale else None

@@ -136,7 +136,11 @@ def test_rank_replies_are_read_per_attempt():
     assert parse_rank("1: 7\n2: 10\n3 - 0", 3, 10) == [0.7, 1.0, 0.0]
     assert parse_rank("Attempt 2: 4\nattempt 1 = 9\n2: 1", 2, 10) == [0.9, 0.4]
     assert parse_rank("no idea", 2, 10) == [None, None]
-    assert parse_rank("1: 15\n9: 3", 2, 10) == [1.0, None]  # clamped; out of range ignored
+    assert parse_rank("1: 15\n9: 3", 2, 10) == [None, None]  # above the scale; no attempt 9
+    # a judge doing the task's arithmetic gives no score (was read as 1.0 for every attempt)
+    assert parse_rank("1: 8080 + 9110 = 17190\n2: 17190", 2, 10) == [None, None]
+    assert parse_rank("1: 15\n1: 6\n2: 3", 2, 10) == [0.6, 0.3]  # the first in range counts
     assert parse_score("Score: 6/10", 10) == 0.6 and parse_score("none", 10) is None
+    assert parse_score("17190", 10) is None
     messages = rank_messages("Add 2 and 3.", ["5", "6"], "Right answers win.", 10)
     assert "Attempt 1:\n5" in messages[-1]["content"] and "2: <score>" in messages[-1]["content"]
