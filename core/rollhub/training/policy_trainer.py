@@ -145,8 +145,11 @@ class PolicyTrainers(Trainer):
         updates: dict[str, PolicyUpdate] = {}
         for name, version in self.versions.items():
             sub = policy_batch(batch, self.policies[name], version, estimator)
-            metrics.update(self._figures(name, sub))
             trainer = self.trainers.get(name)
+            if trainer is not None or any(e.traces for e in sub.episodes):
+                # a frozen policy that sampled nothing in these episodes (a judge, whose
+                # calls are outside them) has no figures: they would be the episodes' own
+                metrics.update(self._figures(name, sub))
             if trainer is None:
                 updates[name] = PolicyUpdate(None, version)
                 continue

@@ -106,7 +106,9 @@ def _routes(hub: Any) -> Any:
 
 async def test_each_policy_trains_on_its_own_records_reward_and_version(tmp_path, reply):
     run = tmp_path / "run"
-    hub = make_hub(_config(tmp_path, reply, steps=2), gateway_plugin, _Plugin(), run_dir=run)
+    config = _config(tmp_path, reply, steps=2)
+    config["policies"].append({"name": "judge", "trainable": False})  # never called here
+    hub = make_hub(config, gateway_plugin, _Plugin(), run_dir=run)
     payloads = [{"id": "p0"}, {"id": "p1"}]
     async with hub:
         await TrainingLoop(hub, payloads, run_dir=run).run()
@@ -137,6 +139,7 @@ async def test_each_policy_trains_on_its_own_records_reward_and_version(tmp_path
         "proposer": "proposer",
         "checker": "checker-v2",
         "partner": "partner",
+        "judge": "judge",
     }
     assert result["default_model"] == "proposer"
     # each trainable engine got its own policy's weights, a version per step; the frozen none
@@ -154,6 +157,8 @@ async def test_each_policy_trains_on_its_own_records_reward_and_version(tmp_path
     assert [r["policy/proposer/success_rate"] for r in rows] == [0.5, 0.5]
     assert rows[0]["policy/partner/sampled_tokens"] == 4 * len(reply)
     assert "policy/partner/loss" not in rows[0]  # frozen: figures, never a trainer's
+    # a frozen policy with no records in the episodes (a judge) has no figures of its own
+    assert not [k for r in rows for k in r if k.startswith("policy/judge/")]
 
 
 async def test_per_policy_checkpoints_resume(tmp_path, reply):
