@@ -131,8 +131,6 @@ class AsyncRolloutClient:
         self._callback_host = callback_host
         self._close_runtime = close_runtime
         self._watch = SessionWatch(
-            make_future=RolloutFuture,
-            make_outcome=RolloutOutcome,
             runtime=runtime,
             store=store,
             submit=self._submit_fn,

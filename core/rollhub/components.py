@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, overload
 
 from rollhub.config import RollhubConfig
+from rollhub.errors import PluginError
 from rollhub.registry import ComponentContext, ComponentRegistry
+from rollhub.runtime import Runtime
 from rollhub.stores import open_store
 from rollhub.stores.base import ResultStore
+from rollhub.tokens import TokenSource
+from rollhub.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +28,13 @@ __all__ = ["build_component", "component_context", "open_config_store", "store_u
 
 #: the config sections that name one component of the kind of the same name
 Section = Literal["runtime", "token_source", "trainer"]
+
+#: the base class every component of a section's kind derives from
+BASES: dict[str, type[Runtime | TokenSource | Trainer]] = {
+    "runtime": Runtime,
+    "token_source": TokenSource,
+    "trainer": Trainer,
+}
 
 
 def component_context(
@@ -41,16 +52,47 @@ def component_context(
     )
 
 
+@overload
+def build_component(
+    registry: ComponentRegistry,
+    config: RollhubConfig,
+    section: Literal["runtime"],
+    context: ComponentContext,
+) -> Runtime: ...
+@overload
+def build_component(
+    registry: ComponentRegistry,
+    config: RollhubConfig,
+    section: Literal["token_source"],
+    context: ComponentContext,
+) -> TokenSource: ...
+@overload
+def build_component(
+    registry: ComponentRegistry,
+    config: RollhubConfig,
+    section: Literal["trainer"],
+    context: ComponentContext,
+) -> Trainer: ...
 def build_component(
     registry: ComponentRegistry, config: RollhubConfig, section: Section, context: ComponentContext
-) -> Any:
+) -> Runtime | TokenSource | Trainer:
     """The component the ``[section]`` of ``config`` names, built by ``registry``.
 
     :raises UnknownComponentError: no such component (with the install hint).
     :raises ConfigError: its options do not validate (naming ``section.key``).
+    :raises PluginError: the registered class does not derive from its kind's base
+        (:class:`~rollhub.runtime.Runtime`, :class:`~rollhub.tokens.TokenSource`,
+        :class:`~rollhub.training.Trainer`).
     """
     part = getattr(config, section)
-    return registry.build(section, part.name, part.options, section=section, context=context)
+    built = registry.build(section, part.name, part.options, section=section, context=context)
+    base = BASES[section]
+    if not isinstance(built, base):
+        raise PluginError(
+            f"{section} {part.name!r} is a {type(built).__module__}.{type(built).__qualname__}, "
+            f"not a {base.__module__}.{base.__qualname__}: its plugin must subclass that"
+        )
+    return built
 
 
 def store_url(config: RollhubConfig) -> str:

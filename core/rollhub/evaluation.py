@@ -137,14 +137,21 @@ def summarize_episodes(
 
 
 async def evaluate(
-    hub: HubView, payloads: Sequence[Mapping[str, Any]], n: int, *, label: str
+    hub: HubView,
+    payloads: Sequence[Mapping[str, Any]],
+    n: int,
+    *,
+    label: str,
+    keep: list[Episode] | None = None,
 ) -> EvalReport:
     """Run ``n`` samples of every prompt through ``hub`` and score them (per split, by
-    ``[eval] split_field``)."""
+    ``[eval] split_field``); the episodes are appended to ``keep`` when it is given."""
     t0 = time.monotonic()
     by_prompt: dict[str, list[Episode]] = {}
     async for group in hub.iter_groups(payloads, n):
         by_prompt[group.group_id] = list(group.episodes)
+        if keep is not None:
+            keep.extend(group.episodes)
     return summarize_episodes(
         label, by_prompt, n, hub.weight_version, time.monotonic() - t0,
         success_threshold=hub.config.rewards.success_threshold,

@@ -119,7 +119,7 @@ class LoopThread:
         try:
             while True:
                 try:
-                    yield self.run(agen.__anext__())  # type: ignore[arg-type]
+                    yield self.run(agen.__anext__())  # type: ignore[arg-type]  # a Coroutine at runtime
                 except StopAsyncIteration:
                     return
         finally:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from rollhub.config import RollhubConfig
 from rollhub.errors import ConfigError, PluginError, UnknownComponentError
 from rollhub.validation import explain, first_loc
 
@@ -89,7 +90,7 @@ class ComponentContext:
     :param run_dir: the run directory (trainers write their outputs here); None outside a
         run.
     :param exp_id: the experiment id, the result-store prefix.
-    :param config: the whole validated config (``RollhubConfig``), or None.
+    :param config: the whole validated config, or None (a component built from code).
     :param policy: the ``[[policies]]`` name a trainer is built for (one trainer per
         trainable policy), else None.
     """
@@ -97,7 +98,7 @@ class ComponentContext:
     base_dir: Path = field(default_factory=Path.cwd)
     run_dir: Path | None = None
     exp_id: str = "rollhub"
-    config: Any = None
+    config: RollhubConfig | None = None
     policy: str | None = None
 
     def path(self, value: str | Path) -> Path:

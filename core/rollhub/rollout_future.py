@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from rollhub.episode import ErrorInfo, Status
 from rollhub.loop_thread import ensure_no_running_loop
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 
-if TYPE_CHECKING:
-    from rollhub.session_watch import SessionWatch
+__all__ = ["FutureOwner", "RolloutFuture", "RolloutOutcome"]
 
-__all__ = ["RolloutFuture", "RolloutOutcome"]
+
+class FutureOwner(Protocol):
+    """What drives a :class:`RolloutFuture` (the client's session watch): the future calls
+    back into it when a waiter's timeout or a cancel ends the rollout early."""
+
+    def end_early(
+        self, fut: RolloutFuture, status: Status, message: str, *, stop: bool = True
+    ) -> None:
+        """End ``fut`` as ``status`` before its result arrived and stop its session."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -73,7 +83,7 @@ class RolloutFuture:
     """
 
     def __init__(
-        self, request: RolloutRequest, loop: asyncio.AbstractEventLoop, watch: SessionWatch
+        self, request: RolloutRequest, loop: asyncio.AbstractEventLoop, owner: FutureOwner
     ) -> None:
         self.request = request
         self.session_id = request.rollout.session_id
@@ -85,7 +95,7 @@ class RolloutFuture:
         self.dead_sessions: list[dict[str, str]] = []
         self.submitted_at: float | None = None
         self._loop = loop
-        self._watch = watch
+        self._owner = owner
         self._outcome: asyncio.Future[RolloutOutcome] = loop.create_future()
         self._submitted: asyncio.Future[None] = loop.create_future()
         self._task: asyncio.Task[None] | None = None
@@ -117,10 +127,10 @@ class RolloutFuture:
         try:
             return await asyncio.wait_for(asyncio.shield(self._outcome), timeout)
         except TimeoutError:
-            self._watch.end_early(self, "timeout", f"no result within {timeout} s")
+            self._owner.end_early(self, "timeout", f"no result within {timeout} s")
             return self._outcome.result()
 
-    def __await__(self) -> Any:
+    def __await__(self) -> Generator[Any, None, RolloutOutcome]:
         return self.result_async().__await__()
 
     def cancel(self) -> bool:
@@ -128,12 +138,46 @@ class RolloutFuture:
         if self.done():
             return False
         if _on_loop(self._loop):
-            self._watch.end_early(self, "cancelled", "cancelled by the client")
+            self._owner.end_early(self, "cancelled", "cancelled by the client")
         else:
             self._loop.call_soon_threadsafe(
-                self._watch.end_early, self, "cancelled", "cancelled by the client"
+                self._owner.end_early, self, "cancelled", "cancelled by the client"
             )
         return True
+
+    def resolve(
+        self,
+        status: Status,
+        *,
+        result: dict[str, Any] | None = None,
+        error: ErrorInfo | None = None,
+        document: dict[str, Any] | None = None,
+    ) -> None:
+        """Set the terminal outcome (only the first call counts), from this future's state:
+        its last session, submission times, attempts and dead sessions."""
+        if self.done():
+            return
+        receipt = self.receipt
+        self._outcome.set_result(
+            RolloutOutcome(
+                session_id=self.session_id,
+                exp_id=self.request.rollout.exp_id,
+                input_id=self.input_id,
+                result_key=self.result_key,
+                status=status,
+                result=result,
+                error=error,
+                document=document,
+                submitted_at=self.submitted_at,
+                accepted_at=receipt.submitted_at if receipt is not None else None,
+                finished_at=time.time(),
+                attempts=self.attempts,
+                dead_sessions=tuple(self.dead_sessions),
+                # where the last session ran (a worker, an actor and its node), as the
+                # runtime said
+                details=dict(receipt.details) if receipt is not None else {},
+            )
+        )
 
     async def wait_submitted(self) -> None:
         """Wait until the submission step ended (accepted, refused or abandoned)."""

@@ -19,13 +19,17 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Literal
 
 from rollhub.attempts import DEAD_SESSIONS, next_session
-from rollhub.errors import StoreError
+from rollhub.episode import ErrorInfo, Status
+from rollhub.errors import StoreError, UsageError
 from rollhub.results.document import InvalidResultError, read_result
+from rollhub.results.read import ResultTooLarge, read_stored
 from rollhub.retry import Backoff, is_transient, poll_schedule
+from rollhub.rollout import RolloutRequest, SubmitReceipt
+from rollhub.rollout_future import RolloutFuture
 from rollhub.runtime import Runtime, StoreFailure
 from rollhub.stores.base import ResultStore
 
@@ -33,8 +37,8 @@ __all__ = ["SessionWatch"]
 
 log = logging.getLogger(__name__)
 
-#: Stored results up to this size are read on the event loop; larger ones in a thread.
-_INLINE_READ_BYTES = 256 * 1024
+#: what ends a rollout's wait: the app's completion notice, or the runtime losing the session
+_Signal = tuple[Literal["notice"], dict[str, Any]] | tuple[Literal["lost"], str]
 
 
 class _Lost(Exception):
@@ -51,10 +55,6 @@ class _NotTaken(Exception):
 
 class _Resolved(Exception):
     """The rollout's outcome is already set (a permanent submission error)."""
-
-
-class _TooLarge(Exception):
-    """The stored result is over the client's ``max_result_bytes``."""
 
 
 class _StoreFailed(Exception):
@@ -76,11 +76,9 @@ class SessionWatch:
     def __init__(
         self,
         *,
-        make_future: Callable[..., Any],
-        make_outcome: Callable[..., Any],
         runtime: Runtime,
         store: ResultStore,
-        submit: Callable[[Any], Any],
+        submit: Callable[[RolloutRequest], Awaitable[SubmitReceipt]],
         submit_attempts: int,
         submit_backoff: Backoff,
         callbacks: bool,
@@ -88,10 +86,8 @@ class SessionWatch:
         poll_max_s: float | None,
         max_result_bytes: int | None = None,
         session_attempts: int = 1,
-        on_new_session: Callable[[Any, Any], Awaitable[None]] | None = None,
+        on_new_session: Callable[[RolloutRequest, RolloutRequest], Awaitable[None]] | None = None,
     ) -> None:
-        self._make_future = make_future
-        self._make_outcome = make_outcome
         self._runtime = runtime
         self._store = store
         self._submit = submit
@@ -102,9 +98,9 @@ class SessionWatch:
         self._session_attempts = session_attempts
         self._on_new_session = on_new_session
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._live: dict[str, Any] = {}
-        self._signals: dict[str, asyncio.Future[tuple[str, Any]]] = {}
-        self._background: set[asyncio.Task[Any]] = set()
+        self._live: dict[str, RolloutFuture] = {}
+        self._signals: dict[str, asyncio.Future[_Signal]] = {}
+        self._background: set[asyncio.Task[None]] = set()
         self.stats = {"submitted": 0, "store_reads": 0, "lost": 0, "retries": 0, "resubmitted": 0}
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -117,18 +113,16 @@ class SessionWatch:
         """Rollouts not yet resolved."""
         return len(self._live)
 
-    def launch(self, request: Any, timeout: float | None) -> Any:
+    def launch(self, request: RolloutRequest, timeout: float | None) -> RolloutFuture:
         """Create the future of ``request`` and start driving it."""
         assert self._loop is not None
         sid = request.rollout.session_id
         if sid in self._live:
-            from rollhub.errors import UsageError
-
             raise UsageError(f"session_id {sid!r} is already running in this client; use a new id")
         if timeout is not None and request.rollout.deadline_at is None:
             # The app stores anything that ends later as a timeout, as this client reports it.
             request.rollout.deadline_at = time.time() + timeout
-        fut = self._make_future(request, self._loop, self)
+        fut = RolloutFuture(request, self._loop, self)
         # sessions it lost before (the hub runs it again after its capture session was lost)
         fut.dead_sessions.extend(dict(d) for d in request.extras.get(DEAD_SESSIONS, ()))
         self._live[sid] = fut
@@ -148,7 +142,7 @@ class SessionWatch:
         if self._signal(session_id, ("lost", reason)):
             self.stats["lost"] += 1
 
-    def _signal(self, session_id: str, value: tuple[str, Any]) -> bool:
+    def _signal(self, session_id: str, value: _Signal) -> bool:
         sig = self._signals.get(session_id)
         if sig is None or sig.done():
             return False
@@ -157,7 +151,7 @@ class SessionWatch:
 
     # Driving one rollout ------------------------------------------------------------------
 
-    async def _drive(self, fut: Any, timeout: float | None) -> None:
+    async def _drive(self, fut: RolloutFuture, timeout: float | None) -> None:
         sid = fut.session_id
         try:
             async with asyncio.timeout(timeout):
@@ -179,14 +173,14 @@ class SessionWatch:
         except _Resolved:
             pass
         except _NotTaken as exc:  # no worker took any of its sessions
-            self._resolve(fut, "infra_error", error=_error_from(exc.exc))
+            fut.resolve("infra_error", error=ErrorInfo.from_exception(exc.exc))
         except _Lost as exc:  # its last session died under it too
-            self._resolve(fut, "infra_error", error=_error("SessionLost", str(exc)))
-        except _TooLarge as exc:
-            self._resolve(fut, "agent_error", error=_error("ResultTooLarge", str(exc)))
+            fut.resolve("infra_error", error=ErrorInfo("SessionLost", str(exc)))
+        except ResultTooLarge as exc:
+            fut.resolve("agent_error", error=ErrorInfo("ResultTooLarge", str(exc)))
             self._in_background(self._runtime.finish(fut.session_id))
         except _StoreFailed as exc:
-            self._resolve(fut, "store_error", error=_error("StoreError", str(exc)))
+            fut.resolve("store_error", error=ErrorInfo("StoreError", str(exc)))
             self._in_background(self._runtime.finish(fut.session_id))
         except asyncio.CancelledError:
             if not fut.done():  # the client is shutting down, not an early end of ours
@@ -194,7 +188,7 @@ class SessionWatch:
                 raise
         except Exception as exc:  # a bug must still resolve the future
             log.exception("rollout %s failed inside the client", sid)
-            self._resolve(fut, "agent_error", error=_error_from(exc))
+            fut.resolve("agent_error", error=ErrorInfo.from_exception(exc))
         finally:
             if not fut._submitted.done():
                 fut._submitted.set_result(None)
@@ -202,7 +196,7 @@ class SessionWatch:
                 self._live.pop(key, None)
                 self._signals.pop(key, None)
 
-    async def _new_session(self, fut: Any, cause: str) -> bool:
+    async def _new_session(self, fut: RolloutFuture, cause: str) -> bool:
         """Move ``fut`` to a new session after an infrastructure fault; False: none left.
 
         A new session whose capture session cannot be opened (``on_new_session`` fails,
@@ -235,7 +229,7 @@ class SessionWatch:
                 log.warning("session %s: %s", fut.session_id, cause)
         return False
 
-    async def _submit_with_retries(self, fut: Any) -> None:
+    async def _submit_with_retries(self, fut: RolloutFuture) -> None:
         """Submit ``fut``'s request, retrying transient errors.
 
         :raises _NotTaken: every try failed transiently (an infrastructure fault).
@@ -272,18 +266,19 @@ class SessionWatch:
                 if transient:  # it may have started despite the error: stop it
                     self._in_background(self._runtime.cancel(fut.session_id))
                     raise _NotTaken(exc) from exc
-                self._resolve(fut, "submit_error", error=_error_from(exc))
+                fut.resolve("submit_error", error=ErrorInfo.from_exception(exc))
                 raise _Resolved from exc
 
-    async def _await_document(self, fut: Any) -> dict[str, Any]:
+    async def _await_document(self, fut: RolloutFuture) -> dict[str, Any]:
         sid, key = fut.session_id, fut.result_key
         failures = attempt = 0
         while True:
             sig = self._signals[sid]
+            signal: _Signal | None
             try:
-                kind, info = await asyncio.wait_for(asyncio.shield(sig), self._poll.delay(attempt))
+                signal = await asyncio.wait_for(asyncio.shield(sig), self._poll.delay(attempt))
             except TimeoutError:
-                kind, info = "poll", None
+                signal = None
                 attempt += 1
             try:
                 doc = await self._read(key)
@@ -296,61 +291,49 @@ class SessionWatch:
                 doc = None
             if doc is not None:
                 return doc
-            if kind == "lost" and isinstance(info, StoreFailure):
-                raise _StoreFailed(f"session {sid}: {info}")
-            if kind == "lost":
-                raise _Lost(f"session {sid} was lost: {info}")
-            if kind == "notice" and info.get("status") == "store_error":
-                err = info.get("error") if isinstance(info.get("error"), dict) else {}
+            if signal is None:
+                continue
+            if signal[0] == "lost":
+                reason = signal[1]
+                if isinstance(reason, StoreFailure):
+                    raise _StoreFailed(f"session {sid}: {reason}")
+                raise _Lost(f"session {sid} was lost: {reason}")
+            notice = signal[1]
+            if notice.get("status") == "store_error":
+                err = notice.get("error")
+                message = err.get("message") if isinstance(err, dict) else None
                 raise _StoreFailed(
-                    f"session {sid}: {err.get('message') or 'the app could not store the result'}"
+                    f"session {sid}: {message or 'the app could not store the result'}"
                 )
-            if kind == "notice":
-                # A notice without a readable document: keep polling, from the fast end.
-                self._signals[sid] = asyncio.get_running_loop().create_future()
-                attempt = 0
+            # A notice without a readable document: keep polling, from the fast end.
+            self._signals[sid] = asyncio.get_running_loop().create_future()
+            attempt = 0
 
     async def _read(self, key: str) -> dict[str, Any] | None:
         self.stats["store_reads"] += 1
-        path = getattr(self._store, "path", None)
-        if getattr(self._store, "name", None) == "file" and callable(path):
-            try:
-                size = path(key).stat().st_size
-            except OSError:
-                return None  # not written yet (or unreadable: get() below would say why)
-            limit = self._max_result_bytes
-            if limit is not None and size > limit:
-                raise _TooLarge(
-                    f"the stored result {key} is {size} bytes, over max_result_bytes={limit}; "
-                    f"return less from the agent or raise the client's max_result_bytes"
-                )
-            if size <= _INLINE_READ_BYTES:
-                # A small local file reads in microseconds; a thread hop costs more than the
-                # read and contends for the GIL at hundreds of rollouts a second.
-                return self._store.get(key)
-        return await asyncio.to_thread(self._store.get, key)
+        return await read_stored(self._store, key, max_bytes=self._max_result_bytes)
 
     # Resolution ---------------------------------------------------------------------------
 
-    def _resolve_document(self, fut: Any, doc: dict[str, Any]) -> None:
+    def _resolve_document(self, fut: RolloutFuture, doc: dict[str, Any]) -> None:
         try:
             view = read_result(doc)
         except InvalidResultError as exc:
-            self._resolve(
-                fut, "agent_error", error=_error("InvalidResultError", str(exc)), document=doc
+            fut.resolve(
+                "agent_error", error=ErrorInfo("InvalidResultError", str(exc)), document=doc
             )
             return
         if view.status == "ok":
-            self._resolve(fut, "ok", result=view.result, document=doc)
+            fut.resolve("ok", result=view.result, document=doc)
         else:
             err = view.error or {}
             etype = str(err.get("type") or "UnknownError")
             status = _ERROR_STATUS.get(etype, "agent_error")
-            info = _error(etype, str(err.get("message") or ""), err.get("traceback"))
-            self._resolve(fut, status, result=view.result, error=info, document=doc)
+            info = ErrorInfo(etype, str(err.get("message") or ""), err.get("traceback"))
+            fut.resolve(status, result=view.result, error=info, document=doc)
         self._in_background(self._runtime.finish(fut.session_id))
 
-    async def _at_deadline(self, fut: Any) -> dict[str, Any] | None:
+    async def _at_deadline(self, fut: RolloutFuture) -> dict[str, Any] | None:
         """Stop the session, then read what the app stored: the store decides the outcome.
 
         The app stores exactly one document per session and answers the stop only once it
@@ -365,39 +348,21 @@ class SessionWatch:
             return await asyncio.wait_for(self._read(fut.result_key), 1.0)
         return None
 
-    def end_early(self, fut: Any, status: str, message: str, *, stop: bool = True) -> None:
+    def end_early(
+        self, fut: RolloutFuture, status: Status, message: str, *, stop: bool = True
+    ) -> None:
         """End a rollout before its result arrived (timeout, cancel); stop its session."""
         if fut.done():
             return
         etype = "RolloutTimeout" if status == "timeout" else "CancelledError"
-        self._resolve(fut, status, error=_error(etype, message))
+        fut.resolve(status, error=ErrorInfo(etype, message))
         task = fut._task
         if task is not None and task is not asyncio.current_task() and not task.done():
             task.cancel()
         if stop and (fut.receipt is not None or fut.attempts):
             self._in_background(self._runtime.cancel(fut.session_id))
 
-    def _resolve(self, fut: Any, status: str, **fields: Any) -> None:
-        if fut.done():
-            return
-        outcome = self._make_outcome(
-            session_id=fut.session_id,
-            exp_id=fut.request.rollout.exp_id,
-            input_id=fut.input_id,
-            result_key=fut.result_key,
-            status=status,
-            submitted_at=fut.submitted_at,
-            accepted_at=fut.receipt.submitted_at if fut.receipt else None,
-            finished_at=time.time(),
-            attempts=fut.attempts,
-            dead_sessions=tuple(fut.dead_sessions),
-            # where the last session ran (a worker, an actor and its node), as the runtime said
-            details=dict(fut.receipt.details) if fut.receipt is not None else {},
-            **fields,
-        )
-        fut._outcome.set_result(outcome)
-
-    def _in_background(self, coro: Any) -> None:
+    def _in_background(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(_best_effort(coro))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -424,23 +389,11 @@ _SESSION_BACKOFF = Backoff(initial=0.1, factor=2.0, maximum=2.0)
 #: how long a rollout past its deadline waits for its session to stop
 _STOP_WAIT_S = 3.0
 #: stored error types that are not the agent's failure
-_ERROR_STATUS = {"CancelledError": "cancelled", "RolloutTimeout": "timeout"}
+_ERROR_STATUS: dict[str, Status] = {"CancelledError": "cancelled", "RolloutTimeout": "timeout"}
 
 
-async def _best_effort(coro: Any) -> None:
+async def _best_effort(coro: Coroutine[Any, Any, None]) -> None:
     try:
         await coro
     except Exception as exc:
         log.debug("best-effort runtime call failed: %s", exc)
-
-
-def _error(etype: str, message: str, traceback: str | None = None) -> Any:
-    from rollhub.episode import ErrorInfo
-
-    return ErrorInfo(etype, message, traceback)
-
-
-def _error_from(exc: BaseException) -> Any:
-    from rollhub.episode import ErrorInfo
-
-    return ErrorInfo.from_exception(exc)

@@ -32,7 +32,7 @@ from aiohttp import web
 try:  # a C JSON codec: request bodies grow with the conversation
     import orjson
 except ImportError:  # pragma: no cover - the standard library gives the same results
-    orjson = None  # type: ignore[assignment]
+    orjson = None  # type: ignore[assignment]  # optional: json serves without it
 
 from rollhub_gateway.protocols.base import WireError, WireRequest
 from rollhub_gateway.sessions import Session

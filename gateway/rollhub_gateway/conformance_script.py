@@ -84,7 +84,8 @@ def output_ids(
         content = ""
     tail = r.tokenizer.decode(prompt_ids[-8:], skip_special_tokens=False).rstrip()
     if opens is None:
-        opens = bool(fam.reasoning_markup) and tail.endswith(fam.reasoning_markup[0])  # type: ignore[index]
+        markup = fam.reasoning_markup
+        opens = markup is not None and tail.endswith(markup[0])
     # a prompt that already closed the reasoning block (Qwen3.5 with thinking off) gets
     # none; families with reasoning messages (GPT-OSS, ATEM) always may write one
     writes = fam.has_reasoning and not (

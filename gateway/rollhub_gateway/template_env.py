@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 __all__ = ["FrozenJson", "SharedTools", "compile_template", "freeze_tools"]
 
 
-class FrozenJson(dict):  # type: ignore[type-arg]
+class FrozenJson(dict[str, Any]):
     """A dict that is never changed after it is built and keeps its ``tojson`` texts.
 
     Built only by :func:`freeze_tools` from a deep copy, so nothing else holds it; the

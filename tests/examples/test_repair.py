@@ -133,3 +133,30 @@ def test_each_config_is_valid(name: str) -> None:
     cfg = load_config(REPAIR / name)
     assert (REPAIR / cfg.runtime.options["app"].split(":")[0]).is_file()
     assert cfg.path(cfg.experiment.dataset).is_file()
+
+
+def test_failures_are_named_by_the_first_missing_step() -> None:
+    from failures import failure_cause, failure_table
+
+    d1, d2, d3 = make_task(5, 1), make_task(5, 2), make_task(5, 3)
+
+    def held(task: Any, value: str) -> str:
+        return f"FAIL: {task.place} holds '{value}'; it must hold {task.value}"
+
+    assert failure_cause(d1, [], held(d1, d1.wrong)) == "no command"
+    assert failure_cause(d2, [f"echo 1 > {d2.place}"], held(d2, "1")) == "never ran the check"
+    assert failure_cause(d3, ["sh check.sh"], held(d3, d3.wrong)) == "never read the note"
+    assert failure_cause(d2, ["sh check.sh"] * 3, held(d2, d2.wrong)) == "never wrote"
+    assert failure_cause(d2, ["sh check.sh", "echo 1 > limit"], held(d2, d2.wrong)) == (
+        "wrote another file")
+    assert failure_cause(d1, [f"rm {d1.place}"], held(d1, "")) == "setting emptied"
+    assert failure_cause(d3, ["sh check.sh", f"cat {d3.note}", f"echo 7 > {d3.place}"],
+                         held(d3, "7")) == "wrong value"
+    rows = [
+        {"status": "ok", "reward": 1.0, "payload": '{"seed": 5, "depth": 1}', "result": "{}"},
+        {"status": "ok", "reward": 0.0, "payload": {"seed": 5, "depth": 2},
+         "result": {"check": {"output": held(d2, d2.wrong)},
+                    "metrics": {"commands": [{"command": "sh check.sh", "exit_code": 1}]}}},
+        {"status": "agent_error", "payload": {"seed": 5, "depth": 2}},  # not a finished episode
+    ]
+    assert failure_table(rows) == {"depth-1": {"success": 1}, "depth-2": {"never wrote": 1}}

@@ -171,7 +171,7 @@ class RolloutApp(HealthState, Starlette):
 
     def _attach_run(self, func: Callable[..., Any]) -> None:
         with contextlib.suppress(AttributeError):
-            func.run = lambda port=8080, host=None: self.run(port, host)  # type: ignore[attr-defined]
+            func.run = lambda port=8080, host=None: self.run(port, host)  # type: ignore[attr-defined]  # functions take attributes
 
     def _busy(self) -> bool:
         return bool(self.runner.running) or bool(self._async_tasks)

@@ -19,13 +19,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from rollhub.config import RollhubConfig, TokenSourceSection, TrainerSection, load_config
+from rollhub.episode import Episode
 from rollhub.errors import ConfigError, UsageError
+from rollhub.export.files import episode_to_row, write_rows
 from rollhub.plugins import PluginHost
+from rollhub.run_dir import RunDir
 
 __all__ = ["add_arguments", "resolve_checkpoint", "run"]
 
@@ -143,15 +147,20 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out)
     elif args.checkpoint:
         ckpt = Path(label)  # evaluated_config resolved it
-        out = ckpt.parent.parent / f"eval-{ckpt.name}.json"
+        out = RunDir(ckpt.parent.parent).checkpoint_report(ckpt)  # RUN/checkpoints/step-N
     else:
         out = cfg.path(cfg.experiment.output_dir) / f"eval-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    report = asyncio.run(_evaluate(cfg, host, payloads, label, out.parent))
+    episodes: list[Episode] = []
+    report = asyncio.run(_evaluate(cfg, host, payloads, label, episodes))
     report["manifest"] = build_manifest(cfg, config_file=args.config)
     Console().print(report_table(report))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
-    print(f"\nreport: {out}")
+    # the episodes beside the report: what failed, and why, is read from them
+    kept = write_rows(
+        (episode_to_row(e, cfg.experiment.name) for e in episodes), episodes_path(out)
+    )
+    print(f"\nreport: {out}\nepisodes: {kept}")
     failed = sum(report["failures"].values())
     return 1 if report["samples"] and failed == report["samples"] else 0
 
@@ -184,17 +193,28 @@ def report_table(report: dict[str, Any]) -> Any:
     return table
 
 
+def episodes_path(report: Path) -> Path:
+    """Where ``rollhub eval`` keeps the episodes of the report at ``report``."""
+    return report.with_name(f"{report.stem}.episodes.jsonl")
+
+
 async def _evaluate(
-    cfg: RollhubConfig, host: PluginHost, payloads: list[dict[str, Any]], label: str, run_dir: Path
+    cfg: RollhubConfig,
+    host: PluginHost,
+    payloads: list[dict[str, Any]],
+    label: str,
+    keep: list[Episode],
 ) -> dict[str, Any]:
     from rollhub.evaluation import evaluate
     from rollhub.hub import AsyncHub
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    hub = AsyncHub(cfg, host=host, run_dir=run_dir)
-    await hub.start()
-    try:
-        report = await evaluate(hub, payloads, cfg.eval.n_samples, label=label)
-    finally:
-        await hub.close()
+    # nothing trains here: the hub's export trainer gets a scratch folder, so the report's
+    # folder holds the report and its episodes, not empty exports
+    with tempfile.TemporaryDirectory(prefix="rollhub-eval-") as scratch:
+        hub = AsyncHub(cfg, host=host, run_dir=Path(scratch))
+        await hub.start()
+        try:
+            report = await evaluate(hub, payloads, cfg.eval.n_samples, label=label, keep=keep)
+        finally:
+            await hub.close()
     return report.as_dict()

@@ -273,9 +273,9 @@ async def consume_once(
             (outputs if outputs is not None else {}).update(await hub.close())
     wall = time.monotonic() - t0
     summary = summarize(episodes, wall_time_s=wall, success_threshold=cfg.rewards.success_threshold)
-    write_summary(summary, run_dir / "summary.json")
+    write_summary(summary, run_dir / RunDir.SUMMARY)
     if episodes and can_plot():
-        plot_run(episodes, run_dir / "plots.png")
+        plot_run(episodes, run_dir / RunDir.PLOTS)
     Console().print(render_summary(summary))
     return summary
 

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from rollhub.evaluation import evaluate
 from rollhub.hub import AsyncHub
 from rollhub.registry import build_options
 from rollhub.report import can_plot
+from rollhub.run_dir import RunDir
 from rollhub.training.before_after import before_after_rows
 from rollhub.training.loop import TrainingLoop, planned_steps
 from rollhub.training.plot import plot_training, read_metrics
@@ -58,7 +58,7 @@ async def train(
                 history = loop.history
         finally:
             if can_plot():
-                plot_training(run_dir / "metrics.jsonl", run_dir / "training.png")
+                plot_training(RunDir(run_dir).metrics, run_dir / RunDir.TRAINING_PLOT)
         if held_out and cfg.eval.after_training:
             print(f"evaluating the trained policy on {len(held_out)} held-out prompts", flush=True)
             evals["after"] = await evaluate(
@@ -68,7 +68,7 @@ async def train(
         (outputs if outputs is not None else {}).update(await hub.close())
     if evals:
         summary["eval"] = {k: v.as_dict() for k, v in evals.items()}
-        (run_dir / "eval.json").write_text(json.dumps(summary["eval"], indent=2))
+        RunDir(run_dir).write_json(RunDir.EVAL, summary["eval"])
     _print_before_after(history, evals)
     last = summary["last"] or {}
     print(
@@ -87,11 +87,11 @@ async def _drive(
     progress: bool | None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Hand the run to a trainer that drives its own loop; it records its steps."""
-    if not resume and (run_dir / "metrics.jsonl").exists():
+    if not resume and RunDir(run_dir).metrics.exists():
         raise UsageError(
             f"{run_dir} already holds a run; resume it with --resume or pick a new run directory"
         )
-    history = read_metrics(run_dir / "metrics.jsonl") if resume else []
+    history = read_metrics(RunDir(run_dir).metrics) if resume else []
     recorder = StepRecorder(
         hub, run_dir, total_steps=planned_steps(hub.config, len(payloads)), sinks=sinks,
         history=history, progress=progress,

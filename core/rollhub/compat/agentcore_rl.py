@@ -207,11 +207,11 @@ class AgentCoreRLApp(RolloutApp):
         ) -> Any:
             rollout = context.rollout
             layout = (rollout.model_extra or {}).get("result_layout") if rollout else None
-            if layout != UPSTREAM_LAYOUT:
+            if rollout is None or layout != UPSTREAM_LAYOUT:
                 if error is not None:
                     raise error
                 return result
-            wire = rollout.wire_dict()  # type: ignore[union-attr]
+            wire = rollout.wire_dict()
             sent = _upstream_payload(payload)
             if error is not None:
                 log.warning("rollout %s failed: %s", wire["session_id"], error)
@@ -235,7 +235,7 @@ class AgentCoreRLApp(RolloutApp):
 
         else:
 
-            def wrapper(payload: dict[str, Any], context: RolloutContext) -> Any:  # type: ignore[misc]
+            def wrapper(payload: dict[str, Any], context: RolloutContext) -> Any:  # type: ignore[misc]  # the sync twin of the async wrapper above
                 try:
                     result = func(*args_for(payload, context))
                 except Exception as exc:

@@ -35,7 +35,8 @@ class SessionBackendConfig(TypedDict, total=False):
 
 
 def _need(cfg: SessionBackendConfig, *keys: str) -> list[Any]:
-    values = [cfg.get(key) for key in keys]  # type: ignore[misc]
+    given = dict(cfg)  # read by name: the keys come from the caller
+    values = [given.get(key) for key in keys]
     missing = [k for k, v in zip(keys, values, strict=True) if v is None]
     if missing:
         raise ConfigError(

@@ -125,7 +125,7 @@ class RayRuntime(Runtime):
         self.actors_moved = 0
 
     @property
-    def loopback_callbacks(self) -> bool:  # type: ignore[override]
+    def loopback_callbacks(self) -> bool:  # type: ignore[override]  # computed here, a plain attribute in Runtime
         """Callbacks to 127.0.0.1 reach this process only on a cluster of this machine."""
         addr = self.options.address or os.environ.get("RAY_ADDRESS")
         return (

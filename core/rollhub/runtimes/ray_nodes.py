@@ -208,21 +208,22 @@ async def in_daemon_thread(fn: Callable[[], T], timeout_s: float) -> T:
     loop = asyncio.get_running_loop()
     done: asyncio.Future[T] = loop.create_future()
 
-    def settle(value: T | None, exc: BaseException | None) -> None:
+    def settle(outcome: tuple[T] | BaseException) -> None:
         if done.done():
             return
-        if exc is not None:
-            done.set_exception(exc)
+        if isinstance(outcome, BaseException):
+            done.set_exception(outcome)
         else:
-            done.set_result(value)  # type: ignore[arg-type]
+            done.set_result(outcome[0])
 
     def run() -> None:
+        outcome: tuple[T] | BaseException
         try:
-            value, exc = fn(), None
+            outcome = (fn(),)
         except BaseException as err:  # handed to the awaiting task
-            value, exc = None, err
+            outcome = err
         with contextlib.suppress(RuntimeError):  # the loop may be closed by now
-            loop.call_soon_threadsafe(settle, value, exc)
+            loop.call_soon_threadsafe(settle, outcome)
 
     threading.Thread(target=run, name="ray-call", daemon=True).start()
     return await asyncio.wait_for(asyncio.shield(done), timeout_s)

@@ -85,6 +85,7 @@ def group_advantages(group: EpisodeGroup, estimator: str = "grpo") -> dict[str, 
             f"choose one of: {', '.join(ESTIMATORS)}",
             field="training.advantage",
         ) from None
-    episodes = [e for e in group.episodes if e.trainable and e.reward is not None]
-    values = fn([float(e.reward) for e in episodes])  # type: ignore[arg-type]
-    return {e.episode_id: a for e, a in zip(episodes, values, strict=True)}
+    rewarded = [(e.episode_id, e.reward) for e in group.episodes
+                if e.trainable and e.reward is not None]
+    values = fn([float(r) for _, r in rewarded])
+    return {eid: a for (eid, _), a in zip(rewarded, values, strict=True)}

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rollhub.errors import UsageError
+from rollhub.run_dir import RunDir
 
 __all__ = ["Checkpoint", "dataset_fingerprint", "latest_checkpoint", "write_checkpoint"]
 
@@ -111,7 +112,7 @@ def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
 
     :raises UsageError: ``latest`` names a checkpoint whose state cannot be read.
     """
-    root = run_dir / "checkpoints"
+    root = RunDir(run_dir).checkpoints
     pointer = root / "latest"
     if not pointer.exists():
         return None

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rollhub.run_dir import RunDir
+
 __all__ = ["plot_comparison", "plot_runs", "plot_training", "read_metrics"]
 
 log = logging.getLogger(__name__)
@@ -100,7 +102,7 @@ def plot_runs(runs: dict[str, Path], out: Path,
         return None
     fig, axes = plt.subplots(1, len(keys), figsize=(4.4 * len(keys), 3.6), squeeze=False)
     for label, path in runs.items():
-        rows = read_metrics(path / "metrics.jsonl" if path.is_dir() else path)
+        rows = read_metrics(RunDir(path).metrics if path.is_dir() else path)
         style = "--" if "control" in label else "-"
         for ax, key in zip(axes[0], keys, strict=True):
             ax.plot(*_series(rows, key), style, marker="o", ms=3, label=label)

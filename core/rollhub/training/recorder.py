@@ -19,6 +19,7 @@ from typing import Any
 from rollhub.hook_calls import call_all
 from rollhub.hub_view import HubView
 from rollhub.progress import RolloutProgress
+from rollhub.run_dir import RunDir
 from rollhub.training.sinks import JsonlSink, MetricSink
 from rollhub.training.step import TrainingBatch
 
@@ -116,7 +117,7 @@ class StepRecorder:
         (the same ones on every run and resume: the choice hashes the episode id)."""
         from rollhub.export import JsonlAppender, episode_to_row
 
-        out = JsonlAppender(self.run_dir / "episodes.jsonl", append=True)
+        out = JsonlAppender(RunDir(self.run_dir).episodes, append=True)
         try:
             trained = {e.episode_id for e, _ in batch.trainable()}
             for episode in batch.episodes:

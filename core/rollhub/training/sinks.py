@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rollhub.errors import ConfigError, UsageError
 from rollhub.export.files import JsonlAppender
+from rollhub.run_dir import RunDir
 
 __all__ = [
     "JsonlSink",
@@ -109,7 +110,7 @@ class JsonlSink(MetricSink):
 
     def start(self) -> None:
 
-        self._file = JsonlAppender(self.run_dir / "metrics.jsonl", append=True)
+        self._file = JsonlAppender(RunDir(self.run_dir).metrics, append=True)
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         if self._file is None:

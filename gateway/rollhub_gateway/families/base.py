@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from rollhub_gateway.template_env import FrozenJson
 from rollhub_gateway.turns import OutputDelta, ParsedOutput, ToolCall
@@ -278,12 +278,14 @@ class MarkupStreamParser:
         self.in_reasoning = in_reasoning
         self._buf = ""
         self._pos = 0
+        markup = family.reasoning_markup
+        self._open, self._close = markup if markup is not None else ("", "")
+        # without markup there is no reasoning block to be in, as parse() reads the output
+        in_block = in_reasoning and markup is not None
         self._state = (
-            "start"
-            if family.reasoning_markup and not in_reasoning
-            else ("reasoning" if in_reasoning else "content")
+            "start" if markup and not in_reasoning else ("reasoning" if in_block else "content")
         )
-        self._skip_newlines = in_reasoning
+        self._skip_newlines = in_block
         self._sent_content = ""
 
     def feed(self, token_ids: list[int]) -> list[OutputDelta]:
@@ -297,7 +299,7 @@ class MarkupStreamParser:
         while True:
             rest = self._buf[self._pos :]
             if self._state == "start":
-                open_ = fam.reasoning_markup[0]  # type: ignore[index]
+                open_ = self._open
                 stripped = rest.lstrip()
                 if stripped.startswith(open_):
                     self._pos += len(rest) - len(stripped) + len(open_)
@@ -315,7 +317,7 @@ class MarkupStreamParser:
                     if not rest:
                         return out
                     self._skip_newlines = False
-                close = fam.reasoning_markup[1]  # type: ignore[index]
+                close = self._close
                 end = rest.find(close)
                 if end >= 0:
                     self._emit(out, "reasoning", rest[:end].rstrip("\n"))
@@ -350,9 +352,11 @@ class MarkupStreamParser:
                 return out
             return out  # tool section: held until finish()
 
-    def _emit(self, out: list[OutputDelta], kind: str, text: str) -> None:
+    def _emit(
+        self, out: list[OutputDelta], kind: Literal["content", "reasoning"], text: str
+    ) -> None:
         if text:
-            out.append(OutputDelta(kind, text))  # type: ignore[arg-type]
+            out.append(OutputDelta(kind, text))
             if kind == "content":
                 self._sent_content += text
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from rollhub_gateway.families.base import Family, IncrementalDecoder, new_call_id, partial_suffix
 from rollhub_gateway.turns import OutputDelta, ParsedOutput, ToolCall
@@ -125,7 +125,7 @@ class HarmonyStreamParser:
         self.decoder = decoder
         self._buf = ""
         self._pos = 0
-        self._kind: str | None = None  # None: reading a message header
+        self._kind: Literal["reasoning", "content", "tool"] | None = None  # None: a header
         self._analysis_done = 0  # finished analysis messages
         self._body_started = False  # something of the current body was streamed
 
@@ -149,7 +149,7 @@ class HarmonyStreamParser:
             if self._kind != "tool" and body:
                 if self._kind == "reasoning" and self._analysis_done and not self._body_started:
                     out.append(OutputDelta("reasoning", "\n"))
-                out.append(OutputDelta(self._kind, body))  # type: ignore[arg-type]
+                out.append(OutputDelta(self._kind, body))
                 self._body_started = True
             if end < 0:
                 if self._kind != "tool":  # a call's arguments are held until finish()

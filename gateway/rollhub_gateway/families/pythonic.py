@@ -72,9 +72,10 @@ def _literal(node: ast.AST) -> Any:
     if isinstance(node, ast.List | ast.Tuple):
         return [_literal(e) for e in node.elts]
     if isinstance(node, ast.Dict):
-        if any(k is None for k in node.keys):
+        keys = [k for k in node.keys if k is not None]
+        if len(keys) != len(node.keys):
             raise ValueError("** in a mapping")
-        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values, strict=True)}  # type: ignore[arg-type]
+        return {_literal(k): _literal(v) for k, v in zip(keys, node.values, strict=True)}
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
         inner = _literal(node.operand)
         if not isinstance(inner, int | float) or isinstance(inner, bool):

@@ -170,7 +170,7 @@ class GatewayPool:
                 continue
             mover = min((r for r in serving if getattr(r, "node_id", None) == busiest),
                         key=lambda r: len(r.live))  # fmt: skip
-            await mover.move_to(empty[0])  # type: ignore[attr-defined]
+            await mover.move_to(empty[0])  # type: ignore[attr-defined]  # a replica with a node moves
 
     # Sessions -----------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from aiohttp import web
 from rollhub.sampling import Generation
@@ -22,7 +22,7 @@ from rollhub_gateway.unique_ids import unique_id
 try:  # a C JSON codec: request bodies and responses grow with the conversation
     import orjson
 except ImportError:  # pragma: no cover - the standard library gives the same results
-    orjson = None  # type: ignore[assignment]
+    orjson = None  # type: ignore[assignment]  # optional: json serves without it
 
 __all__ = [
     "ErrorKind",
@@ -199,10 +199,13 @@ def owed_deltas(streamed: Mapping[str, str], parsed: ParsedOutput) -> list[Outpu
     only non-empty remainders (see :func:`remainder`) are returned.
     """
     owed = []
-    for kind, final in (("reasoning", parsed.reasoning or ""), ("content", parsed.content)):
+    finals: tuple[tuple[Literal["reasoning", "content"], str], ...] = (
+        ("reasoning", parsed.reasoning or ""), ("content", parsed.content)
+    )
+    for kind, final in finals:
         rest = remainder(streamed[kind], final)
         if rest:
-            owed.append(OutputDelta(kind, rest))  # type: ignore[arg-type]
+            owed.append(OutputDelta(kind, rest))
     return owed
 
 

@@ -295,6 +295,6 @@ def install(config: ConfigLike, *, backend: str = "rollhub", **options: Any) -> 
             )  # fmt: skip
         return original(cfg, exp_id=exp_id, model_id=model_id)
 
-    create_remote_runtime.__rollhub_original__ = original  # type: ignore[attr-defined]
+    create_remote_runtime.__rollhub_original__ = original  # type: ignore[attr-defined]  # functions take attributes
     remote_runtime.create_remote_runtime = create_remote_runtime
     log.info("rLLM remote_runtime.backend=%r now runs tasks through rollhub", backend)

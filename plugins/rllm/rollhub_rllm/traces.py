@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollhub.errors import TokenRetrievalError
-from rollhub.trace import TraceRecord, TurnSpan
+from rollhub.trace import DriftKind, TraceRecord, TurnSpan
 
 __all__ = ["answered", "stitch"]
 
@@ -58,7 +58,7 @@ class _Branch:
         return self.prompt_ids + self.response_ids
 
     def add(
-        self, span_tail: list[int], call: _Call, turn: int, drift: str, version: int | None
+        self, span_tail: list[int], call: _Call, turn: int, drift: DriftKind, version: int | None
     ) -> None:
         self.response_ids += span_tail
         self.mask += [0] * len(span_tail)
@@ -74,7 +74,7 @@ class _Branch:
                 end=len(self.response_ids),
                 finish_reason=call.finish_reason,
                 weight_version=version,
-                drift=drift,  # type: ignore[arg-type]
+                drift=drift,
             )
         )
         self.trace_ids.append(call.trace_id)

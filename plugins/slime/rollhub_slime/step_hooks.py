@@ -90,7 +90,8 @@ def load_hook(flag: str, path: str) -> Callable[..., Any]:
         ) from exc
     if not callable(function):
         raise ConfigError(f"slime's {flag} {path} is not a function", field=field)
-    return function  # type: ignore[no-any-return]
+    hook: Callable[..., Any] = function
+    return hook
 
 
 @dataclass(frozen=True)

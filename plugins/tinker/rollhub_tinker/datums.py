@@ -10,21 +10,26 @@ each becomes its own Datum)::
     advantages[j] = the episode's advantage      where the model sampled full[j + 1], else 0
 
 so tool results, the next user message and the prompt are never trained, and the sampler
-logprobs are exactly the behaviour policy's. A record longer than ``max_length`` tokens is
-cut at ``max_length`` (its tail is not trained) and counted; a record whose prompt alone
-reaches ``max_length`` is dropped and counted. Nothing is retokenised.
+logprobs are exactly the behaviour policy's. Which records are trained, cut to
+``max_length`` or dropped is decided by the core (:mod:`rollhub.training.fitting`); this
+module only lays a fitted record out as a Datum. Nothing is retokenised.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rollhub.episode import Episode
 from rollhub.trace import TraceRecord
+from rollhub.training.fitting import FitStats, FittedRecord, fit_record, fit_records
 
-__all__ = ["DatumArrays", "DatumStats", "episode_datums", "record_arrays", "to_tinker"]
+__all__ = ["DatumArrays", "DatumStats", "datum_arrays", "episode_datums", "record_arrays",
+           "to_tinker"]
+
+#: what the conversion did; the core's statistics of fitting (``datums``, tokens, cuts)
+DatumStats = FitStats
 
 
 @dataclass(frozen=True)
@@ -44,87 +49,45 @@ class DatumArrays:
         return sum(1 for a, lp in zip(self.advantages, self.logprobs, strict=True) if a or lp)
 
 
-@dataclass
-class DatumStats:
-    """What the conversion did, for the step's metrics."""
-
-    datums: int = 0
-    trained_tokens: int = 0
-    truncated_records: int = 0
-    truncated_tokens: int = 0
-    dropped_records: int = 0
-    empty_records: int = 0
-    episode_ids: list[str] = field(default_factory=list)
-
-    def as_metrics(self) -> dict[str, int]:
-        """Flat numbers for metrics.jsonl."""
-        return {
-            "datums": self.datums,
-            "trained_tokens": self.trained_tokens,
-            "truncated_records": self.truncated_records,
-            "truncated_tokens": self.truncated_tokens,
-            "dropped_records": self.dropped_records,
-        }
-
-
-def record_arrays(
-    record: TraceRecord, advantage: float, *, episode_id: str, max_length: int | None = None,
-    stats: DatumStats | None = None,
-) -> DatumArrays | None:
-    """One record's Datum content (None when nothing of it can be trained)."""
-    stats = stats if stats is not None else DatumStats()
-    prompt_len = len(record.prompt_ids)
-    full = record.prompt_ids + record.response_ids
-    if not any(record.response_mask):
-        stats.empty_records += 1
-        return None
-    if max_length is not None and len(full) > max_length:
-        if prompt_len >= max_length:
-            stats.dropped_records += 1
-            return None
-        stats.truncated_records += 1
-        stats.truncated_tokens += len(full) - max_length
-        full = full[:max_length]
+def datum_arrays(fitted: FittedRecord) -> DatumArrays:
+    """A fitted record laid out as a Datum: targets shifted by one, the sampler's logprob
+    and the advantage where the target was sampled, 0 elsewhere."""
+    full = fitted.full_ids
+    prompt_len = len(fitted.prompt_ids)
     n = len(full) - 1
     logprobs = [0.0] * n
     advantages = [0.0] * n
     for j in range(max(prompt_len - 1, 0), n):
         r = j + 1 - prompt_len  # index of target full[j + 1] in the response
-        if record.response_mask[r]:
-            logprobs[j] = float(record.response_logprobs[r])
-            advantages[j] = float(advantage)
-    if not any(a or lp for a, lp in zip(advantages, logprobs, strict=True)):
-        stats.empty_records += 1  # every sampled token was cut away
-        return None
-    arrays = DatumArrays(full[:-1], full[1:], logprobs, advantages, episode_id, record.branch_id)
-    stats.datums += 1
-    stats.trained_tokens += arrays.trained_tokens
-    return arrays
+        if fitted.response_mask[r]:
+            logprobs[j] = fitted.response_logprobs[r]
+            advantages[j] = fitted.advantage
+    return DatumArrays(
+        full[:-1], full[1:], logprobs, advantages, fitted.episode_id, fitted.branch_id
+    )
+
+
+def record_arrays(
+    record: TraceRecord, advantage: float, *, episode_id: str, max_length: int | None = None,
+    stats: FitStats | None = None,
+) -> DatumArrays | None:
+    """One record's Datum content (None when nothing of it can be trained)."""
+    fitted = fit_record(
+        record, advantage, episode_id=episode_id, max_length=max_length, stats=stats
+    )
+    return datum_arrays(fitted) if fitted is not None else None
 
 
 def episode_datums(
     pairs: Iterable[tuple[Episode, float]], *, max_length: int | None = None,
     skip_zero_advantage: bool = True,
-) -> tuple[list[DatumArrays], DatumStats]:
-    """Datum contents of ``(episode, advantage)`` pairs, one per trace record.
-
-    ``skip_zero_advantage`` leaves out episodes whose advantage is 0: under the RL losses
-    they contribute no gradient, only compute.
-    """
-    stats = DatumStats()
-    out: list[DatumArrays] = []
-    for episode, advantage in pairs:
-        if skip_zero_advantage and advantage == 0.0:
-            continue
-        for record in episode.traces:
-            arrays = record_arrays(
-                record, advantage, episode_id=episode.episode_id, max_length=max_length,
-                stats=stats,
-            )
-            if arrays is not None:
-                out.append(arrays)
-                stats.episode_ids.append(episode.episode_id)
-    return out, stats
+) -> tuple[list[DatumArrays], FitStats]:
+    """Datum contents of ``(episode, advantage)`` pairs, one per trace record
+    (:func:`rollhub.training.fitting.fit_records` chooses and cuts them)."""
+    fitted, stats = fit_records(
+        pairs, max_length=max_length, skip_zero_advantage=skip_zero_advantage
+    )
+    return [datum_arrays(f) for f in fitted], stats
 
 
 def to_tinker(arrays: DatumArrays) -> Any:

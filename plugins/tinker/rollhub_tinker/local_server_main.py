@@ -38,7 +38,7 @@ from pathlib import Path
 import typing_extensions
 
 # Before any skyrl or pydantic model import: see the module docstring.
-typing.TypedDict = typing_extensions.TypedDict  # type: ignore[misc]
+typing.TypedDict = typing_extensions.TypedDict  # type: ignore[misc]  # see the docstring
 
 log = logging.getLogger("rollhub_tinker.local_server_main")
 
@@ -187,7 +187,7 @@ def engine(argv: list[str]) -> int:
             Path(ready_file).write_text(str(os.getpid()))
         original_run(self)
 
-    skyrl_engine.TinkerEngine.run = run_and_signal  # type: ignore[method-assign]
+    skyrl_engine.TinkerEngine.run = run_and_signal  # type: ignore[method-assign]  # signals readiness
     sys.argv = ["skyrl.tinker.engine", *argv]
     skyrl_engine.main()
     return 0

@@ -7,6 +7,8 @@ trainer forwards each distinct prompt once and its responses as a batch on top o
 prompt's key/value states: the gradient is the same as forwarding every record whole, at
 a fraction of the compute when prompts are long and responses short.
 
+Which records are trained, cut to a length budget or dropped is decided by the core
+(:mod:`rollhub.training.fitting`); this module only groups the fitted records by prompt.
 Nothing is retokenised: the ids are the ones the sampler saw and produced.
 """
 
@@ -16,8 +18,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rollhub.episode import Episode
+from rollhub.training.fitting import FitStats, fit_records
 
 __all__ = ["PromptGroup", "Response", "SequenceStats", "prompt_groups"]
+
+#: what the conversion did; the core's statistics of fitting (records, tokens, cuts)
+SequenceStats = FitStats
 
 
 @dataclass(frozen=True)
@@ -44,61 +50,19 @@ class PromptGroup:
     responses: list[Response] = field(default_factory=list)
 
 
-@dataclass
-class SequenceStats:
-    """What the conversion did, for the step's metrics."""
-
-    records: int = 0
-    trained_tokens: int = 0
-    masked_tokens: int = 0
-    truncated_records: int = 0
-    truncated_tokens: int = 0
-    dropped_records: int = 0
-
-    def as_metrics(self) -> dict[str, int]:
-        """Flat numbers for metrics.jsonl."""
-        return {
-            "datums": self.records,
-            "trained_tokens": self.trained_tokens,
-            "masked_tokens": self.masked_tokens,
-            "truncated_records": self.truncated_records,
-            "truncated_tokens": self.truncated_tokens,
-            "dropped_records": self.dropped_records,
-        }
-
-
 def prompt_groups(
     pairs: Iterable[tuple[Episode, float]], *, max_length: int | None = None,
     skip_zero_advantage: bool = True,
-) -> tuple[list[PromptGroup], SequenceStats]:
-    """Group the records of ``(episode, advantage)`` pairs by their prompt.
-
-    ``skip_zero_advantage`` leaves out episodes whose advantage is 0 (no gradient under the
-    RL losses). A record longer than ``max_length`` tokens is cut there and counted; one
-    whose prompt alone reaches it is dropped and counted.
-    """
-    stats = SequenceStats()
+) -> tuple[list[PromptGroup], FitStats]:
+    """The fitted records of ``(episode, advantage)`` pairs grouped by their prompt
+    (:func:`rollhub.training.fitting.fit_records` chooses and cuts them)."""
+    fitted, stats = fit_records(
+        pairs, max_length=max_length, skip_zero_advantage=skip_zero_advantage
+    )
     groups: dict[tuple[int, ...], PromptGroup] = {}
-    for episode, advantage in pairs:
-        if skip_zero_advantage and advantage == 0.0:
-            continue
-        for record in episode.traces:
-            ids, mask = list(record.response_ids), list(record.response_mask)
-            logprobs = [float(x) for x in record.response_logprobs]
-            if max_length is not None and len(record.prompt_ids) + len(ids) > max_length:
-                keep = max_length - len(record.prompt_ids)
-                if keep <= 0:
-                    stats.dropped_records += 1
-                    continue
-                stats.truncated_records += 1
-                stats.truncated_tokens += len(ids) - keep
-                ids, mask, logprobs = ids[:keep], mask[:keep], logprobs[:keep]
-            if not any(mask):
-                continue
-            response = Response(ids, mask, logprobs, float(advantage), episode.episode_id)
-            key = tuple(record.prompt_ids)
-            groups.setdefault(key, PromptGroup(key)).responses.append(response)
-            stats.records += 1
-            stats.trained_tokens += response.trained_tokens
-            stats.masked_tokens += len(mask) - response.trained_tokens
+    for f in fitted:
+        key = tuple(f.prompt_ids)
+        groups.setdefault(key, PromptGroup(key)).responses.append(Response(
+            f.response_ids, f.response_mask, f.response_logprobs, f.advantage, f.episode_id
+        ))
     return list(groups.values()), stats

@@ -42,15 +42,19 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
+from rollhub.config import RollhubConfig
 from rollhub.errors import ConfigError, RollhubError
 from rollhub.registry import ComponentContext
 from rollhub.training import StepResult, Trainer, TrainerOptions, TrainingBatch
 
 from rollhub_torch.sequences import PromptGroup, prompt_groups
 from rollhub_torch.shared_weights import copy_trained
+
+if TYPE_CHECKING:  # the engine module is imported where a config is read, not at import
+    from rollhub_gateway.engines.transformers_engine import TransformersOptions
 
 __all__ = ["TorchTrainer", "TorchTrainerOptions", "TorchTrainingError"]
 
@@ -69,8 +73,8 @@ class TorchTrainerOptions(TrainerOptions):
 
     model: str | None = Field(
         None,
-        description="'smollm2-135m-instruct' or a local model directory; None: the gateway "
-        "engine's model",
+        description="'smollm2-135m-instruct' or a local model directory; None: the model of "
+        "the gateway's transformers engine (else smollm2-135m-instruct)",
     )
     train_layers: int | None = Field(
         8, ge=1,
@@ -186,7 +190,7 @@ class TorchTrainer(Trainer):
             batch.trainable(), max_length=self.options.max_length,
             skip_zero_advantage=self.options.loss_fn != "cross_entropy",
         )
-        metrics: dict[str, Any] = stats.as_metrics()
+        metrics: dict[str, Any] = {**stats.as_metrics(), "masked_tokens": stats.masked_tokens}
         t0 = time.perf_counter()
         if groups:
             try:
@@ -376,34 +380,34 @@ def _response_tensors(group: PromptGroup) -> tuple[Any, Any, Any, Any]:
     return ids, trained, sampler, advantage
 
 
-def _engine_shares(config: Any, model: str) -> bool:
+def _engine_shares(config: RollhubConfig | None, model: str) -> bool:
     """Whether the token source is an in-process gateway whose ``transformers`` engine
     samples ``model`` in float32: it can then share this trainer's frozen parameters."""
-    source = getattr(config, "token_source", None)
-    if source is None or getattr(source, "name", None) != "gateway":
+    from rollhub_gateway.engines.configured import gateway_options, in_process
+
+    gateway = gateway_options(config)
+    if gateway is None or not in_process(gateway):
         return False
-    options = dict(getattr(source, "options", None) or {})
-    engine = options.get("engine") or {}
-    if options.get("pool") or options.get("url") or not isinstance(engine, dict):
-        return False
-    engine_options = engine.get("options") or {}
-    return (
-        engine.get("name", "transformers") == "transformers"
-        and engine_options.get("dtype", "float32") == "float32"
-        and _engine_model(config) == model
-    )
+    engine = _transformers(config)
+    return engine is not None and engine.dtype == "float32" and engine.model == model
 
 
-def _engine_model(config: Any) -> str:
+def _engine_model(config: RollhubConfig | None) -> str:
     """The model the gateway's transformers engine loads (the trainer must train it)."""
     from rollhub_gateway.models import SMOLLM2
 
-    options = dict(getattr(getattr(config, "token_source", None), "options", None) or {})
-    engine = options.get("engine") or {}
-    engine_options = engine.get("options") or {} if isinstance(engine, dict) else {}
-    return str(engine_options.get("model") or SMOLLM2)
+    engine = _transformers(config)
+    return engine.model if engine is not None else SMOLLM2
 
 
-def _sampling_temperature(config: Any) -> float:
-    sampling = getattr(getattr(config, "experiment", None), "sampling", None) or {}
+def _transformers(config: RollhubConfig | None) -> TransformersOptions | None:
+    """The options of the gateway's ``transformers`` engine, if the run samples with one."""
+    from rollhub_gateway.engines.configured import gateway_options, transformers_options
+
+    gateway = gateway_options(config)
+    return transformers_options(gateway) if gateway is not None else None
+
+
+def _sampling_temperature(config: RollhubConfig | None) -> float:
+    sampling = config.experiment.sampling if config is not None else {}
     return float(sampling.get("temperature", 1.0)) or 1.0

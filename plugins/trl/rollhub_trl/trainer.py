@@ -267,7 +267,7 @@ def _grpo_trainer_class() -> type:
     """
     from trl import GRPOTrainer
 
-    class RollhubGRPOTrainer(GRPOTrainer):  # type: ignore[misc,valid-type]
+    class RollhubGRPOTrainer(GRPOTrainer):  # type: ignore[misc,valid-type]  # trl is untyped here
         #: the last generation batch as TRL's loss consumes it, and its episodes in order
         last_scored: dict[str, Any] | None = None
         rollout_order: list[str] = []

@@ -13,6 +13,9 @@ prompt is:
 - a response longer than R is cut at R (``rollhub_response_truncated`` counts the cut
   tokens), as verl's built-in loops cut theirs.
 
+The cutting is the core's (:mod:`rollhub.training.fitting`), as for every backend; this
+module only lays fitted records out as verl's outputs.
+
 Multi-record episodes (a fork): verl's v1 collation takes a list of outputs per session, so
 every record becomes an output in order (verl broadcasts the last one's advantage to the
 others). The v0 collation needs exactly one output per row: the last record is used and
@@ -33,6 +36,8 @@ from typing import Any, Literal
 
 from rollhub.episode import Episode
 from rollhub.trace import TraceRecord
+from rollhub.training.fitting import FittedRecord
+from rollhub.training.fitting import fit_record as fit_core
 
 __all__ = ["Budget", "OutputParts", "episode_parts", "fit_record", "to_agent_loop_outputs"]
 
@@ -61,35 +66,16 @@ class OutputParts:
     extra_fields: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class FittedRecord:
-    """A record cut to the budget, with what was moved or cut."""
-
-    prompt_ids: list[int]
-    response_ids: list[int]
-    response_mask: list[int]
-    response_logprobs: list[float]
-    prompt_overflow: int
-    response_truncated: int
-
-
 def fit_record(record: TraceRecord, budget: Budget) -> FittedRecord:
-    """Fit one record into P + R tokens (see the module docstring)."""
-    p, r = budget.prompt_length, budget.response_length
-    prompt = list(record.prompt_ids)
-    overflow = prompt[p:]
-    ids = overflow + list(record.response_ids)
-    mask = [0] * len(overflow) + list(record.response_mask)
-    lps = [0.0] * len(overflow) + [float(x) for x in record.response_logprobs]
-    cut = max(0, len(ids) - r)
-    return FittedRecord(
-        prompt_ids=prompt[:p],
-        response_ids=ids[:r],
-        response_mask=mask[:r],
-        response_logprobs=lps[:r],
-        prompt_overflow=len(overflow),
-        response_truncated=cut,
+    """Fit one record into P + R tokens (see the module docstring): the core's fitting
+    (:func:`rollhub.training.fitting.fit_record`) with verl's two widths; every record is
+    kept, so an episode's outputs stay in place."""
+    fitted = fit_core(
+        record, 0.0, episode_id="", prompt_length=budget.prompt_length,
+        response_length=budget.response_length, keep_empty=True,
     )
+    assert fitted is not None  # keep_empty, and no total budget to drop it under
+    return fitted
 
 
 def episode_parts(
@@ -181,7 +167,7 @@ def _record_fields(
         "rollhub_records": total,
         "rollhub_dropped_records": dropped,
         "rollhub_prompt_overflow": fit.prompt_overflow,
-        "rollhub_response_truncated": fit.response_truncated,
+        "rollhub_response_truncated": fit.truncated_tokens,
         "rollhub_drift": dict(rec.metadata.get("drift") or {}),
         "min_global_steps": min(versions) if versions else None,
         "max_global_steps": max(versions) if versions else None,

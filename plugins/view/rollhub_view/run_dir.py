@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rollhub.errors import UsageError
+from rollhub.run_dir import RunDir as RunFiles
 
 from rollhub_view.errors import NotFound
 from rollhub_view.tail import JsonlTail
@@ -27,11 +28,15 @@ log = logging.getLogger(__name__)
 #: a run whose files changed this recently counts as running
 RUNNING_WINDOW_S = 120.0
 #: files in a run directory the page may show as images
-IMAGES = ("training.png", "plots.png")
+IMAGES = (RunFiles.TRAINING_PLOT, RunFiles.PLOTS)
+#: the files a run appends to (their last change tells whether it is running)
+WRITTEN = (RunFiles.METRICS, RunFiles.EPISODES, RunFiles.EPISODES_PARQUET, RunFiles.SUMMARY,
+           RunFiles.EVAL, RunFiles.CONFIG)
 
 
 class RunDir:
-    """A run directory.
+    """A run directory, its files named by the core's :class:`rollhub.run_dir.RunDir`
+    (:attr:`files`).
 
     :param path: the directory (it must exist; its files may not yet).
     :param name: how the page labels it (default: the directory's name).
@@ -43,8 +48,9 @@ class RunDir:
         if not p.is_dir():
             raise UsageError(f"RUN_DIR {str(p)!r} is not a directory")
         self.path = p.resolve()
+        self.files = RunFiles(self.path)
         self.name = name or self.path.name
-        self._metrics_tail = JsonlTail(self.path / "metrics.jsonl")
+        self._metrics_tail = JsonlTail(self.files.metrics)
         self.metrics: list[dict[str, Any]] = []
         self._json_cache: dict[str, tuple[float, Any]] = {}
 
@@ -52,10 +58,7 @@ class RunDir:
 
     def episodes_file(self) -> Path | None:
         """``episodes.jsonl`` if there is one, else ``episodes.parquet``, else None."""
-        for name in ("episodes.jsonl", "episodes.parquet"):
-            if (self.path / name).is_file():
-                return self.path / name
-        return None
+        return self.files.episodes_file()
 
     def read_json(self, name: str) -> Any:
         """A JSON file of the run (cached until it changes); None when absent or unreadable."""
@@ -91,14 +94,14 @@ class RunDir:
 
     def config(self) -> dict[str, Any]:
         """The resolved config (``config.json``), or {} before it is written."""
-        value = self.read_json("config.json")
+        value = self.read_json(RunFiles.CONFIG)
         return value if isinstance(value, dict) else {}
 
     def kind(self) -> str:
         """``"training"`` (per-step metrics) or ``"rollouts"`` (episodes, no steps)."""
-        if (self.path / "metrics.jsonl").exists():
+        if (self.path / RunFiles.METRICS).exists():
             return "training"
-        if (self.path / "summary.json").exists() or (self.path / "episodes.parquet").exists():
+        if (self.path / RunFiles.SUMMARY).exists() or self.files.episodes_file() is not None:
             return "rollouts"
         # neither yet: a run that just started; the export trainer only exports
         trainer = (self.config().get("trainer") or {}).get("name")
@@ -117,8 +120,7 @@ class RunDir:
     def last_write(self) -> float | None:
         """When a file the run appends to last changed (seconds since the epoch)."""
         times = []
-        for name in ("metrics.jsonl", "episodes.jsonl", "episodes.parquet", "summary.json",
-                     "eval.json", "config.json"):
+        for name in WRITTEN:
             try:
                 times.append((self.path / name).stat().st_mtime)
             except FileNotFoundError:
@@ -128,15 +130,15 @@ class RunDir:
     def status(self) -> str:
         """``finished``, ``running`` (written to lately) or ``stopped`` (neither)."""
         if self.kind() == "rollouts":
-            if (self.path / "summary.json").exists():
+            if (self.path / RunFiles.SUMMARY).exists():
                 return "finished"
         else:
             total = self.steps_total()
             done = len(self.metrics)
-            evals = self.read_json("eval.json") or {}
+            evals = self.read_json(RunFiles.EVAL) or {}
             if (total is not None and done >= total) and (
                 "after" in evals or not (self.config().get("eval") or {}).get("dataset")
-                or (self.path / "training.png").exists()
+                or (self.path / RunFiles.TRAINING_PLOT).exists()
             ):
                 return "finished"
         last = self.last_write()

@@ -81,7 +81,7 @@ class RunState:
     def index(self) -> EpisodeIndex:
         """The episode index of the run's episodes file (re-made if the file appears or
         changes from Parquet to JSONL)."""
-        path = self.run.episodes_file() or self.run.path / "episodes.jsonl"
+        path = self.run.episodes_file() or self.run.files.episodes
         with self._lock:
             if self._index is None or self._index.path != path:
                 self._index = EpisodeIndex(path)
@@ -116,9 +116,9 @@ class RunState:
             "generation": self.index.generation,
             "model": run.model(),
             "config": cfg,
-            "eval": run.read_json("eval.json"),
-            "manifest": run.read_json("manifest.json"),
-            "summary": run.read_json("summary.json"),
+            "eval": run.read_json(run.files.EVAL),
+            "manifest": run.read_json(run.files.MANIFEST),
+            "summary": run.read_json(run.files.SUMMARY),
             "images": run.images(),
             "last_write": run.last_write(),
         }

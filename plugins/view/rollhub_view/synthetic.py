@@ -13,6 +13,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+from rollhub.run_dir import RunDir
+
 __all__ = ["episode_row", "metrics_row", "write_synthetic_run"]
 
 CAUSES = ("RolloutTimeout", "ToolError", "RewardError")
@@ -89,8 +91,9 @@ def write_synthetic_run(path: Path, *, steps: int, groups: int, group_size: int,
               "trainer": {"name": "synthetic"},
               "training": {"steps": steps, "batch_groups": groups},
               "token_source": {"name": "gateway", **({"model": model} if model else {})}}
-    (path / "config.json").write_text(json.dumps(config, indent=2))
-    with (path / "episodes.jsonl").open("w") as eps, (path / "metrics.jsonl").open("w") as met:
+    run = RunDir(path)
+    run.write_json(run.CONFIG, config)
+    with run.episodes.open("w") as eps, run.metrics.open("w") as met:
         for step in range(steps):
             for g in range(groups):
                 for s in range(group_size):

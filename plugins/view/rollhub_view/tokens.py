@@ -13,9 +13,19 @@ import re
 import threading
 from typing import Any
 
+from rollhub.errors import UsageError
+from rollhub.export import episode_from_row
+from rollhub.trace import TraceRecord
+
 __all__ = ["Decoder", "decoder_for", "episode_view", "parse_chat", "parse_tool_calls"]
 
 log = logging.getLogger(__name__)
+
+#: what a training run's episodes file adds to each export row
+TRAINING_FIELDS = ("step", "advantage", "trained")
+#: the fields of a turn the page shows (the export keeps these)
+TURN_FIELDS = ("turn_index", "start", "end", "finish_reason", "weight_version", "drift",
+               "ill_formed", "masked_tokens")
 
 #: how long an episode request waits for a tokenizer still loading
 LOAD_WAIT_S = 60.0
@@ -163,57 +173,42 @@ def parse_chat(text: str) -> list[dict[str, str]]:
     return out
 
 
-def _json_field(row: dict[str, Any], key: str) -> Any:
-    value = row.get(key)
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def _trace_view(trace: dict[str, Any], dec: Decoder) -> dict[str, Any]:
-    prompt = list(trace.get("prompt_ids") or [])
-    resp = list(trace.get("response_ids") or [])
-    mask = list(trace.get("response_mask") or [0] * len(resp))
-    lps = list(trace.get("response_logprobs") or [None] * len(resp))
-    spans = sorted(trace.get("turns") or [], key=lambda t: t.get("start", 0))
+def _trace_view(trace: TraceRecord, dec: Decoder) -> dict[str, Any]:
+    prompt = trace.prompt_ids
+    resp = trace.response_ids
+    spans = sorted(trace.turns, key=lambda t: t.start)
     turn_of: list[int | None] = [None] * len(resp)
     version_of: list[int | None] = [None] * len(resp)
     for t in spans:
-        for i in range(max(0, t.get("start", 0)), min(len(resp), t.get("end", 0))):
-            turn_of[i] = t.get("turn_index")
-            version_of[i] = t.get("weight_version")
+        for i in range(t.start, t.end):
+            turn_of[i] = t.turn_index
+            version_of[i] = t.weight_version
     turns = []
     prev_end = 0
     for k, t in enumerate(spans):
-        start, end = t.get("start", 0), t.get("end", 0)
-        seen = prompt + resp[:start] if k == 0 else resp[prev_end:start]
+        seen = prompt + resp[: t.start] if k == 0 else resp[prev_end : t.start]
         text_in = dec.text(seen)
-        text_out = dec.text(resp[start:end])
+        text_out = dec.text(resp[t.start : t.end])
         turns.append({
-            **{key: t.get(key) for key in ("turn_index", "start", "end", "finish_reason",
-                                           "weight_version", "drift", "ill_formed",
-                                           "masked_tokens")},
+            **t.model_dump(include=set(TURN_FIELDS)),
             "input_ids": None if text_in is not None else seen,
             "input_messages": parse_chat(text_in) if text_in is not None else None,
-            "output_ids": None if text_out is not None else resp[start:end],
+            "output_ids": None if text_out is not None else resp[t.start : t.end],
             "output_text": text_out,
             "tool_calls": parse_tool_calls(text_out),
         })
-        prev_end = end
+        prev_end = t.end
     tail = resp[prev_end:]
     ids = prompt + resp
     pieces = dec.pieces(ids)
-    metadata = _json_field(trace, "metadata") or {}
     return {
-        "branch_id": trace.get("branch_id", 0),
-        "parent_branch_id": trace.get("parent_branch_id"),
-        "fork_turn": trace.get("fork_turn"),
-        "finish_reason": trace.get("finish_reason"),
-        "model_id": trace.get("model_id"),
-        "metadata": metadata if isinstance(metadata, dict) else {},
+        "branch_id": trace.branch_id,
+        "parent_branch_id": trace.parent_branch_id,
+        "fork_turn": trace.fork_turn,
+        "finish_reason": trace.finish_reason,
+        "model_id": trace.model_id,
+        # what the export keeps beside the schema's fields, as it wrote it
+        "metadata": {**trace.metadata, **(trace.model_extra or {})},
         "turns": turns,
         "after_last_turn": dec.text(tail) if tail else "",
         "tokens": {
@@ -221,9 +216,9 @@ def _trace_view(trace: dict[str, Any], dec: Decoder) -> dict[str, Any]:
             "text": pieces,
             # p: prompt, s: sampled (mask 1, trained), e: environment (mask 0: tool results,
             # template; not trained)
-            "kind": ["p"] * len(prompt) + ["s" if m else "e" for m in mask],
-            "logprob": [None] * len(prompt) + [None if x is None else round(float(x), 5)
-                                               for x in lps],
+            "kind": ["p"] * len(prompt) + ["s" if m else "e" for m in trace.response_mask],
+            "logprob": [None] * len(prompt) + [round(float(x), 5)
+                                               for x in trace.response_logprobs],
             "turn": [None] * len(prompt) + turn_of,
             "version": [None] * len(prompt) + version_of,
         },
@@ -231,31 +226,46 @@ def _trace_view(trace: dict[str, Any], dec: Decoder) -> dict[str, Any]:
 
 
 def episode_view(row: dict[str, Any], dec: Decoder, n: int) -> dict[str, Any]:
-    """One export row as the episode page shows it: fields, turns, tokens, error."""
-    metrics = _json_field(row, "metrics") or {}
-    result = _json_field(row, "result")
-    traceback = row.get("error_traceback")
-    if not traceback and isinstance(metrics, dict):
-        traceback = metrics.get("traceback") or metrics.get("error_traceback")
+    """One export row as the episode page shows it: fields, turns, tokens, error.
+
+    The row is read as the core reads it (:func:`rollhub.export.episode_from_row`); what a
+    training run adds to it (``step``, ``advantage``, ``trained``) is shown beside.
+
+    :raises UsageError: the row is not one of the export schema this rollhub reads.
+    """
+    try:
+        episode = episode_from_row(row)
+    except (KeyError, TypeError, ValueError) as exc:  # ValidationError is a ValueError
+        raise UsageError(f"episode {n} is not a readable export row: {exc}") from None
+    metrics = episode.metrics
     error = None
-    if row.get("error_type") or row.get("error_message"):
-        error = {"type": row.get("error_type"), "message": row.get("error_message"),
-                 "traceback": traceback}
-    traces = [_trace_view(t, dec) for t in row.get("traces") or []]
+    if episode.error is not None:
+        error = {**episode.error.to_dict()}
+        error["traceback"] = (
+            error["traceback"] or metrics.get("traceback") or metrics.get("error_traceback")
+        )
     return {
         "n": n,
-        **{k: row.get(k) for k in ("episode_id", "group_id", "session_id", "sample_index",
-                                   "status", "trainable", "trained", "reward", "advantage",
-                                   "weight_version", "step", "num_turns",
-                                   "num_sampled_tokens", "elapsed_s", "exp_id")},
-        "reward_components": _json_field(row, "reward_components") or {},
-        "payload": _json_field(row, "payload"),
-        "result": result,
+        "episode_id": episode.episode_id,
+        "group_id": episode.group_id,
+        "session_id": episode.session_id,
+        "sample_index": episode.sample_index,
+        "status": episode.status,
+        "trainable": episode.trainable,
+        "reward": episode.reward,
+        "weight_version": episode.weight_version,
+        "num_turns": episode.num_turns,
+        "num_sampled_tokens": episode.num_sampled_tokens,
+        "elapsed_s": row.get("elapsed_s"),
+        **{k: row.get(k) for k in ("exp_id", *TRAINING_FIELDS)},
+        "reward_components": episode.reward_components,
+        "payload": episode.payload,
+        "result": episode.result,
         "metrics": metrics,
         # a session rollout's phase seconds (setup, run, teardown), from rollhub.sessions
-        "session": metrics.get("session") if isinstance(metrics, dict) else None,
+        "session": metrics.get("session"),
         "error": error,
-        "traces": traces,
+        "traces": [_trace_view(t, dec) for t in episode.traces],
         "decoded": dec.tokenizer is not None,
         "decoder_note": dec.error,
     }

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+from rollhub import hookimpl
 from rollhub.components import build_component, component_context, open_config_store, store_url
-from rollhub.config import load_config
+from rollhub.config import load_config, parse_config
+from rollhub.errors import PluginError
 from rollhub.plugins import build_host
 from rollhub.stores.file import FileResultStore
 
@@ -39,3 +42,29 @@ def test_sections_are_built_with_one_context_and_an_absolute_store(tmp_path, mon
     for url in ("s3://bucket/prefix", f"file://{tmp_path / 'abs'}"):
         cfg.store.url = url
         assert store_url(cfg) == url
+
+
+class NotATrainer:
+    """Registered as a trainer without deriving from ``Trainer``."""
+
+    name = "stray"
+
+    def __init__(self, *, context: object) -> None:
+        self.context = context
+
+
+class Stray:
+    @hookimpl
+    def rollhub_register_components(self, registry):
+        registry.add_trainer(NotATrainer)
+
+
+def test_a_component_that_is_not_of_its_kind_is_refused_naming_the_base(tmp_path):
+    cfg = parse_config({"trainer": {"name": "stray"}}, env={})
+    host = build_host(entry_points=False, plugins=[Stray()])
+    with pytest.raises(
+        PluginError,
+        match=r"trainer 'stray' is a .*NotATrainer, not a "
+        r"rollhub\.training\.trainer\.Trainer",
+    ):
+        build_component(host.registry, cfg, "trainer", component_context(cfg))

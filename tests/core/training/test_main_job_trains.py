@@ -158,3 +158,8 @@ def test_rollhub_eval_scores_the_checkpoint(trained: Path, tmp_path: Path) -> No
     report = json.loads((trained / "eval-step-000002.json").read_text())
     assert report["label"].endswith("step-000002") and report["samples"] == 4
     assert set(report) >= {"pass_at_1", "pass_at_k", "reward_mean", "tool_call_rate", "failures"}
+    # the episodes sit beside the report
+    kept = read_rows(trained / "eval-step-000002.episodes.jsonl")
+    assert len(kept) == 4 and {r["group_id"] for r in kept} == set(report["by_prompt"])
+    # and the training run's own episodes are untouched by the evaluation
+    assert len(read_rows(trained / "episodes.jsonl")) == 2 * 2 * N_SAMPLES

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rollhub_gateway.conformance_report import CONFORMANCE_FAMILIES
+from rollhub_gateway.token_codec import BatchDecoder
 
 TOOL_FAMILIES = [n for n, (fam, _) in CONFORMANCE_FAMILIES.items() if fam != "chatml"]
 
@@ -198,3 +199,20 @@ def test_any_chunking_streams_a_prefix_of_the_parse(
     assert parsed.content.startswith(streamed)
     if parsed.reasoning is not None:
         assert "".join(d.text for d in deltas if d.kind == "reasoning") == parsed.reasoning
+
+
+def test_a_family_without_reasoning_markup_streams_content_even_if_told_it_reasons(
+    family_model,
+):
+    """``in_reasoning`` means nothing to a family with no reasoning markup (``parse``
+    ignores it); the streaming parser agrees instead of looking up markup it has not."""
+    model = family_model("smollm2")
+    r = model.renderer
+    parser = r.family.new_stream_parser(BatchDecoder(r.codec, set(r.stop_ids)),
+                                        in_reasoning=True)
+    text = "The answer is 4."
+    deltas = [d for t in r.encode(text) for d in parser.feed([t])]
+    assert [d.kind for d in deltas] == ["content"] * len(deltas)
+    assert "".join(d.text for d in deltas) == text
+    assert (parser.finish().content, r.family.parse(text, in_reasoning=True).reasoning) == (
+        text, None)

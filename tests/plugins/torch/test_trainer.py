@@ -347,3 +347,38 @@ def test_the_engine_samples_from_a_copy_sharing_the_frozen_layers(
     finally:
         engine.update_policy(own, 0)
         asyncio.run(engine.generate(prompt, SamplingParams(max_tokens=1, temperature=0.0)))
+
+
+@pytest.mark.parametrize(
+    ("token_source", "model", "shares"),
+    [
+        ('name = "gateway"\nengine = { name = "transformers", options = { model = "M" } }',
+         "M", True),
+        ('name = "gateway"\nengine = { name = "transformers", options = { model = "M", '
+         'dtype = "bfloat16" } }', "M", False),
+        ('name = "gateway"\nurl = "http://127.0.0.1:9"\n'
+         'engine = { name = "transformers", options = { model = "M" } }', "M", False),
+        ('name = "gateway"\nengine = { name = "scripted" }', "smollm2-135m-instruct", False),
+        ('name = "none"', "smollm2-135m-instruct", False),
+    ],
+)
+def test_the_trained_model_and_temperature_are_read_from_the_run_config(
+    token_source: str, model: str, shares: bool
+) -> None:
+    """The model trained is the one the gateway's transformers engine samples; its frozen
+    layers are shared only with an in-process engine sampling in float32."""
+    import tomllib
+
+    from rollhub.config import parse_config
+    from rollhub.registry import ComponentContext
+    from rollhub_torch.trainer import _engine_shares
+
+    config = parse_config(tomllib.loads(
+        f'[experiment]\nsampling = {{ temperature = 0.6 }}\n[token_source]\n{token_source}\n'
+    ), env={})
+    trainer = TorchTrainer(TorchTrainerOptions(), context=ComponentContext(config=config))
+    assert (trainer.model_name, trainer.temperature) == (model, 0.6)
+    assert _engine_shares(config, model) is shares
+    assert not _engine_shares(config, "another")
+    bare = TorchTrainer(TorchTrainerOptions())
+    assert (bare.model_name, bare.temperature) == ("smollm2-135m-instruct", 1.0)

@@ -50,14 +50,14 @@ def test_prompt_overflow_moves_the_tail_to_the_response_with_mask_zero():
     assert fit.response_ids == [4, 5, 6, 7]
     assert fit.response_mask == [0, 0, 1, 1]
     assert fit.response_logprobs == [0.0, 0.0, -0.5, -0.5]
-    assert (fit.prompt_overflow, fit.response_truncated) == (2, 0)
+    assert (fit.prompt_overflow, fit.truncated_tokens) == (2, 0)
 
 
 def test_response_over_budget_is_cut_at_the_end_and_counted():
     fit = fit_record(record([1, 2, 3, 4, 5], [6, 7, 8], [1, 0, 1]), Budget(3, 4))
     assert fit.response_ids == [4, 5, 6, 7]
     assert fit.response_mask == [0, 0, 1, 0]
-    assert (fit.prompt_overflow, fit.response_truncated) == (2, 1)
+    assert (fit.prompt_overflow, fit.truncated_tokens) == (2, 1)
 
 
 def test_ok_episode_maps_field_by_field():

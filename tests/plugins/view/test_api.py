@@ -242,3 +242,46 @@ def test_a_session_rollout_shows_its_phase_seconds(serve, tmp_path: Path):
     (run / "episodes.jsonl").write_text(json.dumps(row) + "\n")
     ep = httpx.get(f"{serve(run).url}/api/runs/0/episodes/0").json()
     assert ep["session"] == phases
+
+
+def test_an_episode_is_read_as_the_core_exports_it(serve, tmp_path: Path):
+    """The episode page parses rows with the core's ``episode_from_row``: what
+    ``episode_to_row`` wrote comes back field for field (a trace's extra fields under its
+    metadata); a row the core cannot read is refused naming it, not shown half-parsed."""
+    from rollhub.episode import Episode, ErrorInfo
+    from rollhub.export import episode_to_row
+    from rollhub.trace import TraceRecord, TurnSpan
+
+    trace = TraceRecord(
+        session_id="s", prompt_ids=[1, 2], response_ids=[3, 4, 5], response_mask=[1, 0, 1],
+        response_logprobs=[-0.5, 0.0, -0.25], model_id="m", metadata={"k": 1},
+        turns=[TurnSpan(turn_index=0, start=0, end=1, weight_version=2),
+               TurnSpan(turn_index=1, start=2, end=3, finish_reason="length")],
+        label="extra",
+    )
+    episode = Episode("e1", "g1", "s", 0, "error", payload={"q": "?"}, reward=0.0,
+                      reward_components={"r": 0.0}, error=ErrorInfo("ToolError", "boom"),
+                      traces=[trace], weight_version=2, submitted_at=1.0, finished_at=3.5,
+                      metrics={"traceback": "Traceback ...", "node": "n1"})
+    good = {**episode_to_row(episode, "x"), "step": 4, "advantage": -0.5, "trained": True}
+    bad = {**good, "episode_id": "e2", "schema_version": 99}
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "episodes.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    s = serve(run)
+
+    ep = httpx.get(f"{s.url}/api/runs/0/episodes/0").json()
+    assert (ep["episode_id"], ep["status"], ep["step"], ep["advantage"], ep["trained"]) == (
+        "e1", "error", 4, -0.5, True)
+    assert (ep["num_turns"], ep["num_sampled_tokens"], ep["elapsed_s"]) == (2, 2, 2.5)
+    assert ep["payload"] == {"q": "?"} and ep["reward_components"] == {"r": 0.0}
+    assert ep["error"] == {"type": "ToolError", "message": "boom", "traceback": "Traceback ..."}
+    (shown,) = ep["traces"]
+    assert shown["metadata"] == {"k": 1, "label": "extra"}
+    assert [t["turn_index"] for t in shown["turns"]] == [0, 1]
+    assert shown["turns"][1]["finish_reason"] == "length"
+    assert shown["tokens"]["kind"] == ["p", "p", "s", "e", "s"]
+    assert shown["tokens"]["version"] == [None, None, 2, None, None]
+
+    refused = httpx.get(f"{s.url}/api/runs/0/episodes/1")
+    assert refused.status_code == 400 and "schema_version 99" in refused.json()["error"]

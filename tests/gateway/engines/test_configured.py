@@ -1,0 +1,60 @@
+"""A run's config read as the gateway's typed engine options (what the torch trainer uses)."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+from rollhub.config import RollhubConfig, parse_config
+from rollhub.errors import ConfigError
+from rollhub_gateway.engines.configured import gateway_options, in_process, transformers_options
+
+
+def _config(toml: str) -> RollhubConfig:
+    return parse_config(tomllib.loads(toml), env={})
+
+
+def test_the_transformers_engine_options_of_an_in_process_gateway() -> None:
+    cfg = _config(
+        '[token_source]\nname = "gateway"\n'
+        'engine = { name = "transformers", options = { model = "/models/m", dtype = "bfloat16" } }\n'
+    )
+    gateway = gateway_options(cfg)
+    assert gateway is not None and in_process(gateway)
+    engine = transformers_options(gateway)
+    assert engine is not None and (engine.model, engine.dtype) == ("/models/m", "bfloat16")
+
+
+def test_defaults_a_pool_a_remote_gateway_and_other_sources() -> None:
+    gateway = gateway_options(_config('[token_source]\nname = "gateway"\n'))
+    engine = transformers_options(gateway) if gateway else None
+    assert engine is not None and engine.model == "smollm2-135m-instruct"
+
+    remote = gateway_options(
+        _config('[token_source]\nname = "gateway"\nurl = "http://127.0.0.1:9"\n')
+    )
+    assert remote is not None and not in_process(remote)
+
+    scripted = gateway_options(
+        _config('[token_source]\nname = "gateway"\nengine = { name = "scripted" }\n')
+    )
+    assert scripted is not None and transformers_options(scripted) is None
+
+    assert gateway_options(_config('[token_source]\nname = "none"\n')) is None
+    assert gateway_options(None) is None
+
+
+def test_a_misspelt_option_names_its_field() -> None:
+    gateway = gateway_options(
+        _config(
+            '[token_source]\nname = "gateway"\nengine = { name = "transformers", options = { modle = "x" } }\n'
+        )
+    )
+    assert gateway is not None
+    with pytest.raises(ConfigError, match="modle") as err:
+        transformers_options(gateway)
+    assert err.value.field == "token_source.engine.options.modle"
+
+    with pytest.raises(ConfigError, match="prot") as err:
+        gateway_options(_config('[token_source]\nname = "gateway"\nprot = 1\n'))
+    assert err.value.field == "token_source.prot"
