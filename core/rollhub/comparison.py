@@ -7,10 +7,15 @@ with a 95% interval from a paired bootstrap over the prompts both runs scored.
 
 A run's held-out "after" is the report of its latest checkpoint when ``rollhub eval
 --checkpoint`` wrote one (usually the larger evaluation), else the run's own ``eval.json``.
+
+With ``policy``, every figure is that ``[[policies]]`` entry's: its per-step figures
+(``policy/<name>/…`` in ``metrics.jsonl``), its success per episode (its ``reward_key``'s
+component, else the episode's), its held-out report (the report's ``policies``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -52,18 +57,22 @@ class RunSummary:
     after_source: str | None
     manifest: dict[str, Any] = field(default_factory=dict)
     versus_control: dict[str, Any] = field(default_factory=dict)
+    #: the prefix of its per-step figures in ``metrics.jsonl`` (``policy/<name>/``, or none)
+    prefix: str = ""
 
 
 def summarize_run(
-    path: str | Path, *, label: str | None = None, last: int = 3, success_threshold: float = 1.0
+    path: str | Path, *, label: str | None = None, last: int = 3, success_threshold: float = 1.0,
+    policy: str | None = None,
 ) -> RunSummary:
-    """Read one run directory.
+    """Read one run directory (with ``policy``: that policy's figures).
 
-    :raises UsageError: it holds no training run (no ``metrics.jsonl``).
+    :raises UsageError: it holds no training run (no ``metrics.jsonl``), or no ``policy``.
     """
     run = RunDir(path)
     if not run.metrics.is_file():
         raise UsageError(f"{run.path}: no metrics.jsonl; give the directory of a training run")
+    key = _reward_key(run, policy) if policy is not None else None
     rows = read_metrics(run.metrics)
     tail = rows[-last:]
     steps_kept = {r.get("step") for r in tail}
@@ -72,7 +81,7 @@ def summarize_run(
         for row in read_rows(run.episodes):
             if row.get("step") in steps_kept:
                 by_prompt.setdefault(str(row["group_id"]), []).append(
-                    float(_solved(row, success_threshold))
+                    float(_solved(row, success_threshold, key))
                 )
     evals = run.read_json(RunDir.EVAL) or {}
     after, source = evals.get("after"), RunDir.EVAL if evals.get("after") else None
@@ -81,24 +90,46 @@ def summarize_run(
         report = run.checkpoint_report(ckpt.directory)
         if report.is_file():
             after, source = run.read_json(report.name), report.name
+    before = evals.get("before")
+    prefix = f"policy/{policy}/" if policy is not None else ""
+    if policy is not None:
+        before, after = (((r or {}).get("policies") or {}).get(policy) for r in (before, after))
     return RunSummary(
         label=label or run.path.name,
         path=run.path,
         steps=len(rows),
-        last={key: window_mean(tail, key) for key in ("success_rate", "reward_mean",
-                                                       "tool_call_rate")},
+        last={k: window_mean(tail, prefix + k) for k in ("success_rate", "reward_mean",
+                                                         "tool_call_rate")},
         last_by_prompt=by_prompt,
-        before=evals.get("before"),
+        before=before,
         after=after,
         after_source=source,
         manifest=run.manifest(),
+        prefix=prefix,
     )
 
 
-def _solved(row: Mapping[str, Any], threshold: float) -> bool:
-    """An exported episode row solved its task (the agent's flag, else the reward)."""
+def _reward_key(run: RunDir, policy: str) -> str | None:
+    """The ``reward_key`` of ``policy`` in the run's config (None: the episode's reward).
+
+    :raises UsageError: the run has no such policy.
+    """
+    policies = (run.read_json(RunDir.CONFIG) or {}).get("policies") or []
+    for entry in policies:
+        if entry.get("name") == policy:
+            return entry.get("reward_key")
+    names = ", ".join(str(p.get("name")) for p in policies) or "none"
+    raise UsageError(f"{run.path}: its config has no policy {policy!r} (policies: {names})")
+
+
+def _solved(row: Mapping[str, Any], threshold: float, key: str | None = None) -> bool:
+    """An exported episode row solved its task (the agent's flag, else the reward; with a
+    policy's ``key``, that reward component)."""
     if row.get("status") != "ok":
         return False
+    if key is not None:
+        value = json.loads(row.get("reward_components") or "{}").get(key)
+        return value is not None and float(value) >= threshold
     result = row.get("result")
     if isinstance(result, dict) and isinstance(result.get("success"), bool):
         return bool(result["success"])

@@ -41,6 +41,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rollhub.errors import ConfigError
+from rollhub.judge.config import JudgeConfig
+from rollhub.policies import PolicyConfig, check_policies
 from rollhub.sessions.config import SessionsConfig
 from rollhub.validation import explain, first_loc
 
@@ -276,9 +278,19 @@ class RollhubConfig(_Strict):
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
     #: bounds of rollouts run as sessions (runtimes that offer them: ``a2a``)
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
+    #: several policies in one episode (:mod:`rollhub.policies`); none: one policy
+    policies: list[PolicyConfig] = Field(default_factory=list)
+    #: a frozen model that scores or ranks each group's episodes (:mod:`rollhub.judge`)
+    judge: JudgeConfig | None = None
 
     #: directory relative paths in the file are resolved against (set by the loader).
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
+
+    @field_validator("policies")
+    @classmethod
+    def _unique_policies(cls, value: list[PolicyConfig]) -> list[PolicyConfig]:
+        check_policies(value)
+        return value
 
     def path(self, value: str | os.PathLike[str]) -> Path:
         """Resolve a path from the config against the config file's directory."""

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rollhub.errors import ConfigError
+from rollhub.errors import ConfigError, UsageError
 
-__all__ = ["MAX_ID_CHARS", "load_jsonl_dataset"]
+__all__ = ["MAX_ID_CHARS", "group_id_of", "load_jsonl_dataset"]
 
 #: longest prompt id: a session id adds ``-<sample>-<12 hex>`` and must stay a key part
 MAX_ID_CHARS = 180
 
 
 def load_jsonl_dataset(
-    path: str | Path, *, id_field: str = "id", limit: int | None = None,
+    path: str | Path,
+    *,
+    id_field: str = "id",
+    limit: int | None = None,
     field: str = "experiment.dataset",
 ) -> list[dict[str, Any]]:
     """Read payloads from a JSONL file; every line must be an object with ``id_field``.
@@ -25,9 +29,7 @@ def load_jsonl_dataset(
     """
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(
-            f"dataset {str(p)!r} ({field}) does not exist", field=field
-        )
+        raise ConfigError(f"dataset {str(p)!r} ({field}) does not exist", field=field)
     payloads: list[dict[str, Any]] = []
     seen: set[str] = set()
     with p.open(encoding="utf-8") as f:
@@ -37,13 +39,9 @@ def load_jsonl_dataset(
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ConfigError(
-                    f"{p}:{lineno}: not valid JSON: {exc.msg}", field=field
-                ) from None
+                raise ConfigError(f"{p}:{lineno}: not valid JSON: {exc.msg}", field=field) from None
             if not isinstance(obj, dict):
-                raise ConfigError(
-                    f"{p}:{lineno}: each line must be a JSON object", field=field
-                )
+                raise ConfigError(f"{p}:{lineno}: each line must be a JSON object", field=field)
             pid = obj.get(id_field)
             if pid is None or str(pid) == "":
                 raise ConfigError(
@@ -76,3 +74,14 @@ def _check_id(pid: str, path: Path, lineno: int, id_field: str, field: str) -> N
             f"{path}:{lineno}: id {pid[:60]!r} cannot name a result: {exc}; rename it",
             field=field,
         ) from None
+
+
+def group_id_of(payload: Mapping[str, Any], id_field: str) -> str:
+    """The prompt id of a payload (its ``id_field``), required to be present."""
+    value = payload.get(id_field)
+    if value is None or value == "":
+        raise UsageError(
+            f"payload has no {id_field!r} field (experiment.id_field); every prompt needs a "
+            f"stable id so its samples form one group and reruns can resume"
+        )
+    return str(value)

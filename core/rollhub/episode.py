@@ -135,6 +135,8 @@ class EpisodeGroup:
     group_id: str
     payload: dict[str, Any]
     episodes: list[Episode]
+    #: what scoring the group together cost (``{"judge": {"calls": 1, "s": 0.8}}``)
+    metrics: dict[str, Any] = field(default_factory=dict)
     #: why no episode of the group trains although some succeeded (set by the failure
     #: policy when infrastructure failures left the group too small); None: not dropped
     dropped: str | None = None

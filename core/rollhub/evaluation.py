@@ -17,6 +17,7 @@ from typing import Any
 from rollhub.episode import Episode, pass_at_k
 from rollhub.hub_view import HubView
 from rollhub.intervals import bootstrap_mean, wilson
+from rollhub.policies import PolicyConfig, policy_episode
 
 __all__ = ["EvalReport", "evaluate", "summarize_episodes"]
 
@@ -34,6 +35,8 @@ class EvalReport:
         the prompts carry one.
     :param by_prompt: per prompt: its split, which samples solved it (1/0, a failed episode
         0) and the rewards of its ``ok`` episodes (what ``rollhub compare`` pairs runs by).
+    :param policies: with ``[[policies]]``, the same figures per policy, each over its own
+        records and scored by its own reward (``reward_key``), with its own ``by_prompt``.
     """
 
     label: str
@@ -52,6 +55,7 @@ class EvalReport:
     reward_mean_ci: tuple[float, float] | None = None
     splits: dict[str, dict[str, Any]] = field(default_factory=dict)
     by_prompt: dict[str, dict[str, Any]] = field(default_factory=dict)
+    policies: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -94,10 +98,10 @@ def _figures(
 def summarize_episodes(
     label: str, by_prompt: Mapping[str, Sequence[Episode]], k: int,
     weight_version: int | None = None, elapsed_s: float = 0.0, success_threshold: float = 1.0,
-    split_field: str | None = "split",
+    split_field: str | None = "split", policies: Sequence[PolicyConfig] = (),
 ) -> EvalReport:
     """The report of finished episodes grouped by prompt, with per-split figures when the
-    prompts' payloads carry ``split_field``."""
+    prompts' payloads carry ``split_field``, and per-policy figures for ``policies``."""
     split_of = {
         key: str(g[0].payload.get(split_field)) if g and split_field
         and g[0].payload.get(split_field) is not None else None
@@ -115,9 +119,20 @@ def summarize_episodes(
         }
         for key, g in by_prompt.items()
     }
+    per_policy = {}
+    for policy in policies:
+        seen = {key: [policy_episode(e, policy) for e in g] for key, g in by_prompt.items()}
+        per_policy[policy.name] = {
+            **_figures(seen, k, success_threshold),
+            "reward_key": policy.reward_key,
+            "by_prompt": {key: {"split": split_of[key],
+                                "solved": [int(e.solved(success_threshold)) for e in g]}
+                          for key, g in seen.items()},
+        }
     return EvalReport(
         label=label, k=k, weight_version=weight_version, elapsed_s=round(elapsed_s, 2),
-        splits=splits, by_prompt=detail, **_figures(by_prompt, k, success_threshold),
+        splits=splits, by_prompt=detail, policies=per_policy,
+        **_figures(by_prompt, k, success_threshold),
     )
 
 
@@ -140,5 +155,5 @@ async def evaluate(
     return summarize_episodes(
         label, by_prompt, n, hub.weight_version, time.monotonic() - t0,
         success_threshold=hub.config.rewards.success_threshold,
-        split_field=hub.config.eval.split_field,
+        split_field=hub.config.eval.split_field, policies=hub.config.policies,
     )

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from rollhub.commands import CommandTable
     from rollhub.config import RollhubConfig
-    from rollhub.episode import Episode
+    from rollhub.episode import Episode, EpisodeGroup
     from rollhub.hub_view import HubView
     from rollhub.registry import ComponentRegistry
     from rollhub.rollout import RolloutRequest, SubmitReceipt
@@ -192,6 +192,30 @@ def rollhub_collect_rewards(
     ``rewards`` is a list).
     Awaitable: yes.
     Example: ``rollhub_sandbox.rewards`` runs the task's tests in the episode's sandbox.
+    """
+
+
+@hookspec
+def rollhub_collect_group_rewards(
+    group: EpisodeGroup, hub: HubView
+) -> (
+    Mapping[str, Mapping[str, float]] | Awaitable[Mapping[str, Mapping[str, float]] | None] | None
+):
+    """Compute named reward components for the episodes of one group, scored together.
+
+    :param group: the finished group; its ``ok`` episodes carry their own components.
+    :param hub: the hub running the experiment.
+
+    All implementations run, once per group, after every episode's
+    ``rollhub_collect_rewards`` and before the failure policy. Each returns a mapping of
+    episode id to ``{component: finite float}`` (``ok`` episodes only), an awaitable of
+    one, or None. The core merges them into each episode's components (a name the episode
+    already has is a :class:`~rollhub.errors.RewardError`) and recomputes its reward; a
+    hook that raises fails the group's ``ok`` episodes as reward errors. Put what scoring
+    cost in ``group.metrics[<name>]`` (numbers): the loop sums it per step.
+    Default: none.
+    Awaitable: yes.
+    Example: ``rollhub.judge`` asks a frozen policy to score or rank the group's episodes.
     """
 
 

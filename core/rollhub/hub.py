@@ -33,11 +33,14 @@ from rollhub.attempts import end_attempt, next_attempt, note_close_error, take_o
 from rollhub.client import AsyncRolloutClient
 from rollhub.components import build_component, component_context, open_config_store
 from rollhub.config import RollhubConfig
+from rollhub.dataset import group_id_of
 from rollhub.episode import Episode, EpisodeGroup, ErrorInfo
 from rollhub.errors import RewardError, RollhubError, TokenRetrievalError, UsageError
+from rollhub.group_rewards import collect_group_rewards
 from rollhub.hook_calls import call_all, call_first
 from rollhub.plugin_settings import check_config
 from rollhub.plugins import PluginHost, build_host
+from rollhub.policies import effective_staleness
 from rollhub.rewards import apply_failure_policy, merge_reward_components
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 from rollhub.runtime import Runtime
@@ -46,6 +49,7 @@ from rollhub.sessions.episodes import SessionEpisodes
 from rollhub.staleness import StalenessGate
 from rollhub.stores.base import ResultStore
 from rollhub.tokens import TokenSource
+from rollhub.training.policy_trainer import build_trainer
 from rollhub.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -88,7 +92,7 @@ class AsyncHub:
         self.run_dir = run_dir
         self.exp_id = config.experiment.resolved_exp_id
         self._parts: _Parts | None = None
-        self._gate = StalenessGate(config.experiment.max_staleness)
+        self._gate = StalenessGate(effective_staleness(config))
         self._slots = asyncio.Semaphore(config.experiment.concurrency)
         self._started = False
         self._seeds = EpisodeSeeds(config.experiment.seed)
@@ -170,7 +174,7 @@ class AsyncHub:
         store = open_config_store(cfg, registry)
         runtime: Runtime = build_component(registry, cfg, "runtime", context)
         token_source: TokenSource = build_component(registry, cfg, "token_source", context)
-        trainer: Trainer = build_component(registry, cfg, "trainer", context)
+        trainer: Trainer = build_trainer(registry, cfg, context)  # one per policy
         await token_source.start()
         if self._gate.current is not None:
             token_source.set_weight_version(self._gate.current)
@@ -406,6 +410,7 @@ class AsyncHub:
             *(self.run_episode(payload, gid, i, sampling=sampling) for i in range(n))
         )
         group = EpisodeGroup(gid, dict(payload), list(episodes))
+        await collect_group_rewards(self, group)  # e.g. a judge ranking the group
         rewards = self.config.rewards
         apply_failure_policy(group, rewards.on_failure, min_group_size=rewards.min_group_size)
         return group
@@ -433,17 +438,3 @@ class AsyncHub:
             raise UsageError(
                 "the hub is not started: use 'async with AsyncHub(cfg) as hub' or await hub.start()"
             )
-
-
-# Pure helpers ------------------------------------------------------------------------------
-
-
-def group_id_of(payload: Mapping[str, Any], id_field: str) -> str:
-    """The prompt id of a payload (its ``id_field``), required to be present."""
-    value = payload.get(id_field)
-    if value is None or value == "":
-        raise UsageError(
-            f"payload has no {id_field!r} field (experiment.id_field); every prompt needs a "
-            f"stable id so its samples form one group and reruns can resume"
-        )
-    return str(value)

@@ -51,6 +51,8 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "rollhub.builtin.stores",
     "rollhub.builtin.runtimes",
     "rollhub.builtin.pipeline",
+    "rollhub.builtin.policies",
+    "rollhub.judge.plugin",
     "rollhub.compat.plugin",
 )
 

@@ -91,12 +91,15 @@ class ComponentContext:
         run.
     :param exp_id: the experiment id, the result-store prefix.
     :param config: the whole validated config, or None (a component built from code).
+    :param policy: the ``[[policies]]`` name a trainer is built for (one trainer per
+        trainable policy), else None.
     """
 
     base_dir: Path = field(default_factory=Path.cwd)
     run_dir: Path | None = None
     exp_id: str = "rollhub"
     config: RollhubConfig | None = None
+    policy: str | None = None
 
     def path(self, value: str | Path) -> Path:
         """``value`` resolved against :attr:`base_dir` (absolute paths unchanged)."""

@@ -85,6 +85,11 @@ class RolloutConfig(BaseModel):
     result_store: str = Field(description="result store URL: file:///dir or s3://bucket/prefix")
     base_url: str | None = Field(None, description="OpenAI/Anthropic-compatible model endpoint")
     model_id: str | None = Field(None, description="model name to send to base_url")
+    models: dict[str, str] = Field(
+        default_factory=dict,
+        description="policy name → the model name that reaches it at base_url (runs with "
+        "[[policies]]; model_id is the first policy's)",
+    )
     api_key: SecretStr | None = Field(None, description="key for base_url (a gateway session)")
     sampling: dict[str, Any] = Field(default_factory=dict, description="sampling parameters")
     callback_url: str | None = Field(None, description="where to POST completion notices")

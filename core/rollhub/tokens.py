@@ -36,6 +36,8 @@ class CaptureSession:
     api_key: str | None
     model_id: str | None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: policy name → model name, when the session serves several policies
+    models: dict[str, str] = field(default_factory=dict)
 
     def apply_to(self, rollout: RolloutConfig) -> None:
         """Point a rollout's model endpoint at this session (what the agent will call)."""
@@ -45,6 +47,8 @@ class CaptureSession:
             rollout.api_key = SecretStr(self.api_key)
         if self.model_id is not None:
             rollout.model_id = self.model_id
+        if self.models:
+            rollout.models = dict(self.models)
 
 
 class TokenSource(ABC):

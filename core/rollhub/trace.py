@@ -64,6 +64,9 @@ class TurnSpan(BaseModel):
     masked_tokens: int = Field(
         0, description="sampled tokens of earlier turns this call's re-rendered prompt dropped"
     )
+    policy: str | None = Field(
+        None, description="the policy that sampled it ([[policies]]; None: the only one)"
+    )
 
 
 class TurnCall(BaseModel):
@@ -94,6 +97,11 @@ class TraceRecord(BaseModel):
     turns: list[TurnSpan] = Field(default_factory=list)
     finish_reason: str = "stop"
     model_id: str | None = None
+    policy: str | None = Field(
+        None,
+        description="the policy that sampled every turn of this record ([[policies]]; a "
+        "record never mixes policies); None: a run with one policy",
+    )
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -34,6 +34,7 @@ __all__ = [
     "EngineSection",
     "GatewayConfig",
     "PoolSection",
+    "ServedPolicy",
     "SessionPolicy",
     "load_gateway_config",
 ]
@@ -80,6 +81,23 @@ class EngineSection(_Strict):
     options: dict[str, Any] = Field(default_factory=dict, description="the backend's options")
 
 
+class ServedPolicy(_Strict):
+    """One policy a gateway serves beside others, reached by its model name
+    (:mod:`rollhub_gateway.policy_routes`); each gets its own engine from ``engine``."""
+
+    name: str = Field(description="the policy's name, stamped on its turns")
+    model_id: str | None = Field(None, description="the model name agents send (default: name)")
+    trainable: bool = Field(True, description="false: frozen, its engine takes no new weights")
+    weights: str | None = Field(
+        None, description="a safetensors file of parameters loaded over its engine's model"
+    )
+
+    @property
+    def served_id(self) -> str:
+        """The model name that reaches it."""
+        return self.model_id or self.name
+
+
 class GatewayConfig(_Strict):
     """Everything the gateway needs to serve: network, model, engine, sessions, limits."""
 
@@ -109,6 +127,11 @@ class GatewayConfig(_Strict):
         16 * 1024 * 1024, ge=1024, description="largest request body accepted (else 413)"
     )
     log_turns: bool = Field(True, description="one structured INFO log line per turn")
+    policies: list[ServedPolicy] = Field(
+        default_factory=list,
+        description="several policies, each its own engine, routed by the model name a "
+        "call sends (the first is the default); empty: one policy, any model name",
+    )
 
     @property
     def served_model_id(self) -> str:

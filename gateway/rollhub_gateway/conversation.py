@@ -95,7 +95,7 @@ class HFConversation(TurnRecords):
             raise GatewayError("a chat turn needs at least one message", field="messages")
         tools_key = self._tools_key(turn.tools)
         tools = self._tools[2]
-        parent, digest = self._match(turn.messages, tools_key)
+        parent, digest = self._match(turn.messages, tools_key, turn.policy)
         known = len(parent.messages) if parent else 0
         new = turn.messages[known:]
         history = (parent.messages if parent else []) + new
@@ -119,6 +119,7 @@ class HFConversation(TurnRecords):
             masked,
             self._opens_reasoning,
             turn.messages,
+            turn.policy,
         )
         return PreparedTurn(prompt_ids=prompt, drift=drift, turn_index=index, state=state)
 
@@ -131,16 +132,20 @@ class HFConversation(TurnRecords):
         self._tools = (tools, key, frozen)
         return key
 
-    def _match(self, messages: list[dict[str, Any]], tools_key: str) -> tuple[TurnNode | None, str]:
+    def _match(
+        self, messages: list[dict[str, Any]], tools_key: str, policy: str | None = None
+    ) -> tuple[TurnNode | None, str]:
         """The node the conversation extends, and the digest of the whole conversation.
 
         Fast path: the agent re-sent a branch tip's request unchanged (plain equality) and
         our answer (semantically): only the new messages are hashed. Otherwise every
-        message is hashed and the tree searched (edits, replays, sub-agents).
+        message is hashed and the tree searched (edits, replays, sub-agents). Only turns of
+        ``policy`` are continued: another policy's turns start a record of their own.
         """
         for branch in reversed(self.tree.branches):
             tip = branch.tip
-            if tip is None or tip.sent is None or tip.tools_key != tools_key:
+            if (tip is None or tip.sent is None or tip.tools_key != tools_key
+                    or tip.policy != policy):
                 continue
             n = len(tip.sent)
             if len(messages) > n + 1 and messages[:n] == tip.sent:
@@ -160,7 +165,7 @@ class HFConversation(TurnRecords):
                 messages[:n] = tip.sent
                 return tip, prefix_digests(messages[n + 1 :], tip.history_digest)[-1]
         digests = prefix_digests(messages)
-        return self.tree.find_parent(digests, tools_key), digests[-1]
+        return self.tree.find_parent(digests, tools_key, policy), digests[-1]
 
     def _continue(
         self, parent: TurnNode | None, new: list[dict[str, Any]], tools: list[dict[str, Any]] | None

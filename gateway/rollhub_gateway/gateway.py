@@ -6,7 +6,7 @@ Model routes (session key in ``Authorization: Bearer`` or ``x-api-key``)::
     POST /v1/responses                 OpenAI Responses
     POST /v1/messages                  Anthropic Messages
     POST /v1/messages/count_tokens     Anthropic token counting
-    GET  /v1/models                    the served model
+    GET  /v1/models                    the served model (every policy's, with several)
 
 Admin routes (``Authorization: Bearer <admin token>``; see :mod:`.protocols.admin`)::
 
@@ -20,8 +20,11 @@ Admin routes (``Authorization: Bearer <admin token>``; see :mod:`.protocols.admi
 Open routes: ``GET /healthz`` (also ``/health``, as engine servers spell it, for proxies
 that health-check their upstream), ``GET /metrics`` (Prometheus text).
 
+A gateway given several policies routes each call by the ``model`` it sends
+(:mod:`.policy_routes`).
+
 Errors come back in the caller's wire format with the status SDKs expect: 400 (naming
-the field), 401, 404, 410 (a journal session that cannot be recovered exactly), 413, 429
+the field; a model name no policy has), 401, 404, 410 (a journal session that cannot be recovered exactly), 413, 429
 (per-session concurrency), 502 (engine failure).
 """
 
@@ -33,6 +36,7 @@ import secrets
 from typing import Any
 
 from aiohttp import web
+from rollhub.policies import PolicyUpdates
 from rollhub.sampling import SamplingBackend
 from rollhub.trace import TraceRecord
 
@@ -41,6 +45,7 @@ from rollhub_gateway.app_server import AppServer
 from rollhub_gateway.config import GatewayConfig, SessionPolicy
 from rollhub_gateway.http_head import route_table
 from rollhub_gateway.metrics import GatewayMetrics
+from rollhub_gateway.policy_routes import PolicyRoute, PolicyRoutes
 from rollhub_gateway.protocols import AnthropicMessages, OpenAIChat, OpenAIResponses, WireError
 from rollhub_gateway.protocols.admin import AdminRoutes
 from rollhub_gateway.protocols.base import error_response, fast_json_response
@@ -67,6 +72,8 @@ class Gateway:
     :param chat_model: renders turns to ids and parses outputs.
     :param config: network, session and limit settings (the model/engine fields are used
         by :func:`~rollhub_gateway.serving.build_gateway`, not here).
+    :param routes: several policies, each with its own backend (the first is the default
+        and should hold ``backend``); None: ``backend`` is the only policy.
     """
 
     def __init__(
@@ -74,6 +81,8 @@ class Gateway:
         backend: SamplingBackend,
         chat_model: ChatModel,
         config: GatewayConfig | None = None,
+        *,
+        routes: list[PolicyRoute] | None = None,
     ) -> None:
         self.config = config or GatewayConfig()
         self.backend = backend
@@ -94,7 +103,12 @@ class Gateway:
             self.metrics.journal_corruptions = lambda: dict(journal.corruptions)
         self.metrics.process_drift_counts = _process_drift_counts
         self.weight_version: int | None = None
-        self.planner = TurnPlanner(chat_model, weight_version=lambda: self.weight_version)
+        self.policies = PolicyRoutes(
+            routes or [PolicyRoute(None, chat_model.model_id, backend)],
+            version=lambda: self.weight_version,
+        )
+        self.planner = TurnPlanner(chat_model, weight_version=lambda: self.weight_version,
+                                   routes=self.policies)
         self.admission = Admission(self.planner)
         self.runner = TurnRunner(backend, chat_model, self.metrics, log_turns=self.config.log_turns)
         self.url: str | None = None
@@ -129,9 +143,27 @@ class Gateway:
 
     def set_weight_version(self, version: int | None) -> None:
         """The policy version stamped on every turn committed from now on (a backend
-        that reports its own version takes it too)."""
+        that reports its own version takes it too; with several policies, each has its
+        own: see :meth:`publish_policy`)."""
         self.weight_version = version
-        self.backend.set_weight_version(version)
+        if not self.policies.routed:
+            self.backend.set_weight_version(version)
+
+    def publish_policy(self, policy: Any, version: int) -> None:
+        """Sample from a trainer's new ``policy`` as ``version`` from the next turn on.
+
+        ``policy`` is what the backend takes (:meth:`SamplingBackend.update_policy`), or
+        per-policy updates (:class:`rollhub.policies.PolicyUpdates`): each policy's to its
+        own backend, with its own version.
+
+        :raises UsageError: the backend cannot take a policy; an update for a policy not
+            served here or for a frozen one.
+        """
+        if isinstance(policy, PolicyUpdates):
+            self.policies.publish(policy)
+        else:
+            self.backend.update_policy(policy, version)
+        self.set_weight_version(version)
 
     @property
     def base_url(self) -> str | None:
@@ -167,10 +199,11 @@ class Gateway:
         self.url = None
 
     async def close(self) -> None:
-        """Stop serving and close the sampling backend."""
+        """Stop serving and close the sampling backends."""
         await self.stop()
         self.admission.close()
-        await self.backend.close()
+        for backend in self.policies.backends():
+            await backend.close()
 
     # The aiohttp application ---------------------------------------------------------------
 
@@ -202,7 +235,8 @@ class Gateway:
         ]
 
     async def _on_startup(self, _app: web.Application) -> None:
-        await self.backend.start()
+        for backend in self.policies.backends():
+            await backend.start()
         self.sessions.start_reaper()
 
     async def _on_cleanup(self, _app: web.Application) -> None:
@@ -305,18 +339,24 @@ class Gateway:
                 self._session(request)
         except WireError as err:
             return error_response(adapter, err)
-        mid = self.chat_model.model_id
-        entry = {
-            "id": mid,
-            "object": "model",
-            "created": 0,
-            "owned_by": "rollhub",
-            "type": "model",
-            "display_name": mid,
-            "created_at": "1970-01-01T00:00:00Z",
-        }
+        ids = [r.model_id for r in self.policies] if self.policies.routed else [
+            self.chat_model.model_id
+        ]
+        entries = [
+            {
+                "id": mid,
+                "object": "model",
+                "created": 0,
+                "owned_by": "rollhub",
+                "type": "model",
+                "display_name": mid,
+                "created_at": "1970-01-01T00:00:00Z",
+            }
+            for mid in ids
+        ]
         return web.json_response(
-            {"object": "list", "data": [entry], "has_more": False, "first_id": mid, "last_id": mid}
+            {"object": "list", "data": entries, "has_more": False, "first_id": ids[0],
+             "last_id": ids[-1]}
         )
 
     async def _healthz(self, _request: web.Request) -> web.Response:

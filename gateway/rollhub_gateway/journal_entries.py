@@ -19,7 +19,7 @@ __all__ = ["journal_entry", "rebuild"]
 def journal_entry(node: TurnNode) -> dict[str, Any]:
     """The journal entry of a committed turn (fields: :data:`journal.ENTRY_FIELDS`)."""
     known = len(node.parent.messages) if node.parent else 0
-    return {
+    entry = {
         "turn": node.index,
         "parent": node.parent.index if node.parent else None,
         "base": node.base.index if node.base else None,
@@ -37,6 +37,9 @@ def journal_entry(node: TurnNode) -> dict[str, Any]:
         "prompt_text_digest": node.prompt_text_digest,
         "tools_key": node.tools_key,
     }
+    if node.policy is not None:  # runs with several policies only
+        entry["policy"] = node.policy
+    return entry
 
 
 def rebuild(
@@ -78,6 +81,7 @@ def rebuild(
             prompt_text_len=e["prompt_text_len"],
             prompt_text_digest=e["prompt_text_digest"],
             tools_key=e["tools_key"],
+            policy=e.get("policy"),
         )
         tree.add(node, recovered=True)
         by_index[node.index] = node

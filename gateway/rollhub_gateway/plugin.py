@@ -32,3 +32,11 @@ def rollhub_register_components(registry: ComponentRegistry) -> None:
 
     registry.add_token_source(GatewayTokenSource)
     register_backends(registry)
+
+
+@hookimpl
+def rollhub_check_config(config: Any) -> None:
+    """``[[policies]]`` with gateway settings that cannot serve them are refused."""
+    from rollhub_gateway.policy_serving import check_policy_serving
+
+    check_policy_serving(config)

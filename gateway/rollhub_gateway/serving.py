@@ -25,9 +25,10 @@ from rollhub.errors import ConfigError, UsageError
 from rollhub.registry import ComponentRegistry
 from rollhub.sampling import SamplingBackend
 
-from rollhub_gateway.config import GatewayConfig
+from rollhub_gateway.config import GatewayConfig, ServedPolicy
 from rollhub_gateway.engines import register_backends
 from rollhub_gateway.gateway import Gateway
+from rollhub_gateway.policy_routes import PolicyRoute
 from rollhub_gateway.turns import ChatModel
 
 __all__ = [
@@ -43,14 +44,19 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def build_backend(config: GatewayConfig, registry: Any = None) -> SamplingBackend:
+def build_backend(
+    config: GatewayConfig, registry: Any = None, *, policy: ServedPolicy | None = None
+) -> SamplingBackend:
     """The configured sampling backend, found by name in the component registry.
 
     A backend whose options have a ``model`` field gets the gateway's ``model`` unless
     ``engine.options`` sets its own.
 
+    :param policy: build the engine of this served policy (its ``weights`` loaded over the
+        model).
     :raises UnknownComponentError: no backend of that name (lists the installed ones).
-    :raises ConfigError: bad ``engine.options``.
+    :raises ConfigError: bad ``engine.options``; a policy's ``weights`` for an engine that
+        cannot load them.
     """
     from rollhub.registry import build_options
 
@@ -61,6 +67,15 @@ def build_backend(config: GatewayConfig, registry: Any = None) -> SamplingBacken
     fields = getattr(getattr(cls, "Options", None), "model_fields", {})
     if "model" in fields and "model" not in options:
         options["model"] = config.model
+    if policy is not None and policy.weights:
+        if "weights" not in fields:
+            raise ConfigError(
+                f"policy {policy.name!r} has weights, but engine {config.engine.name!r} "
+                "cannot load a weights file; serve it from an engine that can "
+                '("transformers") or drop its weights',
+                field="policies.weights",
+            )
+        options["weights"] = policy.weights
     _, opts = build_options(
         registry, "sampling_backend", config.engine.name, options, section="engine.options"
     )
@@ -93,10 +108,19 @@ def build_gateway(
     backend: SamplingBackend | None = None,
     chat_model: ChatModel | None = None,
 ) -> Gateway:
-    """A gateway for ``config``; ``backend``/``chat_model`` replace the configured ones."""
-    return Gateway(
-        backend or build_backend(config), chat_model or build_chat_model_for(config), config
-    )
+    """A gateway for ``config``; ``backend``/``chat_model`` replace the configured ones.
+
+    With ``config.policies`` every policy gets an engine of its own (``backend`` then
+    serves the first one).
+    """
+    chat_model = chat_model or build_chat_model_for(config)
+    if not config.policies:
+        return Gateway(backend or build_backend(config), chat_model, config)
+    routes = []
+    for i, policy in enumerate(config.policies):
+        engine = backend if i == 0 and backend is not None else build_backend(config, policy=policy)
+        routes.append(PolicyRoute(policy.name, policy.served_id, engine, policy.trainable, 0))
+    return Gateway(routes[0].backend, chat_model, config, routes=routes)
 
 
 def _registry() -> Any:

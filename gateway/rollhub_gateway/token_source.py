@@ -28,11 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict, Field
 from rollhub.errors import ConfigError, GatewayError, TokenRetrievalError, UsageError
+from rollhub.registry import ComponentContext
 from rollhub.tokens import CaptureSession, TokenSource, TokenSourceOptions
 from rollhub.trace import TraceRecord
 
 from rollhub_gateway.admin_call import admin_call
 from rollhub_gateway.config import GatewayConfig, PoolSection, SessionPolicy
+from rollhub_gateway.policy_serving import served_policies
 
 if TYPE_CHECKING:
     from rollhub_gateway.gateway import Gateway
@@ -64,6 +66,8 @@ class GatewayTokenSource(TokenSource):
 
     :param gateway: an already built gateway to serve (tests, custom engines); its config
         replaces the options' network and policy settings.
+    :param context: what the core tells components; with ``[[policies]]`` in its config
+        the gateway serves each policy (:mod:`rollhub_gateway.policy_serving`).
     """
 
     name = "gateway"
@@ -76,9 +80,17 @@ class GatewayTokenSource(TokenSource):
         *,
         gateway: Gateway | None = None,
         base_dir: str | Path | None = None,
+        context: ComponentContext | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(options, **kwargs)
+        if base_dir is None and context is not None:
+            base_dir = context.base_dir
+        config = getattr(context, "config", None)
+        if getattr(config, "policies", None):
+            self.options = self.options.model_copy(
+                update={"policies": served_policies(config, base_dir)}
+            )
         if base_dir is not None:
             # relative paths in rollhub.toml are relative to the config file
             update: dict[str, Any] = {}
@@ -147,7 +159,7 @@ class GatewayTokenSource(TokenSource):
             self.gateway = build_gateway(config)
         self.gateway.set_weight_version(self.weight_version)
         self._root = await self.gateway.start()
-        self._model_id = self.gateway.chat_model.model_id
+        self._model_id = self.gateway.policies.default.model_id
         log.info("gateway token source serving at %s", self._root)
 
     async def _start_pool(self) -> None:
@@ -191,9 +203,11 @@ class GatewayTokenSource(TokenSource):
                 session_id,
                 ignored,
             )
+        models: dict[str, str] = {}
         if self.gateway is not None:
             session = self.gateway.open_session(session_id, policy=policy or None)
             key, model = session.key, self._model_id
+            models = self.gateway.policies.models()
         else:
             data = await self._call(
                 "POST", "/sessions", json={"session_id": session_id, "policy": policy or None}
@@ -205,6 +219,7 @@ class GatewayTokenSource(TokenSource):
             api_key=key,
             model_id=model,
             extra={"anthropic_base_url": root},
+            models=models,
         )
 
     async def _open_pooled(
@@ -291,7 +306,7 @@ class GatewayTokenSource(TokenSource):
                 "token_source.url points at a remote gateway: a trainer's policy object can "
                 "only reach an in-process gateway; drop token_source.url to serve it here"
             )
-        self.gateway.backend.update_policy(policy, version)
+        self.gateway.publish_policy(policy, version)
         self.set_weight_version(version)
 
     async def close(self) -> None:

@@ -115,14 +115,18 @@ class TrajectoryTree:
 
     # Lookup ----------------------------------------------------------------------------------
 
-    def find_parent(self, digests: list[str], tools_key: str) -> TurnNode | None:
+    def find_parent(
+        self, digests: list[str], tools_key: str, policy: str | None = None
+    ) -> TurnNode | None:
         """The node with the longest history that a conversation extends, if any.
 
         :param digests: :func:`prefix_digests` of the new conversation's messages.
         :param tools_key: nodes rendered with the same tools are preferred.
+        :param policy: only nodes this policy sampled (a record never mixes policies).
         """
         for n in range(len(digests) - 1, 0, -1):
-            hit = self._by_history.get(digests[n - 1])
+            hit = [node for node in self._by_history.get(digests[n - 1], ())
+                   if node.policy == policy]
             if hit:
                 same_tools = [node for node in hit if node.tools_key == tools_key]
                 pool = same_tools or hit
@@ -192,7 +196,8 @@ class TrajectoryTree:
                     origin = node.parent
                     parent_branch = origin.branch.id if origin and origin.branch else None
                     fork_turn = origin.index if origin else None
-                branch = Branch(len(self.branches), parent_branch, fork_turn, len(prompt), prompt)
+                branch = Branch(len(self.branches), parent_branch, fork_turn, len(prompt), prompt,
+                                policy=node.policy)
                 self.branches.append(branch)
             if branch.tip is not None:  # continuing: the tail is environment text
                 branch.tip.sent = None  # only tips are matched by plain equality
@@ -205,7 +210,8 @@ class TrajectoryTree:
             branch.logprobs.extend(node.logprobs)
             branch.spans.append(
                 (node.index, start, start + len(node.output_ids), node.finish_reason,
-                 node.weight_version, node.drift, node.ill_formed, node.masked_tokens)
+                 node.weight_version, node.drift, node.ill_formed, node.masked_tokens,
+                 node.policy)
             )  # fmt: skip
             branch.tip = node
             node.branch = branch
@@ -247,6 +253,7 @@ class TrajectoryTree:
                         turns=[TurnSpan(**dict(zip(SPAN_FIELDS, s))) for s in b.spans],  # noqa: B905
                         finish_reason=last,
                         model_id=self.model_id,
+                        policy=b.policy,
                         metadata={"drift": dict(self.counts), "num_branches": len(self.branches)},
                     )
                 )

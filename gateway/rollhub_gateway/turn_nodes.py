@@ -52,6 +52,7 @@ class TurnNode:
         "masked_tokens",
         "n_out",
         "parent",
+        "policy",
         "prompt_text_digest",
         "prompt_text_len",
         "sent",
@@ -80,8 +81,10 @@ class TurnNode:
         tools_key: str,
         sent: list[dict[str, Any]] | None = None,
         answer_key: str = "",
+        policy: str | None = None,
     ) -> None:
         self.index = index
+        self.policy = policy  # the policy that sampled it; a branch holds one policy's turns
         self.parent = parent  # node whose history this turn's messages extend
         self.base = base  # node whose ids this turn's prompt continues
         self.extra_ids = ids_array(extra_ids)  # prompt ids after ``base``'s ids
@@ -163,12 +166,13 @@ class Branch:
     logprobs: array[float] = field(default_factory=lambda: array("d"))
     spans: list[tuple[Any, ...]] = field(default_factory=list)
     tip: TurnNode | None = None
+    policy: str | None = None
 
 
 #: the order of a span tuple's fields
 SPAN_FIELDS = (
     "turn_index", "start", "end", "finish_reason", "weight_version", "drift", "ill_formed",
-    "masked_tokens",
+    "masked_tokens", "policy",
 )  # fmt: skip
 
 

@@ -1,6 +1,7 @@
-"""Planning one model call: the session's policy checked, the prompt rendered, the
-sampling parameters resolved, the weight version current at the turn's start read. Errors
-here are 400s or 429s, before anything is sampled; :mod:`.turn_runner` samples the plan.
+"""Planning one model call: the served policy picked by the model name it sends, the
+session's policy checked, the prompt rendered, the sampling parameters resolved, the weight
+version current at the turn's start read. Errors here are 400s or 429s, before anything is
+sampled; :mod:`.turn_runner` samples the plan.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rollhub.sampling import SamplingParams, TurnContext
 from rollhub.seeding import turn_seed
 
 from rollhub_gateway.config import SessionPolicy
+from rollhub_gateway.policy_routes import PolicyRoute, PolicyRoutes
 from rollhub_gateway.protocols.base import RequestedSampling, WireError, WireRequest
 from rollhub_gateway.sessions import Session
 from rollhub_gateway.turns import ChatModel, PreparedTurn
@@ -38,6 +40,8 @@ class TurnPlan:
     t0: float
     #: the call as the backend sees it; its version is the one current when the turn started
     turn: TurnContext
+    #: the policy that samples it (None: the runner's own backend)
+    policy: PolicyRoute | None = None
 
 
 def resolve_sampling(
@@ -92,19 +96,29 @@ class TurnPlanner:
     """Plans the model calls of one chat model.
 
     :param weight_version: the policy version current now (read when a turn starts).
+    :param routes: the policies served (None: one, whatever model name a call sends).
     """
 
-    def __init__(self, chat_model: ChatModel, *, weight_version: Callable[[], int | None]) -> None:
+    def __init__(
+        self,
+        chat_model: ChatModel,
+        *,
+        weight_version: Callable[[], int | None],
+        routes: PolicyRoutes | None = None,
+    ) -> None:
         self.chat_model = chat_model
         self.weight_version = weight_version
         self._stop_ids = list(chat_model.stop_token_ids())
+        self.routes = routes
 
     def plan(self, session: Session, request: WireRequest, *, route: str) -> TurnPlan:
         """Check policy and render the prompt.
 
-        :raises WireError: 400 for a policy limit or a turn the template cannot render;
-            429 when the session has too many calls in flight.
+        :raises WireError: 400 for a model name no served policy has, a policy limit or a
+            turn the template cannot render; 429 when the session has too many calls in
+            flight.
         """
+        served = self._served(request)
         policy = session.policy
         if session.in_flight >= policy.max_concurrent_requests:
             raise WireError(
@@ -126,8 +140,11 @@ class TurnPlanner:
                 param="tools",
             )
         t0 = time.perf_counter()
+        turn = request.turn
+        if served is not None and served.name is not None:
+            turn = dataclasses.replace(turn, policy=served.name)
         try:
-            prepared = session.conversation.prepare(request.turn)
+            prepared = session.conversation.prepare(turn)
         except GatewayError as exc:
             raise WireError("invalid_request", str(exc), param="messages") from exc
         params = resolve_sampling(
@@ -146,5 +163,10 @@ class TurnPlanner:
         if top:
             # engines that can report alternatives read this (vLLM, SGLang); others ignore it
             params = dataclasses.replace(params, extra={**params.extra, "top_logprobs": top})
-        turn = TurnContext(session.session_id, prepared.turn_index, self.weight_version())
-        return TurnPlan(session, request, prepared, params, route, t0, turn)
+        version = (self.routes.version(served) if self.routes is not None and served is not None
+                   else self.weight_version())
+        context = TurnContext(session.session_id, prepared.turn_index, version)
+        return TurnPlan(session, request, prepared, params, route, t0, context, served)
+
+    def _served(self, request: WireRequest) -> PolicyRoute | None:
+        return self.routes.for_model(request.model) if self.routes is not None else None

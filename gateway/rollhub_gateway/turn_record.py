@@ -56,6 +56,7 @@ class PendingTurn:
     masked: int
     opens_reasoning: bool
     sent: list[dict[str, Any]]  # the request's messages as the agent sent them
+    policy: str | None = None  # the policy sampling the turn (several policies)
 
 
 def stamped_version(generation: Generation, started: int | None) -> int | None:
@@ -133,6 +134,7 @@ class TurnRecords:
             tools_key=st.tools_key,
             sent=st.sent,
             answer_key=answer_key,
+            policy=st.policy,
         )
         self.tree.add(node)
         if self.model.journal is not None:

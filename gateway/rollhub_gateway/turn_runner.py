@@ -53,7 +53,7 @@ class TurnRunner:
         try:
             t_engine = time.perf_counter()
             try:
-                gen = await self.backend.generate(
+                gen = await self.backend_of(plan).generate(
                     plan.prepared.prompt_ids, plan.params, turn=plan.turn
                 )
             except Exception as exc:
@@ -65,6 +65,14 @@ class TurnRunner:
         finally:
             plan.session.in_flight -= 1
             plan.session.last_used = time.monotonic()
+
+    def backend_of(self, plan: TurnPlan) -> SamplingBackend:
+        """The backend that samples ``plan``: its policy's, else this runner's."""
+        return plan.policy.backend if plan.policy is not None else self.backend
+
+    def model_id_of(self, plan: TurnPlan) -> str:
+        """The model name a response of ``plan`` carries: its policy's."""
+        return plan.policy.model_id if plan.policy is not None else self.chat_model.model_id
 
     def stream(self, plan: TurnPlan) -> TurnStream:
         """A stream of this call's output (call :meth:`TurnStream.start` first)."""
@@ -95,7 +103,7 @@ class TurnRunner:
             parsed=parsed,
             generation=gen,
             prompt_tokens=len(plan.prepared.prompt_ids),
-            model_id=self.chat_model.model_id,
+            model_id=self.model_id_of(plan),
             turn_index=plan.prepared.turn_index,
             completion_tokens=len(gen.token_ids),
             finish_reason="tool_calls" if parsed.tool_calls else gen.finish_reason,
@@ -138,7 +146,7 @@ class TurnStream:
     def __init__(self, runner: TurnRunner, plan: TurnPlan) -> None:
         self.runner = runner
         self.plan = plan
-        self._agen: Any = runner.backend.stream(
+        self._agen: Any = runner.backend_of(plan).stream(
             plan.prepared.prompt_ids, plan.params, turn=plan.turn
         )
         self._first: TokenChunk | Generation | None = None
@@ -177,7 +185,7 @@ class TurnStream:
         yield Started(
             len(plan.prepared.prompt_ids),
             plan.prepared.turn_index,
-            self.runner.chat_model.model_id,
+            self.runner.model_id_of(plan),
             plan.prepared.prompt_ids,
         )
         gen: Generation | None = None

@@ -96,6 +96,8 @@ class ChatTurn:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
+    #: the policy serving the call (several policies): its turns continue only its own
+    policy: str | None = None
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,12 @@ def rollhub_collect_rewards(episode, hub):
 
 
 @hookimpl
+def rollhub_collect_group_rewards(group, hub):
+    _record("rollhub_collect_group_rewards", group=group, hub=hub)
+    return {e.episode_id: {"rank": e.sample_index / 10} for e in group.episodes if e.ok}
+
+
+@hookimpl
 def rollhub_episode_done(episode, hub):
     _record("rollhub_episode_done", episode=episode, hub=hub)
 

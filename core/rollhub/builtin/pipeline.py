@@ -33,11 +33,18 @@ def rollhub_retrieve_tokens(episode: Episode, source: TokenSource) -> Awaitable[
 
 @hookimpl
 def rollhub_collect_rewards(episode: Episode) -> Mapping[str, float] | None:
-    """``{"result": r}`` from the agent's ``rewards`` (last element of a list)."""
+    """``{"result": r}`` from the agent's ``rewards`` (last element of a list); a mapping
+    of names to numbers gives one component each (``{"solved": 1, "verdict": 0}``: what
+    ``[[policies]] reward_key`` names)."""
     result = episode.result or {}
     if "rewards" not in result:
         return None
-    return {"result": reward_from_result(result["rewards"])}
+    value = result["rewards"]
+    if isinstance(value, Mapping):
+        if not value:
+            raise RewardError("result 'rewards' is an empty mapping; name at least one reward")
+        return {str(name): reward_from_result(v) for name, v in value.items()}
+    return {"result": reward_from_result(value)}
 
 
 def reward_from_result(value: Any) -> float:

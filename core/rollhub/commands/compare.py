@@ -4,7 +4,8 @@ Prints, per run, task success and reward over the last ``--last`` steps and the 
 pass@1 before and after training with 95% intervals (overall and per split); given a
 control, each run's difference to it with a 95% interval (paired bootstrap over prompts);
 draws every run's curves on one plot (controls dashed) beside the held-out scores. Runs are
-``RUN_DIR`` or ``LABEL=RUN_DIR``.
+``RUN_DIR`` or ``LABEL=RUN_DIR``. ``--policy NAME`` compares one ``[[policies]]`` entry of
+runs with several: its own success, reward and held-out figures.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", default="compare.png", help="where to draw the curves")
     parser.add_argument("--json", help="also write the comparison as JSON here")
     parser.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    parser.add_argument("--policy", help="compare this [[policies]] entry's own figures")
 
 
-def _parse(spec: str, last: int) -> RunSummary:
+def _parse(spec: str, last: int, policy: str | None = None) -> RunSummary:
     label, sep, path = spec.partition("=")
     if not sep:
         label, path = "", spec
-    return summarize_run(path, label=label or None, last=last)
+    return summarize_run(path, label=label or None, last=last, policy=policy)
 
 
 def _ci(figures: dict[str, Any] | None, key: str = "pass_at_1") -> str:
@@ -89,8 +91,9 @@ def run(args: argparse.Namespace) -> int:
 
     from rollhub.training.plot import plot_comparison
 
-    control = _parse(args.control, args.last) if args.control else None
-    runs = compare_runs([_parse(spec, args.last) for spec in args.runs], control)
+    policy = getattr(args, "policy", None)
+    control = _parse(args.control, args.last, policy) if args.control else None
+    runs = compare_runs([_parse(spec, args.last, policy) for spec in args.runs], control)
     console = Console()
     for title, header, rows in tables(runs, control, args.last):
         if args.markdown:

@@ -5,12 +5,13 @@ What is evaluated:
 - the base model of the config's token source (default);
 - a training run's checkpoint, ``--checkpoint RUN_DIR`` (its latest) or
   ``--checkpoint RUN_DIR/checkpoints/step-N``: its trained parameters are loaded over the
-  gateway's ``transformers`` engine;
+  gateway's ``transformers`` engine (with ``[[policies]]``: each policy's over its own);
 - any OpenAI-compatible endpoint, ``--base-url URL --model-id NAME`` (no token capture).
 
 The prompts are ``[eval] dataset`` (or ``--dataset``), each sampled ``[eval] n_samples``
 times (``-n``). The report (pass@1, pass@k, mean reward, tool-call rate, turns, failures
-by cause) is printed and written as JSON: next to the checkpoint's run, or ``--out``.
+by cause; per split and per policy) is printed and written as JSON: next to the
+checkpoint's run, or ``--out``.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     latest = latest_checkpoint(Path(path))
     p = latest.directory if latest is not None and latest.directory is not None else Path(path)
     weights = p / "trainer" / "policy.safetensors"
-    if not weights.exists():
+    if not weights.exists() and not _policy_weights(p):
         raise UsageError(
             f"--checkpoint {path}: no trained parameters at {weights}; give a run directory "
             f"of the torch trainer or one of its checkpoints/step-N folders"
@@ -96,12 +97,40 @@ def evaluated_config(cfg: RollhubConfig, args: argparse.Namespace) -> tuple[Roll
                 "set [token_source] name = \"gateway\" with engine = { name = \"transformers\" }",
                 field="token_source.engine",
             )
-        engine["options"] = {**(engine.get("options") or {}),
-                             "weights": str(ckpt / "trainer" / "policy.safetensors")}
+        if cfg.policies:
+            _load_policy_weights(cfg, ckpt)
+        else:
+            engine["options"] = {**(engine.get("options") or {}),
+                                 "weights": str(ckpt / "trainer" / "policy.safetensors")}
         options["engine"] = {"name": "transformers", **engine}
         cfg.token_source = TokenSourceSection(name="gateway", **options)
         return cfg, str(ckpt)
+    for policy in cfg.policies:
+        policy.trainable = False  # served as they are: nothing trains here
     return cfg, "base"
+
+
+def _policy_weights(ckpt: Path) -> dict[str, Path]:
+    """Policy name → its trained parameters in a checkpoint of several policies."""
+    root = ckpt / "trainer" / "policies"
+    return {p.parent.name: p for p in sorted(root.glob("*/policy.safetensors"))}
+
+
+def _load_policy_weights(cfg: RollhubConfig, ckpt: Path) -> None:
+    """Serve each ``[[policies]]`` entry with its trained parameters from ``ckpt``.
+
+    :raises UsageError: a trainable policy has none there (another run's checkpoint).
+    """
+    found = _policy_weights(ckpt)
+    for policy in cfg.policies:
+        if policy.trainable:
+            if policy.name not in found:
+                raise UsageError(
+                    f"--checkpoint {ckpt}: no trained parameters of policy {policy.name!r} "
+                    f"(it holds: {', '.join(found) or 'none'}); evaluate the run's own config"
+                )
+            policy.weights = str(found[policy.name])
+        policy.trainable = False  # served as they are: nothing trains here
 
 
 def run(args: argparse.Namespace) -> int:
@@ -152,7 +181,8 @@ def report_table(report: dict[str, Any]) -> Any:
     for name in ("split", "prompts", "samples", "pass@1", f"pass@{report['k']}", "reward",
                  "tool-call rate", "failures"):
         table.add_column(name, justify="left" if name in ("split", "failures") else "right")
-    rows = [("all", report), *sorted(report.get("splits", {}).items())]
+    rows = [("all", report), *sorted(report.get("splits", {}).items()),
+            *[(f"policy {name}", figures) for name, figures in report.get("policies", {}).items()]]
     for name, figures in rows:
         failures = ", ".join(f"{k}={v}" for k, v in figures.get("failures", {}).items())
         table.add_row(

@@ -99,6 +99,8 @@ def episode_to_row(episode: Episode, exp_id: str) -> dict[str, Any]:
 def _trace_to_row(trace: TraceRecord) -> dict[str, Any]:
     data = trace.model_dump(mode="json")
     extra = {k: data.pop(k) for k in list(data) if k not in _TRACE_FIELDS}
+    if extra.get("policy") is None:  # a run of one policy: records as they always were
+        extra.pop("policy", None)
     data["metadata"] = json.dumps({**data.get("metadata", {}), **extra}, sort_keys=True)
     data["turns"] = [{k: t.get(k) for k in _TURN_FIELDS} for t in data["turns"]]
     return data
@@ -115,6 +117,9 @@ def episode_from_row(row: dict[str, Any]) -> Episode:
     for t in row.get("traces") or []:
         t = dict(t)
         t["metadata"] = json.loads(t["metadata"]) if isinstance(t.get("metadata"), str) else {}
+        if t["metadata"].get("policy") is not None:  # kept in metadata: the schema is fixed
+            t["policy"] = t["metadata"].pop("policy")
+            t["turns"] = [{**turn, "policy": t["policy"]} for turn in t.get("turns") or []]
         traces.append(TraceRecord.model_validate(t))
     error = (
         ErrorInfo(row["error_type"], row["error_message"] or "", row.get("error_traceback"))

@@ -101,13 +101,18 @@ def _check_json(value: Any, path: str) -> Any:
 
 
 def _check_rewards(rewards: Any) -> None:
-    items = rewards if isinstance(rewards, list) else [rewards]
-    for i, item in enumerate(items):
-        path = f"result['rewards'][{i}]" if isinstance(rewards, list) else "result['rewards']"
+    if isinstance(rewards, dict):  # named components: {"solved": 1.0, "verdict": 0.0}
+        items = list(rewards.values())
+        paths = [f"result['rewards'][{k!r}]" for k in rewards]
+    elif isinstance(rewards, list):
+        items, paths = rewards, [f"result['rewards'][{i}]" for i in range(len(rewards))]
+    else:
+        items, paths = [rewards], ["result['rewards']"]
+    for path, item in zip(paths, items, strict=True):
         if isinstance(item, bool) or not isinstance(item, (int, float)):
             raise InvalidResultError(
                 f"{path}: {item!r} ({type(item).__name__}) is not a number; rewards must be "
-                f"a number or a list of numbers"
+                f"a number, a list of numbers or a mapping of names to numbers"
             )
         try:
             finite = math.isfinite(item)

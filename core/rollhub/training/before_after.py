@@ -57,6 +57,20 @@ def before_after_rows(
             a = (after.splits.get(name) if after else None) or {}
             section = f"held-out {name} ({(a or b).get('prompts')} prompts)"
             rows.append((section, "pass@1", _with_ci(b, "pass_at_1"), _with_ci(a, "pass_at_1")))
+        policies = dict.fromkeys([*getattr(before, "policies", {}), *getattr(after, "policies", {})])
+        for name in policies:
+            b = (before.policies.get(name) if before else None) or {}
+            a = (after.policies.get(name) if after else None) or {}
+            reward_key = (a or b).get("reward_key")
+            section = f"held-out, policy {name}" + (f" (reward {reward_key})" if reward_key else "")
+            rows.append((section, "pass@1", _with_ci(b, "pass_at_1"), _with_ci(a, "pass_at_1")))
+    if history and any(k.startswith("policy/") for k in history[-1]):
+        w = min(window, len(history))
+        for name in sorted({k.split("/")[1] for k in history[-1] if k.startswith("policy/")}):
+            key = f"policy/{name}/success_rate"
+            rows.append((f"training, policy {name}: steps 1-{w} vs last {w}", "task success",
+                         _fmt(window_mean(history[:w], key)),
+                         _fmt(window_mean(history[-w:], key))))
     return rows
 
 

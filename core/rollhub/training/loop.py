@@ -32,10 +32,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rollhub.dataset import group_id_of
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
-from rollhub.hub import AsyncHub, group_id_of
+from rollhub.group_rewards import group_reward_metrics
+from rollhub.hub import AsyncHub
+from rollhub.policies import effective_staleness
 from rollhub.training.advantages import group_advantages
+from rollhub.training.batch_metrics import batch_metrics
 from rollhub.training.checkpoint import (
     Checkpoint,
     dataset_fingerprint,
@@ -135,8 +139,12 @@ class TrainingLoop:
         await self._restore(trainer)
         await self.hub.publish_policy(await trainer.initial_policy(), self.weight_version)
         self.recorder = StepRecorder(
-            self.hub, self.run_dir, total_steps=self.total_steps, sinks=self.extra_sinks,
-            history=self.history, progress=self.progress_enabled,
+            self.hub,
+            self.run_dir,
+            total_steps=self.total_steps,
+            sinks=self.extra_sinks,
+            history=self.history,
+            progress=self.progress_enabled,
         )
         try:
             with self.recorder:
@@ -180,7 +188,7 @@ class TrainingLoop:
         _keep_steps_before(self.run_dir / "episodes.jsonl", step)
 
     async def _steps(self, trainer: Trainer, t0: float) -> None:
-        window = self.config.experiment.max_staleness or 0
+        window = effective_staleness(self.config) or 0  # with [[policies]]: the narrowest
         done = asyncio.Condition()
         queue: asyncio.Queue[list[asyncio.Task[EpisodeGroup]]] = asyncio.Queue()
         first = self.steps_done
@@ -189,7 +197,9 @@ class TrainingLoop:
             for s in range(first, self.total_steps):
                 async with done:
                     await done.wait_for(functools.partial(self._caught_up, s - window))
-                await queue.put([asyncio.ensure_future(self._group(p)) for p in self.batch_payloads(s)])
+                await queue.put(
+                    [asyncio.ensure_future(self._group(p)) for p in self.batch_payloads(s)]
+                )
 
         producer = asyncio.ensure_future(produce())
         pending: list[asyncio.Task[EpisodeGroup]] = []
@@ -214,6 +224,7 @@ class TrainingLoop:
                     done.notify_all()
                 metrics = {
                     **batch_metrics(batch, self.config.rewards.success_threshold),
+                    **group_reward_metrics(batch.groups),  # e.g. the judge's cost
                     **result.metrics,
                     "weight_version": result.weight_version,
                     "time_sample_s": round(t_train - t_wait, 3),
@@ -252,7 +263,9 @@ class TrainingLoop:
     async def _checkpoint(self, trainer: Trainer) -> None:
         ckpt = Checkpoint(self.steps_done, self.weight_version, self.fingerprint)
         await write_checkpoint(
-            self.run_dir / "checkpoints", ckpt, trainer.save_state,
+            self.run_dir / "checkpoints",
+            ckpt,
+            trainer.save_state,
             keep=self.config.training.keep_checkpoints,
         )
 
@@ -326,62 +339,3 @@ def _check_result(result: Any, batch: TrainingBatch) -> None:
             f"trainer.step returned weight_version {result.weight_version} after training "
             f"version {batch.weight_version}; a step must produce a newer version"
         )
-
-
-def batch_metrics(batch: TrainingBatch, success_threshold: float = 1.0) -> dict[str, Any]:
-    """Reward, token, failure and staleness figures of one batch (trainer-neutral)."""
-    episodes = batch.episodes
-    ok = [e for e in episodes if e.ok and e.reward is not None]
-    rewards = [float(e.reward) for e in ok]  # type: ignore[arg-type]
-    mean: float | None = None
-    std: float | None = None
-    if rewards:
-        mean = sum(rewards) / len(rewards)
-        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
-    lags: list[int] = []
-    for e in episodes:
-        if not e.trainable:
-            continue
-        versions = [t.weight_version for rec in e.traces for t in rec.turns]
-        known = [v for v in versions if v is not None] or (
-            [e.weight_version] if e.weight_version is not None else []
-        )
-        lags.extend(batch.weight_version - v for v in known)
-    flat = sum(
-        1 for g in batch.groups
-        if len({e.reward for e in g.episodes if e.trainable}) <= 1
-    )
-    n_ok = len(ok) or 1
-    traced = any(e.traces for e in ok)  # without token capture nothing says how turns ended
-    return {
-        "reward_mean": mean,
-        "reward_std": std,
-        "success_rate": round(sum(e.solved(success_threshold) for e in ok) / n_ok, 4)
-        if ok else None,
-        "tool_call_rate": round(sum(e.num_tool_call_turns > 0 for e in ok) / n_ok, 4)
-        if traced else None,
-        "turns_mean": round(sum(e.num_turns for e in ok) / n_ok, 3) if traced else None,
-        "masked_tokens": sum(e.num_masked_tokens for e in episodes if e.trainable),
-        "episodes": len(episodes),
-        "episodes_failed": sum(1 for e in episodes if not e.ok),
-        "episodes_infra_failed": sum(1 for e in episodes if e.infra_failed),
-        "episodes_trained": len(batch.trainable()),
-        "groups": len(batch.groups),
-        "groups_dropped": sum(1 for g in batch.groups if g.dropped),
-        "groups_without_signal": flat,
-        "sampled_tokens": sum(e.num_sampled_tokens for e in episodes),
-        "staleness_max": max(lags) if lags else 0,
-        "staleness_mean": round(sum(lags) / len(lags), 4) if lags else 0.0,
-        **_by_node(episodes),
-    }
-
-
-def _by_node(episodes: list[Any]) -> dict[str, Any]:
-    """``episodes_by_node``: episodes per node their last session ran on, when the runtime
-    has nodes (a dict: metric sinks take only the numbers, ``metrics.jsonl`` keeps it)."""
-    nodes: dict[str, int] = {}
-    for e in episodes:
-        node = e.metrics.get("node")
-        if node is not None:
-            nodes[str(node)] = nodes.get(str(node), 0) + 1
-    return {"episodes_by_node": dict(sorted(nodes.items()))} if nodes else {}

@@ -131,7 +131,8 @@ def plot_comparison(runs: Sequence[Any], out: Path, *, control: Any = None) -> P
         rows = read_metrics(run.path / "metrics.jsonl")
         style = "--" if run is control else "-"
         for ax, (key, _) in zip(axes, keys, strict=False):
-            ax.plot(*_series(rows, key), style, marker="o", ms=3, label=run.label)
+            ax.plot(*_series(rows, getattr(run, "prefix", "") + key), style, marker="o", ms=3,
+                    label=run.label)
     for ax, (_, title) in zip(axes, keys, strict=False):
         ax.set(title=title, xlabel="step")
         ax.grid(alpha=0.3)

@@ -63,7 +63,9 @@ class StepRecorder:
         self.history: list[dict[str, Any]] = [dict(r) for r in history]
         self.bar = RolloutProgress(total_steps, enabled=progress, description="steps")
         # a resumed run's clock goes on from where its last recorded step left it
-        self._elapsed_before = float(self.history[-1].get("elapsed_s", 0.0)) if self.history else 0.0
+        self._elapsed_before = (
+            float(self.history[-1].get("elapsed_s", 0.0)) if self.history else 0.0
+        )
         self._t0 = time.monotonic()
 
     def __enter__(self) -> StepRecorder:
@@ -88,13 +90,18 @@ class StepRecorder:
 
         ``elapsed_s`` (wall time since the run started, across resumes) is added here.
         """
-        metrics = {**metrics, "elapsed_s": round(self._elapsed_before + time.monotonic() - self._t0, 3)}
+        metrics = {
+            **metrics,
+            "elapsed_s": round(self._elapsed_before + time.monotonic() - self._t0, 3),
+        }
         self.keep_episodes(batch)
         step = batch.step
         self.history.append({"step": step, **metrics})
         for sink in self.sinks:
             sink.log(step, metrics)
-        await call_all(self.hub.hook.rollhub_training_step, step=step, metrics=metrics, hub=self.hub)
+        await call_all(
+            self.hub.hook.rollhub_training_step, step=step, metrics=metrics, hub=self.hub
+        )
         self.bar.finished("ok")
         line = progress_line(step, self.total_steps, metrics)
         self.bar.note(line.split("  ", 1)[1])
@@ -146,6 +153,14 @@ def progress_line(step: int, total: int, m: Mapping[str, Any]) -> str:
         value = m.get(key)
         return format(value, fmt) if isinstance(value, int | float) else "-"
 
+    loss = num("loss", ".4g")
+    per_policy = {  # several policies: each trainer's own loss, no run-wide one
+        k.split("/")[1]: v
+        for k, v in m.items()
+        if k.startswith("policy/") and k.endswith("/loss") and isinstance(v, int | float)
+    }
+    if loss == "-" and per_policy:
+        loss = " ".join(f"{name}={value:.4g}" for name, value in per_policy.items())
     if "time_sample_s" in m:
         seconds = m["time_sample_s"] + m.get("time_train_s", 0.0)
     else:
@@ -153,7 +168,7 @@ def progress_line(step: int, total: int, m: Mapping[str, Any]) -> str:
     return (
         f"step {step + 1}/{total}  reward {num('reward_mean', '.3f')}"
         f"  success {num('success_rate', '.2f')}  tool calls {num('tool_call_rate', '.2f')}"
-        f"  turns {num('turns_mean', '.2f')}  loss {num('loss', '.4g')}"
+        f"  turns {num('turns_mean', '.2f')}  loss {loss}"
         f"  tokens {m.get('sampled_tokens', '-')}  staleness {m.get('staleness_max', '-')}"
         f"  failed {m.get('episodes_failed', '-')}"
         + (f"  {seconds:.1f}s" if isinstance(seconds, int | float) else "")

@@ -76,6 +76,10 @@ class Trainer(ABC):
     trains: ClassVar[bool] = False
     #: True for trainers that run their own loop against the hub (:meth:`drive`).
     drives: ClassVar[bool] = False
+    #: why this trainer cannot take a run with several ``[[policies]]`` (refused by
+    #: ``rollhub config check`` with this reason); None: it can (a trainer that trains is
+    #: then built once per trainable policy, a consumer sees every policy's records)
+    policies_refusal: ClassVar[str | None] = None
 
     def __init__(
         self,

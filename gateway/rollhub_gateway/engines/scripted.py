@@ -1,8 +1,9 @@
 """A scripted sampling backend: returns given token ids, for tests that need exact output.
 
 Each call pops the next script entry (a list of token ids, or a callable of the prompt ids
-returning one). Logprobs are deterministic functions of position so a test can check they
-were carried through unchanged.
+returning one); with the script empty, the ``reply`` option answers (a gateway built from
+config). Logprobs are deterministic functions of position so a test can check they were
+carried through unchanged. A trainer's published policies are kept in ``published``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ class ScriptedOptions(SamplingBackendOptions):
 
     token_delay_s: float = Field(0.0, ge=0, description="sleep per generated token")
     latency_s: float = Field(0.0, ge=0, description="sleep before the first token")
+    reply: list[int] | None = Field(
+        None, description="ids every call returns once the script is empty (None: an error)"
+    )
 
 
 def scripted_logprob(position: int, token_id: int) -> float:
@@ -65,12 +69,16 @@ class ScriptedBackend(SamplingBackend):
         self.prompts: list[list[int]] = []
         self.turns: list[TurnContext | None] = []
         self.aborted = 0
+        #: ``(policy, version)`` of every :meth:`update_policy` call
+        self.published: list[tuple[Any, int]] = []
 
     def add(self, *entries: Script) -> None:
         """Append outputs to the script."""
         self.script.extend(entries)
 
     def _next(self, prompt_ids: list[int], params: SamplingParams) -> tuple[list[int], str]:
+        if not self.script and self.options.reply is not None:
+            self.script.append(list(self.options.reply))
         if not self.script:
             raise GatewayError("scripted backend ran out of scripted outputs")
         entry = self.script.popleft()
@@ -110,6 +118,11 @@ class ScriptedBackend(SamplingBackend):
             self.aborted += 1
             raise
         yield Generation(ids, lps, finish, metrics=_tops(ids, params))
+
+
+    def update_policy(self, policy: Any, weight_version: int) -> None:
+        """Keep ``(policy, weight_version)`` in :attr:`published` (the outputs stay scripted)."""
+        self.published.append((policy, weight_version))
 
 
 def _tops(ids: list[int], params: SamplingParams) -> dict[str, Any]:

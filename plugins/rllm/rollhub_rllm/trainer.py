@@ -41,6 +41,10 @@ class RllmEpisodeExport(Trainer):
     name = "rllm"
     Options = RllmExportOptions
     options: RllmExportOptions
+    policies_refusal = (
+        "rLLM's trainer trains one actor from these episodes; the turns of a second policy "
+        "would be trained into that actor"
+    )
 
     def __init__(
         self, options: RllmExportOptions | None = None, *, run_dir: Path | None = None, **kw: Any

@@ -54,6 +54,10 @@ class SlimeTrainer(Trainer):
     name = "slime"
     Options = SlimeOptions
     options: SlimeOptions
+    policies_refusal = (
+        "slime's loop trains one Megatron actor and its SGLang router serves that actor's "
+        "weights; the samples of a second policy would be trained into that actor"
+    )
 
     async def consume(self, group: EpisodeGroup) -> dict[str, Any] | None:
         """Not used: slime pulls groups through the rollout function."""

@@ -89,6 +89,10 @@ class TinkerTrainer(Trainer):
     Options = TinkerTrainerOptions
     options: TinkerTrainerOptions
     trains = True
+    policies_refusal = (
+        "the tinker trainer and the gateway's tinker engine share one Tinker service session "
+        "and one sampling client; a training and a sampling client per policy are not wired"
+    )
 
     def __init__(self, options: TinkerTrainerOptions | None = None, *,
                  run_dir: Path | None = None, **kw: Any) -> None:

@@ -122,6 +122,10 @@ class TrlTrainer(Trainer):
     Options = TrlTrainerOptions
     options: TrlTrainerOptions
     drives = True
+    policies_refusal = (
+        "TRL's GRPOTrainer drives the loop with one model and one optimizer; the turns of a "
+        "second policy would be trained into that model"
+    )
 
     def __init__(
         self, options: TrlTrainerOptions | None = None, *,

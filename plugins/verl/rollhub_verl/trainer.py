@@ -87,6 +87,10 @@ class VerlTrainer(Trainer):
     name = "verl"
     Options = VerlOptions
     options: VerlOptions
+    policies_refusal = (
+        "verl's PPO loop trains one actor model with one optimizer and samples it from one "
+        "rollout server group; the turns of a second policy would be trained into that actor"
+    )
 
     def __init__(self, options: VerlOptions | None = None, **kwargs: Any) -> None:
         # refused when built, before a hub starts its gateway and runtime workers

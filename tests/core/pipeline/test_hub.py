@@ -54,9 +54,10 @@ async def test_groups_hooks_and_failures(tmp_path, host):
     a = groups["a"]
     assert [e.sample_index for e in a.episodes] == [0, 1, 2]
     assert all(e.status == "ok" and e.trainable for e in a.episodes)
-    # default reward + the fixture plugin's async component
-    assert [e.reward_components for e in a.episodes] == [{"result": 1.0, "bonus": 0.5}] * 3
-    assert [e.reward for e in a.episodes] == [1.5] * 3
+    # default reward + the fixture plugin's async component + its group component
+    assert [e.reward_components for e in a.episodes] == [
+        {"result": 1.0, "bonus": 0.5, "rank": i / 10} for i in range(3)]
+    assert [e.reward for e in a.episodes] == pytest.approx([1.5, 1.6, 1.7])
     assert a.episodes[0].result["prepared_by"] == "everything"
     assert a.episodes[1].result["sample_index"] == 1
     assert all(e.weight_version == 7 and e.result["weight_version"] == 7 for e in a.episodes)
@@ -83,6 +84,7 @@ async def test_groups_hooks_and_failures(tmp_path, host):
     assert per_episode.count("rollhub_prepare_rollout") == 9
     assert per_episode.count("rollhub_episode_done") == 9
     assert per_episode.count("rollhub_collect_rewards") == 6  # only successful rollouts
+    assert per_episode.count("rollhub_collect_group_rewards") == 2  # groups with one ok
     types = dict(everything.CALLS)
     assert types["rollhub_submit_rollout"] == {
         "request": "RolloutRequest",
@@ -91,6 +93,7 @@ async def test_groups_hooks_and_failures(tmp_path, host):
     }
     assert types["rollhub_retrieve_tokens"]["source"] == "NoTokenSource"
     assert types["rollhub_episode_done"]["episode"] == "Episode"
+    assert types["rollhub_collect_group_rewards"]["group"] == "EpisodeGroup"
     assert (tmp_path / "run" / "episodes.parquet").exists()
 
 
@@ -122,7 +125,7 @@ def test_sync_twin(tmp_path, host):
     with Hub(cfg, host=host, run_dir=tmp_path / "run") as hub:
         group = hub.run_group({"id": "s", "reward": 0.25})
         groups = list(hub.iter_groups([{"id": "t"}, {"id": "u"}], n=1))
-    assert [e.reward for e in group.episodes] == [0.75, 0.75]
+    assert [e.reward for e in group.episodes] == pytest.approx([0.75, 0.85])  # + rank
     assert sorted(g.group_id for g in groups) == ["t", "u"]
 
 

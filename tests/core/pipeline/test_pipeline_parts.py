@@ -9,10 +9,10 @@ import math
 import pandas as pd
 import pytest
 from rollhub.builtin.pipeline import reward_from_result
+from rollhub.dataset import group_id_of
 from rollhub.episode import Episode, EpisodeGroup, ErrorInfo, group_stats, pass_at_k
 from rollhub.errors import RewardError
 from rollhub.export import episode_from_row, episode_to_row, read_episodes, read_rows, write_rows
-from rollhub.hub import group_id_of
 from rollhub.report import summarize
 from rollhub.rewards import apply_failure_policy, merge_reward_components
 from rollhub.staleness import StalenessGate

@@ -264,3 +264,25 @@ def test_a_session_rollouts_phases_show_on_its_page(serve, browser, tmp_path: Pa
     _open(browser, f"{s.url}/#episode/0/0", "episode")
     text = browser.execute_script("return document.getElementById('view-episode').innerText")
     assert "setup 1.50 s · queued for run 0.25 s · run 3.25 s · teardown 0.50 s" in text
+
+
+def test_a_run_of_several_policies_has_a_line_per_policy(serve, synthetic: Path, browser):
+    rows = [json.loads(x) for x in (synthetic / "metrics.jsonl").read_text().splitlines()]
+    for step, row in enumerate(rows):
+        row.update({"policy/proposer/success_rate": [0.25, 0.5, 0.75][step],
+                    "policy/checker/success_rate": [0.5, 0.625, 0.75][step],
+                    "policy/proposer/loss": 0.1, "policy/checker/loss": 0.2})
+    (synthetic / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    held_out = {"pass_at_1": 0.5, "pass_at_1_ci": [0.3, 0.7], "policies": {
+        "proposer": {"pass_at_1": 0.25, "pass_at_1_ci": [0.1, 0.5]},
+        "checker": {"pass_at_1": 0.75, "pass_at_1_ci": [0.5, 0.9]}}}
+    (synthetic / "eval.json").write_text(json.dumps({"before": held_out, "after": held_out}))
+    s = serve(synthetic)
+    _open(browser, f"{s.url}/#overview", "overview")
+    _charts_drawn(browser)
+    lines = browser.execute_script(
+        "const d = document.querySelector('[data-chart=\"Task success by policy\"]').data;"
+        "return d.map(t => [t.name, t.y])")
+    assert lines == [["checker", [0.5, 0.625, 0.75]], ["proposer", [0.25, 0.5, 0.75]]]
+    card = browser.execute_script("return document.querySelector('#run-cards .card').textContent")
+    assert "held-out, policy proposer" in card and "0.25 [0.10, 0.50]" in card

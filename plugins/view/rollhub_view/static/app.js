@@ -15,6 +15,26 @@ const CHARTS = [
   ["Throughput (sampled tokens / s)", ["_tokens_per_s"]],
   ["Failed episodes per step", ["episodes_failed"]],
 ];
+// runs with several [[policies]]: one chart per figure, a line per policy (policy/<name>/<key>)
+const POLICY_CHARTS = [
+  ["Task success by policy", "success_rate"],
+  ["Reward by policy", "reward_mean"],
+  ["Loss by policy", "loss"],
+  ["Sampled tokens by policy", "sampled_tokens"],
+  ["Staleness by policy", "staleness_max"],
+];
+function policyNames(all) {
+  const names = new Set();
+  all.forEach(rows => rows.forEach(row => Object.keys(row).forEach(k => {
+    const m = /^policy\/([^/]+)\/success_rate$/.exec(k);
+    if (m) names.add(m[1]);
+  })));
+  return [...names].sort();
+}
+function policyCharts(all) {
+  const names = policyNames(all);
+  return names.length ? POLICY_CHARTS.map(([title, key]) => [title, names.map(n => `policy/${n}/${key}`)]) : [];
+}
 const PAGE_SIZE = 50;
 
 const S = {
@@ -135,6 +155,8 @@ function runCard(r, i) {
   const withCi = (rep) => !rep ? "–" : fmt(rep.pass_at_1, 2) + (rep.pass_at_1_ci ? ` [${fmt(rep.pass_at_1_ci[0], 2)}, ${fmt(rep.pass_at_1_ci[1], 2)}]` : "");
   const evalLine = ev.before || ev.after ? `pass@1 ${withCi(ev.before)} → ${withCi(ev.after)}` : null;
   const splits = Object.keys((ev.after && ev.after.splits) || (ev.before && ev.before.splits) || {});
+  const policies = Object.keys((ev.after && ev.after.policies) || (ev.before && ev.before.policies) || {});
+  const ofPolicy = (rep, p) => rep && rep.policies && rep.policies[p];
   const m = r.manifest || {};
   const code = m.git ? `${m.git.commit.slice(0, 10)}${m.git.dirty ? " (dirty)" : ""}` : (r.manifest ? "not a git checkout" : null);
   const sum = r.summary || {};
@@ -150,6 +172,7 @@ function runCard(r, i) {
         r.kind === "training" ? ["groups / step", fmt(tr.batch_groups)] : null,
         evalLine ? ["held-out", evalLine] : null,
         ...splits.map(sp => [`held-out ${sp}`, `pass@1 ${withCi(ev.before && ev.before.splits && ev.before.splits[sp])} → ${withCi(ev.after && ev.after.splits && ev.after.splits[sp])}`]),
+        ...policies.map(p => [`held-out, policy ${p}`, `pass@1 ${withCi(ofPolicy(ev.before, p))} → ${withCi(ofPolicy(ev.after, p))}`]),
         m.seed !== undefined ? ["seed", fmt(m.seed)] : null,
         code ? ["code", code] : null,
         sum.episodes_per_s ? ["episodes / s", fmt(sum.episodes_per_s, 2)] : null,
@@ -168,7 +191,7 @@ async function renderOverview(live) {
   const all = await Promise.all(runs.map((r, i) => r.kind === "training" ? fetchMetrics(i) : Promise.resolve([])));
   const charts = $("#charts");
   const drawn = [];
-  const wanted = CHARTS.filter(([, keys]) => all.some(rows => rows.some(row => keys.some(k => metricValue(row, k) !== null))));
+  const wanted = [...CHARTS, ...policyCharts(all)].filter(([, keys]) => all.some(rows => rows.some(row => keys.some(k => metricValue(row, k) !== null))));
   // one div per chart, kept across live updates so plotly only redraws
   for (const [title, keys] of wanted) {
     let div = charts.querySelector(`[data-chart="${title}"]`);
@@ -178,7 +201,7 @@ async function renderOverview(live) {
       const rows = all[i].filter(row => metricValue(row, k) !== null);
       if (!rows.length) return;
       traces.push({ x: rows.map(row => row.step + 1), y: rows.map(row => metricValue(row, k)), mode: "lines+markers",
-                    name: runs.length > 1 ? `${r.name}${keys.length > 1 ? " · " + k : ""}` : k,
+                    name: runs.length > 1 ? `${r.name}${keys.length > 1 ? " · " + k : ""}` : k.replace(/^policy\/([^/]+)\/.*$/, "$1"),
                     line: { color: COLORS[i % COLORS.length], dash: ["solid", "dot", "dash"][j % 3] } });
     }));
     drawn.push(plot(div, traces, { title, xaxis: stepAxis(all) }));

@@ -1,0 +1,212 @@
+"""Several policies in one episode: ``[[policies]]``, and each policy's view of a run.
+
+::
+
+    [[policies]]
+    name = "proposer"                    # agents send this as the model name
+    reward_key = "solved"                # the reward component that trains it
+
+    [[policies]]
+    name = "checker"
+    trainer = { learning_rate = 3e-5 }   # over [trainer]'s options, for this policy only
+
+    [[policies]]
+    name = "judge"
+    trainable = false                    # served, never trained
+
+Without ``[[policies]]`` a run has one policy, served under the gateway's model name;
+agents may send any model name and turns carry no policy name: every existing config
+works unchanged. With them:
+
+- the first policy is the default: ``_rollout.model_id`` names it; ``_rollout.models``
+  maps every policy's name to its model id, and an agent picks a policy per call by the
+  ``model`` it sends (an unknown name is a 400 that lists the policies);
+- the gateway serves each policy from its own weights and stamps each turn with the
+  policy's name and the policy's own weight version; a session's records never mix
+  policies;
+- each trainable policy is trained on its own records only, with advantages from its
+  ``reward_key`` (the episode's reward by default), its own optimizer, versions and
+  checkpoints (:mod:`rollhub.training.policy_trainer`); a frozen policy is never trained.
+
+This module holds the config model and the pure helpers every side uses: the default
+policy, each policy's view of an episode (its records, its reward), the sampling window the
+policies allow together, and :class:`PolicyUpdates`, what one step publishes.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from rollhub.episode import Episode, EpisodeGroup
+
+__all__ = [
+    "PolicyConfig",
+    "PolicyUpdate",
+    "PolicyUpdates",
+    "check_policies",
+    "effective_staleness",
+    "policy_episode",
+    "policy_groups",
+    "policy_models",
+]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class PolicyConfig(BaseModel):
+    """One ``[[policies]]`` entry."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="the policy's name: its metrics, checkpoint folder, records")
+    model_id: str | None = Field(
+        None, description="the model name agents send to reach it (default: name)"
+    )
+    trainable: bool = Field(True, description="false: served, never trained (a partner, a judge)")
+    reward_key: str | None = Field(
+        None,
+        description="the reward component that trains it and scores it (None: the "
+        "episode's reward, [rewards] weights applied)",
+    )
+    trainer: dict[str, Any] = Field(
+        default_factory=dict, description="trainer options over [trainer]'s, for this policy"
+    )
+    max_staleness: int | None = Field(
+        None,
+        ge=0,
+        description="versions its turns may lag the weights they train (None: "
+        "experiment.max_staleness)",
+    )
+    weights: str | None = Field(
+        None,
+        description="a safetensors file of parameters served over the model (a frozen "
+        "policy taken from a checkpoint's policy.safetensors)",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(
+                "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or "
+                "digit (it names a folder and metric keys)"
+            )
+        return value
+
+    @property
+    def served_id(self) -> str:
+        """The model name agents send for this policy."""
+        return self.model_id or self.name
+
+
+def check_policies(policies: Sequence[PolicyConfig]) -> None:
+    """Names and model ids are unique.
+
+    :raises ValueError: naming the entry and the clash (pydantic turns it into a
+        ``ConfigError`` naming ``policies``).
+    """
+    for what, key in (("name", lambda p: p.name), ("model id", lambda p: p.served_id)):
+        seen: dict[str, int] = {}
+        for i, policy in enumerate(policies):
+            value = key(policy)
+            if value in seen:
+                raise ValueError(
+                    f"policies[{i}] has the {what} {value!r} of policies[{seen[value]}]; "
+                    f"each policy needs its own"
+                )
+            seen[value] = i
+
+
+def policy_models(policies: Sequence[PolicyConfig]) -> dict[str, str]:
+    """Policy name → the model id agents send for it (what ``_rollout.models`` holds)."""
+    return {p.name: p.served_id for p in policies}
+
+
+def effective_staleness(config: Any) -> int | None:
+    """How far sampling may run ahead of training: ``experiment.max_staleness``, or with
+    ``[[policies]]`` the smallest bound among the trainable policies.
+
+    Every episode samples from every policy at once, so the window that keeps each
+    policy's own bound is the narrowest of them; each bound then holds.
+    """
+    default = config.experiment.max_staleness
+    bounds = [
+        p.max_staleness if p.max_staleness is not None else default
+        for p in config.policies
+        if p.trainable
+    ]
+    known = [b for b in bounds if b is not None]
+    if not config.policies or not known:
+        return default
+    return min(known)
+
+
+def policy_episode(episode: Episode, policy: PolicyConfig) -> Episode:
+    """``episode`` as ``policy`` sees it: only the records it sampled, and the reward that
+    trains it (``reward_key``'s component; the episode's reward without one).
+
+    An episode whose reward lacks the key has no reward for this policy: it is not
+    trainable for it (and not scored). The agent's ``success`` flag speaks for the whole
+    episode, so a policy with its own reward key is scored by that reward alone.
+    """
+    view = copy.copy(episode)
+    view.traces = [t for t in episode.traces if getattr(t, "policy", None) == policy.name]
+    view.metrics = dict(episode.metrics)
+    if policy.reward_key is not None:
+        view.reward = episode.reward_components.get(policy.reward_key)
+        if episode.result is not None and "success" in episode.result:
+            view.result = {k: v for k, v in episode.result.items() if k != "success"}
+    view.trainable = episode.trainable and view.reward is not None
+    return view
+
+
+def policy_groups(groups: Sequence[EpisodeGroup], policy: PolicyConfig) -> list[EpisodeGroup]:
+    """Each group with every episode seen by ``policy`` (:func:`policy_episode`)."""
+    return [
+        EpisodeGroup(g.group_id, g.payload, [policy_episode(e, policy) for e in g.episodes])
+        for g in groups
+    ]
+
+
+@dataclass(frozen=True)
+class PolicyUpdate:
+    """One policy's part of a step: its new weights for the sampling side (None: the
+    weights did not change) and its version."""
+
+    policy: Any
+    version: int
+
+
+class PolicyUpdates(Mapping[str, PolicyUpdate]):
+    """What a step of several policies publishes: policy name → :class:`PolicyUpdate`.
+
+    The gateway gives each policy's weights to that policy's engine and stamps its next
+    turns with its own version. Frozen policies appear with their fixed version, so a
+    resumed run tells the gateway every version at once. Picklable (gateway replicas).
+    """
+
+    def __init__(self, updates: Mapping[str, PolicyUpdate]) -> None:
+        self._updates = dict(updates)
+
+    def __getitem__(self, name: str) -> PolicyUpdate:
+        return self._updates[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._updates)
+
+    def __len__(self) -> int:
+        return len(self._updates)
+
+    def __repr__(self) -> str:
+        versions = ", ".join(f"{k}={u.version}" for k, u in self._updates.items())
+        return f"PolicyUpdates({versions})"
+
+    def versions(self) -> dict[str, int]:
+        """Policy name → version."""
+        return {k: u.version for k, u in self._updates.items()}
