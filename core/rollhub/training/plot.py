@@ -119,8 +119,8 @@ def plot_runs(runs: dict[str, Path], out: Path,
 
 def plot_comparison(runs: Sequence[Any], out: Path, *, control: Any = None) -> Path | None:
     """``rollhub compare``'s figure: every run's task success, reward and tool-call rate per
-    step (the control dashed), and held-out pass@1 after training with its 95% interval,
-    overall and per split. ``runs`` are :class:`rollhub.comparison.RunSummary`."""
+    step (the control dashed), and held-out pass@1 before (the first run's base-weights
+    report) and after training with its 95% interval, overall and per split. ``runs`` are :class:`rollhub.comparison.RunSummary`."""
     plt = _pyplot()
     if plt is None:
         return None
@@ -141,23 +141,28 @@ def plot_comparison(runs: Sequence[Any], out: Path, *, control: Any = None) -> P
     ax = axes[3]
     splits = sorted({s for r in runs for s in ((r.after or {}).get("splits") or {})})
     names = ["all", *splits]
-    width = 0.8 / max(len(runs), 1)
-    for i, run in enumerate(runs):
-        after = run.after or {}
-        figures = [after, *[(after.get("splits") or {}).get(s) or {} for s in splits]]
+    # the base weights' score, once: runs of one held-out set and eval seed share it
+    base = next((r.before for r in runs if r.before), None)
+    series = [("before training", base, "s", "0.55")] if base else []
+    series += [(run.label, run.after or {}, "s" if run is control else "o", None)
+               for run in runs]
+    width = 0.8 / max(len(series), 1)
+    for i, (label, report, marker, color) in enumerate(series):
+        figures = [report, *[(report.get("splits") or {}).get(s) or {} for s in splits]]
         xs, ys, lo, hi = [], [], [], []
         for j, f in enumerate(figures):
             if f.get("pass_at_1") is None:
                 continue
             ci = f.get("pass_at_1_ci") or (f["pass_at_1"], f["pass_at_1"])
-            xs.append(j + (i - (len(runs) - 1) / 2) * width)
+            xs.append(j + (i - (len(series) - 1) / 2) * width)
             ys.append(f["pass_at_1"])
             lo.append(f["pass_at_1"] - ci[0])
             hi.append(ci[1] - f["pass_at_1"])
-        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="s" if run is control else "o", capsize=3,
-                    label=run.label)
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt=marker, capsize=3, label=label, color=color)
+    if base:
+        ax.legend(loc="best", fontsize=8)
     ax.set_xticks(range(len(names)), names)
-    ax.set(title="held-out pass@1 after (95% CI)", ylim=(0, 1), xlim=(-0.5, len(names) - 0.5))
+    ax.set(title="held-out pass@1 (95% CI)", ylim=(0, 1), xlim=(-0.5, len(names) - 0.5))
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
