@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub.config import RollhubConfig
 from rollhub.episode import Episode
@@ -24,13 +24,18 @@ from rollhub.sessions.base import SessionRuntime
 from rollhub.sessions.bounds import GroupPriority, SessionBounds
 from rollhub.sessions.lifecycle import SessionOutcome, run_with_attempts
 
+if TYPE_CHECKING:
+    from rollhub.hub import AsyncHub
+
 __all__ = ["SESSION_METRICS_KEY", "SessionEpisodes"]
 
 #: where an episode's session timings live: ``episode.metrics["session"]``
 SESSION_METRICS_KEY = "session"
 
 #: hub -> its session path (None: its runtime has no sessions); dies with the hub
-_BY_HUB: weakref.WeakKeyDictionary[Any, SessionEpisodes | None] = weakref.WeakKeyDictionary()
+_BY_HUB: weakref.WeakKeyDictionary[AsyncHub, SessionEpisodes | None] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class SessionEpisodes:
@@ -63,7 +68,7 @@ class SessionEpisodes:
         self._on_new_session = on_new_session
 
     @classmethod
-    def for_hub(cls, hub: Any) -> SessionEpisodes | None:
+    def for_hub(cls, hub: AsyncHub) -> SessionEpisodes | None:
         """The session path of a started hub (made on first use), None when its runtime
         does not run rollouts as sessions."""
         try:
