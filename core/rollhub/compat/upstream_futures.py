@@ -13,8 +13,8 @@ import asyncio
 import json
 import logging
 import time
-from concurrent.futures import CancelledError
 from collections.abc import Generator
+from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
