@@ -39,11 +39,14 @@ import copy
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollhub.episode import Episode, EpisodeGroup
+
+if TYPE_CHECKING:
+    from rollhub.config import RollhubConfig
 
 __all__ = [
     "PolicyConfig",
@@ -128,7 +131,7 @@ def policy_models(policies: Sequence[PolicyConfig]) -> dict[str, str]:
     return {p.name: p.served_id for p in policies}
 
 
-def effective_staleness(config: Any) -> int | None:
+def effective_staleness(config: RollhubConfig) -> int | None:
     """How far sampling may run ahead of training: ``experiment.max_staleness``, or with
     ``[[policies]]`` the smallest bound among the trainable policies.
 
