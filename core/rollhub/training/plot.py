@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rollhub.run_dir import RunDir
 
@@ -16,11 +16,25 @@ if TYPE_CHECKING:
 
     from matplotlib.axes import Axes
 
-    from rollhub.comparison import RunSummary
-
 __all__ = ["plot_comparison", "plot_runs", "plot_training", "read_metrics"]
 
 log = logging.getLogger(__name__)
+
+
+class PlottedRun(Protocol):
+    """What :func:`plot_comparison` draws of a run (a ``rollhub.comparison.RunSummary``)."""
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def before(self) -> dict[str, Any] | None: ...
+
+    @property
+    def after(self) -> dict[str, Any] | None: ...
 
 
 def read_metrics(path: Path) -> list[dict]:
@@ -126,7 +140,7 @@ def plot_runs(runs: dict[str, Path], out: Path,
 
 
 def plot_comparison(
-    runs: Sequence[RunSummary], out: Path, *, control: RunSummary | None = None
+    runs: Sequence[PlottedRun], out: Path, *, control: PlottedRun | None = None
 ) -> Path | None:
     """``rollhub compare``'s figure: every run's task success, reward and tool-call rate per
     step (the control dashed), and held-out pass@1 before (the first run's base-weights
