@@ -120,7 +120,7 @@ class LoopThread:
         try:
             while True:
                 try:
-                    yield self.run(agen.__anext__())  # type: ignore[arg-type]  # a Coroutine at runtime
+                    yield self.run(_anext(agen))
                 except StopAsyncIteration:
                     return
         finally:
@@ -139,3 +139,8 @@ class LoopThread:
             thread.join(timeout=10)
         if not loop.is_running() and not loop.is_closed():
             loop.close()
+
+
+async def _anext(agen: AsyncIterator[T]) -> T:
+    """The next item of ``agen``, as a coroutine (``__anext__`` gives an awaitable)."""
+    return await agen.__anext__()
