@@ -70,7 +70,7 @@ class S3ResultStore(ResultStore):
         max_attempts: int = 5,
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 15.0,
-        **client_options: Any,
+        **client_options: object,
     ) -> None:
         if not bucket or "/" in bucket:
             raise StoreError(f"S3 bucket name {bucket!r} is invalid", bucket=bucket)
