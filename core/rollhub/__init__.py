@@ -7,10 +7,57 @@ on first use through the module ``__getattr__`` below.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollhub.markers import hookimpl as hookimpl
 from rollhub.markers import hookspec as hookspec
+
+if TYPE_CHECKING:  # the names __getattr__ loads on first use, for type checkers
+    from rollhub.app import RolloutApp as RolloutApp
+    from rollhub.batch import BatchItem as BatchItem
+    from rollhub.client import AsyncRolloutClient as AsyncRolloutClient
+    from rollhub.client import RolloutClient as RolloutClient
+    from rollhub.client import RolloutFuture as RolloutFuture
+    from rollhub.config import RollhubConfig as RollhubConfig
+    from rollhub.config import load_config as load_config
+    from rollhub.episode import Episode as Episode
+    from rollhub.episode import EpisodeGroup as EpisodeGroup
+    from rollhub.episode import ErrorInfo as ErrorInfo
+    from rollhub.errors import CaptureLost as CaptureLost
+    from rollhub.errors import ClusterLost as ClusterLost
+    from rollhub.errors import ConfigError as ConfigError
+    from rollhub.errors import ExportError as ExportError
+    from rollhub.errors import GatewayError as GatewayError
+    from rollhub.errors import PluginError as PluginError
+    from rollhub.errors import PluginLoadError as PluginLoadError
+    from rollhub.errors import RewardError as RewardError
+    from rollhub.errors import RollhubError as RollhubError
+    from rollhub.errors import RolloutFailed as RolloutFailed
+    from rollhub.errors import RolloutTimeout as RolloutTimeout
+    from rollhub.errors import SessionError as SessionError
+    from rollhub.errors import StoreError as StoreError
+    from rollhub.errors import SubmissionError as SubmissionError
+    from rollhub.errors import TokenRetrievalError as TokenRetrievalError
+    from rollhub.errors import UnknownComponentError as UnknownComponentError
+    from rollhub.errors import UsageError as UsageError
+    from rollhub.hub import AsyncHub as AsyncHub
+    from rollhub.hub_sync import Hub as Hub
+    from rollhub.registry import ComponentRegistry as ComponentRegistry
+    from rollhub.rollout import RolloutConfig as RolloutConfig
+    from rollhub.rollout import RolloutRequest as RolloutRequest
+    from rollhub.rollout import SubmitReceipt as SubmitReceipt
+    from rollhub.runtime import Runtime as Runtime
+    from rollhub.sampling import Generation as Generation
+    from rollhub.sampling import SamplingBackend as SamplingBackend
+    from rollhub.sampling import SamplingParams as SamplingParams
+    from rollhub.sessions import RolloutSession as RolloutSession
+    from rollhub.sessions import SessionDump as SessionDump
+    from rollhub.stores import open_store as open_store
+    from rollhub.stores.base import ResultStore as ResultStore
+    from rollhub.tokens import CaptureSession as CaptureSession
+    from rollhub.tokens import TokenSource as TokenSource
+    from rollhub.trace import TraceRecord as TraceRecord
+    from rollhub.training.trainer import Trainer as Trainer
 
 __version__ = "0.1.0"
 
@@ -66,7 +113,7 @@ _LAZY: dict[str, str] = {
 __all__ = sorted([*_LAZY, "__version__", "hookimpl", "hookspec"])
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'rollhub' has no attribute {name!r}")

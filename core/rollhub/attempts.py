@@ -16,13 +16,14 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rollhub.episode import Episode, ErrorInfo
 from rollhub.errors import CaptureLost, TokenRetrievalError
 from rollhub.rollout import RolloutRequest
 
 if TYPE_CHECKING:
+    from rollhub.rollout_future import RolloutOutcome
     from rollhub.tokens import TokenSource
 
 __all__ = [
@@ -52,7 +53,7 @@ def next_session(request: RolloutRequest, dead: Sequence[dict[str, str]]) -> Rol
     return new
 
 
-def take_outcome(episode: Episode, outcome: Any) -> None:
+def take_outcome(episode: Episode, outcome: RolloutOutcome) -> None:
     """What the runtime side said of one attempt (a
     :class:`~rollhub.rollout_future.RolloutOutcome`), onto the episode."""
     episode.session_id = outcome.session_id  # the last runtime session's
@@ -124,7 +125,7 @@ async def end_attempt(
 def next_attempt(
     request: RolloutRequest,
     episode: Episode,
-    outcome: Any,
+    outcome: RolloutOutcome,
     lost: CaptureLost,
     *,
     session_attempts: int,

@@ -46,7 +46,7 @@ class BatchClient(Protocol):
     exp_id: str
 
     def invoke(
-        self, payload: Mapping[str, Any], *, timeout: float | None = None, **rollout: Any
+        self, payload: Mapping[str, Any], *, timeout: float | None = None, **rollout: object
     ) -> RolloutFuture:
         """Start one rollout in the background and return its future at once."""
         ...
@@ -215,7 +215,7 @@ async def run_batch_async(
     resume: bool = True,
     rerun_failed: bool = True,
     progress: bool | None = None,
-    **rollout: Any,
+    **rollout: object,
 ) -> AsyncIterator[BatchItem]:
     """Run every payload through ``client``; yield one :class:`BatchItem` each as it ends.
 

@@ -175,7 +175,7 @@ class AsyncRolloutClient:
         return self
 
     def invoke(
-        self, payload: Mapping[str, Any], *, timeout: float | None = None, **rollout: Any
+        self, payload: Mapping[str, Any], *, timeout: float | None = None, **rollout: object
     ) -> RolloutFuture:
         """Start one rollout in the background and return its future at once.
 
@@ -187,7 +187,7 @@ class AsyncRolloutClient:
         return self.submit_request(self.request(payload, **rollout), timeout=timeout)
 
     async def invoke_async(
-        self, payload: Mapping[str, Any], *, timeout: float | None = None, **rollout: Any
+        self, payload: Mapping[str, Any], *, timeout: float | None = None, **rollout: object
     ) -> RolloutFuture:
         """Like :meth:`invoke`, but return once the runtime accepted (or refused) the rollout."""
         return await self.submit_request_async(self.request(payload, **rollout), timeout=timeout)
@@ -257,7 +257,7 @@ class AsyncRolloutClient:
 
     # Pure helpers ---------------------------------------------------------------------------
 
-    def request(self, payload: Mapping[str, Any], **rollout: Any) -> RolloutRequest:
+    def request(self, payload: Mapping[str, Any], **rollout: object) -> RolloutRequest:
         """Build and validate the request :meth:`invoke` would submit (no I/O)."""
         self._require_started()
         return build_request(
@@ -312,7 +312,7 @@ class RolloutClient:
         return self
 
     def invoke(
-        self, payload: Mapping[str, Any], *, timeout: float | None = None, **rollout: Any
+        self, payload: Mapping[str, Any], *, timeout: float | None = None, **rollout: object
     ) -> RolloutFuture:
         """Start one rollout in the background and return its future at once."""
         return self._portal().call(lambda: self._async.invoke(payload, timeout=timeout, **rollout))
@@ -355,7 +355,7 @@ class RolloutClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def request(self, payload: Mapping[str, Any], **rollout: Any) -> RolloutRequest:
+    def request(self, payload: Mapping[str, Any], **rollout: object) -> RolloutRequest:
         """Build and validate the request :meth:`invoke` would submit (no I/O)."""
         return self._async.request(payload, **rollout)
 

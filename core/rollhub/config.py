@@ -213,9 +213,9 @@ class TrainingConfig(_Strict):
 
     @field_validator("keep_episodes", mode="before")
     @classmethod
-    def _keep_fraction(cls, value: Any) -> Any:
+    def _keep_fraction(cls, value: object) -> str | float:
         if value == "all":
-            return value
+            return "all"
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError('must be "all" or a fraction in (0, 1], e.g. 0.1')
         if not 0 < value <= 1:
@@ -357,7 +357,7 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
     return data
 
 
-def _parse_env_value(raw: str) -> Any:
+def _parse_env_value(raw: str) -> object:
     try:
         return tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:

@@ -27,6 +27,7 @@ stays picklable, because Ray and worker processes send them across process bound
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
@@ -53,21 +54,24 @@ __all__ = [
 class RollhubError(Exception):
     """Base class of every error rollhub raises on purpose."""
 
-    def __init__(self, message: str = "", **context: Any) -> None:
+    def __init__(self, message: str = "", **context: object) -> None:
         super().__init__(message)
         self.message = message
-        self.context = context
+        #: the keyword context, also set as attributes (each subclass says which it takes)
+        self.context: dict[str, Any] = context
         for key, value in context.items():
             setattr(self, key, value)
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(
+        self,
+    ) -> tuple[Callable[..., RollhubError], tuple[type[RollhubError], str, dict[str, object]]]:
         return (_rebuild, (type(self), self.message, self.context))
 
     def __str__(self) -> str:
         return self.message
 
 
-def _rebuild(cls: type[RollhubError], message: str, context: dict[str, Any]) -> RollhubError:
+def _rebuild(cls: type[RollhubError], message: str, context: dict[str, object]) -> RollhubError:
     return cls(message, **context)
 
 
@@ -103,7 +107,7 @@ class SubmissionError(RolloutFailed):
 
     transient: bool
 
-    def __init__(self, message: str = "", *, transient: bool = False, **context: Any) -> None:
+    def __init__(self, message: str = "", *, transient: bool = False, **context: object) -> None:
         super().__init__(message, transient=transient, **context)
 
 
@@ -135,7 +139,7 @@ class SessionError(RolloutFailed):
     transient: bool
 
     def __init__(
-        self, message: str = "", *, phase: str = "run", transient: bool = False, **context: Any
+        self, message: str = "", *, phase: str = "run", transient: bool = False, **context: object
     ) -> None:
         super().__init__(message, phase=phase, transient=transient, **context)
 

@@ -18,18 +18,21 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollhub.episode import EpisodeGroup, ErrorInfo
 from rollhub.errors import RewardError
 from rollhub.hook_calls import call_all
+
+if TYPE_CHECKING:
+    from rollhub.hub_view import HubView
 
 __all__ = ["apply_group_rewards", "collect_group_rewards", "group_reward_metrics"]
 
 log = logging.getLogger(__name__)
 
 
-async def collect_group_rewards(hub: Any, group: EpisodeGroup) -> None:
+async def collect_group_rewards(hub: HubView, group: EpisodeGroup) -> None:
     """Call the group reward hooks for ``group`` and merge what they return."""
     if not any(e.ok for e in group.episodes):
         return

@@ -6,6 +6,8 @@ import inspect
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
+from pluggy import HookCaller
+
 from rollhub.errors import PluginError
 
 __all__ = ["call_all", "call_first", "resolve"]
@@ -20,13 +22,16 @@ async def resolve(value: T | Awaitable[T]) -> T:
     return value
 
 
-async def call_all(hook: Any, **kwargs: Any) -> list[Any]:
+async def call_all(hook: HookCaller, **kwargs: object) -> list[Any]:
     """Call an all-results hook and await each awaitable result, in call order."""
     return [await resolve(r) for r in hook(**kwargs)]
 
 
-async def call_first(hook: Any, **kwargs: Any) -> Any:
+async def call_first(hook: HookCaller, **kwargs: object) -> Any:
     """Call a firstresult hook and await its result when it is awaitable.
+
+    The answer's type is the one the hook's specification in :mod:`rollhub.hookspecs`
+    names (pluggy's hook callers are untyped), so it is returned as such.
 
     :raises PluginError: the answer is not what the hook's spec promises (a
         ``rollhub_submit_rollout`` that gave no :class:`~rollhub.rollout.SubmitReceipt`),

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pluggy import HookRelay
+
 from rollhub.attempts import end_attempt, next_attempt, note_close_error, take_outcome, time_left
 from rollhub.client import AsyncRolloutClient
 from rollhub.components import build_component, component_context, open_config_store
@@ -43,6 +45,7 @@ from rollhub.plugins import PluginHost, build_host
 from rollhub.policies import effective_staleness
 from rollhub.rewards import apply_failure_policy, merge_reward_components
 from rollhub.rollout import RolloutRequest, SubmitReceipt
+from rollhub.rollout_future import RolloutOutcome
 from rollhub.runtime import Runtime
 from rollhub.seeding import EpisodeSeeds, session_sampling
 from rollhub.sessions.episodes import SessionEpisodes
@@ -50,6 +53,7 @@ from rollhub.staleness import StalenessGate
 from rollhub.stores.base import ResultStore
 from rollhub.tokens import TokenSource
 from rollhub.training.policy_trainer import build_trainer
+from rollhub.training.step import Policy
 from rollhub.training.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -136,7 +140,7 @@ class AsyncHub:
     # Lifecycle -----------------------------------------------------------------------------
 
     @property
-    def hook(self) -> Any:
+    def hook(self) -> HookRelay:
         """The pluggy hook relay."""
         return self.host.hook
 
@@ -151,7 +155,7 @@ class AsyncHub:
         if self._parts is not None:
             self._parts.token_source.set_weight_version(version)
 
-    async def publish_policy(self, policy: Any, version: int) -> None:
+    async def publish_policy(self, policy: Policy, version: int) -> None:
         """Hand a new policy to the sampling side and make ``version`` current.
 
         ``policy`` (e.g. a Tinker sampling client) goes to the token source, which swaps
@@ -329,7 +333,7 @@ class AsyncHub:
         sid, sampling = request.rollout.session_id, session_sampling(request)
         (await self.token_source.open_session(sid, sampling=sampling)).apply_to(request.rollout)
 
-    async def _outcome(self, request: RolloutRequest, episode: Episode) -> Any:
+    async def _outcome(self, request: RolloutRequest, episode: Episode) -> RolloutOutcome:
         if (sessions := SessionEpisodes.for_hub(self)) is not None:  # setup → run → teardown
             return await sessions.run(request, episode)
         future = await self.client.submit_request_async(

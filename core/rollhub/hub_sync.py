@@ -12,6 +12,7 @@ from rollhub.episode import Episode, EpisodeGroup
 from rollhub.hub import AsyncHub
 from rollhub.loop_thread import LoopThread, ensure_no_running_loop
 from rollhub.plugins import PluginHost
+from rollhub.training.step import Policy
 
 __all__ = ["Hub"]
 
@@ -35,7 +36,7 @@ class Hub:
         """Record a new policy version."""
         self._loop.call_soon(self._hub.set_weight_version, version)
 
-    def publish_policy(self, policy: Any, version: int) -> None:
+    def publish_policy(self, policy: Policy, version: int) -> None:
         """Hand a new policy to the sampling side and make ``version`` current."""
         self._loop.run(self._hub.publish_policy(policy, version))
 

@@ -11,11 +11,14 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from pluggy import HookRelay
+
 from rollhub.config import RollhubConfig
 from rollhub.episode import Episode, EpisodeGroup
 from rollhub.runtime import Runtime
 from rollhub.stores.base import ResultStore
 from rollhub.tokens import TokenSource
+from rollhub.training.step import Policy
 
 __all__ = ["HubView"]
 
@@ -33,7 +36,7 @@ class HubView(Protocol):
     stats: dict[str, Any]
 
     @property
-    def hook(self) -> Any:
+    def hook(self) -> HookRelay:
         """The pluggy hook relay (``hub.hook.rollhub_…(...)``)."""
         ...
 
@@ -61,7 +64,7 @@ class HubView(Protocol):
         """Record a new policy version."""
         ...
 
-    async def publish_policy(self, policy: Any, version: int) -> None:
+    async def publish_policy(self, policy: Policy, version: int) -> None:
         """Hand a new policy to the sampling side and make ``version`` current."""
         ...
 

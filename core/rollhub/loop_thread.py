@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, TypeVarTuple
 
 from rollhub.errors import UsageError
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 __all__ = ["LoopThread", "ensure_no_running_loop"]
 
@@ -100,7 +101,7 @@ class LoopThread:
             return await coro
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
 
-    def call(self, fn: Callable[..., T], *args: Any) -> T:
+    def call(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """Call a plain function on the loop thread (objects that bind to the loop)."""
         ensure_no_running_loop(hint=self.hint)
 
@@ -109,7 +110,7 @@ class LoopThread:
 
         return self.run(_call())
 
-    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+    def call_soon(self, fn: Callable[[*Ts], object], *args: *Ts) -> None:
         """Schedule a plain function on the loop thread without waiting."""
         self.loop.call_soon_threadsafe(fn, *args)
 
@@ -119,7 +120,7 @@ class LoopThread:
         try:
             while True:
                 try:
-                    yield self.run(agen.__anext__())  # type: ignore[arg-type]  # a Coroutine at runtime
+                    yield self.run(_anext(agen))
                 except StopAsyncIteration:
                     return
         finally:
@@ -138,3 +139,8 @@ class LoopThread:
             thread.join(timeout=10)
         if not loop.is_running() and not loop.is_closed():
             loop.close()
+
+
+async def _anext(agen: AsyncIterator[T]) -> T:
+    """The next item of ``agen``, as a coroutine (``__anext__`` gives an awaitable)."""
+    return await agen.__anext__()

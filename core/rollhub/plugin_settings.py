@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
+
     from rollhub.config import RollhubConfig
     from rollhub.plugins import PluginHost
 
@@ -54,12 +56,12 @@ def check_config(host: PluginHost, config: RollhubConfig) -> None:
             ) from None
 
 
-def _settings_field(plugin: str, exc: Any) -> str:
+def _settings_field(plugin: str, exc: ValidationError) -> str:
     loc = ".".join(str(p) for p in exc.errors()[0]["loc"])
     return f"plugins.{plugin}.{loc}" if loc else f"plugins.{plugin}"
 
 
-def _settings_error(plugin: str, exc: Any) -> str:
+def _settings_error(plugin: str, exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])

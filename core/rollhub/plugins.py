@@ -31,7 +31,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -40,6 +40,11 @@ from rollhub.errors import PluginError, PluginLoadError
 from rollhub.markers import PROJECT_NAME
 from rollhub.registry import ComponentRegistry
 from rollhub.stores.base import BUILTIN_SCHEMES
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+    from stevedore import ExtensionManager
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +89,7 @@ class PluginHost:
         self._historic_done = False
 
     @property
-    def hook(self) -> Any:
+    def hook(self) -> pluggy.HookRelay:
         """The pluggy hook relay (``host.hook.rollhub_…(**kwargs)``)."""
         return self.pm.hook
 
@@ -105,7 +110,9 @@ class PluginHost:
             disabled = _env_list("ROLLHUB_DISABLE_PLUGINS")
         skip = set(disabled)
 
-        def on_failure(_manager: Any, ep: Any, exc: BaseException, stage: str = "load") -> None:
+        def on_failure(
+            _manager: ExtensionManager[object], ep: EntryPoint, exc: BaseException, stage: str = "load"
+        ) -> None:
             dist, version = _dist_of(ep)
             err = PluginLoadError(
                 f"plugin {ep.name!r} ({ep.value}, from {dist or 'unknown distribution'}) "
@@ -125,7 +132,7 @@ class PluginHost:
         names = sorted({ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)})
         for name in sorted(skip & set(names)):
             log.info("plugin %s disabled by ROLLHUB_DISABLE_PLUGINS", name)
-        mgr = NamedExtensionManager(
+        mgr: NamedExtensionManager[object] = NamedExtensionManager(
             namespace=ENTRY_POINT_GROUP,
             names=[n for n in names if n not in skip],
             invoke_on_load=False,
@@ -359,7 +366,7 @@ def _env_list(var: str) -> list[str]:
     return [p.strip() for p in os.environ.get(var, "").split(",") if p.strip()]
 
 
-def _dist_of(ep: Any) -> tuple[str | None, str | None]:
+def _dist_of(ep: EntryPoint) -> tuple[str | None, str | None]:
     """The distribution (name, version) that provides an entry point."""
     from importlib import metadata
 

@@ -39,7 +39,7 @@ import copy
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -128,7 +128,22 @@ def policy_models(policies: Sequence[PolicyConfig]) -> dict[str, str]:
     return {p.name: p.served_id for p in policies}
 
 
-def effective_staleness(config: Any) -> int | None:
+class _StalenessBound(Protocol):
+    @property
+    def max_staleness(self) -> int | None: ...
+
+
+class StalenessSettings(Protocol):
+    """What :func:`effective_staleness` reads of a config (a ``RollhubConfig`` is one)."""
+
+    @property
+    def experiment(self) -> _StalenessBound: ...
+
+    @property
+    def policies(self) -> Sequence[PolicyConfig]: ...
+
+
+def effective_staleness(config: StalenessSettings) -> int | None:
     """How far sampling may run ahead of training: ``experiment.max_staleness``, or with
     ``[[policies]]`` the smallest bound among the trainable policies.
 

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from rollhub.config import RollhubConfig
-from rollhub.errors import ConfigError, PluginError, UnknownComponentError
+from rollhub.errors import ConfigError, PluginError, PluginLoadError, UnknownComponentError
 from rollhub.validation import explain, first_loc
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ class ComponentRegistry:
             "code",
         )
         #: plugins that failed to load, by plugin name; consulted when a lookup misses.
-        self.load_failures: dict[str, Any] = {}
+        self.load_failures: dict[str, PluginLoadError] = {}
         #: install hints added by plugins, over :data:`KNOWN_DISTRIBUTIONS`
         self.install_hints: dict[tuple[str, str], str] = {}
 
@@ -383,7 +383,7 @@ def _qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _dist_of(failure: Any) -> str | None:
+def _dist_of(failure: PluginLoadError) -> str | None:
     return getattr(failure, "distribution", None)
 
 

@@ -11,9 +11,12 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub.episode import Episode, pass_at_k
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = ["can_plot", "failure_causes", "plot_run", "render_summary", "summarize"]
 
@@ -128,7 +131,7 @@ def _shorten(message: str, limit: int = CAUSE_MESSAGE_CHARS) -> str:
     return f"{message[:half]} … {message[-half:]}"
 
 
-def render_summary(summary: dict[str, Any]) -> Any:
+def render_summary(summary: dict[str, Any]) -> Table:
     """A rich table of a summary; failure causes as one row each."""
     from rich.table import Table
 

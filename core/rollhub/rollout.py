@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -103,14 +104,15 @@ class RolloutConfig(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _s3_bucket_alias(cls, data: Any) -> Any:
+    def _s3_bucket_alias(cls, data: object) -> object:
         if isinstance(data, dict) and "result_store" not in data and data.get("s3_bucket"):
             data = {**data, "result_store": f"s3://{data['s3_bucket']}"}
         return data
 
     @field_validator("exp_id", "input_id", "session_id")
     @classmethod
-    def _key_safe(cls, value: str, info: Any) -> str:
+    def _key_safe(cls, value: str, info: ValidationInfo) -> str:
+        assert info.field_name is not None  # a field validator always knows its field
         return validate_key_part(value, info.field_name)
 
     @field_validator("result_store")
@@ -225,7 +227,7 @@ def build_request(
     return RolloutRequest(payload=body, rollout=rollout)
 
 
-def content_input_id(payload: Any) -> str:
+def content_input_id(payload: object) -> str:
     """A stable id from a payload's content: ``h-`` + 16 hex digits of its SHA-256."""
     canon = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=repr)
     return "h-" + hashlib.sha256(canon.encode()).hexdigest()[:16]

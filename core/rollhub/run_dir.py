@@ -128,7 +128,7 @@ class RunDir:
                                                       "machine")})
         self.write_json(self.MANIFEST, {**current, "resumed": resumed})
 
-    def write_json(self, name: str, value: Any, *, sort_keys: bool = False) -> None:
+    def write_json(self, name: str, value: object, *, sort_keys: bool = False) -> None:
         """Write one JSON file of the run (indented)."""
         (self.path / name).write_text(json.dumps(value, indent=2, sort_keys=sort_keys))
 

@@ -71,7 +71,7 @@ class Runtime(ABC):
         *,
         context: ComponentContext | None = None,
         base_dir: str | Path | None = None,
-        **fields: Any,
+        **fields: object,
     ) -> None:
         """:param options: validated options, or pass their fields as keywords instead.
         :param context: what the core tells components (default: the working directory).

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from rollhub.training.step import Policy
+
+_T = TypeVar("_T")
 
 log = logging.getLogger(__name__)
 
@@ -108,10 +113,10 @@ class SamplingBackend(ABC):
     name: ClassVar[str]
     Options: ClassVar[type[SamplingBackendOptions]] = SamplingBackendOptions
 
-    def __init__(self, options: SamplingBackendOptions | None = None, **_: Any) -> None:
+    def __init__(self, options: SamplingBackendOptions | None = None, **_: object) -> None:
         self.options = options or self.Options()
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         # Backends written before ``turn=`` existed keep working: their own generate/stream
         # get a thin wrapper that takes the keyword and drops it.
         super().__init_subclass__(**kwargs)
@@ -149,7 +154,7 @@ class SamplingBackend(ABC):
         reports its own version on every :class:`Generation` takes it for the rows it
         admits from now on; the default does nothing (the gateway stamps its own)."""
 
-    def update_policy(self, policy: Any, weight_version: int) -> None:
+    def update_policy(self, policy: Policy, weight_version: int) -> None:
         """Sample from ``policy`` from the next turn on; turns in flight keep the old one.
 
         Backends whose weights a trainer can hand over in process (Tinker's sampling
@@ -168,19 +173,19 @@ class SamplingBackend(ABC):
         """Release the model or connections. Idempotent."""
 
 
-def _takes_turn(method: Any) -> bool:
+def _takes_turn(method: Callable[..., object]) -> bool:
     import inspect
 
     params = inspect.signature(method).parameters
     return "turn" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-def _dropping_turn(method: Any) -> Any:
+def _dropping_turn(method: Callable[..., _T]) -> Callable[..., _T]:
     import functools
 
     @functools.wraps(method)
-    def call(self: Any, prompt_ids: list[int], params: SamplingParams, *,
-             turn: TurnContext | None = None) -> Any:
+    def call(self: SamplingBackend, prompt_ids: list[int], params: SamplingParams, *,
+             turn: TurnContext | None = None) -> _T:
         return method(self, prompt_ids, params)
 
     return call

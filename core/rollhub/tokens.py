@@ -17,6 +17,7 @@ from rollhub.trace import TraceRecord
 
 if TYPE_CHECKING:
     from rollhub.rollout import RolloutConfig
+    from rollhub.training.step import Policy
 
 __all__ = ["CaptureSession", "NoTokenSource", "TokenSource", "TokenSourceOptions"]
 
@@ -57,7 +58,7 @@ class TokenSource(ABC):
     name: ClassVar[str]
     Options: ClassVar[type[TokenSourceOptions]] = TokenSourceOptions
 
-    def __init__(self, options: TokenSourceOptions | None = None, **_: Any) -> None:
+    def __init__(self, options: TokenSourceOptions | None = None, **_: object) -> None:
         self.options = options or self.Options()
         self.weight_version: int | None = None
 
@@ -82,7 +83,7 @@ class TokenSource(ABC):
         """The policy version that new model calls are served by."""
         self.weight_version = version
 
-    async def publish_policy(self, policy: Any, version: int) -> None:
+    async def publish_policy(self, policy: Policy, version: int) -> None:
         """Swap the sampling side to ``policy`` (a trainer's new weights), as ``version``.
 
         :raises UsageError: this token source does not sample itself, so it cannot take a

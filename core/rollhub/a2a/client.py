@@ -28,6 +28,7 @@ from a2a.client import Client, ClientCallContext, ClientConfig, ClientFactory, m
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
+    Message,
     SendMessageConfiguration,
     SendMessageRequest,
     Task,
@@ -173,7 +174,7 @@ class A2ATaskClient:
 
     # Calls -------------------------------------------------------------------------------
 
-    async def _send(self, message: Any) -> Task:
+    async def _send(self, message: Message) -> Task:
         request = SendMessageRequest(
             message=message,
             configuration=SendMessageConfiguration(
@@ -188,7 +189,7 @@ class A2ATaskClient:
             raise SessionError("message/send answered without a task", phase="setup")
         return task
 
-    async def _send_run(self, message: Any) -> None:
+    async def _send_run(self, message: Message) -> None:
         """Send the run message once: after a lost answer, the task's state says whether
         it arrived (it left ``input-required``)."""
         started = time.monotonic()

@@ -19,7 +19,8 @@ import asyncio
 import logging
 import traceback
 from abc import ABC, abstractmethod
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
@@ -29,10 +30,11 @@ from pydantic import ValidationError
 
 from rollhub.a2a.wire import ARTIFACT_NAME, data_part, dump_to_data, read_task_input
 from rollhub.app.context import PingStatus, RolloutContext, takes_context
+from rollhub.app.runner import RolloutRunner
 from rollhub.rollout import ROLLOUT_KEY, RolloutConfig
 from rollhub.sessions.base import SessionDump
 
-__all__ = ["RolloutAppExecutor", "SessionExecutor"]
+__all__ = ["RolloutAppExecutor", "ServedApp", "SessionExecutor"]
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +138,22 @@ class SessionExecutor(AgentExecutor, ABC):
         """Called after a cancel stopped a task's work (default: nothing)."""
 
 
+@runtime_checkable
+class ServedApp(Protocol):
+    """What :class:`RolloutAppExecutor` uses of a :class:`~rollhub.app.RolloutApp` (its
+    ``rollout_setup_handler``, when it has one, is read too)."""
+
+    @property
+    def rollout_handler(self) -> Callable[..., object] | None:
+        """The ``@app.rollout_entrypoint`` handler."""
+        ...
+
+    @property
+    def runner(self) -> RolloutRunner:
+        """Runs handlers off the serving loop."""
+        ...
+
+
 class RolloutAppExecutor(SessionExecutor):
     """Serves a :class:`~rollhub.app.RolloutApp`'s handlers over A2A.
 
@@ -143,7 +161,7 @@ class RolloutAppExecutor(SessionExecutor):
         ``@app.rollout_setup`` (if any) each setup, off the serving loop as under HTTP.
     """
 
-    def __init__(self, app: Any, *, cancel_wait_s: float = 10.0) -> None:
+    def __init__(self, app: ServedApp, *, cancel_wait_s: float = 10.0) -> None:
         super().__init__(cancel_wait_s=cancel_wait_s)
         self.app = app
 
@@ -166,7 +184,9 @@ class RolloutAppExecutor(SessionExecutor):
         return SessionDump.from_result(result)
 
 
-def _args(handler: Any, task_input: dict[str, Any], session_id: str) -> tuple[Any, ...]:
+def _args(
+    handler: Callable[..., object], task_input: dict[str, Any], session_id: str
+) -> tuple[object, ...]:
     """``(payload,)`` or ``(payload, context)``: the context's rollout is the task's
     ``_rollout`` when it is a valid one (a rollhub hub's task), else None."""
     if not takes_context(handler):

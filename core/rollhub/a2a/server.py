@@ -20,7 +20,6 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
@@ -31,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from rollhub.a2a.executor import RolloutAppExecutor, SessionExecutor
+from rollhub.a2a.executor import RolloutAppExecutor, ServedApp, SessionExecutor
 from rollhub.errors import ConfigError
 
 __all__ = ["A2A_PORT", "a2a_app", "agent_card", "main"]
@@ -60,7 +59,7 @@ def agent_card(url: str, name: str = "rollhub-agent") -> AgentCard:
     )
 
 
-def a2a_app(target: Any, *, url: str | None = None, name: str = "rollhub-agent") -> Starlette:
+def a2a_app(target: object, *, url: str | None = None, name: str = "rollhub-agent") -> Starlette:
     """The A2A app serving ``target``: a ``RolloutApp`` or a ``SessionExecutor``.
 
     :param url: the URL the card advertises (default ``http://localhost:9000/``).
@@ -68,7 +67,7 @@ def a2a_app(target: Any, *, url: str | None = None, name: str = "rollhub-agent")
     """
     if isinstance(target, SessionExecutor):
         executor: SessionExecutor = target
-    elif hasattr(target, "rollout_handler") and hasattr(target, "runner"):
+    elif isinstance(target, ServedApp):  # it has rollout_handler and runner
         executor = RolloutAppExecutor(target)
     else:
         raise ConfigError(
@@ -87,7 +86,7 @@ def a2a_app(target: Any, *, url: str | None = None, name: str = "rollhub-agent")
         )
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Any) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             yield
         finally:
@@ -102,7 +101,7 @@ def a2a_app(target: Any, *, url: str | None = None, name: str = "rollhub-agent")
     return app
 
 
-def _load(target: str, app_dir: str) -> Any:
+def _load(target: str, app_dir: str) -> object:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise ConfigError(f"{target!r}: expected module:attribute, e.g. agent:app")

@@ -21,7 +21,8 @@ import logging
 import os
 import socket
 import time
-from typing import Any
+from collections.abc import Generator
+from typing import Protocol
 from urllib.parse import quote
 
 import httpx
@@ -184,14 +185,28 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class _Credentials(Protocol):
+    """botocore's refreshable credentials, as far as signing reads them."""
+
+    def get_frozen_credentials(self) -> object: ...
+
+
+class _SessionControl(Protocol):
+    """boto3's ``bedrock-agentcore`` client, as far as releasing a session calls it."""
+
+    def delete_capacity_provider_session(self, **kwargs: object) -> object: ...
+
+    def stop_runtime_session(self, **kwargs: object) -> object: ...
+
+
 class _SigV4(httpx.Auth):
     """Signs each request with the process's AWS credentials (SigV4, ``bedrock-agentcore``)."""
 
-    def __init__(self, credentials: Any, region: str) -> None:
+    def __init__(self, credentials: _Credentials, region: str) -> None:
         self._credentials = credentials
         self._region = region
 
-    def auth_flow(self, request: httpx.Request) -> Any:
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
 
@@ -243,7 +258,7 @@ class AgentCoreTransport(Transport):
         ).rstrip("/")
         self._used = False
 
-    def _boto(self) -> Any:
+    def _boto(self) -> _SessionControl:
         import boto3
 
         return boto3.client("bedrock-agentcore", region_name=self.region,

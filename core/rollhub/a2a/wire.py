@@ -67,7 +67,7 @@ def part_data(part: Part) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def exact_json(value: Any) -> str:
+def exact_json(value: object) -> str:
     """``value`` as strict JSON (NaN and infinities refused: JSON has none)."""
     return json.dumps(value, allow_nan=False, separators=(",", ":"))
 

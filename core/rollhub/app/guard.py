@@ -11,7 +11,6 @@ import ipaddress
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from starlette.requests import Request
@@ -93,7 +92,7 @@ class RequestGuard:
             status_code=403,
         )
 
-    def check_callback(self, request: Request, payload: Any) -> JSONResponse | None:
+    def check_callback(self, request: Request, payload: object) -> JSONResponse | None:
         """``callback_url`` must point back at the peer that submitted the rollout."""
         raw = payload.get(ROLLOUT_KEY) if isinstance(payload, dict) else None
         url = raw.get("callback_url") if isinstance(raw, dict) else None

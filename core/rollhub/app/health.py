@@ -11,10 +11,13 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
 from rollhub.app.context import PingStatus
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 __all__ = ["HealthState"]
 
@@ -103,12 +106,14 @@ class HealthState:
             ]
         return {"active_count": len(jobs), "running_jobs": jobs}
 
-    def async_task(self, func: Callable[..., Any]) -> Callable[..., Any]:
+    def async_task(
+        self, func: Callable[_P, Coroutine[Any, Any, _T]]
+    ) -> Callable[_P, Coroutine[Any, Any, _T]]:
         """Decorate an async function so the app reports Busy while it runs."""
         if not inspect.iscoroutinefunction(func):
             raise ValueError("@async_task can only be applied to async functions")
 
-        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        async def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
             task_id = self.add_async_task(func.__name__)
             try:
                 return await func(*args, **kwargs)

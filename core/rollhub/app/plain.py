@@ -10,7 +10,7 @@ import asyncio
 import inspect
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -30,7 +30,7 @@ async def invoke_plain(
     handler: Callable[..., Any],
     request: Request,
     session_id: str,
-    payload: Any,
+    payload: object,
 ) -> Response:
     """Call ``handler`` off the server loop and turn its value into the HTTP answer."""
     args: tuple[Any, ...] = (payload,)
@@ -55,17 +55,17 @@ async def invoke_plain(
     return Response(_to_json(result), media_type="application/json")
 
 
-def _to_json(value: Any) -> str:
+def _to_json(value: object) -> str:
     try:
         return json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
         return json.dumps(value, ensure_ascii=False, default=str)
 
 
-async def _sse(stream: Any) -> AsyncIterator[bytes]:
+async def _sse(stream: Iterator[object] | AsyncIterator[object]) -> AsyncIterator[bytes]:
     """Server-sent events from a sync or async generator, as AgentCore streams them."""
     try:
-        if inspect.isasyncgen(stream):
+        if isinstance(stream, AsyncIterator):  # an async generator (else a sync one)
             async for item in stream:
                 yield f"data: {_to_json(item)}\n\n".encode()
         else:

@@ -22,9 +22,9 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard, TypeVar
 
 import httpx
 
@@ -38,6 +38,8 @@ from rollhub.stores.base import ResultStore
 __all__ = ["RolloutRunner", "RunningRollout"]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 @dataclass
 class RunningRollout:
@@ -208,7 +210,7 @@ class RolloutRunner:
 
     # Running handlers --------------------------------------------------------------------
 
-    async def call(self, handler: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    async def call(self, handler: Callable[..., object], args: tuple[object, ...]) -> object:
         """Run a handler off the server loop and return its result."""
         if _is_async_callable(handler):
             return await self._on_worker_loop(handler(*args))
@@ -217,7 +219,7 @@ class RolloutRunner:
             value = await self._on_worker_loop(value)
         return value
 
-    async def _on_worker_loop(self, awaitable: Any) -> Any:
+    async def _on_worker_loop(self, awaitable: Awaitable[_T]) -> _T:
         future = asyncio.run_coroutine_threadsafe(_as_coroutine(awaitable), self._worker())
         # Cancelling the wrapper cancels the task on the worker loop too.
         return await asyncio.wrap_future(future)
@@ -251,7 +253,7 @@ class RolloutRunner:
 
     # Control -----------------------------------------------------------------------------
 
-    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+    def spawn(self, coro: Coroutine[object, object, _T]) -> asyncio.Task[_T]:
         """Start a side task and keep a reference until it ends."""
         task = asyncio.get_running_loop().create_task(coro)
         self._side_tasks.add(task)
@@ -301,11 +303,11 @@ def _uncancel() -> None:
         task.uncancel()
 
 
-async def _as_coroutine(awaitable: Any) -> Any:
+async def _as_coroutine(awaitable: Awaitable[_T]) -> _T:
     return await awaitable
 
 
-def _is_async_callable(obj: Any) -> bool:
+def _is_async_callable(obj: object) -> TypeGuard[Callable[..., Awaitable[object]]]:
     while isinstance(obj, functools.partial):
         obj = obj.func
     return inspect.iscoroutinefunction(obj) or inspect.iscoroutinefunction(

@@ -50,6 +50,7 @@ from rollhub.app.health import HealthState
 from rollhub.app.plain import invoke_plain
 from rollhub.app.runner import RolloutRunner, RunningRollout
 from rollhub.errors import ConfigError, RollhubError
+from rollhub.registry import ComponentLookup
 from rollhub.rollout import ROLLOUT_KEY, RolloutConfig
 from rollhub.stores import open_store
 from rollhub.stores.base import ResultStore
@@ -101,7 +102,7 @@ class RolloutApp(HealthState, Starlette):
         lifespan: Callable[[Any], Any] | None = None,
         middleware: Sequence[Any] | None = None,
         *,
-        registry: Any = None,
+        registry: ComponentLookup | None = None,
         store_options: dict[str, Any] | None = None,
         max_sync_workers: int = 256,
         callback_backoff_s: tuple[float, ...] = DEFAULT_BACKOFF_S,
@@ -233,7 +234,7 @@ class RolloutApp(HealthState, Starlette):
         return self._rollout_handler
 
     def start_rollout(
-        self, payload: Any, *, headers: Mapping[str, str] | None = None
+        self, payload: object, *, headers: Mapping[str, str] | None = None
     ) -> RunningRollout:
         """Validate a rollout payload and start it in the background, without HTTP.
 
@@ -286,7 +287,7 @@ class RolloutApp(HealthState, Starlette):
             args = (payload, context)
         return self.runner.start(handler, args, rollout=rollout, payload=payload, store=store)
 
-    def _start_rollout(self, request: Request, payload: Any) -> JSONResponse:
+    def _start_rollout(self, request: Request, payload: object) -> JSONResponse:
         """The HTTP face of :meth:`start_rollout`. No ``await`` here (see RolloutRunner)."""
         header_sid = _session_header(request)
         refused = self._guard.check_callback(request, payload)
@@ -349,7 +350,7 @@ class RolloutApp(HealthState, Starlette):
 
     def _make_lifespan(self, user_lifespan: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
         @contextlib.asynccontextmanager
-        async def lifespan(app: Any) -> AsyncIterator[Any]:
+        async def lifespan(app: Starlette) -> AsyncIterator[object]:
             try:
                 if user_lifespan is None:
                     yield None
@@ -367,7 +368,7 @@ class RolloutApp(HealthState, Starlette):
             log.warning("shutting down with %d rollouts running", len(self.runner.running))
         await self.runner.shutdown(wait_s=self._shutdown_wait_s)
 
-    def run(self, port: int = 8080, host: str | None = None, **kwargs: Any) -> None:
+    def run(self, port: int = 8080, host: str | None = None, **kwargs: object) -> None:
         """Serve with uvicorn (blocking). Same signature as ``BedrockAgentCoreApp.run``.
 
         ``host`` defaults to 127.0.0.1, or 0.0.0.0 inside a container (as AgentCore does).
@@ -403,10 +404,15 @@ def _session_header(request: Request) -> str | None:
 class InvalidRolloutError(ConfigError):
     """A rollout payload the app refuses (HTTP 400). Context: ``field``, ``details``."""
 
-    details: Any
+    details: object
 
     def __init__(
-        self, message: str = "", *, field: str | None = None, details: Any = None, **context: Any
+        self,
+        message: str = "",
+        *,
+        field: str | None = None,
+        details: object = None,
+        **context: object,
     ) -> None:
         super().__init__(message, field=field, details=details, **context)
 

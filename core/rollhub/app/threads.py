@@ -16,11 +16,14 @@ import contextvars
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar, TypeVarTuple
 
 __all__ = ["HandlerThreads"]
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_Ts = TypeVarTuple("_Ts")
 
 
 class HandlerThreads:
@@ -38,7 +41,7 @@ class HandlerThreads:
         self._stuck: set[int] = set()
         self._next = 0
 
-    async def run(self, func: Callable[..., Any], *args: Any) -> Any:
+    async def run(self, func: Callable[[*_Ts], _T], *args: *_Ts) -> _T:
         """Run ``func(*args)`` in the pool (with the caller's context) and return its value.
 
         Cancelling the caller drops a call that has not started; one that has started
@@ -52,7 +55,7 @@ class HandlerThreads:
         started = threading.Event()
         finished = threading.Event()
 
-        def in_thread() -> Any:
+        def in_thread() -> _T:
             started.set()
             try:
                 return ctx.run(func, *args)

@@ -7,10 +7,13 @@ pyarrow) lazily, when it is built, so registration stays cheap.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollhub.markers import hookimpl
 from rollhub.registry import ComponentRegistry
+
+if TYPE_CHECKING:
+    from rollhub.config import RollhubConfig
 
 
 @hookimpl
@@ -26,7 +29,7 @@ def rollhub_register_components(registry: ComponentRegistry) -> None:
 
 
 @hookimpl
-def rollhub_check_config(config: Any, registry: ComponentRegistry) -> None:
+def rollhub_check_config(config: RollhubConfig, registry: ComponentRegistry) -> None:
     """Metric sinks named in ``[training]`` exist and their options validate."""
     from rollhub.errors import ConfigError
     from rollhub.registry import build_options

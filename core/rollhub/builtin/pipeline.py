@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rollhub.errors import RewardError
 from rollhub.markers import hookimpl
@@ -47,7 +47,7 @@ def rollhub_collect_rewards(episode: Episode) -> Mapping[str, float] | None:
     return {"result": reward_from_result(value)}
 
 
-def reward_from_result(value: Any) -> float:
+def reward_from_result(value: object) -> float:
     """The scalar reward of a result's ``rewards`` field: a number or a list of numbers."""
     if isinstance(value, list):
         if not value:

@@ -10,17 +10,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollhub.errors import ConfigError
 from rollhub.markers import hookimpl
 from rollhub.registry import ComponentRegistry, build_options
 
+if TYPE_CHECKING:
+    from rollhub.config import RollhubConfig
+
 __all__ = ["rollhub_check_config"]
 
 
 @hookimpl(tryfirst=True)  # what cannot run at all is said before what is missing to run it
-def rollhub_check_config(config: Any, registry: ComponentRegistry) -> None:
+def rollhub_check_config(config: RollhubConfig, registry: ComponentRegistry) -> None:
     """Refuse ``[[policies]]`` that the configured token source or trainer cannot take."""
     policies = config.policies
     if not policies:

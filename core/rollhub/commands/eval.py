@@ -22,7 +22,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub.config import RollhubConfig, TokenSourceSection, TrainerSection, load_config
 from rollhub.episode import Episode
@@ -30,6 +30,9 @@ from rollhub.errors import ConfigError, UsageError
 from rollhub.export.files import episode_to_row, write_rows
 from rollhub.plugins import PluginHost
 from rollhub.run_dir import RunDir
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = ["add_arguments", "resolve_checkpoint", "run"]
 
@@ -165,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if report["samples"] and failed == report["samples"] else 0
 
 
-def report_table(report: dict[str, Any]) -> Any:
+def report_table(report: dict[str, Any]) -> Table:
     """The printed form of an eval report: its figures with 95% intervals, then a row per
     split."""
     from rich.table import Table

@@ -91,7 +91,7 @@ def component_options(cls: type) -> list[dict[str, Any]]:
     return out
 
 
-def _type_name(annotation: Any) -> str:
+def _type_name(annotation: object) -> str:
     text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
     return text or str(annotation).replace("typing.", "")
 

@@ -36,6 +36,7 @@ from rollhub.manifest import build_manifest
 from rollhub.markers import hookimpl
 from rollhub.plugins import PluginHost
 from rollhub.registry import build_options
+from rollhub.rollout import RolloutRequest
 from rollhub.run_dir import RunDir
 
 log = logging.getLogger(__name__)
@@ -244,7 +245,7 @@ async def consume_once(
 
     class _Observer:
         @hookimpl
-        def rollhub_prepare_rollout(self, request: Any) -> None:
+        def rollhub_prepare_rollout(self, request: RolloutRequest) -> None:
             # counted by session: a rollout whose submit is retried is still one rollout
             sid = request.rollout.session_id
             if sid not in started:

@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TypeVar
 
 from rollhub.errors import UsageError
 from rollhub.stores.base import ResultStore
@@ -25,6 +25,8 @@ from rollhub.stores.base import ResultStore
 log = logging.getLogger(__name__)
 
 __all__ = ["StoreWatch"]
+
+_T = TypeVar("_T")
 
 #: the key probed: a store key no rollout can write (ids never start with a dot)
 PROBE_KEY = ".rollhub-store-probe"
@@ -52,23 +54,23 @@ class StoreWatch:
         self.stalled = False
         #: stalls seen in this run
         self.stalls = 0
-        self._probe: asyncio.Future[Any] | None = None
+        self._probe: asyncio.Future[bool] | None = None
 
     def _start_probe(self) -> None:
         if self._probe is not None and not self._probe.done():
             return  # one probe at a time: a hung store holds one thread, not many
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
+        fut: asyncio.Future[bool] = loop.create_future()
 
         def probe() -> None:
             try:
                 if self.store is None:
                     raise UsageError("StoreWatch.store is not set; set it before watching")
-                result: Any = self.store.exists(PROBE_KEY)
+                result = self.store.exists(PROBE_KEY)
             except Exception as exc:
-                loop.call_soon_threadsafe(_settle, fut, None, exc)
+                loop.call_soon_threadsafe(_fail, fut, exc)
             else:
-                loop.call_soon_threadsafe(_settle, fut, result, None)
+                loop.call_soon_threadsafe(_settle, fut, result)
 
         # a daemon thread, not the loop's executor: a store hung for good must not keep
         # the run from exiting once its rollouts have ended
@@ -76,7 +78,7 @@ class StoreWatch:
         fut.add_done_callback(self._probed)
         self._probe = fut
 
-    def _probed(self, fut: asyncio.Future[Any]) -> None:
+    def _probed(self, fut: asyncio.Future[bool]) -> None:
         if fut.cancelled():
             return
         exc = fut.exception()
@@ -130,10 +132,11 @@ class StoreWatch:
                 await task
 
 
-def _settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
-    if fut.done():  # the loop may have moved on
-        return
-    if exc is not None:
-        fut.set_exception(exc)
-    else:
+def _settle(fut: asyncio.Future[_T], result: _T) -> None:
+    if not fut.done():  # the loop may have moved on
         fut.set_result(result)
+
+
+def _fail(fut: asyncio.Future[_T], exc: BaseException) -> None:
+    if not fut.done():  # the loop may have moved on
+        fut.set_exception(exc)

@@ -35,7 +35,41 @@ data plane on loopback). See ``docs/migrating-from-agentcore-rl-toolkit.md``.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the names __getattr__ loads on first use, for type checkers
+    from rollhub.compat.a2a_executor import RolloutAgentExecutor as RolloutAgentExecutor
+    from rollhub.compat.a2a_executor import make_ping_handler as make_ping_handler
+    from rollhub.compat.a2a_sessions import A2ARolloutSession as A2ARolloutSession
+    from rollhub.compat.a2a_sessions import AgentCoreA2ASession as AgentCoreA2ASession
+    from rollhub.compat.a2a_sessions import DockerA2ASession as DockerA2ASession
+    from rollhub.compat.a2a_sessions import RolloutA2AError as RolloutA2AError
+    from rollhub.compat.agentcore_rl import AgentCoreRLApp as AgentCoreRLApp
+    from rollhub.compat.http_session import AgentCoreHttpSession as AgentCoreHttpSession
+    from rollhub.compat.reward import RewardFunction as RewardFunction
+    from rollhub.compat.runtime_app import AgentCoreRuntimeApp as AgentCoreRuntimeApp
+    from rollhub.compat.runtime_client import AgentCoreHttpClient as AgentCoreHttpClient
+    from rollhub.compat.runtime_client import InvocationError as InvocationError
+    from rollhub.compat.runtime_client import InvocationHandle as InvocationHandle
+    from rollhub.compat.s3_session import AgentCoreS3Session as AgentCoreS3Session
+    from rollhub.compat.session_bounds import LocalPriorityAssigner as LocalPriorityAssigner
+    from rollhub.compat.session_bounds import LocalPrioritySemaphore as LocalPrioritySemaphore
+    from rollhub.compat.session_bounds import LocalRateLimiter as LocalRateLimiter
+    from rollhub.compat.session_bounds import RolloutSession as RolloutSession
+    from rollhub.compat.session_bounds import RolloutSessionBounds as RolloutSessionBounds
+    from rollhub.compat.session_bounds import run_rollout_with_bounds as run_rollout_with_bounds
+    from rollhub.compat.session_factory import SessionBackendConfig as SessionBackendConfig
+    from rollhub.compat.session_factory import make_session as make_session
+    from rollhub.compat.session_state import NullPersister as NullPersister
+    from rollhub.compat.session_state import PersistentDict as PersistentDict
+    from rollhub.compat.session_wire import RolloutContractError as RolloutContractError
+    from rollhub.compat.session_wire import RolloutDumpResponse as RolloutDumpResponse
+    from rollhub.compat.upstream_batch import AsyncBatchResult as AsyncBatchResult
+    from rollhub.compat.upstream_batch import BatchResult as BatchResult
+    from rollhub.compat.upstream_client import RolloutClient as RolloutClient
+    from rollhub.compat.upstream_futures import BatchItem as BatchItem
+    from rollhub.compat.upstream_futures import RolloutFuture as RolloutFuture
+    from rollhub.compat.upstream_store import RolloutConfig as RolloutConfig
 
 _HOMES = {
     "A2ARolloutSession": "rollhub.compat.a2a_sessions",
@@ -76,7 +110,7 @@ _HOMES = {
 __all__ = sorted(_HOMES)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

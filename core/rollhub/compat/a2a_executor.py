@@ -71,11 +71,11 @@ class RolloutAgentExecutor(SessionExecutor, ABC):
         return super().ping_status()
 
 
-def make_ping_handler(executor: RolloutAgentExecutor) -> Callable[[], Any]:
+def make_ping_handler(executor: RolloutAgentExecutor) -> Callable[[], object]:
     """A ``ping_handler`` reporting ``executor``'s busy state (bedrock-agentcore's
     ``PingStatus`` when that package is installed, else rollhub's, of equal values)."""
 
-    def handler() -> Any:
+    def handler() -> object:
         status = executor.ping_status()
         try:
             from bedrock_agentcore.runtime.models import PingStatus as AgentCorePing

@@ -19,8 +19,11 @@ import logging
 import os
 from typing import Any
 
+from a2a.client import Client
+
 from rollhub.a2a.client import A2ATaskClient, build_a2a_client
 from rollhub.a2a.transports import AgentCoreTransport, ContainerTransport
+from rollhub.compat.session_state import SessionState
 from rollhub.compat.session_wire import RolloutDumpResponse
 from rollhub.errors import SessionError
 
@@ -49,14 +52,14 @@ class A2ARolloutSession:
     :param session_state: where progress is recorded (``await .set`` / ``.update``).
     """
 
-    def __init__(self, session_id: str, session_state: Any) -> None:
+    def __init__(self, session_id: str, session_state: SessionState) -> None:
         self.session_id = session_id
         self.session_state = session_state
         self._task_id: str | None = None
         self._finished = False
         self._driver: A2ATaskClient | None = None
 
-    async def _client(self) -> Any:
+    async def _client(self) -> Client:
         """The a2a-sdk client of this session (subclasses)."""
         raise NotImplementedError
 
@@ -119,7 +122,7 @@ class AgentCoreA2ASession(A2ARolloutSession):
     def __init__(
         self,
         session_id: str,
-        session_state: Any,
+        session_state: SessionState,
         runtime_arn: str,
         capacity_provider_arn: str,
     ) -> None:
@@ -132,9 +135,9 @@ class AgentCoreA2ASession(A2ARolloutSession):
             capacity_provider_arn=capacity_provider_arn,
         )
         self.region = self._transport.region
-        self._a2a: Any = None
+        self._a2a: Client | None = None
 
-    async def _client(self) -> Any:
+    async def _client(self) -> Client:
         if self._a2a is None:
             url, http = await self._transport.start()
             self._a2a = build_a2a_client(http, url)
@@ -167,7 +170,7 @@ class DockerA2ASession(A2ARolloutSession):
     def __init__(
         self,
         session_id: str,
-        session_state: Any,
+        session_state: SessionState,
         *,
         agent_image_uri: str,
         iam_role_arn: str,
@@ -179,7 +182,7 @@ class DockerA2ASession(A2ARolloutSession):
         self.iam_role_arn = iam_role_arn
         self.log_group, self.log_region = log_group, log_region
         self.endpoint: str | None = None
-        self._a2a: Any = None
+        self._a2a: Client | None = None
         self._transport: ContainerTransport | None = None
 
     def _engine(self) -> str:
@@ -208,7 +211,7 @@ class DockerA2ASession(A2ARolloutSession):
             "AWS_SESSION_TOKEN": creds["SessionToken"],
         }
 
-    async def _client(self) -> Any:
+    async def _client(self) -> Client:
         if self._a2a is None:
             raise RolloutA2AError("client requested before the container started", phase="setup")
         return self._a2a

@@ -72,7 +72,7 @@ def exception_event(member: str, message: str) -> bytes:
     return encode_message(headers, json.dumps({"message": message}).encode())
 
 
-async def run_command(body: Any, workdir: Path) -> bytes:
+async def run_command(body: object, workdir: Path) -> bytes:
     """Run ``body["command"]`` (no shell) in ``workdir``; return the whole event stream.
 
     :param body: the request's ``body`` structure: ``command`` and optional ``timeout`` (s).

@@ -73,7 +73,7 @@ SAMPLING_KEYS = frozenset(
 _CLIENT_STORE = "agentcore-rl+s3://"
 
 
-def is_rollhub_rollout(raw: Any) -> bool:
+def is_rollhub_rollout(raw: object) -> bool:
     """Whether a ``_rollout`` object is rollhub's (it names ``session_id`` or ``result_store``)."""
     return isinstance(raw, dict) and ("session_id" in raw or "result_store" in raw)
 
@@ -202,9 +202,9 @@ class AgentCoreRLApp(RolloutApp):
         def finish(
             payload: dict[str, Any],
             context: RolloutContext,
-            result: Any = None,
+            result: object = None,
             error: Exception | None = None,
-        ) -> Any:
+        ) -> object:
             rollout = context.rollout
             layout = (rollout.model_extra or {}).get("result_layout") if rollout else None
             if rollout is None or layout != UPSTREAM_LAYOUT:
@@ -226,7 +226,7 @@ class AgentCoreRLApp(RolloutApp):
 
         if inspect.iscoroutinefunction(func):
 
-            async def wrapper(payload: dict[str, Any], context: RolloutContext) -> Any:
+            async def wrapper(payload: dict[str, Any], context: RolloutContext) -> object:
                 try:
                     result = await func(*args_for(payload, context))
                 except Exception as exc:
@@ -235,7 +235,7 @@ class AgentCoreRLApp(RolloutApp):
 
         else:
 
-            def wrapper(payload: dict[str, Any], context: RolloutContext) -> Any:  # type: ignore[misc]  # the sync twin of the async wrapper above
+            def wrapper(payload: dict[str, Any], context: RolloutContext) -> object:  # type: ignore[misc]  # the sync twin of the async wrapper above
                 try:
                     result = func(*args_for(payload, context))
                 except Exception as exc:
@@ -251,7 +251,7 @@ class AgentCoreRLApp(RolloutApp):
     def _upstream_entry(self, func: Callable[..., Any], wants_context: bool) -> Callable[..., Any]:
         """Upstream's ``(payload, context)`` entrypoint for ``func``."""
 
-        async def main(payload: dict[str, Any], context: Any) -> dict[str, Any]:
+        async def main(payload: dict[str, Any], context: object) -> dict[str, Any]:
             raw = payload.get(ROLLOUT_KEY)
             session_id = getattr(context, "session_id", None) or str(uuid.uuid4())
             headers = getattr(context, "request_headers", None) or {}

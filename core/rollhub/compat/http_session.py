@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from rollhub.compat.runtime_client import AgentCoreHttpClient, InvocationError
+from rollhub.compat.session_state import SessionState
 from rollhub.compat.session_wire import (
     RolloutContractError,
     RolloutDumpResponse,
@@ -30,7 +31,7 @@ class AgentCoreHttpSession:
     """One Runtime session; the caller owns the client and the payload."""
 
     def __init__(
-        self, session_id: str, *, client: AgentCoreHttpClient, session_state: Any = None
+        self, session_id: str, *, client: AgentCoreHttpClient, session_state: SessionState | None = None
     ) -> None:
         self.session_id = session_id
         self._client = client

@@ -14,11 +14,16 @@ their ``result_store``, so rollhub agents under the same runtime store results a
 from __future__ import annotations
 
 import logging
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from rollhub.compat.upstream_layout import UpstreamLayoutStore
 from rollhub.errors import ConfigError
 from rollhub.markers import hookimpl
+
+if TYPE_CHECKING:
+    from rollhub.hub_view import HubView
+    from rollhub.registry import ComponentRegistry
+    from rollhub.rollout import RolloutRequest
 
 __all__ = ["SCHEME", "UpstreamS3Store", "rollhub_prepare_rollout", "rollhub_register_components"]
 
@@ -59,13 +64,13 @@ class UpstreamS3Store(UpstreamLayoutStore):
 
 
 @hookimpl
-def rollhub_register_components(registry: Any) -> None:
+def rollhub_register_components(registry: ComponentRegistry) -> None:
     """Register the ``agentcore-rl+s3`` store."""
     registry.add_store(UpstreamS3Store)
 
 
 @hookimpl
-def rollhub_prepare_rollout(request: Any, hub: Any) -> None:
+def rollhub_prepare_rollout(request: RolloutRequest, hub: HubView) -> None:
     """Give rollouts of an ``agentcore-rl+s3`` hub what upstream agents read: ``s3_bucket``
     (upstream's app requires it) and the sampling entries flat in ``_rollout``."""
     store = getattr(hub, "store", None)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from typing import Any
 
 __all__ = ["RewardFunction"]
 
@@ -21,5 +20,5 @@ class RewardFunction(ABC):
     (per-turn rewards, or one element for an outcome reward)."""
 
     @abstractmethod
-    def __call__(self, **kwargs: Any) -> Any:
+    def __call__(self, **kwargs: object) -> float | list[float]:
         """Compute the reward from keyword context (response text, ground truth, ...)."""

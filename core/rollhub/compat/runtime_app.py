@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,7 @@ class AgentCoreRuntimeApp(RolloutApp):
             return JSONResponse({"error": "No entrypoint defined"}, status_code=500)
         session_id = request.headers.get("x-amzn-bedrock-agentcore-runtime-session-id", "")
         body = {k: v for k, v in payload.items() if k != ENVELOPE_KEY}
-        args: tuple[Any, ...] = (body,)
+        args: tuple[object, ...] = (body,)
         if takes_context(handler):
             headers = forwardable_headers(request.headers)
             args = (body, RolloutContext(session_id=session_id, request_headers=headers))
@@ -84,7 +85,11 @@ class AgentCoreRuntimeApp(RolloutApp):
             return JSONResponse({"error": str(exc)}, status_code=500)
 
     async def _dispatch(
-        self, invocation: InvocationRequest, handler: Any, args: tuple[Any, ...], session_id: str
+        self,
+        invocation: InvocationRequest,
+        handler: Callable[..., object],
+        args: tuple[object, ...],
+        session_id: str,
     ) -> dict[str, Any]:
         iid = invocation.invocation_id
         async with self._lock:
@@ -107,7 +112,7 @@ class AgentCoreRuntimeApp(RolloutApp):
         return record
 
     async def _execute(
-        self, iid: str, handler: Any, args: tuple[Any, ...], session_id: str
+        self, iid: str, handler: Callable[..., object], args: tuple[object, ...], session_id: str
     ) -> dict[str, Any]:
         busy = self.add_async_task(getattr(handler, "__name__", "invocation"))
         terminal = state(iid, "completed")

@@ -19,11 +19,36 @@ import asyncio
 import json
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 from rollhub.compat.runtime_protocol import ENVELOPE_KEY, VERSION, InvocationRequest, state
+from rollhub.json_types import JSON
 
-__all__ = ["AgentCoreHttpClient", "InvocationError", "InvocationHandle"]
+if TYPE_CHECKING:
+    from rollhub.compat.session_bounds import RateLimiter
+
+__all__ = ["AgentCoreDataPlane", "AgentCoreHttpClient", "InvocationError", "InvocationHandle"]
+
+
+class AgentCoreDataPlane(Protocol):
+    """The ``bedrock-agentcore`` calls the client makes, awaited (aiobotocore's shape: the
+    answer's ``response`` is read with ``async with ... as body: await body.read()``)."""
+
+    async def invoke_agent_runtime(self, **kwargs: object) -> dict[str, Any]:
+        """Invoke the runtime: ``statusCode`` and ``response`` (the body) in the answer."""
+        ...
+
+    async def stop_runtime_session(self, **kwargs: object) -> dict[str, Any]:
+        """Stop a runtime session."""
+        ...
+
+
+class _SyncAgentCore(Protocol):
+    """boto3's ``bedrock-agentcore`` client, as far as it is called here."""
+
+    def invoke_agent_runtime(self, **kwargs: object) -> dict[str, Any]: ...
+
+    def stop_runtime_session(self, **kwargs: object) -> dict[str, Any]: ...
 
 #: seconds between two ``get`` polls of a handle
 POLL_INTERVAL = 10.0
@@ -42,7 +67,7 @@ class InvocationError(RuntimeError):
             f"Invocation {self.invocation_id}: {snapshot.get('error', snapshot['status'])}"
         )
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[type[InvocationError], tuple[str, dict[str, Any]]]:
         return (InvocationError, (self.session_id, self.snapshot))
 
 
@@ -69,7 +94,7 @@ class InvocationHandle:
             self._snapshot = _checked(value, self.invocation_id)
         return self._snapshot
 
-    async def result(self, timeout: float | None = None) -> Any:
+    async def result(self, timeout: float | None = None) -> JSON:
         """The invocation's JSON result; :class:`InvocationError` when it did not complete
         with one, ``TimeoutError`` after ``timeout`` seconds."""
         async with asyncio.timeout(timeout):
@@ -101,17 +126,17 @@ class _Body:
 class _ThreadedAgentCore:
     """boto3's ``bedrock-agentcore`` client, its calls awaited in a worker thread."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: _SyncAgentCore) -> None:
         self._client = client
 
-    async def invoke_agent_runtime(self, **kwargs: Any) -> dict[str, Any]:
+    async def invoke_agent_runtime(self, **kwargs: object) -> dict[str, Any]:
         def call() -> dict[str, Any]:
             answer = self._client.invoke_agent_runtime(**kwargs)
             return {**answer, "response": _Body(answer["response"].read())}
 
         return await asyncio.to_thread(call)
 
-    async def stop_runtime_session(self, **kwargs: Any) -> dict[str, Any]:
+    async def stop_runtime_session(self, **kwargs: object) -> dict[str, Any]:
         return dict(await asyncio.to_thread(self._client.stop_runtime_session, **kwargs))
 
 
@@ -132,15 +157,15 @@ class AgentCoreHttpClient:
         *,
         max_pool_connections: int = 100,
         read_timeout: float = 900,
-        request_rate_limiter: Any = None,
-        aws_client: Callable[[], Awaitable[Any]] | None = None,
+        request_rate_limiter: RateLimiter | None = None,
+        aws_client: Callable[[], Awaitable[AgentCoreDataPlane]] | None = None,
     ) -> None:
         self.runtime_arn = runtime_arn
         self._aws_client_provider = aws_client
         self._request_rate_limiter = request_rate_limiter
         self._max_pool = max_pool_connections
         self._read_timeout = read_timeout
-        self._aws_client: Any = None
+        self._aws_client: AgentCoreDataPlane | None = None
         self._open_lock = asyncio.Lock()
 
     async def __aenter__(self) -> AgentCoreHttpClient:
@@ -150,7 +175,7 @@ class AgentCoreHttpClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _aws(self) -> Any:
+    async def _aws(self) -> AgentCoreDataPlane:
         if self._aws_client_provider is not None:
             return await self._aws_client_provider()
         async with self._open_lock:
@@ -172,6 +197,27 @@ class AgentCoreHttpClient:
         async with self._open_lock:
             self._aws_client = None
 
+    @overload
+    async def invoke(
+        self,
+        payload: dict[str, Any],
+        *,
+        session_id: str,
+        invocation_id: str | None = None,
+        background: Literal[False] = False,
+    ) -> JSON: ...
+
+    @overload
+    async def invoke(
+        self,
+        payload: dict[str, Any],
+        *,
+        session_id: str,
+        invocation_id: str | None = None,
+        background: Literal[True],
+    ) -> InvocationHandle: ...
+
+    @overload
     async def invoke(
         self,
         payload: dict[str, Any],
@@ -179,7 +225,16 @@ class AgentCoreHttpClient:
         session_id: str,
         invocation_id: str | None = None,
         background: bool = False,
-    ) -> Any:
+    ) -> JSON | InvocationHandle: ...
+
+    async def invoke(
+        self,
+        payload: dict[str, Any],
+        *,
+        session_id: str,
+        invocation_id: str | None = None,
+        background: bool = False,
+    ) -> JSON | InvocationHandle:
         """Start an invocation: its result (foreground) or its handle (``background``).
         Keep ``invocation_id`` to retry or reattach after a lost answer."""
         invocation_id = invocation_id if invocation_id is not None else uuid.uuid4().hex
@@ -214,7 +269,7 @@ class AgentCoreHttpClient:
         await client.stop_runtime_session(agentRuntimeArn=self.runtime_arn,
                                           runtimeSessionId=session_id)  # fmt: skip
 
-    async def _request(self, session_id: str, payload: dict[str, Any]) -> Any:
+    async def _request(self, session_id: str, payload: dict[str, Any]) -> JSON:
         body = json.dumps(payload, allow_nan=False).encode()
         client = await self._aws()
         if self._request_rate_limiter is not None:
@@ -229,10 +284,11 @@ class AgentCoreHttpClient:
             raise RuntimeError(
                 f"InvokeAgentRuntime returned HTTP {answer['statusCode']}: {raw.decode()}"
             )
-        return json.loads(raw)
+        answer_value: JSON = json.loads(raw)
+        return answer_value
 
 
-def _checked(value: Any, invocation_id: str) -> dict[str, Any]:
+def _checked(value: JSON, invocation_id: str) -> dict[str, Any]:
     """An invocation state answer, validated."""
     if (
         not isinstance(value, dict)

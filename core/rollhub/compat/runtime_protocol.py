@@ -41,7 +41,7 @@ class InvocationRequest:
     background: bool = False
 
     @classmethod
-    def parse(cls, envelope: Any) -> InvocationRequest:
+    def parse(cls, envelope: object) -> InvocationRequest:
         """:raises ValueError: naming the envelope field at fault."""
         if not isinstance(envelope, dict):
             raise ValueError(f"{ENVELOPE_KEY} must be an object")

@@ -14,6 +14,7 @@ import asyncio
 import logging
 from typing import Any
 
+from rollhub.compat.session_state import SessionState
 from rollhub.compat.session_wire import RolloutContractError, RolloutDumpResponse
 from rollhub.compat.upstream_client import RolloutClient
 from rollhub.compat.upstream_futures import RolloutFuture
@@ -82,7 +83,7 @@ def to_dump(result: dict[str, Any]) -> RolloutDumpResponse:
 class AgentCoreS3Session:
     """One invocation of an S3-contract agent on AgentCore, as a session."""
 
-    def __init__(self, session_id: str, session_state: Any, *, client: RolloutClient) -> None:
+    def __init__(self, session_id: str, session_state: SessionState, *, client: RolloutClient) -> None:
         if len(session_id) < MIN_ACR_SESSION_ID_LEN:
             raise ValueError(
                 f"session_id={session_id!r} is {len(session_id)} characters; AgentCore needs "

@@ -16,10 +16,12 @@ import asyncio
 import datetime as dt
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
+from rollhub.compat.session_state import SessionState
 from rollhub.compat.session_wire import RolloutDumpResponse
 from rollhub.ratelimit import RateLimiter as _TokenBucket
 from rollhub.sessions.bounds import GroupPriority, PrioritySlots
@@ -50,9 +52,14 @@ class RolloutSession(Protocol):
 
     async def shutdown(self) -> None: ...
 
-    async def __aenter__(self) -> Any: ...
+    async def __aenter__(self) -> object: ...
 
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None: ...
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
 
 
 @runtime_checkable
@@ -63,7 +70,7 @@ class PrioritySemaphore(Protocol):
 
     async def release(self) -> None: ...
 
-    def slot(self, priority: int = 0) -> Any: ...
+    def slot(self, priority: int = 0) -> AbstractAsyncContextManager[None]: ...
 
 
 @runtime_checkable
@@ -130,20 +137,20 @@ class LocalRateLimiter:
 class RolloutSessionBounds:
     """Everything that bounds rollout sessions, shared by every rollout of a run."""
 
-    container_semaphore: Any
-    rollout_semaphore: Any
-    container_priority_assigner: Any
-    rollout_priority_assigner: Any
+    container_semaphore: PrioritySemaphore
+    rollout_semaphore: PrioritySemaphore
+    container_priority_assigner: PriorityAssigner
+    rollout_priority_assigner: PriorityAssigner
     container_setup_timeout: float
     agent_run_timeout: float
-    session_rate_limiter: Any = None
+    session_rate_limiter: RateLimiter | None = None
 
 
 async def run_rollout_with_bounds(
-    session_state: Any,
+    session_state: SessionState,
     bounds: RolloutSessionBounds,
     priority_key: str,
-    session: Any,
+    session: RolloutSession,
     task: dict[str, Any],
 ) -> RolloutDumpResponse:
     """Set ``session`` up and run it under ``bounds``; timeouts raise ``TimeoutError``,
@@ -187,7 +194,7 @@ async def run_rollout_with_bounds(
         return dump
 
 
-async def _shutdown(session: Any, session_state: Any) -> None:
+async def _shutdown(session: RolloutSession, session_state: SessionState) -> None:
     """Shut down even when cancelled meanwhile; a failure is logged and recorded, never
     raised over the dump or over the error that ended the rollout."""
     task = asyncio.ensure_future(session.__aexit__(None, None, None))
@@ -211,7 +218,7 @@ async def _shutdown(session: Any, session_state: Any) -> None:
 
 
 @asynccontextmanager
-async def _span(name: str, state: Any) -> AsyncIterator[None]:
+async def _span(name: str, state: SessionState) -> AsyncIterator[None]:
     start = dt.datetime.now()
     await state.set(f"{name}_start_at", start)
     try:

@@ -10,9 +10,13 @@ naming it (upstream: a bare ``AssertionError``).
 
 from __future__ import annotations
 
-from typing import Any, Required, TypedDict
+from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 from rollhub.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rollhub.compat.session_bounds import RolloutSession
+    from rollhub.compat.session_state import SessionState
 
 __all__ = ["SessionBackendConfig", "make_session"]
 
@@ -47,7 +51,7 @@ def _need(cfg: SessionBackendConfig, *keys: str) -> list[Any]:
     return values
 
 
-def make_session(session_id: str, cfg: SessionBackendConfig, meta: Any) -> Any:
+def make_session(session_id: str, cfg: SessionBackendConfig, meta: SessionState) -> RolloutSession:
     """The rollout session ``cfg["backend"]`` names, for ``session_id``.
 
     :param meta: the session's state dict (``PersistentDict``).

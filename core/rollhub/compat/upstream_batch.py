@@ -28,11 +28,11 @@ class Submitter(Protocol):
     """What a batch needs of its client (``RolloutClient`` of this package)."""
 
     def _rate_limited_invoke(
-        self, payload: dict[str, Any], session_id: str, input_id: str, **overrides: Any
+        self, payload: dict[str, Any], session_id: str, input_id: str, **overrides: object
     ) -> RolloutFuture: ...
 
     async def _async_rate_limited_invoke(
-        self, payload: dict[str, Any], session_id: str, input_id: str, **overrides: Any
+        self, payload: dict[str, Any], session_id: str, input_id: str, **overrides: object
     ) -> RolloutFuture: ...
 
 

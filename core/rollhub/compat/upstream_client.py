@@ -101,7 +101,7 @@ class RolloutClient:
         max_pool_connections: int = 10,
         base_url: str | None = None,
         model_id: str | None = None,
-        **extra_config: Any,
+        **extra_config: object,
     ) -> None:
         _warn_client_options(extra_config, "RolloutClient()")
         self.agent_runtime_arn = agent_runtime_arn
@@ -132,7 +132,7 @@ class RolloutClient:
         return data
 
     def _build_full_payload(
-        self, payload: dict[str, Any], input_id: str, **overrides: Any
+        self, payload: dict[str, Any], input_id: str, **overrides: object
     ) -> dict[str, Any]:
         """``payload`` with ``_rollout``: required fields, then client defaults, then
         ``overrides`` (last wins)."""
@@ -150,7 +150,7 @@ class RolloutClient:
         return {**payload, "_rollout": rollout}
 
     def _send(
-        self, payload: dict[str, Any], session_id: str, input_id: str, **overrides: Any
+        self, payload: dict[str, Any], session_id: str, input_id: str, **overrides: object
     ) -> dict[str, Any]:
         started = time.time()
         response = self.agentcore_client.invoke_agent_runtime(
@@ -175,7 +175,7 @@ class RolloutClient:
         )
 
     def _rate_limited_invoke(
-        self, payload: dict[str, Any], session_id: str, input_id: str, **overrides: Any
+        self, payload: dict[str, Any], session_id: str, input_id: str, **overrides: object
     ) -> RolloutFuture:
         """Wait for the rate limit, send ``InvokeAgentRuntime``, return the future."""
         self._rate_limiter.acquire_sync()
@@ -183,7 +183,7 @@ class RolloutClient:
         return self._future(data, session_id, input_id)
 
     async def _async_rate_limited_invoke(
-        self, payload: dict[str, Any], session_id: str, input_id: str, **overrides: Any
+        self, payload: dict[str, Any], session_id: str, input_id: str, **overrides: object
     ) -> RolloutFuture:
         """:meth:`_rate_limited_invoke` without blocking the event loop."""
         await self._rate_limiter.acquire()
@@ -195,7 +195,7 @@ class RolloutClient:
         payload: dict[str, Any],
         session_id: str | None = None,
         input_id: str | None = None,
-        **rollout_overrides: Any,
+        **rollout_overrides: object,
     ) -> RolloutFuture:
         """Start one rollout and return its future once the runtime accepted it.
 
@@ -213,7 +213,7 @@ class RolloutClient:
         payload: dict[str, Any],
         session_id: str | None = None,
         input_id: str | None = None,
-        **rollout_overrides: Any,
+        **rollout_overrides: object,
     ) -> RolloutFuture:
         """Async :meth:`invoke` (the HTTP call runs in a thread)."""
         _warn_client_options(rollout_overrides, "invoke_async()")

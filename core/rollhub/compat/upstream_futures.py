@@ -13,17 +13,55 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Generator
 from concurrent.futures import CancelledError
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from botocore.exceptions import ClientError
 
+from rollhub.ratelimit import RateLimiter
 from rollhub.rollout import RESULT_META_KEY
 
 __all__ = ["BatchItem", "RolloutFuture", "upstream_fields"]
 
 log = logging.getLogger(__name__)
+
+
+class _WaitingLimiter(Protocol):
+    """Upstream's rate limiter: it does the waiting."""
+
+    def wait_sync(self) -> None: ...
+
+    async def wait_async(self) -> None: ...
+
+
+@runtime_checkable
+class _AcquiresSync(Protocol):
+    def acquire_sync(self) -> None: ...
+
+
+@runtime_checkable
+class _Acquires(Protocol):
+    async def acquire(self) -> None: ...
+
+
+#: what gates a future's stop calls: rollhub's token bucket or upstream's limiter
+StopLimiter = RateLimiter | _WaitingLimiter
+
+
+class _S3Reads(Protocol):
+    """The S3 calls a future makes (a boto3 S3 client, or a test's mock)."""
+
+    def head_object(self, **kwargs: object) -> object: ...
+
+    def get_object(self, **kwargs: object) -> dict[str, Any]: ...
+
+
+class _StopsSessions(Protocol):
+    """The ``bedrock-agentcore`` call a future makes (boto3's client, or a mock)."""
+
+    def stop_runtime_session(self, **kwargs: object) -> object: ...
 
 
 @dataclass
@@ -68,18 +106,22 @@ def upstream_fields(document: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _wait_sync(limiter: Any) -> None:
+def _wait_sync(limiter: StopLimiter | None) -> None:
     if limiter is None:
         return
-    wait = getattr(limiter, "acquire_sync", None) or limiter.wait_sync
-    wait()
+    if isinstance(limiter, _AcquiresSync):
+        limiter.acquire_sync()
+    else:
+        limiter.wait_sync()
 
 
-async def _wait_async(limiter: Any) -> None:
+async def _wait_async(limiter: StopLimiter | None) -> None:
     if limiter is None:
         return
-    wait = getattr(limiter, "acquire", None) or limiter.wait_async
-    await wait()
+    if isinstance(limiter, _Acquires):
+        await limiter.acquire()
+    else:
+        await limiter.wait_async()
 
 
 def _is_missing(exc: ClientError) -> bool:
@@ -105,7 +147,7 @@ class RolloutFuture:
 
     def __init__(
         self,
-        s3_client: Any,
+        s3_client: _S3Reads,
         s3_bucket: str,
         result_key: str,
         initial_interval: float = 0.5,
@@ -113,9 +155,9 @@ class RolloutFuture:
         backoff_factor: float = 1.5,
         session_id: str | None = None,
         input_id: str | None = None,
-        agentcore_client: Any = None,
+        agentcore_client: _StopsSessions | None = None,
         agent_runtime_arn: str | None = None,
-        rate_limiter: Any = None,
+        rate_limiter: StopLimiter | None = None,
     ) -> None:
         self.s3_client = s3_client
         self.s3_bucket = s3_bucket
@@ -202,6 +244,7 @@ class RolloutFuture:
         return bool(self.agentcore_client and self.session_id)
 
     def _stop(self) -> None:
+        assert self.agentcore_client is not None  # _can_stop checked it
         self.agentcore_client.stop_runtime_session(
             agentRuntimeArn=self.agent_runtime_arn, runtimeSessionId=self.session_id
         )
@@ -285,5 +328,5 @@ class RolloutFuture:
             await self.cancel_async()
             raise
 
-    def __await__(self) -> Any:
+    def __await__(self) -> Generator[Any, None, dict[str, Any]]:
         return self._poll().__await__()

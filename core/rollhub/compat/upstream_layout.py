@@ -62,7 +62,7 @@ def from_upstream_document(document: dict[str, Any]) -> dict[str, Any]:
     return {**document, RESULT_META_KEY: meta}
 
 
-def _exception_type(trace: Any) -> str | None:
+def _exception_type(trace: object) -> str | None:
     if not isinstance(trace, str):
         return None
     for line in reversed(trace.strip().splitlines()):

@@ -68,7 +68,7 @@ class ClientS3Store(ResultStore):
         self.bucket = bucket
 
     @classmethod
-    def from_url(cls, url: str, **options: Any) -> ClientS3Store:
+    def from_url(cls, url: str, **options: object) -> ClientS3Store:
         """Not opened from URLs: the app builds it around its own client."""
         raise UsageError(f"{url}: ClientS3Store is built by AgentCoreRLApp, not from a URL")
 

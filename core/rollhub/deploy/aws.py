@@ -12,10 +12,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub.deploy.errors import aws_error
 from rollhub.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from boto3.session import Session
+    from botocore.client import BaseClient
 
 __all__ = ["AwsCalls", "error_code"]
 
@@ -52,15 +56,15 @@ class AwsCalls:
         self.dry_run = dry_run
         self.out = out
         self._clients: dict[str, Any] = dict(clients or {})
-        self._session: Any = None
+        self._session: Session | None = None
 
-    def client(self, service: str) -> Any:
+    def client(self, service: str) -> BaseClient:
         """The boto3 client of ``service`` (created on first use)."""
         if service not in self._clients:
             self._clients[service] = self._session_().client(service, region_name=self.region)
         return self._clients[service]
 
-    def _session_(self) -> Any:
+    def _session_(self) -> Session:
         if self._session is None:
             try:
                 import boto3
@@ -82,7 +86,7 @@ class AwsCalls:
         operation: str,
         params: dict[str, Any],
         *,
-        planned: Any = None,
+        planned: dict[str, Any] | None = None,
         ok_codes: frozenset[str] = frozenset(),
         resource: str = "",
         show: bool = True,

@@ -10,7 +10,6 @@ lacks, because that is the one fix the user needs.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from rollhub.errors import RollhubError
 
@@ -69,7 +68,7 @@ class DeployError(RollhubError):
         code: str | None = None,
         permissions: tuple[str, ...] = (),
         transient: bool = False,
-        **context: Any,
+        **context: object,
     ) -> None:
         super().__init__(
             message,

@@ -45,11 +45,14 @@ import json
 import logging
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub.episode import Episode, ErrorInfo
 from rollhub.errors import ExportError, UsageError
 from rollhub.trace import TraceRecord
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 EXPORT_SCHEMA_VERSION = 1
 
@@ -173,7 +176,7 @@ _TRACE_FIELDS = (
 )
 
 
-def arrow_schema() -> Any:
+def arrow_schema() -> pa.Schema:
     """The pyarrow schema of the Parquet export."""
     import pyarrow as pa
 

@@ -28,7 +28,7 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub.errors import ConfigError, RewardError
 from rollhub.judge.config import JudgeConfig
@@ -43,6 +43,12 @@ from rollhub.judge.prompt import (
 from rollhub.markers import hookimpl
 from rollhub.seeding import episode_seed
 
+if TYPE_CHECKING:
+    from rollhub.config import RollhubConfig
+    from rollhub.episode import EpisodeGroup
+    from rollhub.hub_view import HubView
+    from rollhub.tokens import TokenSource
+
 __all__ = ["JUDGE_LOG", "rollhub_check_config", "rollhub_collect_group_rewards"]
 
 log = logging.getLogger(__name__)
@@ -52,7 +58,7 @@ JUDGE_LOG = "judge.jsonl"
 
 
 @hookimpl
-def rollhub_check_config(config: Any) -> None:
+def rollhub_check_config(config: RollhubConfig) -> None:
     """A judging policy exists, is frozen and is served by the gateway; an endpoint's key
     variable is set."""
     judge: JudgeConfig | None = getattr(config, "judge", None)
@@ -88,7 +94,7 @@ def rollhub_check_config(config: Any) -> None:
 
 @hookimpl
 def rollhub_collect_group_rewards(
-    group: Any, hub: Any
+    group: EpisodeGroup, hub: HubView
 ) -> Awaitable[dict[str, dict[str, float]]] | None:
     """Score the group's ``ok`` episodes with the configured judge (none: decline)."""
     judge: JudgeConfig | None = getattr(hub.config, "judge", None)
@@ -97,7 +103,7 @@ def rollhub_collect_group_rewards(
     return _judge_group(judge, group, hub)
 
 
-async def _judge_group(judge: JudgeConfig, group: Any, hub: Any) -> dict[str, dict[str, float]]:
+async def _judge_group(judge: JudgeConfig, group: EpisodeGroup, hub: HubView) -> dict[str, dict[str, float]]:
     episodes = [e for e in group.episodes if e.ok]
     task = task_text(group.payload, judge.task_field)
     attempts = [attempt_text(e.result, judge.answer_field, judge.max_chars) for e in episodes]
@@ -119,7 +125,7 @@ async def _judge_group(judge: JudgeConfig, group: Any, hub: Any) -> dict[str, di
         records = await endpoint.records()
     finally:
         await endpoint.close()
-    rows = []
+    rows: list[dict[str, object]] = []
     for (indices, messages), (reply, usage, seconds) in zip(calls, replies, strict=True):
         got = (
             parse_rank(reply, len(indices), judge.scale)
@@ -168,7 +174,7 @@ class _Endpoint:
         base_url: str,
         model: str,
         key: str | None,
-        source: Any = None,
+        source: TokenSource | None = None,
         session_id: str | None = None,
     ) -> None:
         import httpx
@@ -180,7 +186,7 @@ class _Endpoint:
         )
 
     @classmethod
-    async def open(cls, judge: JudgeConfig, group: Any, hub: Any) -> _Endpoint:
+    async def open(cls, judge: JudgeConfig, group: EpisodeGroup, hub: HubView) -> _Endpoint:
         if judge.policy is None:
             key = os.environ.get(judge.api_key_env) if judge.api_key_env else None
             assert judge.base_url is not None and judge.model is not None  # the config says so
@@ -246,7 +252,7 @@ class _Endpoint:
             await self.source.close_session(self.session_id)
 
 
-def _append_log(hub: Any, rows: list[dict[str, Any]]) -> None:
+def _append_log(hub: HubView, rows: list[dict[str, object]]) -> None:
     run_dir = getattr(hub, "run_dir", None)
     if run_dir is None or not rows:
         return

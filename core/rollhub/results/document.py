@@ -29,8 +29,9 @@ import re
 import traceback as tb_module
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
+from rollhub.json_types import JSON, JSONObject
 from rollhub.rollout import RESULT_META_KEY, ROLLOUT_KEY, RolloutConfig
 
 __all__ = [
@@ -52,12 +53,14 @@ REDACTED = "**redacted**"
 
 ResultStatus = Literal["ok", "error"]
 
+_T = TypeVar("_T")
+
 
 class InvalidResultError(ValueError):
     """A handler returned something that cannot be stored; the message names the key path."""
 
 
-def validate_result(result: Any) -> dict[str, Any]:
+def validate_result(result: object) -> JSONObject:
     """Check a handler's return value and return it as a plain JSON-ready dict.
 
     :raises InvalidResultError: naming the offending key path and type, e.g.
@@ -72,13 +75,25 @@ def validate_result(result: Any) -> dict[str, Any]:
         raise InvalidResultError(
             f"result[{RESULT_META_KEY!r}]: the key is reserved for rollhub metadata; rename it"
         )
-    clean = _check_json(result, "result")
+    clean = _check_object(result, "result")
     if "rewards" in clean:
         _check_rewards(clean["rewards"])
     return clean
 
 
-def _check_json(value: Any, path: str) -> Any:
+def _check_object(value: dict[object, object], path: str) -> JSONObject:
+    """A JSON-ready copy of a dict whose keys are all strings, or InvalidResultError."""
+    out: JSONObject = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise InvalidResultError(
+                f"{path}: key {key!r} is a {type(key).__name__}; JSON object keys are strings"
+            )
+        out[key] = _check_json(item, f"{path}[{key!r}]")
+    return out
+
+
+def _check_json(value: object, path: str) -> JSON:
     """A JSON-ready copy of ``value`` (tuples become lists), or InvalidResultError."""
     if value is None or isinstance(value, (str, bool, int)):
         return value
@@ -87,20 +102,13 @@ def _check_json(value: Any, path: str) -> Any:
             raise InvalidResultError(f"{path}: {value!r} is not valid JSON (NaN and inf are not)")
         return value
     if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise InvalidResultError(
-                    f"{path}: key {key!r} is a {type(key).__name__}; JSON object keys are strings"
-                )
-            out[key] = _check_json(item, f"{path}[{key!r}]")
-        return out
+        return _check_object(value, path)
     if isinstance(value, (list, tuple)):
         return [_check_json(item, f"{path}[{i}]") for i, item in enumerate(value)]
     raise InvalidResultError(f"{path}: {type(value).__name__} is not JSON serialisable")
 
 
-def _check_rewards(rewards: Any) -> None:
+def _check_rewards(rewards: JSON) -> None:
     if isinstance(rewards, dict):  # named components: {"solved": 1.0, "verdict": 0.0}
         items = list(rewards.values())
         paths = [f"result['rewards'][{k!r}]" for k in rewards]
@@ -130,7 +138,7 @@ def error_info(exc: BaseException, *, default_message: str = "") -> dict[str, An
     return {"type": type(exc).__name__, "message": message, "traceback": trace}
 
 
-def redact(value: Any, secrets: Iterable[str], *, public: Iterable[str] = ()) -> Any:
+def redact(value: _T, secrets: Iterable[str], *, public: Iterable[str] = ()) -> _T:
     """A copy of ``value`` in which every secret, and every long piece of one, is masked.
 
     Pieces matter because exception messages often show a truncated ``repr`` of the payload
@@ -144,7 +152,8 @@ def redact(value: Any, secrets: Iterable[str], *, public: Iterable[str] = ()) ->
         return value
     known = [p for p in public if p]
     maskers = [_Masker(w, known) for w in words]
-    return _redact(value, maskers)
+    # _redact keeps the shape: a str stays a str, a dict a dict, a list a list
+    return cast(_T, _redact(value, maskers))
 
 
 #: Secrets at least this long also have their pieces masked.
@@ -194,7 +203,7 @@ class _Masker:
         return "".join(out)
 
 
-def _redact(value: Any, maskers: list[_Masker]) -> Any:
+def _redact(value: object, maskers: list[_Masker]) -> object:
     if isinstance(value, str):
         for mask in maskers:
             value = mask(value)
@@ -217,7 +226,7 @@ def build_result_document(
     payload: dict[str, Any],
     started_at: float,
     finished_at: float,
-    result: Any = None,
+    result: object = None,
     error: BaseException | dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The document to store for one finished rollout.
@@ -262,7 +271,7 @@ def build_result_document(
     return redact(document, secrets, public=[*public, rollout.result_key])
 
 
-def _check_json_lenient(value: Any) -> Any:
+def _check_json_lenient(value: object) -> JSON:
     """The payload came from JSON, but a caller may pass anything: fall back to ``repr``."""
     try:
         return _check_json(value, "payload")

@@ -32,7 +32,7 @@ async def store_result(
     *,
     started_at: float,
     finished_at: float,
-    result: Any,
+    result: object,
     error: BaseException | dict[str, Any] | None,
 ) -> tuple[str | None, str]:
     """Build the rollout's document and store it.

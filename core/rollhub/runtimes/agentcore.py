@@ -19,7 +19,7 @@ import hashlib
 import json
 import logging
 import re
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field, field_validator
 
@@ -27,6 +27,9 @@ from rollhub.errors import ConfigError, SubmissionError
 from rollhub.ratelimit import limiter_for
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 from rollhub.runtime import Runtime, RuntimeOptions
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
 
 __all__ = [
     "AgentCoreRuntime",
@@ -119,7 +122,11 @@ class AgentCoreRuntime(Runtime):
     Options: ClassVar[type[RuntimeOptions]] = AgentCoreRuntimeOptions
 
     def __init__(
-        self, options: AgentCoreRuntimeOptions | None = None, *, client: Any = None, **fields: Any
+        self,
+        options: AgentCoreRuntimeOptions | None = None,
+        *,
+        client: BaseClient | None = None,
+        **fields: Any,
     ) -> None:
         fields.pop("base_dir", None)
         super().__init__(options, **fields)
@@ -132,7 +139,7 @@ class AgentCoreRuntime(Runtime):
         if self.client is None:
             self.client = self._make_client()
 
-    def _make_client(self) -> Any:
+    def _make_client(self) -> BaseClient:
         try:
             import boto3
             from botocore.config import Config
@@ -196,6 +203,7 @@ class AgentCoreRuntime(Runtime):
         )
 
     def _invoke(self, args: dict[str, Any]) -> dict[str, Any]:
+        assert self.client is not None  # submit started the runtime first
         response = self.client.invoke_agent_runtime(**args)
         stream = response.get("response")
         raw = stream.read() if stream is not None else b""

@@ -94,7 +94,7 @@ class LocalRuntime(Runtime):
         options: LocalRuntimeOptions | None = None,
         *,
         base_dir: str | os.PathLike[str] | None = None,
-        **fields: Any,
+        **fields: object,
     ) -> None:
         if options is None:
             options = cast(LocalRuntimeOptions, self.options_from(fields))

@@ -62,7 +62,7 @@ class LoopbackHTTP:
         port: int,
         path: str,
         *,
-        body: Any = None,
+        body: object = None,
         headers: dict[str, str] | None = None,
         timeout: float = 30.0,
     ) -> LoopbackResponse:

@@ -27,9 +27,9 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import Field
 
@@ -42,6 +42,7 @@ from rollhub.runtimes.ray_nodes import HeadProbe, NodeTable
 __all__ = ["RayRuntime", "RayRuntimeOptions"]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 #: the actors' concurrency group for start and cancel calls, and its size
 CONTROL = "control"
@@ -104,9 +105,8 @@ class RayRuntime(Runtime):
     name: ClassVar[str] = "ray"
     Options: ClassVar[type[RuntimeOptions]] = RayRuntimeOptions
 
-    def __init__(
-        self, options: RayRuntimeOptions | None = None, *, base_dir: Any = None, **fields: Any
-    ) -> None:
+    def __init__(self, options: RayRuntimeOptions | None = None, *,
+                 base_dir: str | os.PathLike[str] | None = None, **fields: Any) -> None:
         super().__init__(options, **fields)
         self.options: RayRuntimeOptions
         self._base_dir = base_dir
@@ -274,12 +274,12 @@ class RayRuntime(Runtime):
             details={"actor": actor.index, "node": actor.node},
         )
 
-    def _track(self, coro: Any) -> None:
+    def _track(self, coro: Coroutine[object, object, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._watchers.add(task)
         task.add_done_callback(self._watchers.discard)
 
-    async def _watch(self, actor: _Actor, sid: str, ref: Any) -> None:
+    async def _watch(self, actor: _Actor, sid: str, ref: Awaitable[object]) -> None:
         import ray
 
         try:
@@ -426,7 +426,7 @@ class RayRuntime(Runtime):
             await ray_nodes.shutdown_ray()
 
 
-async def _await(ref: Any) -> Any:
+async def _await(ref: Awaitable[_T]) -> _T:
     return await ref
 
 

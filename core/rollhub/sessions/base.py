@@ -55,7 +55,7 @@ class SessionDump:
         return self.error is None and self.result is not None
 
     @classmethod
-    def from_result(cls, result: Any) -> SessionDump:
+    def from_result(cls, result: object) -> SessionDump:
         """The dump of an agent's returned value: a dict whose ``rewards`` (if any) is a
         finite number or a list ending in one. Anything else is the agent's error, named."""
         if not isinstance(result, Mapping):
@@ -77,7 +77,7 @@ class SessionDump:
         return cls(result=None, error=ErrorInfo(type_name, message, traceback))
 
 
-def check_reward(value: Any, field_name: str) -> float | None:
+def check_reward(value: object, field_name: str) -> float | None:
     """The reward in ``value`` (a number, or the last element of a list) as a float.
 
     :raises ValueError: a value that is not a number, or not finite (NaN, ±inf), naming
@@ -103,7 +103,7 @@ def check_reward(value: Any, field_name: str) -> float | None:
     return reward
 
 
-def numeric_metrics(metrics: Any) -> dict[str, float]:
+def numeric_metrics(metrics: object) -> dict[str, float]:
     """The finite numeric entries of an agent's ``metrics`` dict (the rest stays in the
     result)."""
     if not isinstance(metrics, Mapping):

@@ -13,24 +13,47 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
+
+from pluggy import HookRelay
 
 from rollhub.config import RollhubConfig
 from rollhub.episode import Episode
 from rollhub.hook_calls import call_all
 from rollhub.rollout import RolloutRequest
 from rollhub.rollout_future import RolloutOutcome
+from rollhub.runtime import Runtime
 from rollhub.sessions.base import SessionRuntime
 from rollhub.sessions.bounds import GroupPriority, SessionBounds
 from rollhub.sessions.lifecycle import SessionOutcome, run_with_attempts
 
-__all__ = ["SESSION_METRICS_KEY", "SessionEpisodes"]
+__all__ = ["SESSION_METRICS_KEY", "SessionEpisodes", "SessionHub"]
+
+
+class SessionHub(Protocol):
+    """What :meth:`SessionEpisodes.for_hub` uses of a started hub
+    (:class:`~rollhub.hub.AsyncHub` is one)."""
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    @property
+    def config(self) -> RollhubConfig: ...
+
+    @property
+    def hook(self) -> HookRelay: ...
+
+    async def _new_capture(self, old: RolloutRequest, new: RolloutRequest) -> None:
+        """Open the capture session of a rollout's next runtime session."""
+        ...
 
 #: where an episode's session timings live: ``episode.metrics["session"]``
 SESSION_METRICS_KEY = "session"
 
 #: hub -> its session path (None: its runtime has no sessions); dies with the hub
-_BY_HUB: weakref.WeakKeyDictionary[Any, SessionEpisodes | None] = weakref.WeakKeyDictionary()
+_BY_HUB: weakref.WeakKeyDictionary[SessionHub, SessionEpisodes | None] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class SessionEpisodes:
@@ -63,7 +86,7 @@ class SessionEpisodes:
         self._on_new_session = on_new_session
 
     @classmethod
-    def for_hub(cls, hub: Any) -> SessionEpisodes | None:
+    def for_hub(cls, hub: SessionHub) -> SessionEpisodes | None:
         """The session path of a started hub (made on first use), None when its runtime
         does not run rollouts as sessions."""
         try:

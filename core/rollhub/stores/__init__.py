@@ -12,7 +12,7 @@ Keys are relative, slash-separated paths (``{exp_id}/{input_id}/{session_id}.jso
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rollhub.errors import StoreError, UnknownComponentError
 from rollhub.stores.base import BUILTIN_SCHEMES, ResultStore
@@ -78,7 +78,7 @@ def store_scheme(url: str) -> str:
 def open_store(
     url: str,
     registry: ComponentLookup | None = None,
-    **options: Any,
+    **options: object,
 ) -> ResultStore:
     """Open the result store a URL names.
 

@@ -41,7 +41,7 @@ class ResultStore(ABC):
 
     @classmethod
     @abstractmethod
-    def from_url(cls, url: str, **options: Any) -> ResultStore:
+    def from_url(cls, url: str, **options: object) -> ResultStore:
         """Open the store a URL names (``file:///dir``, ``s3://bucket/prefix``)."""
 
     @property

@@ -11,11 +11,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rollhub.errors import StoreError
 from rollhub.stores import check_key, check_prefix
 from rollhub.stores.base import ResultStore, decode_document, encode_document
+
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
 
 __all__ = ["ENDPOINT_ENV_VARS", "S3ResultStore"]
 
@@ -61,13 +64,13 @@ class S3ResultStore(ResultStore):
         *,
         endpoint_url: str | None = None,
         region_name: str | None = None,
-        client: Any = None,
+        client: BaseClient | None = None,
         create_bucket: bool = False,
         max_pool_connections: int = 64,
         max_attempts: int = 5,
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 15.0,
-        **client_options: Any,
+        **client_options: object,
     ) -> None:
         if not bucket or "/" in bucket:
             raise StoreError(f"S3 bucket name {bucket!r} is invalid", bucket=bucket)
@@ -105,7 +108,7 @@ class S3ResultStore(ResultStore):
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
 
     @property
-    def client(self) -> Any:
+    def client(self) -> BaseClient:
         """The boto3 S3 client, built on first use."""
         if self._client is None:
             with self._lock:
@@ -118,7 +121,7 @@ class S3ResultStore(ResultStore):
                     self._bucket_checked = True
         return self._client
 
-    def _make_client(self) -> Any:
+    def _make_client(self) -> BaseClient:
         try:
             import boto3
             from botocore.config import Config
@@ -141,7 +144,7 @@ class S3ResultStore(ResultStore):
             **self.client_options,
         )
 
-    def _ensure_bucket(self, client: Any) -> None:
+    def _ensure_bucket(self, client: BaseClient) -> None:
         try:
             client.head_bucket(Bucket=self.bucket)
             return

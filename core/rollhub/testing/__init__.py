@@ -12,7 +12,13 @@ Submodules are imported on use; nothing here runs at ``import rollhub``.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the names __getattr__ loads on first use, for type checkers
+    from rollhub.testing.hub import make_host as make_host
+    from rollhub.testing.hub import make_hub as make_hub
+    from rollhub.testing.seaweedfs import seaweedfs_server as seaweedfs_server
+    from rollhub.testing.servers import serve_app as serve_app
 
 __all__ = ["make_host", "make_hub", "seaweedfs_server", "serve_app"]
 
@@ -24,7 +30,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'rollhub.testing' has no attribute {name!r}")

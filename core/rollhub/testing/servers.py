@@ -19,6 +19,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from starlette.types import ASGIApp
+
 __all__ = ["serve_app"]
 
 log = logging.getLogger(__name__)
@@ -26,7 +28,7 @@ log = logging.getLogger(__name__)
 
 @contextlib.contextmanager
 def serve_app(
-    app: Any,
+    app: ASGIApp,
     *,
     host: str = "127.0.0.1",
     port: int = 0,

@@ -16,7 +16,7 @@ def batch_metrics(batch: TrainingBatch, success_threshold: float = 1.0) -> dict[
     """Reward, token, failure and staleness figures of one batch (trainer-neutral)."""
     episodes = batch.episodes
     ok = [e for e in episodes if e.ok and e.reward is not None]
-    rewards = [float(e.reward) for e in ok]  # type: ignore[arg-type]
+    rewards = [float(e.reward) for e in ok if e.reward is not None]
     mean: float | None = None
     std: float | None = None
     if rewards:

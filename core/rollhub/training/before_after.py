@@ -46,9 +46,9 @@ def before_after_rows(
         for key, label in STEP_METRICS:
             rows.append((section, label, _fmt(window_mean(first, key)),
                          _fmt(window_mean(last, key))))
-    if before is not None or after is not None:
-        k = (after or before).k  # type: ignore[union-attr]
-        section = f"held-out eval ({(after or before).prompts} prompts × {k})"  # type: ignore[union-attr]
+    shown = after or before
+    if shown is not None:
+        section = f"held-out eval ({shown.prompts} prompts × {shown.k})"
         for key, label in _EVAL_METRICS:
             rows.append((section, label, _figure(before, key), _figure(after, key)))
         names = sorted({*getattr(before, "splits", {}), *getattr(after, "splits", {})})

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rollhub.config import RollhubConfig
 from rollhub.dataset import group_id_of
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
@@ -70,7 +71,7 @@ def schedule(
     return order
 
 
-def planned_steps(config: Any, prompts: int) -> int:
+def planned_steps(config: RollhubConfig, prompts: int) -> int:
     """Steps a run trains: ``training.steps``, or every prompt of every epoch once."""
     tr = config.training
     total = math.ceil(prompts * tr.epochs / tr.batch_groups)
@@ -329,7 +330,7 @@ async def _next_batch(
     raise RuntimeError("the sampling producer stopped before the last step")
 
 
-def _check_result(result: Any, batch: TrainingBatch) -> None:
+def _check_result(result: object, batch: TrainingBatch) -> None:
     if not isinstance(result, StepResult):
         raise UsageError(
             f"trainer.step must return a rollhub.training.StepResult, got {type(result).__name__}"

@@ -6,13 +6,35 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rollhub.run_dir import RunDir
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from matplotlib.axes import Axes
 
 __all__ = ["plot_comparison", "plot_runs", "plot_training", "read_metrics"]
 
 log = logging.getLogger(__name__)
+
+
+class PlottedRun(Protocol):
+    """What :func:`plot_comparison` draws of a run (a ``rollhub.comparison.RunSummary``)."""
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def before(self) -> dict[str, Any] | None: ...
+
+    @property
+    def after(self) -> dict[str, Any] | None: ...
 
 
 def read_metrics(path: Path) -> list[dict]:
@@ -28,7 +50,7 @@ def read_metrics(path: Path) -> list[dict]:
     return rows
 
 
-def _pyplot() -> Any:
+def _pyplot() -> ModuleType | None:
     """matplotlib.pyplot on the Agg backend, or None when matplotlib is missing."""
     try:
         import matplotlib
@@ -46,7 +68,7 @@ def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     return ([s for s, _ in pts], [v for _, v in pts]) if pts else ([], [])
 
 
-def _integer_steps(axes: Any) -> None:
+def _integer_steps(axes: Iterable[Axes]) -> None:
     """Steps are whole numbers: a short run must not label its axis 1, 1, 1, 2, 2, 2."""
     from matplotlib.ticker import MaxNLocator
 
@@ -117,7 +139,9 @@ def plot_runs(runs: dict[str, Path], out: Path,
     return out
 
 
-def plot_comparison(runs: Sequence[Any], out: Path, *, control: Any = None) -> Path | None:
+def plot_comparison(
+    runs: Sequence[PlottedRun], out: Path, *, control: PlottedRun | None = None
+) -> Path | None:
     """``rollhub compare``'s figure: every run's task success, reward and tool-call rate per
     step (the control dashed), and held-out pass@1 before (the first run's base-weights
     report) and after training with its 95% interval, overall and per split. ``runs`` are :class:`rollhub.comparison.RunSummary`."""
@@ -143,7 +167,9 @@ def plot_comparison(runs: Sequence[Any], out: Path, *, control: Any = None) -> P
     names = ["all", *splits]
     # the base weights' score, once: runs of one held-out set and eval seed share it
     base = next((r.before for r in runs if r.before), None)
-    series = [("before training", base, "s", "0.55")] if base else []
+    series: list[tuple[str, dict[str, Any], str, str | None]] = (
+        [("before training", base, "s", "0.55")] if base else []
+    )
     series += [(run.label, run.after or {}, "s" if run is control else "o", None)
                for run in runs]
     width = 0.8 / max(len(series), 1)

@@ -21,6 +21,7 @@ import logging
 import math
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -61,7 +62,7 @@ class MetricSink:
 
     def __init__(self, options: MetricSinkOptions | None = None, *, run_dir: Path,
                  run_name: str = "rollhub", config: Mapping[str, Any] | None = None,
-                 **_: Any) -> None:
+                 **_: object) -> None:
         self.options = options or self.Options()
         self.run_dir = run_dir
         self.run_name = run_name
@@ -89,7 +90,7 @@ def numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def _require(module: str, sink: str) -> Any:
+def _require(module: str, sink: str) -> ModuleType:
     import importlib
 
     try:

@@ -8,11 +8,16 @@ writes both down.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeAlias
 
 from rollhub.episode import Episode, EpisodeGroup
 
-__all__ = ["StepResult", "TrainingBatch"]
+__all__ = ["Policy", "StepResult", "TrainingBatch"]
+
+#: What a policy trainer hands the sampling side (a Tinker sampling client, parameter name
+#: → tensor, a model module, a path). The core only passes it from the trainer to the
+#: token source's sampling backend, which checks what it got; it never looks inside.
+Policy: TypeAlias = object
 
 
 @dataclass
@@ -60,4 +65,4 @@ class StepResult:
 
     weight_version: int
     metrics: dict[str, float] = field(default_factory=dict)
-    policy: Any = None
+    policy: Policy | None = None

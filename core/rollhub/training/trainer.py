@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from rollhub.episode import EpisodeGroup
 from rollhub.registry import ComponentContext
-from rollhub.training.step import StepResult, TrainingBatch
+from rollhub.training.step import Policy, StepResult, TrainingBatch
 
 if TYPE_CHECKING:
     from rollhub.hub_view import HubView
@@ -88,7 +88,7 @@ class Trainer(ABC):
         context: ComponentContext | None = None,
         run_dir: Path | None = None,
         exp_id: str | None = None,
-        **_: Any,
+        **_: object,
     ) -> None:
         self.options = options or self.Options()
         if context is None:
@@ -107,7 +107,7 @@ class Trainer(ABC):
 
     # Policy trainers ------------------------------------------------------------------------
 
-    async def initial_policy(self) -> Any:
+    async def initial_policy(self) -> Policy | None:
         """The policy the sampling side starts from (None: the engine's own weights).
 
         Called once after :meth:`start` (and after :meth:`load_state` on resume).
