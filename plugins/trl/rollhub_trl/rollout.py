@@ -32,13 +32,17 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub.episode import Episode, EpisodeGroup
 from rollhub.errors import RollhubError
 from rollhub.training import TrainingBatch
 from rollhub.training.advantages import group_advantages
 from rollhub.training.loop import batch_metrics
+
+if TYPE_CHECKING:
+    import torch
+    from rollhub.hub_view import HubView
 
 __all__ = ["HubRollout", "Sample", "episode_sample", "rollhub_reward"]
 
@@ -88,9 +92,15 @@ def episode_sample(episode: Episode, filler_id: int) -> Sample:
     )
 
 
-def rollhub_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
+def rollhub_reward(
+    prompts: Sequence[object], completions: Sequence[object], **kwargs: object
+) -> list[float | None]:
     """TRL reward function: each completion's episode reward (None: leave it out)."""
-    return list(kwargs[REWARD_FIELD])
+    rewards = kwargs[REWARD_FIELD]
+    if not isinstance(rewards, Sequence):
+        raise TypeError(f"TRL passed {REWARD_FIELD} as a {type(rewards).__name__}, not the "
+                        f"per-sample list the rollout function returned")
+    return list(rewards)
 
 
 @dataclass
@@ -115,13 +125,13 @@ class HubRollout:
 
     def __init__(
         self,
-        hub: Any,
+        hub: HubView,
         loop: asyncio.AbstractEventLoop,
         *,
         filler_id: int,
         success_threshold: float = 1.0,
         advantage: str = "grpo",
-        sampling_model: Callable[[], Any] | None = None,
+        sampling_model: Callable[[], torch.nn.Module | None] | None = None,
     ) -> None:
         self.hub = hub
         self.loop = loop
@@ -133,7 +143,7 @@ class HubRollout:
         self.stopping = False
         self.calls = 0
 
-    def __call__(self, prompts: Sequence[Any], trainer: Any) -> dict[str, list[Any]]:
+    def __call__(self, prompts: Sequence[object], trainer: object) -> dict[str, list[Any]]:
         if self.stopping:
             raise RollhubError("the run is stopping: no new episodes")
         step = int(getattr(getattr(trainer, "state", None), "global_step", self.calls))
@@ -174,11 +184,11 @@ class HubRollout:
         return list(await asyncio.gather(*(self.hub.run_group(p, n) for p, n in runs)))
 
 
-def _runs(prompts: Sequence[Any], size: int | None = None) -> list[tuple[dict[str, Any], int]]:
+def _runs(prompts: Sequence[object], size: int | None = None) -> list[tuple[dict[str, Any], int]]:
     """Consecutive equal prompts → ``(payload, count)``: one group each, of at most ``size``
     (TRL's ``num_generations``): a row drawn at the end of one epoch and again at the start
     of the next is two groups, as TRL's advantages count them."""
-    runs: list[tuple[Any, int]] = []
+    runs: list[tuple[object, int]] = []
     for prompt in prompts:
         if runs and runs[-1][0] == prompt and (size is None or runs[-1][1] < size):
             runs[-1] = (prompt, runs[-1][1] + 1)
@@ -187,13 +197,13 @@ def _runs(prompts: Sequence[Any], size: int | None = None) -> list[tuple[dict[st
     return [(payload_of(p), n) for p, n in runs]
 
 
-def payload_of(prompt: Any) -> dict[str, Any]:
+def payload_of(prompt: object) -> dict[str, Any]:
     """The dataset row a TRL prompt stands for (rows travel through TRL as JSON text)."""
     if isinstance(prompt, dict):
         return prompt
     try:
-        payload = json.loads(prompt)
-    except (TypeError, ValueError):
+        payload = json.loads(prompt) if isinstance(prompt, str | bytes | bytearray) else None
+    except ValueError:
         payload = None
     if not isinstance(payload, dict):
         raise RollhubError(
