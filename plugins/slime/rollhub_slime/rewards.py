@@ -22,7 +22,6 @@ import logging
 import math
 from argparse import Namespace
 from collections.abc import Hashable, Sequence
-from typing import Any
 
 from rollhub.errors import ConfigError
 
