@@ -31,8 +31,9 @@ import tarfile
 import threading
 import time
 import uuid
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import Field
 from rollhub.ratelimit import limiter_for
@@ -59,6 +60,22 @@ MAX_COMMAND = 65536
 CHUNK = 48_000
 _TRANSIENT = {"ThrottlingException", "ServiceQuotaExceededException", "InternalServerException",
               "RetryableConflictException"}
+
+
+class AgentCoreClient(Protocol):
+    """What this provider calls on a boto3 ``bedrock-agentcore`` client."""
+
+    def invoke_agent_runtime(self, **kwargs: object) -> Mapping[str, Any]:
+        """``InvokeAgentRuntime``; ``["response"]`` is a readable body."""
+        ...
+
+    def invoke_agent_runtime_command(self, **kwargs: object) -> Mapping[str, Any]:
+        """``InvokeAgentRuntimeCommand``; ``["stream"]`` is the event stream."""
+        ...
+
+    def stop_runtime_session(self, **kwargs: object) -> object:
+        """``StopRuntimeSession``."""
+        ...
 
 
 class AgentCoreOptions(ProviderOptions):
@@ -188,22 +205,23 @@ class AgentCoreProvider(SandboxProvider):
     Options = AgentCoreOptions
     options: AgentCoreOptions
 
-    def __init__(self, options: AgentCoreOptions | None = None, *, client: Any = None) -> None:
+    def __init__(self, options: AgentCoreOptions | None = None, *,
+                 client: AgentCoreClient | None = None) -> None:
         if options is None:
             raise SandboxArgumentError("the agentcore provider needs runtime_arn=…",
                                        field="runtime_arn")
         super().__init__(options)
         self._given = client
-        self._clients: dict[float, Any] = {}
+        self._clients: dict[float, AgentCoreClient] = {}
         self._lock = threading.Lock()
         self.limiter = limiter_for(self.options.runtime_arn, self.options.rate)
 
     @property
-    def client(self) -> Any:
+    def client(self) -> AgentCoreClient:
         """The boto3 ``bedrock-agentcore`` client (built on first use)."""
         return self._client_for(None)
 
-    def _client_for(self, timeout: float | None) -> Any:
+    def _client_for(self, timeout: float | None) -> AgentCoreClient:
         """A client whose socket read timeout outlasts a command of ``timeout`` seconds.
 
         The command stream may stay silent for as long as the command prints nothing, so
@@ -331,7 +349,7 @@ class AgentCoreProvider(SandboxProvider):
         return AgentCoreSandbox(self, sandbox_id)
 
 
-def collect_command_stream(stream: Any, *, max_output: int, started: float) -> ExecResult:
+def collect_command_stream(stream: Iterable[Mapping[str, Any]], *, max_output: int, started: float) -> ExecResult:
     """Fold the ``InvokeAgentRuntimeCommand`` event stream into an :class:`ExecResult`."""
     out, err = OutputBuffer(max_output), OutputBuffer(max_output)
     exit_code: int | None = None

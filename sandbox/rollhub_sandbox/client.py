@@ -25,7 +25,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollhub.loop_thread import LoopThread
 
@@ -39,6 +39,9 @@ from rollhub_sandbox.shell import (
     check_timeout,
     join_remote,
 )
+
+if TYPE_CHECKING:
+    from rollhub.registry import ComponentRegistry
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +176,7 @@ class AsyncSandboxClient:
     """
 
     def __init__(self, provider: str | type[SandboxProvider] | SandboxProvider = "local", *,
-                 registry: Any | None = None, **options: Any) -> None:
+                 registry: ComponentRegistry | None = None, **options: object) -> None:
         self._provider = build_provider(provider, options, registry=registry)
 
     @property
@@ -309,7 +312,7 @@ class SandboxClient:
     """
 
     def __init__(self, provider: str | type[SandboxProvider] | SandboxProvider = "local", *,
-                 registry: Any | None = None, **options: Any) -> None:
+                 registry: ComponentRegistry | None = None, **options: object) -> None:
         self._async = AsyncSandboxClient(provider, registry=registry, **options)
         self._runner = LoopThread("rollhub-sandbox-loop", hint=ASYNC_HINT)
 

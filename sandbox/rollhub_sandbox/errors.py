@@ -20,8 +20,6 @@ All errors keep their context in keyword attributes and pickle across processes.
 
 from __future__ import annotations
 
-from typing import Any
-
 from rollhub.errors import RollhubError
 
 __all__ = [
@@ -62,7 +60,7 @@ class SandboxStartError(SandboxError):
 class SandboxProviderError(SandboxError):
     """The backend failed: an AWS call, the Docker CLI, spawning a process."""
 
-    def __init__(self, message: str = "", *, transient: bool = False, **context: Any) -> None:
+    def __init__(self, message: str = "", *, transient: bool = False, **context: object) -> None:
         super().__init__(message, transient=transient, **context)
 
 

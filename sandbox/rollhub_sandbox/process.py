@@ -18,7 +18,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import IO
 
 from rollhub_sandbox.result import ExecResult, OutputBuffer
 
@@ -108,7 +108,7 @@ async def run_process(
     async def wait_exit() -> None:
         await asyncio.shield(exited)
 
-    async def pump(pipe: Any, buf: OutputBuffer) -> None:
+    async def pump(pipe: IO[bytes] | None, buf: OutputBuffer) -> None:
         reader = asyncio.StreamReader(limit=1 << 16)
         transport, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(reader), pipe

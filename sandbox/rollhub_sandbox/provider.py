@@ -15,13 +15,16 @@ import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rollhub.errors import ConfigError, UnknownComponentError
 
 from rollhub_sandbox.errors import SandboxArgumentError
 from rollhub_sandbox.result import DEFAULT_MAX_OUTPUT, ExecResult
+
+if TYPE_CHECKING:
+    from rollhub.registry import ComponentRegistry
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +140,7 @@ BUILTIN_PROVIDERS: dict[str, str] = {
 
 def build_provider(provider: str | type[SandboxProvider] | SandboxProvider,
                    options: Mapping[str, Any] | None = None,
-                   *, registry: Any | None = None) -> SandboxProvider:
+                   *, registry: ComponentRegistry | None = None) -> SandboxProvider:
     """A provider instance from a config word, a class or an instance.
 
     :param registry: a :class:`rollhub.registry.ComponentRegistry` consulted for names

@@ -27,7 +27,7 @@ import os
 import re
 import shlex
 import sys
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -40,7 +40,9 @@ from rollhub_sandbox.errors import SandboxError
 from rollhub_sandbox.result import ExecResult
 
 if TYPE_CHECKING:
+    from rollhub.config import RollhubConfig
     from rollhub.episode import Episode
+    from rollhub.hub_view import HubView
 
     from rollhub_sandbox.client import AsyncSandboxClient
 
@@ -227,7 +229,8 @@ def _client_for(settings: SandboxRewardSettings) -> AsyncSandboxClient:
 
 
 def restore_plan(restore: Mapping[str, str], payload: Mapping[str, Any],
-                 resolve: Any = Path) -> list[tuple[str, Path]]:
+                 resolve: Callable[[str], str | os.PathLike[str]] = Path,
+                 ) -> list[tuple[str, Path]]:
     """``(remote dir, local dir)`` pairs with ``{field}`` filled from the payload (pure).
 
     :raises RewardError: a placeholder names a field the payload lacks, or a value that is
@@ -295,7 +298,7 @@ async def _score(episode: Episode, settings: SandboxRewardSettings, sandbox_id: 
 
 
 @hookimpl
-def rollhub_check_config(config: Any) -> None:
+def rollhub_check_config(config: RollhubConfig) -> None:
     """Validate ``[plugins.sandbox]`` before any rollout runs."""
     settings = load_settings(config.plugins.settings("sandbox"))
     if settings.test_command is not None:
@@ -303,7 +306,7 @@ def rollhub_check_config(config: Any) -> None:
 
 
 @hookimpl
-def rollhub_collect_rewards(episode: Episode, hub: Any) -> Awaitable[dict[str, float]] | dict[str, float] | None:
+def rollhub_collect_rewards(episode: Episode, hub: HubView) -> Awaitable[dict[str, float]] | dict[str, float] | None:
     """Run ``[plugins.sandbox] test_command`` in the episode's sandbox; see the module doc."""
     settings = load_settings(hub.config.plugins.settings("sandbox"))
     if settings.test_command is None or not episode.ok or episode.result is None:

@@ -8,7 +8,7 @@ frameworks themselves only when a model is built, so importing this package stay
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rollhub_frameworks.langgraph import LangGraphFramework, langgraph_chat_model
@@ -26,7 +26,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'rollhub_frameworks' has no attribute {name!r}")

@@ -49,7 +49,8 @@ _CHAT_OPENAI_FIELDS = frozenset(
 
 
 def langgraph_chat_model(
-    rollout: RolloutConfig | Mapping[str, Any], **overrides: Any
+    rollout: RolloutConfig | Mapping[str, Any], *,
+    extra_body: Mapping[str, object] | None = None, **overrides: object,
 ) -> ChatOpenAI:
     """A ``ChatOpenAI`` chat model for the rollout's model endpoint (LangGraph, LangChain).
 
@@ -73,10 +74,10 @@ def langgraph_chat_model(
         sampling.setdefault("max_tokens", sampling.pop("max_completion_tokens"))
         sampling.pop("max_completion_tokens", None)
     fields = {k: v for k, v in sampling.items() if k in _CHAT_OPENAI_FIELDS}
-    extra_body = {
+    body: dict[str, object] = {
         **{k: v for k, v in sampling.items() if k not in _CHAT_OPENAI_FIELDS},
         **endpoint.extra_body,
-        **dict(overrides.pop("extra_body", None) or {}),
+        **dict(extra_body or {}),
     }
     kwargs: dict[str, Any] = {
         "base_url": endpoint.base_url,
@@ -84,8 +85,8 @@ def langgraph_chat_model(
         "model": endpoint.model_id,
         **fields,
     }
-    if extra_body:
-        kwargs["extra_body"] = extra_body
+    if body:
+        kwargs["extra_body"] = body
     kwargs.update(overrides)
     log.debug("langgraph chat model %s at %s", endpoint.model_id, endpoint.base_url)
     return ChatOpenAI(**kwargs)
@@ -97,7 +98,8 @@ class LangGraphFramework:
     name = "langgraph"
 
     def model_from_rollout(
-        self, rollout: RolloutConfig | Mapping[str, Any], **overrides: Any
+        self, rollout: RolloutConfig | Mapping[str, Any], *,
+        extra_body: Mapping[str, object] | None = None, **overrides: object,
     ) -> ChatOpenAI:
         """Same as :func:`langgraph_chat_model`."""
-        return langgraph_chat_model(rollout, **overrides)
+        return langgraph_chat_model(rollout, extra_body=extra_body, **overrides)

@@ -32,7 +32,10 @@ __all__ = ["StrandsFramework", "strands_model"]
 log = logging.getLogger(__name__)
 
 
-def strands_model(rollout: RolloutConfig | Mapping[str, Any], **overrides: Any) -> OpenAIModel:
+def strands_model(rollout: RolloutConfig | Mapping[str, Any], *,
+                  params: Mapping[str, Any] | None = None,
+                  client_args: Mapping[str, object] | None = None, client: object = None,
+                  **overrides: object) -> OpenAIModel:
     """A Strands ``OpenAIModel`` for the rollout's model endpoint.
 
     ``base_url`` and ``api_key`` go into the OpenAI client, ``model_id`` becomes the model,
@@ -49,19 +52,22 @@ def strands_model(rollout: RolloutConfig | Mapping[str, Any], **overrides: Any) 
     except ImportError as exc:
         raise missing_extra("strands", "strands", exc) from exc
     endpoint = endpoint_from_rollout(rollout)
-    params: dict[str, Any] = dict(endpoint.sampling)
+    merged: dict[str, Any] = dict(endpoint.sampling)
     if endpoint.extra_body:
-        params["extra_body"] = dict(endpoint.extra_body)
-    user_params = dict(overrides.pop("params", None) or {})
-    if "extra_body" in user_params and "extra_body" in params:
-        user_params["extra_body"] = {**params["extra_body"], **user_params["extra_body"]}
-    params.update(user_params)
-    kwargs: dict[str, Any] = {"model_id": endpoint.model_id, "params": params}
-    if overrides.get("client") is None:
-        overrides.pop("client", None)
-        client_args = {"base_url": endpoint.base_url, "api_key": endpoint.api_key}
-        client_args.update(overrides.pop("client_args", None) or {})
-        kwargs["client_args"] = client_args
+        merged["extra_body"] = dict(endpoint.extra_body)
+    user_params = dict(params or {})
+    if "extra_body" in user_params and "extra_body" in merged:
+        user_params["extra_body"] = {**merged["extra_body"], **user_params["extra_body"]}
+    merged.update(user_params)
+    kwargs: dict[str, Any] = {"model_id": endpoint.model_id, "params": merged}
+    if client is None:
+        args: dict[str, object] = {"base_url": endpoint.base_url, "api_key": endpoint.api_key}
+        args.update(client_args or {})
+        kwargs["client_args"] = args
+    else:
+        kwargs["client"] = client
+        if client_args is not None:
+            kwargs["client_args"] = client_args
     kwargs.update(overrides)
     log.debug("strands model %s at %s", endpoint.model_id, endpoint.base_url)
     return OpenAIModel(**kwargs)
@@ -73,7 +79,11 @@ class StrandsFramework:
     name = "strands"
 
     def model_from_rollout(
-        self, rollout: RolloutConfig | Mapping[str, Any], **overrides: Any
+        self, rollout: RolloutConfig | Mapping[str, Any], *,
+        params: Mapping[str, Any] | None = None,
+        client_args: Mapping[str, object] | None = None, client: object = None,
+        **overrides: object,
     ) -> OpenAIModel:
         """Same as :func:`strands_model`."""
-        return strands_model(rollout, **overrides)
+        return strands_model(rollout, params=params, client_args=client_args, client=client,
+                             **overrides)

@@ -7,7 +7,11 @@ Names are imported on use, so ``import rollhub_rllm`` stays light.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rollhub_rllm.remote_runtime import RollhubRemoteRuntime, install
+    from rollhub_rllm.token_source import RllmTokenSource
 
 __version__ = "0.1.0"
 
@@ -20,7 +24,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'rollhub_rllm' has no attribute {name!r}")

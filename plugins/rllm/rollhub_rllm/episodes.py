@@ -13,13 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 from rollhub.episode import Episode
+from rollhub.trace import TurnCall
 
 from rollhub_rllm.protocol import termination_value
 
 __all__ = ["episode_to_rllm"]
 
 
-def _step(call: Any, last: bool) -> dict[str, Any]:
+def _step(call: TurnCall, last: bool) -> dict[str, Any]:
     return {
         "prompt_ids": call.prompt_ids,
         "response_ids": call.completion_ids,

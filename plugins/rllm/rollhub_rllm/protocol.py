@@ -9,13 +9,15 @@ commit (a test compares them).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = [
     "RemoteTaskResult",
+    "Submission",
+    "TaskResult",
     "TaskSubmission",
     "TerminationReason",
     "rllm_types",
@@ -60,7 +62,49 @@ class RemoteTaskResult:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def rllm_types() -> tuple[type, type]:
+class Submission(Protocol):
+    """What rollhub reads of a ``TaskSubmission`` (rLLM's, or the mirror)."""
+
+    @property
+    def task(self) -> Mapping[str, Any]:
+        """The task row."""
+        ...
+
+    @property
+    def session_id(self) -> str:
+        """rLLM's session id."""
+        ...
+
+    @property
+    def task_id(self) -> str:
+        """The GRPO group key."""
+        ...
+
+    @property
+    def inference_url(self) -> str:
+        """The session's rllm-model-gateway URL."""
+        ...
+
+
+class TaskResult(Protocol):
+    """A ``RemoteTaskResult`` (rLLM's, or the mirror), as rollhub hands it back."""
+
+    @property
+    def finished(self) -> bool:
+        """Whether the task reached a terminal result."""
+        ...
+
+    @property
+    def session_id(self) -> str:
+        """The submission's session id."""
+        ...
+
+
+#: ``(RemoteTaskResult, TerminationReason)``; rLLM's enum has the mirror's members.
+RllmTypes = tuple[Callable[..., TaskResult], type[TerminationReason]]
+
+
+def rllm_types() -> RllmTypes:
     """``(RemoteTaskResult, TerminationReason)``: rLLM's own when importable, else the mirrors."""
     try:
         from rllm.engine.remote_runtime.protocol import RemoteTaskResult as Result

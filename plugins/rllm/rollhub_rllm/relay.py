@@ -89,7 +89,7 @@ class SessionRelay:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, backlog=2048)
         await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # aiohttp keeps the socket private
+        port = self._runner.addresses[0][1]  # the bound (host, port) of the one site
         self._http = ClientSession(timeout=ClientTimeout(total=None, sock_connect=30))
         self.url = f"http://{self.host}:{port}"
         return self.url

@@ -46,7 +46,13 @@ from rollhub.loop_thread import LoopThread
 from rollhub.plugins import PluginHost, build_host
 from rollhub.rollout import validate_key_part
 
-from rollhub_rllm.protocol import rllm_types, termination_value
+from rollhub_rllm.protocol import (
+    RllmTypes,
+    Submission,
+    TaskResult,
+    rllm_types,
+    termination_value,
+)
 
 __all__ = ["RollhubRemoteRuntime", "install", "key_part", "task_result"]
 
@@ -90,7 +96,7 @@ class RollhubRemoteRuntime:
         self._host = host
         self._loop: LoopThread | None = None
         self._client: AsyncRolloutClient | None = None
-        self._types: tuple[type, Any] = rllm_types()  # (RemoteTaskResult, TerminationReason)
+        self._types: RllmTypes = rllm_types()  # (RemoteTaskResult, TerminationReason)
 
     # The RemoteAgentRuntime protocol -------------------------------------------------------
 
@@ -109,8 +115,8 @@ class RollhubRemoteRuntime:
         log.info("rollhub remote runtime started (%s runtime)", self.config.runtime.name)
 
     async def execute_tasks(
-        self, submissions: Sequence[Any], timeout: float | None = None
-    ) -> list[Any]:
+        self, submissions: Sequence[Submission], timeout: float | None = None
+    ) -> list[TaskResult]:
         """Run every submission concurrently; one ``RemoteTaskResult`` each, in order.
 
         Never raises for a failed task: failures are results with ``finished=False``.
@@ -171,7 +177,7 @@ class RollhubRemoteRuntime:
                 task.cancel()
             await asyncio.gather(*left, return_exceptions=True)
 
-    async def _run_all(self, subs: list[Any], timeout: float) -> list[Any]:
+    async def _run_all(self, subs: list[Submission], timeout: float) -> list[TaskResult]:
         seen: set[str] = set()
         jobs = []
         for sub in subs:
@@ -180,7 +186,8 @@ class RollhubRemoteRuntime:
             seen.add(sid)
         return list(await asyncio.gather(*jobs))
 
-    async def _run_one(self, sub: Any, timeout: float, *, duplicate: bool) -> Any:
+    async def _run_one(self, sub: Submission, timeout: float, *,
+                       duplicate: bool) -> TaskResult:
         result_cls, reason = self._types
         t0 = time.monotonic()
         try:
@@ -212,12 +219,12 @@ class RollhubRemoteRuntime:
 
 
 def task_result(
-    submission: Any,
+    submission: Submission,
     outcome: RolloutOutcome,
     *,
     elapsed: float | None = None,
-    types: tuple[type, type] | None = None,
-) -> Any:
+    types: RllmTypes | None = None,
+) -> TaskResult:
     """The ``RemoteTaskResult`` of one rollout's terminal outcome (see the module table)."""
     result_cls, reason = types or rllm_types()
     meta = {"rollhub_status": outcome.status, "result_key": outcome.result_key,
@@ -251,7 +258,7 @@ def task_result(
     )
 
 
-def _reward(value: Any) -> float | None:
+def _reward(value: object) -> float | None:
     if isinstance(value, list):
         value = value[-1] if value else None
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -267,13 +274,15 @@ def key_part(value: str) -> str:
         return "h-" + hashlib.sha256(value.encode()).hexdigest()[:32]
 
 
-def install(config: ConfigLike, *, backend: str = "rollhub", **options: Any) -> None:
+def install(config: ConfigLike, *, backend: str = "rollhub", api_key: str = "rllm",
+            host: PluginHost | None = None) -> None:
     """Make rLLM's ``create_remote_runtime`` build a :class:`RollhubRemoteRuntime` for ``backend``.
 
     Call it before rLLM's trainer is built; other backend names still reach rLLM's own
     factory. Installing twice replaces the first installation.
 
-    :param options: passed to :class:`RollhubRemoteRuntime` (``api_key``, ``host``).
+    :param api_key: passed to :class:`RollhubRemoteRuntime`.
+    :param host: passed to :class:`RollhubRemoteRuntime`.
     :raises ConfigError: rLLM is not importable.
     """
     try:
@@ -287,11 +296,12 @@ def install(config: ConfigLike, *, backend: str = "rollhub", **options: Any) -> 
     original = getattr(factory, "__rollhub_original__", factory)
 
     @functools.wraps(original)
-    def create_remote_runtime(cfg: Any, exp_id: str = "", model_id: str = "") -> Any:
+    def create_remote_runtime(cfg: object, exp_id: str = "", model_id: str = "") -> object:
         if getattr(cfg, "backend", None) == backend:
             return RollhubRemoteRuntime(
                 config, exp_id=exp_id, model_id=model_id,
-                session_timeout=getattr(cfg, "session_timeout", 900.0), **options,
+                session_timeout=getattr(cfg, "session_timeout", 900.0), api_key=api_key,
+                host=host,
             )  # fmt: skip
         return original(cfg, exp_id=exp_id, model_id=model_id)
 

@@ -105,7 +105,7 @@ class RllmTokenSource(TokenSource):
         options: RllmSourceOptions | None = None,
         *,
         base_dir: str | Path | None = None,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         super().__init__(options, **kwargs)
         data_dir = self.options.data_dir
@@ -209,9 +209,9 @@ class RllmTokenSource(TokenSource):
             polls += 1
             traces: list[dict[str, Any]] = []
             if calls.in_flight == 0:
-                traces = await self._call(
+                traces = (await self._call(
                     "GET", f"{root}/sessions/{gsid}/traces", what=f"reading session {session_id!r}"
-                )
+                )).json()
                 if sum(1 for t in traces if answered(t)) >= calls.answered:
                     break
             left = deadline - time.monotonic()
@@ -278,7 +278,8 @@ class RllmTokenSource(TokenSource):
             )
         return entry
 
-    async def _call(self, method: str, url: str, *, what: str, json: Any = None) -> Any:
+    async def _call(self, method: str, url: str, *, what: str,
+                    json: object = None) -> httpx.Response:
         assert self._http is not None
         try:
             resp = await self._http.request(method, url, json=json)
@@ -292,7 +293,7 @@ class RllmTokenSource(TokenSource):
                 f"{resp.text[:300]}",
                 status=resp.status_code,
             )
-        return resp.json()
+        return resp
 
 
 def gateway_session_id(session_id: str) -> str:

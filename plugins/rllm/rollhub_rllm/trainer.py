@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pydantic import Field
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
+from rollhub.registry import ComponentContext
 from rollhub.training import Trainer, TrainerOptions
 
 from rollhub_rllm.episodes import episode_to_rllm
@@ -47,11 +48,17 @@ class RllmEpisodeExport(Trainer):
     )
 
     def __init__(
-        self, options: RllmExportOptions | None = None, *, run_dir: Path | None = None, **kw: Any
+        self,
+        options: RllmExportOptions | None = None,
+        *,
+        context: ComponentContext | None = None,
+        run_dir: Path | None = None,
+        exp_id: str | None = None,
+        **kw: object,
     ) -> None:
-        super().__init__(options, run_dir=run_dir, **kw)
+        super().__init__(options, context=context, run_dir=run_dir, exp_id=exp_id, **kw)
         self.written = 0
-        self._file: Any = None
+        self._file: IO[str] | None = None
 
     @property
     def path(self) -> Path | None:

@@ -18,13 +18,15 @@ import itertools
 import json
 import logging
 import re
-from collections.abc import Iterator
+from argparse import Namespace
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from rollhub.errors import ConfigError
 
 from rollhub_slime.eval_options import eval_metadata
+from rollhub_slime.slime_types import EvalDataset, Sample
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +36,8 @@ _SLICE = re.compile(r"^(?P<path>.*)@\[(?P<start>-?\d*):(?P<end>-?\d*)\]$")
 _FIELD = "eval_prompt_data"
 
 
-def eval_groups(cfg: Any, args: Any, sample_cls: type) -> list[list[Any]]:
+def eval_groups(cfg: EvalDataset, args: Namespace,
+                sample_cls: Callable[..., Sample]) -> list[list[Sample]]:
     """One group per prompt of the dataset: ``n_samples_per_eval_prompt`` copies each.
 
     Copies are numbered with a global ``index`` (prompt-major), the prompt's position is its

@@ -55,10 +55,13 @@ template, so the rendered prompt is the model's either way).
 
 from __future__ import annotations
 
+from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any
 
 from rollhub.errors import ConfigError
+
+from rollhub_slime.slime_types import EvalDataset
 
 __all__ = [
     "HONOURED",
@@ -133,7 +136,7 @@ REFUSED = {
 }
 
 
-def check_eval_datasets(args: Any) -> None:
+def check_eval_datasets(args: Namespace) -> None:
     """Refuse, for every dataset of ``args.eval_datasets``, what rollhub cannot honour.
 
     :raises ConfigError: as :func:`check_eval_dataset`.
@@ -142,7 +145,7 @@ def check_eval_datasets(args: Any) -> None:
         check_eval_dataset(cfg)
 
 
-def check_eval_dataset(cfg: Any) -> None:
+def check_eval_dataset(cfg: EvalDataset) -> None:
     """Refuse a dataset field rollhub cannot honour (the module docstring lists them).
 
     :raises ConfigError: the first such field that is set, naming the dataset, the field
@@ -165,7 +168,7 @@ def check_eval_dataset(cfg: Any) -> None:
         )
 
 
-def eval_sampling(cfg: Any) -> dict[str, Any]:
+def eval_sampling(cfg: EvalDataset) -> dict[str, Any]:
     """The sampling keys a dataset sets, as rollhub names them (unset fields left out)."""
     return _rollhub_sampling(
         {name: getattr(cfg, name, None) for name in SAMPLING_KEYS}, SAMPLING_KEYS
@@ -195,7 +198,7 @@ def _rollhub_sampling(values: Mapping[str, Any], keys: Mapping[str, str]) -> dic
     return sampling
 
 
-def eval_metadata(cfg: Any, metadata: Any) -> dict[str, Any]:
+def eval_metadata(cfg: EvalDataset, metadata: object) -> dict[str, Any]:
     """A sample's metadata with the dataset's ``rm_type`` and ``metadata_overrides``.
 
     As slime's ``EvalDatasetConfig.inject_metadata``: a copy of ``metadata`` (a non-mapping

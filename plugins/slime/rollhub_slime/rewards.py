@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import logging
 import math
+from argparse import Namespace
 from collections.abc import Hashable, Sequence
-from typing import Any
 
 from rollhub.errors import ConfigError
+
+from rollhub_slime.slime_types import Sample
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +37,7 @@ _CENTRED = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
 _SCALED = ("grpo", "gspo", "cispo")
 
 
-def reward_value(args: Any, sample: Any) -> float:
+def reward_value(args: Namespace, sample: Sample) -> float:
     """The scalar reward of a sample (through ``--reward-key`` for dict rewards).
 
     :raises ConfigError: the reward is missing, or a dict without the configured key.
@@ -59,7 +61,7 @@ def reward_value(args: Any, sample: Any) -> float:
     return float(reward)
 
 
-def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float], list[float]]:
+def post_process_rewards(args: Namespace, samples: Sequence[Sample]) -> tuple[list[float], list[float]]:
     """``--custom-reward-post-process-path`` target: ``(raw_rewards, rewards)``, flat.
 
     :param args: slime's parsed arguments.
@@ -90,7 +92,7 @@ def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float]
     return raw, out
 
 
-def _group_key(sample: Any, pos: int) -> Hashable:
+def _group_key(sample: Sample, pos: int) -> Hashable:
     g = getattr(sample, "group_index", None)
     return g if g is not None else ("sample", pos)
 

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from argparse import Namespace
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, SupportsInt
 
 from rollhub.episode import Episode, EpisodeGroup
 from rollhub.errors import ConfigError, RolloutFailed
@@ -37,15 +39,21 @@ from rollhub_slime.eval_data import eval_groups
 from rollhub_slime.eval_options import check_eval_datasets, eval_sampling, generate_eval_sampling
 from rollhub_slime.runner import process_hub
 from rollhub_slime.samples import episode_to_samples, payload_of
+from rollhub_slime.slime_types import DataSource, Sample, SampleT
 from rollhub_slime.step_hooks import StepHooks, check_slime_flags, filter_decision
 from rollhub_slime.trainer import SlimeOptions
+
+if TYPE_CHECKING:
+    from slime.rollout.base_types import RolloutFnEvalOutput, RolloutFnTrainOutput
 
 log = logging.getLogger(__name__)
 
 __all__ = ["eval_rollout", "generate", "generate_rollout", "train_rollout"]
 
 
-def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
+def generate_rollout(
+    args: Namespace, rollout_id: int, data_source: DataSource, evaluation: bool = False
+) -> RolloutFnTrainOutput | RolloutFnEvalOutput:
     """``--rollout-function-path`` target.
 
     :param args: slime's parsed arguments.
@@ -65,8 +73,8 @@ def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: b
 
 
 async def generate(
-    args: Any, sample: Any, sampling_params: dict[str, Any], evaluation: bool = False
-) -> Any:
+    args: Namespace, sample: SampleT, sampling_params: dict[str, Any], evaluation: bool = False
+) -> list[SampleT] | SampleT:
     """``--custom-generate-function-path`` target: run one sample's episode.
 
     Training samples follow ``[experiment] sampling`` of rollhub.toml (the agent makes its
@@ -100,11 +108,11 @@ async def generate(
 async def train_rollout(
     hub: AsyncHub,
     options: SlimeOptions,
-    args: Any,
+    args: Namespace,
     rollout_id: int,
-    data_source: Any,
+    data_source: DataSource,
     hooks: StepHooks | None = None,
-) -> Any:
+) -> RolloutFnTrainOutput:
     """Run one training step through ``hub``, as slime's own rollout loop does.
 
     Prompt groups are fetched ``--over-sampling-batch-size`` at a time and run as hub
@@ -124,7 +132,7 @@ async def train_rollout(
 
     hooks = hooks or StepHooks.from_args(args)
     hub.set_weight_version(rollout_id)
-    pending: dict[asyncio.Future[EpisodeGroup], list[Any]] = {}
+    pending: dict[asyncio.Future[EpisodeGroup], list[Sample]] = {}
     chosen: list[_Finished] = []
     finished: list[_Finished] = []
     drops: Counter[str] = Counter()
@@ -192,8 +200,8 @@ class _Finished:
     """A finished prompt group: the hub's group, slime's prompt samples, the new samples."""
 
     group: EpisodeGroup
-    bases: list[Any]
-    per_episode: list[list[Any]]
+    bases: list[Sample]
+    per_episode: list[list[Sample]]
 
     def index(self) -> int:
         return _int(self.bases[0].index)
@@ -201,7 +209,7 @@ class _Finished:
     def forked(self) -> bool:
         return any(len(s) > 1 for s in self.per_episode)
 
-    def shaped(self, nested: bool | None = None) -> list[Any]:
+    def shaped(self, nested: bool | None = None) -> list[Sample] | list[list[Sample]]:
         """The group as slime's loop holds it: ``list[Sample]``, or one list per rollout
         when a rollout forked (``nested``: force either); failed rollouts left out."""
         kept = [s for s in self.per_episode if s]
@@ -209,7 +217,9 @@ class _Finished:
         return kept if nest else [s[0] for s in kept]
 
 
-async def eval_rollout(hub: AsyncHub, options: SlimeOptions, args: Any, rollout_id: int) -> Any:
+async def eval_rollout(
+    hub: AsyncHub, options: SlimeOptions, args: Namespace, rollout_id: int
+) -> RolloutFnEvalOutput:
     """Run slime's eval datasets (``--eval-prompt-data``, JSONL or Parquet) through ``hub``.
 
     Every dataset is checked before any rollout runs
@@ -254,7 +264,8 @@ async def eval_rollout(hub: AsyncHub, options: SlimeOptions, args: Any, rollout_
 
 
 async def _run_group(
-    hub: AsyncHub, options: SlimeOptions, bases: list[Any], sampling: dict[str, Any] | None = None
+    hub: AsyncHub, options: SlimeOptions, bases: Sequence[Sample],
+    sampling: dict[str, Any] | None = None,
 ) -> EpisodeGroup:
     """One slime prompt group (n copies of a prompt sample) as one hub group; ``sampling``
     is merged over ``[experiment] sampling`` for its episodes."""
@@ -264,14 +275,14 @@ async def _run_group(
     return await hub.run_group(payload, len(bases), group_id=group_id, sampling=sampling or None)
 
 
-def _samples(episode: Episode, base: Any, options: SlimeOptions) -> list[Any]:
+def _samples(episode: Episode, base: Sample, options: SlimeOptions) -> list[Sample]:
     samples = episode_to_samples(episode, base, response_field=options.response_field)
     if options.drop_empty:
         samples = [s for s in samples if s.response_length > 0]
     return samples
 
 
-def _group_id(payload: dict[str, Any], hub: AsyncHub, sample: Any) -> str:
+def _group_id(payload: dict[str, Any], hub: AsyncHub, sample: Sample) -> str:
     """A group id unique per slime prompt group: the payload id (if any) and group_index."""
     pid = payload.get(hub.config.experiment.id_field)
     group = getattr(sample, "group_index", None)
@@ -279,11 +290,11 @@ def _group_id(payload: dict[str, Any], hub: AsyncHub, sample: Any) -> str:
     return f"{base}-g{group}" if group is not None else f"{base}-i{sample.index}"
 
 
-def _int(value: Any) -> int:
+def _int(value: SupportsInt | None) -> int:
     return int(value) if value is not None else 0
 
 
-def _metrics(finished: list[EpisodeGroup], per_group: list[list[list[Any]]]) -> dict[str, Any]:
+def _metrics(finished: list[EpisodeGroup], per_group: list[list[list[Sample]]]) -> dict[str, Any]:
     episodes = [e for g in finished for e in g.episodes]
     rewards = [e.reward for e in episodes if e.ok and e.reward is not None]
     kept = [s for group in per_group for samples in group for s in samples]

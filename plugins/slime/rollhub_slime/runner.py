@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from argparse import Namespace
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -26,6 +27,7 @@ from rollhub.config import RollhubConfig, load_config
 from rollhub.errors import ConfigError
 from rollhub.hub import AsyncHub
 from rollhub.hub_sync import Hub
+from rollhub.plugins import PluginHost
 
 from rollhub_slime.trainer import SlimeOptions
 
@@ -82,7 +84,7 @@ class SlimeHub(Hub):
         return await self.loop_thread.run_async(coro)
 
 
-def config_for_slime(args: Any, env: dict[str, str] | None = None) -> RollhubConfig:
+def config_for_slime(args: Namespace, env: dict[str, str] | None = None) -> RollhubConfig:
     """Load the rollhub.toml named by slime's arguments or the environment, adapted to slime.
 
     :raises ConfigError: no path is given, the file is invalid or does not select the
@@ -101,7 +103,7 @@ def config_for_slime(args: Any, env: dict[str, str] | None = None) -> RollhubCon
     return config
 
 
-def apply_slime_args(config: RollhubConfig, args: Any) -> None:
+def apply_slime_args(config: RollhubConfig, args: Namespace | None) -> None:
     """Fill what only slime knows into ``config`` (in place).
 
     :raises ConfigError: the config does not select the ``slime`` trainer.
@@ -131,7 +133,7 @@ def apply_slime_args(config: RollhubConfig, args: Any) -> None:
         options.setdefault("router_policy", policy)
 
 
-def process_hub(args: Any, *, host: Any = None) -> SlimeHub:
+def process_hub(args: Namespace, *, host: PluginHost | None = None) -> SlimeHub:
     """This process's hub, built from slime's arguments and started on first use
     (:func:`rollhub.hosted_hub.process_hub`: closed when the process exits).
 

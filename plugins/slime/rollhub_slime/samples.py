@@ -29,6 +29,8 @@ from rollhub.episode import Episode
 from rollhub.errors import ConfigError
 from rollhub.trace import TraceRecord
 
+from rollhub_slime.slime_types import Sample, SampleT
+
 log = logging.getLogger(__name__)
 
 __all__ = ["episode_to_samples", "payload_of", "sample_status", "turn_versions"]
@@ -38,7 +40,7 @@ _FINISH_STATUS = {"length": "TRUNCATED", "abort": "ABORTED", "error": "FAILED"}
 
 
 def payload_of(
-    sample: Any,
+    sample: Sample,
     *,
     prompt_field: str = "prompt",
     label_field: str = "label",
@@ -89,12 +91,12 @@ def turn_versions(record: TraceRecord) -> list[str]:
 
 def episode_to_samples(
     episode: Episode,
-    base: Any,
+    base: SampleT,
     *,
     rollout_id: int | None = None,
     response_field: str | None = "final_message",
     keep_missing_reward: bool = False,
-) -> list[Any]:
+) -> list[SampleT]:
     """The slime samples of one finished episode, one per trace record.
 
     :param episode: a terminal episode from the hub.

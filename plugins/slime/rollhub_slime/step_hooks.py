@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from argparse import Namespace
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,7 @@ from typing import Any
 from rollhub.errors import ConfigError
 
 from rollhub_slime.eval_options import check_eval_datasets
+from rollhub_slime.slime_types import SampleGroup
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +58,7 @@ _PARTIAL = {
 }
 
 
-def check_slime_flags(args: Any) -> None:
+def check_slime_flags(args: Namespace) -> None:
     """Refuse slime arguments rollhub cannot honour in either hook mode.
 
     :raises ConfigError: ``--partial-rollout`` or ``--mask-offpolicy-in-partial-rollout``
@@ -105,7 +107,7 @@ class StepHooks:
     all_samples_process: Callable[..., Any] | None = None
 
     @classmethod
-    def from_args(cls, args: Any) -> StepHooks:
+    def from_args(cls, args: Namespace) -> StepHooks:
         """Check and load the step arguments from slime's parsed arguments.
 
         :raises ConfigError: a flag from :func:`check_slime_flags`, ``--custom-rm-path``,
@@ -145,7 +147,7 @@ class StepHooks:
 
 
 def filter_decision(
-    hooks: StepHooks, args: Any, group: list[Any], *, remaining: int
+    hooks: StepHooks, args: Namespace, group: SampleGroup, *, remaining: int
 ) -> tuple[bool, str | None]:
     """``(keep, reason)`` for a finished group, by slime's rule.
 

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub.episode import Episode
 from rollhub.trace import TraceRecord
 from rollhub.training.fitting import FitStats, FittedRecord, fit_record, fit_records
+
+if TYPE_CHECKING:
+    import tinker
 
 __all__ = ["DatumArrays", "DatumStats", "datum_arrays", "episode_datums", "record_arrays",
            "to_tinker"]
@@ -90,7 +93,7 @@ def episode_datums(
     return [datum_arrays(f) for f in fitted], stats
 
 
-def to_tinker(arrays: DatumArrays) -> Any:
+def to_tinker(arrays: DatumArrays) -> tinker.Datum:
     """The ``tinker.Datum`` (the SDK is imported here, not at module import)."""
     import tinker
 

@@ -40,7 +40,21 @@ import typing_extensions
 # Before any skyrl or pydantic model import: see the module docstring.
 typing.TypedDict = typing_extensions.TypedDict  # type: ignore[misc]  # see the docstring
 
+if typing.TYPE_CHECKING:
+    from fastapi.responses import JSONResponse
+    from skyrl.backends.jax import JaxBackendImpl
+    from skyrl.tinker.config import EngineConfig
+    from skyrl.tinker.engine import TinkerEngine
+
 log = logging.getLogger("rollhub_tinker.local_server_main")
+
+
+class PreparedSampleBatch(typing.Protocol):
+    """What the sampling patch reads of the JAX backend's prepared sample batch."""
+
+    all_model_ids: typing.Sequence[str]
+    all_checkpoint_ids: typing.Sequence[str]
+    all_checkpoint_paths: typing.Sequence[str]
 
 #: environment variable naming the file the engine creates once it is ready
 READY_FILE_ENV = "ROLLHUB_TINKER_READY_FILE"
@@ -91,7 +105,7 @@ def snapshot_sampling_clients() -> None:
     }
     original_save = impl.save_sampler_checkpoint
 
-    def state(self: typing.Any) -> tuple[dict[str, str | None], dict[tuple[str, str], int]]:
+    def state(self: JaxBackendImpl) -> tuple[dict[str, str | None], dict[tuple[str, str], int]]:
         # live: the checkpoint id equal to a model's training weights, None after an update;
         # snapshots: (model id, checkpoint id) -> adapter slot, least recently used first.
         if not hasattr(self, "_rollhub_live"):
@@ -99,16 +113,16 @@ def snapshot_sampling_clients() -> None:
         return self._rollhub_live, self._rollhub_snapshots
 
     def save_sampler_checkpoint(
-        self: typing.Any, output_path: typing.Any, model_id: str, **kw: typing.Any
+        self: JaxBackendImpl, output_path: object, model_id: str, **kw: object
     ) -> None:
         original_save(self, output_path, model_id, **kw)
         state(self)[0][model_id] = Path(str(output_path)).name.removesuffix(".tar.gz")
 
-    def forgetting(name: str) -> typing.Callable[..., typing.Any]:
+    def forgetting(name: str) -> typing.Callable[..., object]:
         """``name`` changes a model's training weights (or its slot): they match no checkpoint."""
         signature = inspect.signature(original[name])
 
-        def method(self: typing.Any, *args: typing.Any, **kwargs: typing.Any) -> typing.Any:
+        def method(self: JaxBackendImpl, *args: object, **kwargs: object) -> object:
             live, snapshots = state(self)
             model_id = signature.bind(self, *args, **kwargs).arguments["model_id"]
             live.pop(model_id, None)
@@ -120,7 +134,9 @@ def snapshot_sampling_clients() -> None:
 
         return method
 
-    def load_sampler_weights(self: typing.Any, prepared_batch: typing.Any) -> list[int]:
+    def load_sampler_weights(
+        self: JaxBackendImpl, prepared_batch: PreparedSampleBatch
+    ) -> list[int]:
         live, snapshots = state(self)
         indices: list[int] = []
         batch = zip(
@@ -156,7 +172,7 @@ def snapshot_sampling_clients() -> None:
         setattr(impl, name, forgetting(name))
 
 
-def _free_slot(backend: typing.Any, snapshots: dict[tuple[str, str], int], in_use: set[int]) -> int:
+def _free_slot(backend: JaxBackendImpl, snapshots: dict[tuple[str, str], int], in_use: set[int]) -> int:
     """An adapter slot that no training client and no snapshot in this batch uses."""
     training = {m.adapter_index for m in backend.models.values()}
     free = set(range(1, backend.config.max_lora_adapters)) - training - set(snapshots.values())
@@ -181,13 +197,13 @@ def engine(argv: list[str]) -> int:
     ready_file = os.environ.get(READY_FILE_ENV)
     original_run = skyrl_engine.TinkerEngine.run
 
-    def run_and_signal(self: typing.Any) -> None:
+    def run_and_signal(self: TinkerEngine) -> None:
         # run() is entered after __init__ has loaded the model and the backend.
         if ready_file:
             Path(ready_file).write_text(str(os.getpid()))
         original_run(self)
 
-    skyrl_engine.TinkerEngine.run = run_and_signal  # type: ignore[method-assign]  # signals readiness
+    skyrl_engine.TinkerEngine.run = run_and_signal  # signals readiness
     sys.argv = ["skyrl.tinker.engine", *argv]
     skyrl_engine.main()
     return 0
@@ -217,7 +233,7 @@ def serve(argv: list[str]) -> int:
     os.environ[READY_FILE_ENV] = str(ready_file)
     script = str(Path(__file__).resolve())
 
-    def engine_command(parent_cmd: list[str], engine_config: typing.Any) -> list[str]:
+    def engine_command(parent_cmd: list[str], engine_config: EngineConfig) -> list[str]:
         return [sys.executable, "-P", script, "engine", *config_to_argv(engine_config)]
 
     api._build_uv_run_cmd_engine = engine_command
@@ -226,7 +242,7 @@ def serve(argv: list[str]) -> int:
         {k: v for k, v in vars(args).items() if k in fields}
     )
 
-    async def ready() -> typing.Any:
+    async def ready() -> JSONResponse:
         from fastapi.responses import JSONResponse
 
         process = getattr(api.app.state, "background_engine", None)

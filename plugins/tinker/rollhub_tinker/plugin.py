@@ -6,10 +6,14 @@ Tinker-compatible training server on this machine's CPU).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollhub import hookimpl
 from rollhub.registry import ComponentRegistry
+
+if TYPE_CHECKING:
+    from rollhub.commands import CommandTable
+    from rollhub.config import RollhubConfig
 
 
 @hookimpl
@@ -21,7 +25,7 @@ def rollhub_register_components(registry: ComponentRegistry) -> None:
 
 
 @hookimpl
-def rollhub_add_commands(commands: Any) -> None:
+def rollhub_add_commands(commands: CommandTable) -> None:
     """``rollhub tinker-local``."""
     commands.add(
         "tinker-local", "rollhub_tinker.local_server_cli",
@@ -30,7 +34,7 @@ def rollhub_add_commands(commands: Any) -> None:
 
 
 @hookimpl
-def rollhub_check_config(config: Any) -> None:
+def rollhub_check_config(config: RollhubConfig) -> None:
     """With ``max_staleness > 0`` a step trains on tokens older weights sampled: Tinker's
     ``importance_sampling`` loss weighs them by the unbounded ratio, so ``ppo`` (clipped) or
     ``cispo`` (truncated) is required.

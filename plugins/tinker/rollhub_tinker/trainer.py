@@ -31,14 +31,23 @@ import asyncio
 import logging
 import math
 import os
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import Field, SecretStr
 from rollhub.errors import ConfigError, RollhubError
+from rollhub.registry import ComponentContext
 from rollhub.training import StepResult, Trainer, TrainerOptions, TrainingBatch
 
-from rollhub_tinker.datums import episode_datums, to_tinker
+from rollhub_tinker.datums import DatumArrays, episode_datums, to_tinker
+
+if TYPE_CHECKING:
+    import tinker
+
+    from rollhub_tinker.local_server import LocalTinkerServer
+
+T = TypeVar("T")
 
 __all__ = ["TinkerTrainer", "TinkerTrainerOptions", "TinkerTrainingError"]
 
@@ -95,14 +104,15 @@ class TinkerTrainer(Trainer):
     )
 
     def __init__(self, options: TinkerTrainerOptions | None = None, *,
-                 run_dir: Path | None = None, **kw: Any) -> None:
-        super().__init__(options, run_dir=run_dir, **kw)
+                 context: ComponentContext | None = None, run_dir: Path | None = None,
+                 exp_id: str | None = None, **kw: object) -> None:
+        super().__init__(options, context=context, run_dir=run_dir, exp_id=exp_id, **kw)
         self.base_model: str | None = self.options.base_model
         self.service: Any = None
         self.training_client: Any = None
-        self.sampling_client: Any = None
+        self.sampling_client: tinker.SamplingClient | None = None
         self.steps_done = 0
-        self.server: Any = None  # the LocalTinkerServer this trainer started
+        self.server: LocalTinkerServer | None = None  # the one this trainer started
 
     async def start(self) -> None:
         """Connect and create the LoRA training client."""
@@ -167,13 +177,14 @@ class TinkerTrainer(Trainer):
             )
         return names[0]
 
-    async def initial_policy(self) -> Any:
+    async def initial_policy(self) -> tinker.SamplingClient:
         """The sampler of the current weights (the base model's, or the resumed state's)."""
-        self.sampling_client = await self._call(
+        sampler: tinker.SamplingClient = await self._call(
             "save_weights_and_get_sampling_client",
             self.training_client.save_weights_and_get_sampling_client_async(),
         )
-        return self.sampling_client
+        self.sampling_client = sampler
+        return sampler
 
     async def step(self, batch: TrainingBatch) -> StepResult:
         """forward_backward + optim_step on the batch; the new sampler as the policy."""
@@ -239,7 +250,7 @@ class TinkerTrainer(Trainer):
             await asyncio.to_thread(server.stop)
         return {"steps": self.steps_done}
 
-    async def _call(self, what: str, awaitable: Any) -> Any:
+    async def _call(self, what: str, awaitable: Awaitable[T]) -> T:
         import tinker
 
         try:
@@ -248,7 +259,7 @@ class TinkerTrainer(Trainer):
             raise TinkerTrainingError(f"tinker {what} failed: {exc}") from exc
 
 
-def _loss_metrics(arrays: list[Any], out: Any) -> dict[str, float]:
+def _loss_metrics(arrays: list[DatumArrays], out: tinker.ForwardBackwardOutput) -> dict[str, float]:
     """The RL loss and the sampler/learner mismatch, from the learner's logprobs.
 
     Servers differ in the metrics they report (``loss:sum`` may be absent), so the loss is

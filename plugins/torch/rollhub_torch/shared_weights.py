@@ -14,14 +14,19 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["copy_trained"]
 
 log = logging.getLogger(__name__)
 
+ModelT = TypeVar("ModelT", bound="torch.nn.Module")
 
-def copy_trained(model: Any, trained: Mapping[str, Any]) -> Any:
+
+def copy_trained(model: ModelT, trained: Mapping[str, torch.Tensor]) -> ModelT:
     """A frozen (eval, no gradients) copy of ``model`` that owns copies of the parameters
     named in ``trained`` and shares every other parameter with ``model``."""
     shared = {

@@ -54,7 +54,9 @@ from rollhub_torch.sequences import PromptGroup, prompt_groups
 from rollhub_torch.shared_weights import copy_trained
 
 if TYPE_CHECKING:  # the engine module is imported where a config is read, not at import
+    import torch
     from rollhub_gateway.engines.transformers_engine import TransformersOptions
+    from transformers import PreTrainedModel
 
 __all__ = ["TorchTrainer", "TorchTrainerOptions", "TorchTrainingError"]
 
@@ -124,9 +126,10 @@ class TorchTrainer(Trainer):
 
     def __init__(
         self, options: TorchTrainerOptions | None = None, *,
-        context: ComponentContext | None = None, **kw: Any,
+        context: ComponentContext | None = None, run_dir: Path | None = None,
+        exp_id: str | None = None, **kw: object,
     ) -> None:
-        super().__init__(options, context=context, **kw)
+        super().__init__(options, context=context, run_dir=run_dir, exp_id=exp_id, **kw)
         self.model_name = self.options.model or _engine_model(self.context.config)
         self.temperature = self.options.temperature or _sampling_temperature(self.context.config)
         self.model: Any = None
@@ -174,7 +177,7 @@ class TorchTrainer(Trainer):
         """The trained parameters as a new policy (copies: training goes on in place)."""
         return {k: p.detach().clone() for k, p in self.trained.items()}
 
-    async def initial_policy(self) -> Any:
+    async def initial_policy(self) -> torch.nn.Module | dict[str, torch.Tensor] | None:
         """For this process's ``transformers`` engine on the same model: a copy of this
         model sharing its frozen parameters, which the engine samples from from now on (its
         own copy of the model is dropped; later steps publish the trained parameters into
@@ -284,7 +287,8 @@ class TorchTrainer(Trainer):
             "ref_kl": float(ref_kl),
         }
 
-    def _token_logprobs(self, model: Any, group: PromptGroup, ids: Any, trained: Any) -> Any:
+    def _token_logprobs(self, model: PreTrainedModel, group: PromptGroup, ids: torch.Tensor,
+                        trained: torch.Tensor) -> torch.Tensor:
         """Log-probabilities (at the sampling temperature) of the sampled tokens where
         ``trained``: the prompt is forwarded once, its responses as a batch on its states."""
         import torch

@@ -6,7 +6,9 @@ Each prompt here is one dataset row (a JSON payload); TRL's sampler repeats each
 one ``hub.run_group(payload, n)`` on the hub's event loop. Submission, token capture, reward
 and the ``[rewards]`` failure policy are the hub's; this module only converts.
 
-One episode becomes one TRL sample:
+One episode becomes one TRL sample: its trace record is fitted by the core
+(:func:`rollhub.training.fitting.fit_record`, as for the other trainers; TRL sets no length
+budget, so every token is kept) and :func:`trl_sample` converts the fitted record:
 
 - ``prompt_ids`` / ``completion_ids``: the ``prompt_ids`` and ``response_ids`` of the
   episode's trace record, as the gateway recorded them (never re-tokenised);
@@ -32,15 +34,20 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub.episode import Episode, EpisodeGroup
 from rollhub.errors import RollhubError
 from rollhub.training import TrainingBatch
 from rollhub.training.advantages import group_advantages
+from rollhub.training.fitting import FittedRecord, fit_record
 from rollhub.training.loop import batch_metrics
 
-__all__ = ["HubRollout", "Sample", "episode_sample", "rollhub_reward"]
+if TYPE_CHECKING:
+    import torch
+    from rollhub.hub_view import HubView
+
+__all__ = ["HubRollout", "Sample", "episode_sample", "rollhub_reward", "trl_sample"]
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +69,12 @@ class Sample:
     records_dropped: int = 0
 
 
-def episode_sample(episode: Episode, filler_id: int) -> Sample:
+def episode_sample(episode: Episode, filler_id: int, *, advantage: float = 0.0) -> Sample:
     """The TRL sample of one episode (see the module doc for the rules).
 
     :param filler_id: the token an episode without a usable record is given (a one-token
         prompt and completion, masked out): TRL needs a completion for every sample.
+    :param advantage: the episode's advantage, kept on the fitted record.
     """
     record = episode.traces[-1] if episode.traces else None
     if not episode.trainable or not episode.ok or record is None or not record.response_ids:
@@ -78,19 +86,35 @@ def episode_sample(episode: Episode, filler_id: int) -> Sample:
             f"episode {episode.episode_id}: its trace record has {len(ids)} response ids, "
             f"{len(mask)} mask entries and {len(logprobs)} logprobs; they must align"
         )
+    # keep_empty: a record with no sampled token is still TRL's completion (all masked)
+    fitted = fit_record(record, advantage, episode_id=episode.episode_id, keep_empty=True)
+    assert fitted is not None  # with keep_empty and no length budget every record is kept
+    return trl_sample(fitted, episode.reward, records_dropped=len(episode.traces) - 1)
+
+
+def trl_sample(fitted: FittedRecord, reward: float | None, *, records_dropped: int = 0) -> Sample:
+    """A fitted record as TRL's completion: its ids as fitted, its mask as ``env_mask``, and
+    the sampler's logprob where the model sampled the token (0.0 elsewhere)."""
+    mask = fitted.response_mask
     return Sample(
-        list(record.prompt_ids),
-        list(ids),
-        [float(lp) if m else 0.0 for lp, m in zip(logprobs, mask, strict=True)],
+        list(fitted.prompt_ids),
+        list(fitted.response_ids),
+        [float(lp) if m else 0.0 for lp, m in zip(fitted.response_logprobs, mask, strict=True)],
         [int(m) for m in mask],
-        episode.reward,
-        records_dropped=len(episode.traces) - 1,
+        reward,
+        records_dropped=records_dropped,
     )
 
 
-def rollhub_reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
+def rollhub_reward(
+    prompts: Sequence[object], completions: Sequence[object], **kwargs: object
+) -> list[float | None]:
     """TRL reward function: each completion's episode reward (None: leave it out)."""
-    return list(kwargs[REWARD_FIELD])
+    rewards = kwargs[REWARD_FIELD]
+    if not isinstance(rewards, Sequence):
+        raise TypeError(f"TRL passed {REWARD_FIELD} as a {type(rewards).__name__}, not the "
+                        f"per-sample list the rollout function returned")
+    return list(rewards)
 
 
 @dataclass
@@ -115,13 +139,13 @@ class HubRollout:
 
     def __init__(
         self,
-        hub: Any,
+        hub: HubView,
         loop: asyncio.AbstractEventLoop,
         *,
         filler_id: int,
         success_threshold: float = 1.0,
         advantage: str = "grpo",
-        sampling_model: Callable[[], Any] | None = None,
+        sampling_model: Callable[[], torch.nn.Module | None] | None = None,
     ) -> None:
         self.hub = hub
         self.loop = loop
@@ -133,7 +157,7 @@ class HubRollout:
         self.stopping = False
         self.calls = 0
 
-    def __call__(self, prompts: Sequence[Any], trainer: Any) -> dict[str, list[Any]]:
+    def __call__(self, prompts: Sequence[object], trainer: object) -> dict[str, list[Any]]:
         if self.stopping:
             raise RollhubError("the run is stopping: no new episodes")
         step = int(getattr(getattr(trainer, "state", None), "global_step", self.calls))
@@ -149,10 +173,13 @@ class HubRollout:
             if model is not None:
                 model.train(was_training)
         self.calls += 1
-        samples = [episode_sample(e, self.filler_id) for g in groups for e in g.episodes]
         advantages: dict[str, float] = {}
         for g in groups:
             advantages.update(group_advantages(g, self.advantage))
+        samples = [
+            episode_sample(e, self.filler_id, advantage=advantages.get(e.episode_id, 0.0))
+            for g in groups for e in g.episodes
+        ]
         version = self.hub.weight_version
         batch = TrainingBatch(step, groups, advantages, step if version is None else version)
         metrics = batch_metrics(batch, self.success_threshold)
@@ -174,11 +201,11 @@ class HubRollout:
         return list(await asyncio.gather(*(self.hub.run_group(p, n) for p, n in runs)))
 
 
-def _runs(prompts: Sequence[Any], size: int | None = None) -> list[tuple[dict[str, Any], int]]:
+def _runs(prompts: Sequence[object], size: int | None = None) -> list[tuple[dict[str, Any], int]]:
     """Consecutive equal prompts → ``(payload, count)``: one group each, of at most ``size``
     (TRL's ``num_generations``): a row drawn at the end of one epoch and again at the start
     of the next is two groups, as TRL's advantages count them."""
-    runs: list[tuple[Any, int]] = []
+    runs: list[tuple[object, int]] = []
     for prompt in prompts:
         if runs and runs[-1][0] == prompt and (size is None or runs[-1][1] < size):
             runs[-1] = (prompt, runs[-1][1] + 1)
@@ -187,13 +214,13 @@ def _runs(prompts: Sequence[Any], size: int | None = None) -> list[tuple[dict[st
     return [(payload_of(p), n) for p, n in runs]
 
 
-def payload_of(prompt: Any) -> dict[str, Any]:
+def payload_of(prompt: object) -> dict[str, Any]:
     """The dataset row a TRL prompt stands for (rows travel through TRL as JSON text)."""
     if isinstance(prompt, dict):
         return prompt
     try:
-        payload = json.loads(prompt)
-    except (TypeError, ValueError):
+        payload = json.loads(prompt) if isinstance(prompt, str | bytes | bytearray) else None
+    except ValueError:
         payload = None
     if not isinstance(payload, dict):
         raise RollhubError(

@@ -31,9 +31,13 @@ import asyncio
 import logging
 import os
 import time
-from typing import Any
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import Field, field_validator
+from rollhub.config import RollhubConfig
+from rollhub.episode import Episode
 from rollhub.errors import ConfigError
 from rollhub.registry import ComponentContext
 from rollhub.training import DrivenRun, Trainer, TrainerOptions
@@ -44,6 +48,19 @@ from rollhub_trl.rollout import (
     as_prompt,
     rollhub_reward,
 )
+
+if TYPE_CHECKING:
+    from transformers import (
+        PreTrainedModel,
+        PreTrainedTokenizerBase,
+        TrainerCallback,
+        TrainerControl,
+        TrainerState,
+        TrainingArguments,
+    )
+    from trl import GRPOConfig, GRPOTrainer
+
+T = TypeVar("T")
 
 __all__ = ["RESERVED_ARGS", "TrlTrainer", "TrlTrainerOptions"]
 
@@ -129,10 +146,11 @@ class TrlTrainer(Trainer):
 
     def __init__(
         self, options: TrlTrainerOptions | None = None, *,
-        context: ComponentContext | None = None, **kw: Any,
+        context: ComponentContext | None = None, run_dir: Path | None = None,
+        exp_id: str | None = None, **kw: object,
     ) -> None:
-        super().__init__(options, context=context, **kw)
-        self.trl_trainer: Any = None
+        super().__init__(options, context=context, run_dir=run_dir, exp_id=exp_id, **kw)
+        self.trl_trainer: GRPOTrainer | None = None
         self.rollout: HubRollout | None = None
 
     async def drive(self, run: DrivenRun) -> dict[str, Any]:
@@ -173,7 +191,9 @@ class TrlTrainer(Trainer):
             "model": str(final),
         }
 
-    def _load_model(self, cfg: Any) -> tuple[Any, Any]:
+    def _load_model(
+        self, cfg: RollhubConfig
+    ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         import torch
         from rollhub_gateway.models import load_causal_lm, train_top_layers
 
@@ -186,7 +206,7 @@ class TrlTrainer(Trainer):
             tokenizer.pad_token = tokenizer.eos_token
         return model, tokenizer
 
-    def grpo_config(self, cfg: Any, run_dir: Any, total_steps: int) -> Any:
+    def grpo_config(self, cfg: RollhubConfig, run_dir: Path, total_steps: int) -> GRPOConfig:
         """TRL's ``GRPOConfig`` for this run: rollhub's settings over ``[trainer.args]``.
 
         :raises ConfigError: ``experiment.n_samples`` below 2, or TRL refused an argument.
@@ -231,9 +251,9 @@ class TrlTrainer(Trainer):
                               field="trainer.args") from exc
 
     def _build(
-        self, run: DrivenRun, model: Any, tokenizer: Any, rollout: HubRollout,
-        loop: asyncio.AbstractEventLoop,
-    ) -> Any:
+        self, run: DrivenRun, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+        rollout: HubRollout, loop: asyncio.AbstractEventLoop,
+    ) -> GRPOTrainer:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is the point
         from datasets import Dataset
 
@@ -246,7 +266,7 @@ class TrlTrainer(Trainer):
             train_dataset=dataset,
             processing_class=tokenizer,
             rollout_func=rollout,
-            callbacks=[_StepCallback(self, run, loop)],
+            callbacks=[_step_callback(self, run, loop)],
         )
         from transformers import PrinterCallback
 
@@ -254,7 +274,7 @@ class TrlTrainer(Trainer):
         return trainer
 
 
-def _grpo_trainer_class() -> type:
+def _grpo_trainer_class() -> type[GRPOTrainer]:
     """GRPOTrainer that trains on rollhub's advantages and checks the sampler's logprobs.
 
     - Advantages: TRL's own estimate (its std has Bessel's correction and a 1e-4 floor)
@@ -267,29 +287,36 @@ def _grpo_trainer_class() -> type:
     """
     from trl import GRPOTrainer
 
-    class RollhubGRPOTrainer(GRPOTrainer):  # type: ignore[misc,valid-type]  # trl is untyped here
+    class RollhubGRPOTrainer(GRPOTrainer):
         #: the last generation batch as TRL's loss consumes it, and its episodes in order
         last_scored: dict[str, Any] | None = None
-        rollout_order: list[str] = []
+        rollout_order: list[str | None] = []
 
-        def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+        def _generate_and_score_completions(
+            self, inputs: list[dict[str, Any]]
+        ) -> dict[str, Any]:
             out = super()._generate_and_score_completions(inputs)
             self.last_scored = out
             rollout = self.rollout_func
             if isinstance(rollout, HubRollout) and rollout.pending:
                 pending = rollout.pending[-1]
-                ids = [x.get(EPISODE_FIELD) for x in inputs]
+                ids: list[str | None] = [x.get(EPISODE_FIELD) for x in inputs]
                 self.rollout_order = ids
-                trainable = {e.episode_id for e in pending.batch.episodes if e.trainable}
                 advantages = pending.batch.advantages
+                trained: dict[str | None, float] = {
+                    e.episode_id: advantages.get(e.episode_id, 0.0)
+                    for e in pending.batch.episodes if e.trainable
+                }
                 out["advantages"] = out["advantages"].new_tensor(
-                    [advantages.get(eid, 0.0) if eid in trainable else 0.0 for eid in ids]
+                    [trained.get(eid, 0.0) for eid in ids]
                 )
-                by_id = {e.episode_id: e for e in pending.batch.episodes}
+                by_id: dict[str | None, Episode] = {e.episode_id: e for e in pending.batch.episodes}
                 pending.metrics.update(self._sampler_check(out, [by_id.get(i) for i in ids]))
             return out
 
-        def _sampler_check(self, out: dict[str, Any], episodes: list[Any]) -> dict[str, float]:
+        def _sampler_check(
+            self, out: dict[str, Any], episodes: list[Episode | None]
+        ) -> dict[str, float]:
             import torch
 
             completion = out["completion_ids"]
@@ -319,33 +346,44 @@ def _grpo_trainer_class() -> type:
     return RollhubGRPOTrainer
 
 
+def _step_callback(
+    owner: TrlTrainer, run: DrivenRun, loop: asyncio.AbstractEventLoop
+) -> TrainerCallback:
+    """A :class:`_StepCallback` that is a transformers ``TrainerCallback`` (the ``on_*``
+    methods not written there are its no-ops)."""
+    from transformers import TrainerCallback
+
+    class StepCallback(_StepCallback, TrainerCallback):
+        pass
+
+    return StepCallback(owner, run, loop)
+
+
 class _StepCallback:
     """Publishes the new weight version after each optimizer step and records the step
     with TRL's logs once they arrive.
 
-    transformers calls a callback's ``on_*`` methods by name; the ones not written here come
-    from :meth:`__getattr__` (the class stays importable without transformers, so that
-    registering the plugin imports nothing heavy).
+    transformers calls a callback's ``on_*`` methods by name; :func:`_step_callback` adds
+    the ones not written here from ``TrainerCallback`` (this class stays importable without
+    transformers, so that registering the plugin imports nothing heavy).
     """
 
     def __init__(self, owner: TrlTrainer, run: DrivenRun, loop: asyncio.AbstractEventLoop):
         self.owner, self.run, self.loop = owner, run, loop
         self.t_step = time.monotonic()
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("on_"):
-            return lambda *args, **kw: None
-        raise AttributeError(name)
-
-    def _on_loop(self, coro: Any) -> Any:
+    def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
-    def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState,
+                      control: TrainerControl, **kw: object) -> None:
         self.t_step = time.monotonic()
 
-    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+    def on_step_end(self, args: TrainingArguments, state: TrainerState,
+                    control: TrainerControl, **kw: object) -> None:
         hub, trainer = self.run.hub, self.owner.trl_trainer
         version = int(state.global_step)
+        assert trainer is not None  # set before TRL's train() calls back
         if self.owner.options.use_vllm:
             hub.set_weight_version(version)  # TRL syncs vLLM's weights itself
         else:
@@ -354,7 +392,8 @@ class _StepCallback:
         if rollout is not None and rollout.stopping:
             control.should_training_stop = True
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               logs: dict[str, float] | None = None, **kw: object) -> None:
         rollout = self.owner.rollout
         if rollout is None or not rollout.pending or not logs or "loss" not in logs:
             return  # TRL's end-of-training summary, or nothing sampled yet
@@ -374,7 +413,7 @@ class _StepCallback:
         self._on_loop(self.run.recorder.record(pending.batch, metrics))
 
 
-def _engine_model(config: Any) -> str:
+def _engine_model(config: RollhubConfig) -> str:
     """The model the gateway's transformers engine loads (TRL must train that one)."""
     from rollhub_gateway.models import SMOLLM2
 

@@ -23,17 +23,19 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
-from rollhub.episode import EpisodeGroup
+from rollhub.episode import Episode, EpisodeGroup
 from rollhub.errors import ConfigError
 from rollhub.rewards import apply_failure_policy
 from verl.experimental.agent_loop import agent_loop as verl_agent_loop
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 
 from rollhub_verl.outputs import Budget, episode_parts, to_agent_loop_outputs
+from rollhub_verl.verl_types import VerlConfig
 from rollhub_verl.worker_hub import hub_for, verl_options, verl_sampling
 
 log = logging.getLogger(__name__)
@@ -54,7 +56,7 @@ class RollhubAgentLoop(AgentLoopBase):
     :param rollhub_config: path of ``rollhub.toml`` (default: ``$ROLLHUB_CONFIG``).
     """
 
-    def __init__(self, *args: Any, rollhub_config: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: object, rollhub_config: str | None = None, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         path = rollhub_config or os.environ.get("ROLLHUB_CONFIG")
         if not path:
@@ -70,7 +72,7 @@ class RollhubAgentLoop(AgentLoopBase):
         )
 
     async def run(
-        self, sampling_params: dict[str, Any], **kwargs: Any
+        self, sampling_params: dict[str, Any], **kwargs: object
     ) -> AgentLoopOutput | list[AgentLoopOutput]:
         """Run the row as one episode; see the module docstring for what is returned."""
         hub = await hub_for(
@@ -115,20 +117,22 @@ class RollhubAgentLoop(AgentLoopBase):
             return outputs
         return outputs[0]
 
-    async def _fallback_prompt_ids(self, episode: Any, row: dict[str, Any]) -> list[int]:
+    async def _fallback_prompt_ids(self, episode: Episode, row: Mapping[str, object]) -> list[int]:
         """A placeholder's prompt: the episode's first prompt, else the row's as verl
         tokenises it (an episode without traces made no model call)."""
         if episode.traces:
             return list(episode.traces[0].prompt_ids)
         messages = _plain(row.get("raw_prompt")) or []
         try:
+            if not isinstance(messages, Iterable):
+                raise TypeError(f"raw_prompt is a {type(messages).__name__}")
             return await self.ct_build_initial_tokens(list(messages))
         except Exception as exc:  # a placeholder still needs a prompt; never fail the batch
             log.warning("could not tokenise the row's prompt for a placeholder: %s", exc)
             return [_eos_id(self.tokenizer)]
 
 
-def row_payload(row: dict[str, Any], *, messages_field: str = "messages") -> dict[str, Any]:
+def row_payload(row: Mapping[str, object], *, messages_field: str = "messages") -> dict[str, Any]:
     """The agent's payload for a verl row (JSON values only; see the module docstring)."""
     payload: dict[str, Any] = {}
     for key, value in row.items():
@@ -146,10 +150,10 @@ def row_payload(row: dict[str, Any], *, messages_field: str = "messages") -> dic
     return payload
 
 
-_SKIP: Any = object()
+_SKIP: Final = object()
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """JSON-ready ``value``; :data:`_SKIP` for tensors and other non-data."""
     if value is None or isinstance(value, bool | str):
         return value
@@ -170,14 +174,14 @@ def _plain(value: Any) -> Any:
     return _SKIP
 
 
-def _as_int(value: Any) -> int | None:
+def _as_int(value: object) -> int | None:
     plain = _plain(value)
     if isinstance(plain, bool) or not isinstance(plain, int | float):
         return None
     return int(plain)
 
 
-def _eos_id(tokenizer: Any) -> int:
+def _eos_id(tokenizer: object) -> int:
     for attr in ("eos_token_id", "pad_token_id"):
         value = getattr(tokenizer, attr, None)
         if isinstance(value, int):
@@ -185,7 +189,7 @@ def _eos_id(tokenizer: Any) -> int:
     return 0
 
 
-def _model_dir(config: Any) -> str | None:
+def _model_dir(config: VerlConfig) -> str | None:
     """verl's model as a local directory, for the gateway's tokenizer and chat template."""
     model = config.actor_rollout_ref.model
     path = str(model.get("tokenizer_path") or model.path)

@@ -38,6 +38,8 @@ from rollhub.sampling import (
     TurnContext,
 )
 
+from rollhub_verl.verl_types import ServerClient, TokenOutput
+
 log = logging.getLogger(__name__)
 
 __all__ = ["ServerBinding", "VerlServerBackend", "bind_server", "binding"]
@@ -50,7 +52,7 @@ VERL_SAMPLING_KEYS = ("temperature", "top_p", "top_k", "repetition_penalty")
 class ServerBinding:
     """The worker's verl server client and verl's sampling parameters per open session."""
 
-    server: Any = None
+    server: ServerClient | None = None
     sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -62,7 +64,7 @@ def binding() -> ServerBinding:
     return _BINDING
 
 
-def bind_server(server: Any) -> None:
+def bind_server(server: ServerClient) -> None:
     """Make ``server`` (verl's ``LLMServerClient``) the one the ``verl`` backend calls."""
     if _BINDING.server is not None and _BINDING.server is not server:
         log.debug("verl server client rebound in this process")
@@ -76,13 +78,14 @@ class VerlServerBackend(SamplingBackend):
     Options = SamplingBackendOptions
 
     def __init__(
-        self, options: SamplingBackendOptions | None = None, *, server: Any = None, **kwargs: Any
+        self, options: SamplingBackendOptions | None = None, *, server: ServerClient | None = None,
+        **kwargs: object,
     ) -> None:
         super().__init__(options, **kwargs)
         self._server = server
 
     @property
-    def server(self) -> Any:
+    def server(self) -> ServerClient:
         """The given client, else the one the agent loop bound in this process."""
         server = self._server if self._server is not None else _BINDING.server
         if server is None:
@@ -145,7 +148,7 @@ class VerlServerBackend(SamplingBackend):
         return to_generation(output, max_tokens=params.max_tokens)
 
 
-def to_generation(output: Any, *, max_tokens: int) -> Generation:
+def to_generation(output: TokenOutput, *, max_tokens: int) -> Generation:
     """A :class:`Generation` from verl's ``TokenOutput``.
 
     :raises GatewayError: the server returned no logprobs for its tokens (they are what the

@@ -9,9 +9,12 @@ from __future__ import annotations
 import importlib.util
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollhub.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rollhub.config import RollhubConfig
 
 __all__ = ["INSTALL_HINT", "SUPPORTED_VERL", "check_verl_config", "is_supported", "verl_version"]
 
@@ -43,7 +46,7 @@ def is_supported(version: str) -> bool:
     return (major, minor) == (0, 9) and patch >= 1
 
 
-def check_verl_config(config: Any) -> None:
+def check_verl_config(config: RollhubConfig) -> None:
     """Raise a :class:`ConfigError` when a ``verl`` trainer config cannot run.
 
     :raises ConfigError: verl is missing, or the token source is not the in-process

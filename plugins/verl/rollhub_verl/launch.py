@@ -28,7 +28,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from rollhub.config import RollhubConfig, load_config
 from rollhub.errors import ConfigError
@@ -122,12 +121,12 @@ def agent_loop_entry(agent_name: str, config_path: Path) -> str:
     )
 
 
-def format_override(key: str, value: Any) -> str:
+def format_override(key: str, value: object) -> str:
     """One Hydra override ``key=value``; strings are quoted when Hydra would misread them."""
     return f"{key}={_value(value)}"
 
 
-def _value(value: Any) -> str:
+def _value(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -144,7 +143,7 @@ def _value(value: Any) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _resolve_paths(cfg: RollhubConfig, value: Any, *, always: bool) -> Any:
+def _resolve_paths(cfg: RollhubConfig, value: object, *, always: bool) -> object:
     if isinstance(value, list | tuple):
         return [_resolve_paths(cfg, v, always=always) for v in value]
     if isinstance(value, str) and value and "://" not in value and not Path(value).is_absolute():

@@ -8,10 +8,14 @@ sampling backend (verl's own rollout servers behind the gateway), adds ``rollhub
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollhub import hookimpl
 from rollhub.registry import ComponentRegistry
+
+if TYPE_CHECKING:
+    from rollhub.commands import CommandTable
+    from rollhub.config import RollhubConfig
 
 
 @hookimpl
@@ -25,7 +29,7 @@ def rollhub_register_components(registry: ComponentRegistry) -> None:
 
 
 @hookimpl
-def rollhub_add_commands(commands: Any) -> None:
+def rollhub_add_commands(commands: CommandTable) -> None:
     """``rollhub verl``."""
     commands.add(
         "verl", "rollhub_verl.launch",
@@ -34,7 +38,7 @@ def rollhub_add_commands(commands: Any) -> None:
 
 
 @hookimpl
-def rollhub_check_config(config: Any) -> None:
+def rollhub_check_config(config: RollhubConfig) -> None:
     """``[trainer] name = "verl"`` needs verl installed and the in-process gateway."""
     from rollhub_verl.checks import check_verl_config
 

@@ -25,11 +25,13 @@ import contextvars
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
+from rollhub.registry import ComponentContext
 from rollhub.training import Trainer, TrainerOptions
 
 log = logging.getLogger(__name__)
@@ -92,11 +94,14 @@ class VerlTrainer(Trainer):
         "rollout server group; the turns of a second policy would be trained into that actor"
     )
 
-    def __init__(self, options: VerlOptions | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, options: VerlOptions | None = None, *, context: ComponentContext | None = None,
+        run_dir: Path | None = None, exp_id: str | None = None, **kwargs: object,
+    ) -> None:
         # refused when built, before a hub starts its gateway and runtime workers
         if not _IN_AGENT_LOOP.get():
             raise UsageError(RUN_HINT.format(config="rollhub.toml"))
-        super().__init__(options, **kwargs)
+        super().__init__(options, context=context, run_dir=run_dir, exp_id=exp_id, **kwargs)
 
     async def consume(self, group: EpisodeGroup) -> dict[str, Any] | None:
         """Not used: verl pulls episodes through the agent loop."""

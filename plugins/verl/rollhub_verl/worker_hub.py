@@ -31,11 +31,13 @@ from rollhub.errors import ConfigError
 from rollhub.hosted_hub import loop_hub
 from rollhub.hub import AsyncHub
 from rollhub.markers import hookimpl
+from rollhub.rollout import RolloutRequest
 
 from rollhub_verl.backend import bind_server, binding
 from rollhub_verl.checks import check_verl_config
 from rollhub_verl.outputs import Budget
 from rollhub_verl.trainer import VerlOptions, inside_agent_loop
+from rollhub_verl.verl_types import ServerClient
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +76,7 @@ class _SessionSampling:
     """Hook of the worker's hub: bind the row's verl sampling to the session it opens."""
 
     @hookimpl
-    def rollhub_prepare_rollout(self, request: Any) -> None:
+    def rollhub_prepare_rollout(self, request: RolloutRequest) -> None:
         bound = _SAMPLING.get()
         if bound is not None:
             sid = request.rollout.session_id
@@ -88,7 +90,8 @@ def hub_key(config_path: str | Path) -> str:
 
 
 async def hub_for(
-    config_path: str, *, server: Any, budget: Budget, model_dir: Callable[[], str | None]
+    config_path: str, *, server: ServerClient, budget: Budget,
+    model_dir: Callable[[], str | None],
 ) -> AsyncHub:
     """The started hub for ``config_path`` in this process, on this worker's event loop
     (built and started on first use; see :func:`rollhub.hosted_hub.loop_hub`).

@@ -14,6 +14,7 @@ import json
 import logging
 import threading
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,7 +173,7 @@ def summarize_row(n: int, offset: int, length: int, row: dict[str, Any]) -> Summ
     )
 
 
-def _node(metrics: Any) -> str | None:
+def _node(metrics: object) -> str | None:
     """``metrics.node`` of an export row (JSON text in the export schema)."""
     if isinstance(metrics, str) and '"node"' in metrics:  # most runs have none: skip parsing
         try:
@@ -183,11 +184,11 @@ def _node(metrics: Any) -> str | None:
     return str(node) if node is not None else None
 
 
-def _summary_or_none(offset: int, length: int, value: Any) -> Summary | None:
+def _summary_or_none(offset: int, length: int, value: object) -> Summary | None:
     return summarize_row(-1, offset, length, value) if isinstance(value, dict) else None
 
 
-def _sort_key(field: str, descending: bool) -> Any:
+def _sort_key(field: str, descending: bool) -> Callable[[Summary], tuple[bool, Any]]:
     """A key that puts missing values last in either order (one sort, no second pass)."""
     if descending:
         def key(s: Summary) -> tuple[bool, Any]:

@@ -5,13 +5,16 @@ Adds ``rollhub view RUN_DIR [RUN_DIR ...]``; nothing is imported until the comma
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollhub import hookimpl
 
+if TYPE_CHECKING:
+    from rollhub.commands import CommandTable
+
 
 @hookimpl
-def rollhub_add_commands(commands: Any) -> None:
+def rollhub_add_commands(commands: CommandTable) -> None:
     """``rollhub view``."""
     commands.add(
         "view", "rollhub_view.cli",

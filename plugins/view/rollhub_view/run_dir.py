@@ -52,7 +52,7 @@ class RunDir:
         self.name = name or self.path.name
         self._metrics_tail = JsonlTail(self.files.metrics)
         self.metrics: list[dict[str, Any]] = []
-        self._json_cache: dict[str, tuple[float, Any]] = {}
+        self._json_cache: dict[str, tuple[float, object]] = {}
 
     # -- files -------------------------------------------------------------------------
 
@@ -60,7 +60,7 @@ class RunDir:
         """``episodes.jsonl`` if there is one, else ``episodes.parquet``, else None."""
         return self.files.episodes_file()
 
-    def read_json(self, name: str) -> Any:
+    def read_json(self, name: str) -> object:
         """A JSON file of the run (cached until it changes); None when absent or unreadable."""
         p = self.path / name
         try:
@@ -135,9 +135,9 @@ class RunDir:
         else:
             total = self.steps_total()
             done = len(self.metrics)
-            evals = self.read_json(RunFiles.EVAL) or {}
+            evals = self.read_json(RunFiles.EVAL)
             if (total is not None and done >= total) and (
-                "after" in evals or not (self.config().get("eval") or {}).get("dataset")
+                (isinstance(evals, dict) and "after" in evals) or not (self.config().get("eval") or {}).get("dataset")
                 or (self.path / RunFiles.TRAINING_PLOT).exists()
             ):
                 return "finished"

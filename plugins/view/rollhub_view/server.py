@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -149,7 +150,7 @@ class ViewState:
             state.refresh()
 
 
-def _json(data: Any, status: int = 200) -> JSONResponse:
+def _json(data: object, status: int = 200) -> JSONResponse:
     return JSONResponse(data, status_code=status, headers={"Cache-Control": "no-store"})
 
 
@@ -268,7 +269,7 @@ def make_app(state: ViewState, *, allowed_hosts: list[str] | None = None) -> Sta
         path = s.run.file(request.path_params["path"])
         return FileResponse(path, headers=SECURITY_HEADERS)
 
-    def guarded(handler: Any) -> Any:
+    def guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:
             try:
                 return handler(request)

@@ -11,11 +11,14 @@ import json
 import logging
 import re
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub.errors import UsageError
 from rollhub.export import episode_from_row
 from rollhub.trace import TraceRecord
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["Decoder", "decoder_for", "episode_view", "parse_chat", "parse_tool_calls"]
 
@@ -40,7 +43,7 @@ class Decoder:
     def __init__(self, model: str | None) -> None:
         self.model = model
         self.error: str | None = None if model else "the run's config names no model"
-        self._tok: Any = None
+        self._tok: PreTrainedTokenizerBase | None = None
         self._pieces: dict[int, str] = {}
         self._ready = threading.Event()
         self._started = False
@@ -69,7 +72,7 @@ class Decoder:
             self._ready.set()
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> PreTrainedTokenizerBase | None:
         """The loaded tokenizer, or None (not loaded yet, or it could not be)."""
         return self._tok
 
@@ -83,12 +86,14 @@ class Decoder:
         """The text of each token on its own (None without a tokenizer)."""
         if not self.ready():
             return None
+        tok = self._tok
+        assert tok is not None  # ready() is True only with a tokenizer
         out = []
         cache = self._pieces
         for i in ids:
             piece = cache.get(i)
             if piece is None:
-                piece = cache[i] = self._tok.decode([i])
+                piece = cache[i] = str(tok.decode([i]))
             out.append(piece)
         return out
 
@@ -98,10 +103,12 @@ class Decoder:
             return ""
         if not self.ready():
             return None
-        return str(self._tok.decode(ids))
+        tok = self._tok
+        assert tok is not None  # ready() is True only with a tokenizer
+        return str(tok.decode(ids))
 
 
-def _load_tokenizer(model: str) -> Any:
+def _load_tokenizer(model: str) -> PreTrainedTokenizerBase:
     """The gateway's tokenizer of ``model``; its converted copy first when one is cached."""
     from rollhub_gateway.models import converted_dir, load_tokenizer
 
