@@ -58,7 +58,7 @@ class GatewayPool:
         self._http: Any = None
         self._inited_ray = False
         self._broadcasts: set[asyncio.Task[Any]] = set()
-        self._policy: tuple[Any, int] | None = None
+        self._policy: tuple[object, int] | None = None
         self._balancer: asyncio.Task[None] | None = None
 
     def spec(self, index: int) -> dict[str, Any]:
@@ -301,7 +301,7 @@ class GatewayPool:
             replica.version, replica.version_known = self._policy[1], True
         await self._sync_version(replica)
 
-    async def publish_policy(self, policy: Any, version: int) -> None:
+    async def publish_policy(self, policy: object, version: int) -> None:
         """Hand ``policy`` to every live replica's backend, then stamp ``version``.
 
         :raises UsageError: a replica's backend refuses it (or it cannot be sent).
