@@ -38,7 +38,7 @@ def partial_suffix(text: str, markers: tuple[str, ...]) -> int:
     return best
 
 
-def json_arguments(value: Any) -> str:
+def json_arguments(value: object) -> str:
     """Arguments as compact JSON text (the neutral format carries JSON text)."""
     if isinstance(value, str):
         return value

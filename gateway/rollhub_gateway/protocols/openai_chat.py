@@ -106,7 +106,7 @@ class OpenAIChat(ProtocolAdapter):
             finish: str | None = None,
             root: dict[str, Any] | None = None,
             /,
-            **extra: Any,  # fields of the choice (positional-only above: no name clashes)
+            **extra: object,  # fields of the choice (positional-only above: no name clashes)
         ) -> bytes:
             body = {
                 "id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
