@@ -14,7 +14,7 @@ engine.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from rollhub_gateway.protocols.base import (
@@ -93,7 +93,7 @@ class OpenAIChat(ProtocolAdapter):
 
     async def stream(
         self, req: WireRequest, events: AsyncIterator[StreamEvent]
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """``chat.completion.chunk`` events, then ``[DONE]``."""
         cid, created = new_id("chatcmpl-"), 0
         include_usage = req.options.get("include_usage")

@@ -10,7 +10,7 @@ state: ``previous_response_id`` is refused; send the whole conversation as ``inp
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from rollhub_gateway.protocols.base import (
@@ -86,7 +86,7 @@ class OpenAIResponses(ProtocolAdapter):
 
     async def stream(
         self, req: WireRequest, events: AsyncIterator[StreamEvent]
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """response.created … output items and their deltas … response.completed."""
         rid = new_id("resp_")
         ev = _Sequence()
