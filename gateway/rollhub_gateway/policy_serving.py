@@ -15,38 +15,45 @@ refused before anything runs, with the reason:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollhub.errors import ConfigError
 
 from rollhub_gateway.config import ServedPolicy
 
+if TYPE_CHECKING:
+    from rollhub.config import RollhubConfig
+
 __all__ = ["check_policy_serving", "served_policies"]
 
 
-def check_policy_serving(config: Any) -> None:
+def check_policy_serving(config: RollhubConfig) -> None:
     """Refuse ``[[policies]]`` with gateway settings that cannot serve them.
 
-    :raises ConfigError: naming the field, the reason and the fix.
+    :raises ConfigError: naming the field, the reason and the fix; or the gateway's
+        options do not validate (naming ``token_source.key``).
     """
     if not getattr(config, "policies", None) or config.token_source.name != "gateway":
         return
-    options = config.token_source.options
-    if options.get("url"):
+    from rollhub_gateway.engines.configured import gateway_options
+
+    options = gateway_options(config)
+    assert options is not None  # the token source is the gateway
+    if options.url:
         raise ConfigError(
             "[[policies]] need the gateway in process: token_source.url points at a remote "
             "gateway, which a trainer's per-policy weights cannot reach; drop "
             "token_source.url",
             field="token_source.url",
         )
-    if options.get("pool"):
+    if options.pool is not None:
         raise ConfigError(
             "[[policies]] are served by one in-process gateway: token_source.pool (replicas, "
             "each needing an engine per policy) does not serve several policies yet; drop "
             "token_source.pool",
             field="token_source.pool",
         )
-    if options.get("policies"):
+    if options.policies:
         raise ConfigError(
             "policies are given twice: in [[policies]] and in token_source.policies; keep "
             "[[policies]]",
@@ -54,7 +61,7 @@ def check_policy_serving(config: Any) -> None:
         )
 
 
-def served_policies(config: Any, base_dir: str | Path | None) -> list[ServedPolicy]:
+def served_policies(config: RollhubConfig, base_dir: str | Path | None) -> list[ServedPolicy]:
     """The gateway's view of ``config.policies`` (weights paths made absolute)."""
     check_policy_serving(config)
     out = []

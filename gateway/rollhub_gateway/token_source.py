@@ -86,8 +86,8 @@ class GatewayTokenSource(TokenSource):
         super().__init__(options, **kwargs)
         if base_dir is None and context is not None:
             base_dir = context.base_dir
-        config = getattr(context, "config", None)
-        if getattr(config, "policies", None):
+        config = context.config if context is not None else None
+        if config is not None and config.policies:
             self.options = self.options.model_copy(
                 update={"policies": served_policies(config, base_dir)}
             )
