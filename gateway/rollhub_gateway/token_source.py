@@ -81,7 +81,7 @@ class GatewayTokenSource(TokenSource):
         gateway: Gateway | None = None,
         base_dir: str | Path | None = None,
         context: ComponentContext | None = None,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         super().__init__(options, **kwargs)
         if base_dir is None and context is not None:
@@ -288,7 +288,7 @@ class GatewayTokenSource(TokenSource):
             # sent before the next admin call (the next session opened for a rollout)
             self._pending_version = version
 
-    async def publish_policy(self, policy: Any, version: int) -> None:
+    async def publish_policy(self, policy: object, version: int) -> None:
         """Swap the in-process gateway's sampling backend to ``policy`` as ``version``.
 
         With a pool, every live replica gets it (pickled to processes, through Ray's object
