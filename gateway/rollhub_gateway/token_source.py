@@ -326,7 +326,7 @@ class GatewayTokenSource(TokenSource):
         self._root = None
 
     async def _call(
-        self, method: str, path: str, *, json: Any = None, missing_ok: bool = False
+        self, method: str, path: str, *, json: object = None, missing_ok: bool = False
     ) -> Any:
         import aiohttp
 

@@ -36,6 +36,8 @@ from rollhub_gateway.pool.replica import Replica
 
 if TYPE_CHECKING:
     import aiohttp
+    from ray.actor import ActorClass
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 __all__ = ["GatewayActor", "RayReplica"]
 
@@ -115,7 +117,7 @@ class RayReplica(Replica):
         index: int,
         spec: dict[str, Any],
         *,
-        remote_cls: Any,
+        remote_cls: ActorClass[GatewayActor],
         num_cpus: float,
         start_timeout_s: float,
         restarts: int = 0,
@@ -177,7 +179,7 @@ class RayReplica(Replica):
         self._watch = asyncio.create_task(self._watch_actor())
         log.info("%s serving at %s", self.name, self.url)
 
-    def _new_actor(self, strategy: Any) -> Any:
+    def _new_actor(self, strategy: str | NodeAffinitySchedulingStrategy) -> Any:
         return self.remote_cls.options(
             num_cpus=self.num_cpus,
             resources=self.resources or None,
