@@ -30,30 +30,26 @@ __all__ = ["check_policy_serving", "served_policies"]
 def check_policy_serving(config: RollhubConfig) -> None:
     """Refuse ``[[policies]]`` with gateway settings that cannot serve them.
 
-    :raises ConfigError: naming the field, the reason and the fix; or the gateway's
-        options do not validate (naming ``token_source.key``).
+    :raises ConfigError: naming the field, the reason and the fix.
     """
     if not getattr(config, "policies", None) or config.token_source.name != "gateway":
         return
-    from rollhub_gateway.engines.configured import gateway_options
-
-    options = gateway_options(config)
-    assert options is not None  # the token source is the gateway
-    if options.url:
+    options = config.token_source.options
+    if options.get("url"):
         raise ConfigError(
             "[[policies]] need the gateway in process: token_source.url points at a remote "
             "gateway, which a trainer's per-policy weights cannot reach; drop "
             "token_source.url",
             field="token_source.url",
         )
-    if options.pool is not None:
+    if options.get("pool"):
         raise ConfigError(
             "[[policies]] are served by one in-process gateway: token_source.pool (replicas, "
             "each needing an engine per policy) does not serve several policies yet; drop "
             "token_source.pool",
             field="token_source.pool",
         )
-    if options.policies:
+    if options.get("policies"):
         raise ConfigError(
             "policies are given twice: in [[policies]] and in token_source.policies; keep "
             "[[policies]]",

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, TypeAlias
 
 from rollhub.errors import GatewayError
-from typing_extensions import TypeIs
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
+    from typing_extensions import TypeIs  # typing.TypeIs from Python 3.13
 
 __all__ = ["Policy", "checked_policy", "embedding_dtype", "input_embedding", "is_module", "vocab_size"]
 
