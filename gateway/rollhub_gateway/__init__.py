@@ -17,7 +17,7 @@ record; the weight version) → :mod:`.protocols` (the answer). Serving:
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from rollhub_gateway.token_source import GatewayTokenSource
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'rollhub_gateway' has no attribute {name!r}")

@@ -6,26 +6,30 @@ both read traces and finish sessions through the same routes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub.errors import TokenRetrievalError
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = ["admin_call"]
 
 
 async def admin_call(
-    http: Any,
+    http: aiohttp.ClientSession,
     url: str,
     method: str,
     path: str,
     *,
     who: str,
-    json: Any = None,
+    json: object = None,
     missing_ok: bool = False,
-    **context: Any,
+    **context: object,
 ) -> Any:
     """``method url+path`` on an ``aiohttp`` session; the JSON body, or None for a 204 (and
-    for a 404 with ``missing_ok``).
+    for a 404 with ``missing_ok``). The body is what the admin route answers (an object
+    whose keys its callers read), as ``aiohttp`` parses it.
 
     Connection errors propagate as they are (callers tell a dead peer from a slow one).
 

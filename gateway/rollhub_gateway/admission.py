@@ -25,18 +25,16 @@ import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-try:  # a C JSON codec: request bodies grow with the conversation
-    import orjson
-except ImportError:  # pragma: no cover - the standard library gives the same results
-    orjson = None  # type: ignore[assignment]  # optional: json serves without it
-
-from rollhub_gateway.protocols.base import WireError, WireRequest
+from rollhub_gateway.protocols.base import WireError, WireRequest, orjson
 from rollhub_gateway.sessions import Session
 from rollhub_gateway.turn_plan import TurnPlan, TurnPlanner
+
+if TYPE_CHECKING:
+    from rollhub_gateway.protocols import AnthropicMessages, WireAdapter
 
 __all__ = ["OFFLOAD_BYTES", "Admission", "parse_body", "read_body"]
 
@@ -70,7 +68,7 @@ class Admission:
         return session.policy.max_context_tokens or getattr(self.chat_model, "context_window", None)
 
     async def admit(
-        self, request: web.Request, session: Session, adapter: Any, route: str
+        self, request: web.Request, session: Session, adapter: WireAdapter, route: str
     ) -> tuple[WireRequest, TurnPlan]:
         """Read, validate and render one call, off the loop when it is big.
 
@@ -105,7 +103,7 @@ class Admission:
                 raise
 
     def _prepare(
-        self, raw: bytes, session: Session, adapter: Any, route: str, limit: int | None
+        self, raw: bytes, session: Session, adapter: WireAdapter, route: str, limit: int | None
     ) -> tuple[WireRequest, TurnPlan]:
         body = parse_body(raw)
         if adapter.reuses_known:
@@ -121,7 +119,7 @@ class Admission:
         session.last_used = time.monotonic()
         return req, self.planner.plan(session, req, route=route)
 
-    async def count_tokens(self, request: web.Request, adapter: Any) -> int:
+    async def count_tokens(self, request: web.Request, adapter: AnthropicMessages) -> int:
         """Anthropic ``count_tokens``: the prompt's real token count, off the loop when big."""
         raw = await read_body(request)
 
@@ -189,7 +187,7 @@ def parse_body(raw: bytes, *, allow_empty: bool = False) -> dict[str, Any]:
     return body
 
 
-def _loads(raw: bytes) -> Any:
+def _loads(raw: bytes) -> object:
     if orjson is not None:
         try:
             return orjson.loads(raw)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub_gateway.conversation import (
     FORM_CACHE,
@@ -27,6 +27,9 @@ from rollhub_gateway.journal import SessionJournal
 from rollhub_gateway.render import TemplateRenderer
 from rollhub_gateway.token_codec import BatchDecoder
 from rollhub_gateway.turns import ChatTurn, ParsedOutput, PreparedTurn, StreamingParser
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,7 @@ def build_chat_model(
     chat_template: str | None = None,
     family: str | None = None,
     journal: str | Path | None = None,
-    tokenizer: Any = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
     template_kwargs: dict[str, Any] | None = None,
 ) -> HFChatModel:
     """A chat model for the gateway.

@@ -19,11 +19,14 @@ import json
 import logging
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub.errors import ConfigError
 
 from rollhub_gateway.config import GatewayConfig, load_gateway_config, parse_gateway_config
+
+if TYPE_CHECKING:
+    from rollhub_gateway.gateway import Gateway
 
 __all__ = ["add_arguments", "run"]
 
@@ -129,7 +132,7 @@ def _serve(config: GatewayConfig) -> int:
 
     generated = config.admin_token is None
 
-    def ready(gateway: Any, url: str) -> None:
+    def ready(gateway: Gateway, url: str) -> None:
         print(
             f"rollhub gateway serving {gateway.chat_model.model_id} at {url} (OpenAI base_url {url}/v1)",
             flush=True,

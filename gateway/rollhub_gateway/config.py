@@ -190,7 +190,7 @@ class PoolSection(_Strict):
     )
 
 
-def load_gateway_config(path: str | Path, **overrides: Any) -> GatewayConfig:
+def load_gateway_config(path: str | Path, **overrides: object) -> GatewayConfig:
     """Read a gateway TOML file (top-level keys or a ``[gateway]`` table) and validate it.
 
     :param overrides: keys that replace the file's values (None values are ignored).

@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rollhub.sampling import SamplingParams
@@ -187,7 +188,7 @@ def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport
     backend = ScriptedBackend()
     outputs: list[list[int]] = []
 
-    def entry(step: Step) -> Any:
+    def entry(step: Step) -> Callable[[list[int]], list[int]]:
         def sample(prompt_ids: list[int]) -> list[int]:
             outputs.append(output_ids(model, prompt_ids, step))
             return outputs[-1]

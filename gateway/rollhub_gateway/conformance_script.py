@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from rollhub_gateway.token_codec import decode_text, token_id
 from rollhub_gateway.turns import ParsedOutput
 
 if TYPE_CHECKING:
     from rollhub_gateway.chat_model import HFChatModel
+    from rollhub_gateway.render import TemplateRenderer
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,7 @@ def output_ids(
     reasoning, content, calls, _follow_up = step
     if calls and not fam.content_with_calls:
         content = ""
-    tail = r.tokenizer.decode(prompt_ids[-8:], skip_special_tokens=False).rstrip()
+    tail = decode_text(r.tokenizer, prompt_ids[-8:], skip_special_tokens=False).rstrip()
     if opens is None:
         markup = fam.reasoning_markup
         opens = markup is not None and tail.endswith(markup[0])
@@ -94,10 +96,10 @@ def output_ids(
     text = fam.format_output(
         content, reasoning=reasoning if writes else None, tool_calls=calls, in_reasoning=opens
     )
-    return [*r.encode(text), r.tokenizer.convert_tokens_to_ids(stop_token(r, bool(calls)))]
+    return [*r.encode(text), token_id(r.tokenizer, stop_token(r, bool(calls)))]
 
 
-def stop_token(r: Any, calls: bool) -> str:
+def stop_token(r: TemplateRenderer, calls: bool) -> str:
     """The token a model of the renderer's family ends a turn with (with or without calls)."""
     family = r.family.name
     if family == "chatml":
@@ -111,7 +113,7 @@ def stop_token(r: Any, calls: bool) -> str:
     return r.stop_texts[r.tokenizer.eos_token_id]
 
 
-def _gemma4_call_end(r: Any) -> str:
+def _gemma4_call_end(r: TemplateRenderer) -> str:
     """What a Gemma 4 template writes after a turn's last call: ``<|tool_response>`` (the
     model's trained stop, from the second revision on) or ``<turn|>`` (the release one)."""
     call = r.family.to_template_message(

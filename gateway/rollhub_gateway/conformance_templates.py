@@ -15,9 +15,12 @@ model's own tokenizer.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollhub.errors import ConfigError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 from rollhub_gateway.conformance_report import FamilyReport
 from rollhub_gateway.testing_tokenizers import FAMILY_TEMPLATES
@@ -107,7 +110,7 @@ def template_for(name: str) -> str:
     return trl_template(TEMPLATE_FILES[name])
 
 
-def tokenizer_for(name: str) -> Any:
+def tokenizer_for(name: str) -> PreTrainedTokenizerFast:
     """The test tokenizer of a conformance name, without a chat template (shared, cached)."""
     from rollhub_gateway.testing_tokenizers import vocab_tokenizer
 

@@ -238,7 +238,9 @@ class HFConversation(TurnRecords):
 
     def _ends_in_reasoning(self, text: str) -> bool:
         markup = self.model.renderer.family.reasoning_markup
-        return bool(markup) and text.rstrip().endswith(markup[0])  # type: ignore[index]
+        if not markup:
+            return False
+        return text.rstrip().endswith(markup[0])
 
     def _continuation(
         self, parent: TurnNode, new: list[dict[str, Any]], tools: list[dict[str, Any]] | None

@@ -26,11 +26,14 @@ import http
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from multidict import CIMultiDict
 
 from rollhub_gateway.http_head import Handler, RequestHead, Resolver, parse_head
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 __all__ = ["FastPathServer", "FastRequest", "FastStreamResponse"]
 
@@ -156,7 +159,7 @@ class FastStreamResponse:
         self.headers = headers
         self.status = 200
 
-    async def prepare(self, _request: Any) -> None:
+    async def prepare(self, _request: object) -> None:
         head = {**self.headers, "Transfer-Encoding": "chunked"}
         self.protocol.write_head(200, head)
 
@@ -288,8 +291,9 @@ class FastPathProtocol(asyncio.Protocol):
             if self._buf:
                 self._next()
 
-    def _write_response(self, resp: Any) -> None:
+    def _write_response(self, resp: web.Response) -> None:
         body = resp.body or b""
+        assert isinstance(body, bytes | bytearray)  # the routes answer with bytes, no payload
         headers = {"Content-Type": resp.headers.get("Content-Type", "application/json")}
         for name, value in resp.headers.items():
             if name.lower() not in ("content-type", "content-length"):
@@ -297,7 +301,9 @@ class FastPathProtocol(asyncio.Protocol):
         headers["Content-Length"] = str(len(body))
         self.write_head(resp.status, headers, body)
 
-    def write_head(self, status: int, headers: dict[str, str], body: bytes = b"") -> None:
+    def write_head(
+        self, status: int, headers: dict[str, str], body: bytes | bytearray = b""
+    ) -> None:
         """The status line and headers (and a whole body, in the same write)."""
         if self.transport is None:
             raise ConnectionResetError("the client closed the connection")

@@ -36,6 +36,7 @@ import secrets
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from rollhub.policies import PolicyUpdates
 from rollhub.sampling import SamplingBackend
 from rollhub.trace import TraceRecord
@@ -46,11 +47,18 @@ from rollhub_gateway.config import GatewayConfig, SessionPolicy
 from rollhub_gateway.http_head import route_table
 from rollhub_gateway.metrics import GatewayMetrics
 from rollhub_gateway.policy_routes import PolicyRoute, PolicyRoutes
-from rollhub_gateway.protocols import AnthropicMessages, OpenAIChat, OpenAIResponses, WireError
+from rollhub_gateway.protocols import (
+    AnthropicMessages,
+    OpenAIChat,
+    OpenAIResponses,
+    WireAdapter,
+    WireError,
+    WireRequest,
+)
 from rollhub_gateway.protocols.admin import AdminRoutes
 from rollhub_gateway.protocols.base import error_response, fast_json_response
 from rollhub_gateway.sessions import Session, SessionError, SessionManager
-from rollhub_gateway.turn_plan import TurnPlanner
+from rollhub_gateway.turn_plan import TurnPlan, TurnPlanner
 from rollhub_gateway.turn_runner import ClientGone, TurnRunner
 from rollhub_gateway.turns import ChatModel
 
@@ -149,7 +157,7 @@ class Gateway:
         if not self.policies.routed:
             self.backend.set_weight_version(version)
 
-    def publish_policy(self, policy: Any, version: int) -> None:
+    def publish_policy(self, policy: object, version: int) -> None:
         """Sample from a trainer's new ``policy`` as ``version`` from the next turn on.
 
         ``policy`` is what the backend takes (:meth:`SamplingBackend.update_policy`), or
@@ -243,7 +251,7 @@ class Gateway:
         await self.sessions.stop_reaper()
 
     @web.middleware
-    async def _count(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def _count(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         route = request.match_info.route.resource
         name = route.canonical if route is not None else "unmatched"
         status = 500
@@ -269,7 +277,7 @@ class Gateway:
         return await self._model_call(request, _ANTHROPIC, "/v1/messages")
 
     async def _model_call(
-        self, request: web.Request, adapter: Any, route: str
+        self, request: web.Request, adapter: WireAdapter, route: str
     ) -> web.StreamResponse:
         try:
             session = self._session(request)
@@ -287,7 +295,7 @@ class Gateway:
             return error_response(adapter, WireError("internal", f"internal gateway error: {exc}"))
 
     async def _stream(
-        self, request: web.Request, adapter: Any, req: Any, plan: Any
+        self, request: web.Request, adapter: WireAdapter, req: WireRequest, plan: TurnPlan
     ) -> web.StreamResponse:
         stream = self.runner.stream(plan)
         try:

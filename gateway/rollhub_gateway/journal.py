@@ -307,7 +307,7 @@ class SessionJournal:
             self._db.close()
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> list[Any]:
     """Arrays of ids and logprobs as JSON lists (turn nodes keep them compact)."""
     if isinstance(value, array):
         return value.tolist()

@@ -13,9 +13,12 @@ import struct
 import tempfile
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub.errors import ConfigError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +59,7 @@ def resolve_model(model: str) -> tuple[str, dict[str, Any]]:
 
 
 @lru_cache(maxsize=8)
-def load_tokenizer(model: str) -> Any:
+def load_tokenizer(model: str) -> PreTrainedTokenizerBase:
     """A Hugging Face fast tokenizer for ``model`` (cached per process)."""
     from transformers import AutoTokenizer
 
@@ -84,7 +87,7 @@ def converted_dir(model: str) -> Path | None:
 
 def load_causal_lm(
     model: str, *, dtype: str = "float32", field: str | None = None
-) -> tuple[Any, Any]:
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """``(model, tokenizer)`` for a config word or local directory, loaded offline.
 
     A GGUF model is converted once and then loaded from the cache of :func:`converted_dir`.
@@ -102,7 +105,7 @@ def load_causal_lm(
         raise ConfigError(f"model={model!r} could not be loaded offline: {exc}", field=field) from exc
 
 
-def train_top_layers(model: Any, n: int | None, *, field: str = "trainer.train_layers") -> None:
+def train_top_layers(model: PreTrainedModel, n: int | None, *, field: str = "trainer.train_layers") -> None:
     """Make only the top ``n`` decoder layers and the final norm trainable (None: all).
 
     :raises ConfigError: the model has fewer than ``n`` decoder layers.
@@ -122,7 +125,7 @@ def train_top_layers(model: Any, n: int | None, *, field: str = "trainer.train_l
     decoder.norm.requires_grad_(True)
 
 
-def _load_causal_lm(model: str, dtype: str) -> tuple[Any, Any]:
+def _load_causal_lm(model: str, dtype: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -143,7 +146,9 @@ def _load_causal_lm(model: str, dtype: str) -> tuple[Any, Any]:
     return (lm if dtype == "float32" else lm.to(torch_dtype)), tokenizer
 
 
-def _save_converted(lm: Any, tokenizer: Any, cache: Path) -> None:
+def _save_converted(
+    lm: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, cache: Path
+) -> None:
     """Write the converted copy next to its final place, then rename it there atomically."""
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -214,7 +219,7 @@ def _gguf_context_length(path: Path) -> int | None:
     to that key (the whole file's tensor index is never parsed)."""
     with path.open("rb") as f:
 
-        def read(fmt: str) -> Any:
+        def read(fmt: str) -> int:  # every format read here is an integer
             size = struct.calcsize("<" + fmt)
             return struct.unpack("<" + fmt, f.read(size))[0]
 

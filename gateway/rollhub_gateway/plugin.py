@@ -8,18 +8,22 @@ Registers the ``gateway`` token source and the sampling backends of
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollhub import hookimpl
 from rollhub.registry import ComponentRegistry
 
 from rollhub_gateway.engines import register_backends
 
+if TYPE_CHECKING:
+    from rollhub.commands import CommandTable
+    from rollhub.config import RollhubConfig
+
 log = logging.getLogger(__name__)
 
 
 @hookimpl
-def rollhub_add_commands(commands: Any) -> None:
+def rollhub_add_commands(commands: CommandTable) -> None:
     """``rollhub gateway serve|conformance``."""
     commands.add("gateway", "rollhub_gateway.cli", "run the token-capture gateway")
 
@@ -35,7 +39,7 @@ def rollhub_register_components(registry: ComponentRegistry) -> None:
 
 
 @hookimpl
-def rollhub_check_config(config: Any) -> None:
+def rollhub_check_config(config: RollhubConfig) -> None:
     """``[[policies]]`` with gateway settings that cannot serve them are refused."""
     from rollhub_gateway.policy_serving import check_policy_serving
 

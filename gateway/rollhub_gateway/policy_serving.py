@@ -15,16 +15,19 @@ refused before anything runs, with the reason:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollhub.errors import ConfigError
 
 from rollhub_gateway.config import ServedPolicy
 
+if TYPE_CHECKING:
+    from rollhub.config import RollhubConfig
+
 __all__ = ["check_policy_serving", "served_policies"]
 
 
-def check_policy_serving(config: Any) -> None:
+def check_policy_serving(config: RollhubConfig) -> None:
     """Refuse ``[[policies]]`` with gateway settings that cannot serve them.
 
     :raises ConfigError: naming the field, the reason and the fix.
@@ -54,7 +57,7 @@ def check_policy_serving(config: Any) -> None:
         )
 
 
-def served_policies(config: Any, base_dir: str | Path | None) -> list[ServedPolicy]:
+def served_policies(config: RollhubConfig, base_dir: str | Path | None) -> list[ServedPolicy]:
     """The gateway's view of ``config.policies`` (weights paths made absolute)."""
     check_policy_serving(config)
     out = []

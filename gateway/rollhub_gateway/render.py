@@ -25,13 +25,16 @@ import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub.errors import GatewayError
 
 from rollhub_gateway.families.base import Family
 from rollhub_gateway.template_env import SharedTools, compile_template
 from rollhub_gateway.token_codec import TokenCodec
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +88,7 @@ class TemplateRenderer:
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         family: Family,
         chat_template: str | None = None,
         template_kwargs: dict[str, Any] | None = None,
@@ -154,14 +157,16 @@ class TemplateRenderer:
                     add_generation_prompt=generation,
                     **self._render_vars,
                 )
-            return self.tokenizer.apply_chat_template(
+            text = self.tokenizer.apply_chat_template(
                 messages,
-                tools=tools or None,
+                tools=list(tools) if tools else None,
                 chat_template=self.chat_template,
                 tokenize=False,
                 add_generation_prompt=generation,
                 **self.template_kwargs,
             )
+            assert isinstance(text, str)  # tokenize=False renders text
+            return text
         except Exception as exc:  # jinja raises anything, including TemplateError
             raise GatewayError(
                 f"chat template of family {self.family.name!r} failed to render: {exc}"

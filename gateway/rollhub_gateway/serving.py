@@ -24,11 +24,13 @@ from typing import Any, TypeVar
 from rollhub.errors import ConfigError, UsageError
 from rollhub.registry import ComponentRegistry
 from rollhub.sampling import SamplingBackend
+from rollhub.trace import TraceRecord
 
-from rollhub_gateway.config import GatewayConfig, ServedPolicy
+from rollhub_gateway.config import GatewayConfig, ServedPolicy, SessionPolicy
 from rollhub_gateway.engines import register_backends
 from rollhub_gateway.gateway import Gateway
 from rollhub_gateway.policy_routes import PolicyRoute
+from rollhub_gateway.sessions import Session
 from rollhub_gateway.turns import ChatModel
 
 __all__ = [
@@ -45,7 +47,10 @@ T = TypeVar("T")
 
 
 def build_backend(
-    config: GatewayConfig, registry: Any = None, *, policy: ServedPolicy | None = None
+    config: GatewayConfig,
+    registry: ComponentRegistry | None = None,
+    *,
+    policy: ServedPolicy | None = None,
 ) -> SamplingBackend:
     """The configured sampling backend, found by name in the component registry.
 
@@ -123,7 +128,7 @@ def build_gateway(
     return Gateway(routes[0].backend, chat_model, config, routes=routes)
 
 
-def _registry() -> Any:
+def _registry() -> ComponentRegistry:
     from rollhub.plugins import build_host
 
     try:
@@ -199,15 +204,23 @@ class ThreadedGateway:
 
         return self.call(_call())
 
-    def open_session(self, session_id: str | None = None, **kwargs: Any) -> Any:
+    def open_session(
+        self,
+        session_id: str | None = None,
+        *,
+        policy: SessionPolicy | dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Session:
         """Open a session (see :meth:`Gateway.open_session`)."""
-        return self.run_sync(lambda: self.gateway.open_session(session_id, **kwargs))
+        return self.run_sync(
+            lambda: self.gateway.open_session(session_id, policy=policy, metadata=metadata)
+        )
 
-    def traces(self, session_id: str) -> list[Any]:
+    def traces(self, session_id: str) -> list[TraceRecord]:
         """The open session's records."""
         return self.run_sync(lambda: self.gateway.traces(session_id))
 
-    def finish_session(self, session_id: str) -> list[Any]:
+    def finish_session(self, session_id: str) -> list[TraceRecord]:
         """Close a session and return its records."""
         return self.run_sync(lambda: self.gateway.finish_session(session_id))
 

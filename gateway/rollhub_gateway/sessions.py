@@ -32,7 +32,7 @@ from rollhub.rollout import validate_key_part
 from rollhub.trace import TraceRecord
 
 from rollhub_gateway.config import SessionPolicy
-from rollhub_gateway.journal import JournalCorruptError
+from rollhub_gateway.journal import JournalCorruptError, SessionJournal
 from rollhub_gateway.turns import ChatModel, Conversation
 
 __all__ = ["KEY_PREFIX", "Session", "SessionError", "SessionManager"]
@@ -49,7 +49,7 @@ class SessionError(GatewayError):
     ``reason``: unknown|closed|exists|invalid|unrecoverable.
     """
 
-    def __init__(self, message: str = "", *, reason: str = "unknown", **context: Any) -> None:
+    def __init__(self, message: str = "", *, reason: str = "unknown", **context: object) -> None:
         super().__init__(message, reason=reason, **context)
 
 
@@ -217,7 +217,7 @@ class SessionManager:
             )
         return session
 
-    def _journal(self) -> Any:
+    def _journal(self) -> SessionJournal | None:
         return getattr(self.chat_model, "journal", None)
 
     def _reopen_by_key(self, key: str) -> Session | None:

@@ -22,7 +22,11 @@ import copy
 import json
 import logging
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import jinja2
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +90,7 @@ class SharedTools:
 _DICT_ATTRS = frozenset(dir(FrozenJson))
 
 
-def compile_template(template: str) -> Any:
+def compile_template(template: str) -> jinja2.Template | None:
     """The template compiled by transformers, with the shortcuts above; ``None`` when this
     transformers version has no compiler to reuse (callers fall back to
     ``apply_chat_template``)."""
@@ -101,7 +105,7 @@ def compile_template(template: str) -> Any:
     undefined = env.undefined
     safe: dict[tuple[type, str], bool] = {}
 
-    def getattr_(obj: Any, attribute: str) -> Any:
+    def getattr_(obj: object, attribute: str) -> object:
         if (type(obj) is dict or type(obj) is FrozenJson) and attribute not in _DICT_ATTRS:
             try:
                 return obj[attribute]
@@ -109,7 +113,7 @@ def compile_template(template: str) -> Any:
                 return undefined(obj=obj, name=attribute)
         return sandbox_getattr(obj, attribute)
 
-    def is_safe_attribute(obj: Any, attr: str, value: Any) -> bool:
+    def is_safe_attribute(obj: object, attr: str, value: object) -> bool:
         key = (type(obj), attr)
         known = safe.get(key)
         if known is None:
@@ -119,10 +123,10 @@ def compile_template(template: str) -> Any:
     dumps = env.filters["tojson"]
 
     def tojson(
-        x: Any,
+        x: object,
         ensure_ascii: bool = False,
-        indent: Any = None,
-        separators: Any = None,
+        indent: int | str | None = None,
+        separators: Sequence[str] | None = None,
         sort_keys: bool = False,
     ) -> str:
         if type(x) is not FrozenJson or type(separators) is list:

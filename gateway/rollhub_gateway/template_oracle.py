@@ -11,16 +11,23 @@ reads.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import jinja2
 
+from rollhub_gateway.families.base import Family
 from rollhub_gateway.turns import ParsedOutput
+
+if TYPE_CHECKING:
+    from rollhub_gateway.render import TemplateRenderer
 
 __all__ = ["direct_message", "direct_render", "template_rewrites"]
 
+#: tool schemas as the template reads them (None or empty: no tools)
+Tools: TypeAlias = "list[dict[str, Any]] | None"
 
-def direct_message(fam: Any, parsed: ParsedOutput) -> dict[str, Any]:
+
+def direct_message(fam: Family, parsed: ParsedOutput) -> dict[str, Any]:
     """Our answer as a Hugging Face user writes it for ``apply_chat_template``: ``content``
     None next to tool calls, the reasoning under both names transformers uses, arguments in
     the form the template reads."""
@@ -44,7 +51,9 @@ def direct_message(fam: Any, parsed: ParsedOutput) -> dict[str, Any]:
     return msg
 
 
-def direct_render(r: Any, messages: list[dict[str, Any]], tools: Any, generation: bool) -> str:
+def direct_render(
+    r: TemplateRenderer, messages: list[dict[str, Any]], tools: Tools, generation: bool
+) -> str:
     """``messages`` rendered by the chat template alone (none of the renderer's message
     conversion), tool-call messages with ``content: None`` as OpenAI clients send them, or
     with ``""`` for templates that cannot take None (they fail, or print ``None``)."""
@@ -60,21 +69,27 @@ def direct_render(r: Any, messages: list[dict[str, Any]], tools: Any, generation
     return as_empty if as_none.count("None") > as_empty.count("None") else as_none
 
 
-def _template_only(r: Any, messages: list[dict[str, Any]], tools: Any, generation: bool) -> str:
+def _template_only(
+    r: TemplateRenderer, messages: list[dict[str, Any]], tools: Tools, generation: bool
+) -> str:
     # the compiled template itself: transformers' message normalisation drops
     # ``content: None``, which DeepSeek-R1's template needs to render tool calls
     if r._compiled is None:
-        return r.tokenizer.apply_chat_template(
-            messages, tools=tools or None, chat_template=r.chat_template, tokenize=False,
-            add_generation_prompt=generation, **r.template_kwargs,
+        text = r.tokenizer.apply_chat_template(
+            messages, tools=list(tools) if tools else None, chat_template=r.chat_template,
+            tokenize=False, add_generation_prompt=generation, **r.template_kwargs,
         )  # fmt: skip
+        assert isinstance(text, str)  # tokenize=False renders text
+        return text
     return r._compiled.render(
         messages=messages, tools=tools or None, documents=None,
         add_generation_prompt=generation, **{**r._template_vars, **r.template_kwargs},
     )  # fmt: skip
 
 
-def template_rewrites(r: Any, direct: list[dict[str, Any]], prev_len: int, tools: Any) -> bool:
+def template_rewrites(
+    r: TemplateRenderer, direct: list[dict[str, Any]], prev_len: int, tools: Tools
+) -> bool:
     """Whether the template itself renders the previous history differently inside the new
     one (``direct``: the history as a user hands it to the template; its first ``prev_len``
     messages were the previous prompt, the next one our answer)."""

@@ -22,9 +22,12 @@ import logging
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollhub.errors import ConfigError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +188,7 @@ def qwen_base_file(vocab: str = "qwen") -> Path:
 
 
 @lru_cache(maxsize=64)
-def vocab_tokenizer(name: str) -> Any:
+def vocab_tokenizer(name: str) -> PreTrainedTokenizerFast:
     """The tokenizer behind a family of :data:`FAMILY_TEMPLATES`, without a chat template.
 
     Families that share a vocabulary and special tokens share one (cached) object; pass
@@ -200,7 +203,7 @@ def vocab_tokenizer(name: str) -> Any:
 
 
 @lru_cache(maxsize=16)
-def _build(vocab: str, specials: tuple[str, ...], eos: str, bos: str | None) -> Any:
+def _build(vocab: str, specials: tuple[str, ...], eos: str, bos: str | None) -> PreTrainedTokenizerFast:
     from tokenizers import AddedToken
     from transformers import PreTrainedTokenizerFast
 
@@ -220,7 +223,7 @@ def family_template(name: str) -> str:
     return trl_template(FAMILY_TEMPLATES[name][0])
 
 
-def family_tokenizer(name: str) -> Any:
+def family_tokenizer(name: str) -> PreTrainedTokenizerFast:
     """A fresh ``PreTrainedTokenizerFast`` carrying the family's real chat template.
 
     :param name: a key of :data:`FAMILY_TEMPLATES` (``qwen3``, ``llama3_1``, ``gpt_oss``…).

@@ -15,11 +15,15 @@ wrapper.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollhub_gateway.families.base import IncrementalDecoder
 
-__all__ = ["BatchDecoder", "TokenCodec"]
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = ["BatchDecoder", "TokenCodec", "decode_text", "token_id"]
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +46,9 @@ class TokenCodec:
     :param extra_probes: more texts to check (e.g. a rendered chat template).
     """
 
-    def __init__(self, tokenizer: Any, extra_probes: tuple[str, ...] = ()) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, extra_probes: tuple[str, ...] = ()) -> None:
         self.tokenizer = tokenizer
-        self._rust: Any = None
+        self._rust: Tokenizer | None = None
         rust = getattr(tokenizer, "backend_tokenizer", None)
         if rust is not None and hasattr(rust, "encode") and hasattr(rust, "decode"):
             added = [
@@ -69,7 +73,7 @@ class TokenCodec:
             return _direct_encode(self._rust, text)
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def decode(self, ids: Any, **_: Any) -> str:
+    def decode(self, ids: list[int], **_: object) -> str:
         """Text of ``ids``, special tokens kept, no clean-up of spaces.
 
         Accepts (and ignores) the wrapper's keyword arguments, so it can stand in for the
@@ -79,18 +83,18 @@ class TokenCodec:
         if self._rust is not None:
             text: str = self._rust.decode(ids, skip_special_tokens=False)
         else:
-            text = self.tokenizer.decode(
-                ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
+            text = decode_text(
+                self.tokenizer, ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
             )
         return text
 
-    def _agrees(self, rust: Any, text: str) -> bool:
+    def _agrees(self, rust: Tokenizer, text: str) -> bool:
         try:
             ids = list(self.tokenizer.encode(text, add_special_tokens=False))
             if _direct_encode(rust, text) != ids:
                 return False
-            want = self.tokenizer.decode(
-                ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
+            want = decode_text(
+                self.tokenizer, ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
             )
             return bool(rust.decode(ids, skip_special_tokens=False) == want)
         except Exception as exc:  # a tokenizer without this API: keep the wrapper
@@ -98,7 +102,21 @@ class TokenCodec:
             return False
 
 
-def _direct_encode(rust: Any, text: str) -> list[int]:
+def decode_text(tokenizer: PreTrainedTokenizerBase, ids: list[int], **options: bool) -> str:
+    """``tokenizer.decode(ids, **options)``: the text of one id sequence."""
+    text = tokenizer.decode(ids, **options)
+    assert isinstance(text, str)  # one sequence of ids decodes to one string
+    return text
+
+
+def token_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int:
+    """``tokenizer.convert_tokens_to_ids(token)``: the id of one token."""
+    tid = tokenizer.convert_tokens_to_ids(token)
+    assert isinstance(tid, int)  # one token converts to one id
+    return tid
+
+
+def _direct_encode(rust: Tokenizer, text: str) -> list[int]:
     # the batch calls release the GIL (big texts are encoded in worker threads while the
     # loop serves others); the "fast" one skips character offsets, which the gateway never
     # reads: a sixth less CPU for a turn's tail

@@ -81,13 +81,13 @@ class GatewayTokenSource(TokenSource):
         gateway: Gateway | None = None,
         base_dir: str | Path | None = None,
         context: ComponentContext | None = None,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         super().__init__(options, **kwargs)
         if base_dir is None and context is not None:
             base_dir = context.base_dir
-        config = getattr(context, "config", None)
-        if getattr(config, "policies", None):
+        config = context.config if context is not None else None
+        if config is not None and config.policies:
             self.options = self.options.model_copy(
                 update={"policies": served_policies(config, base_dir)}
             )
@@ -288,7 +288,7 @@ class GatewayTokenSource(TokenSource):
             # sent before the next admin call (the next session opened for a rollout)
             self._pending_version = version
 
-    async def publish_policy(self, policy: Any, version: int) -> None:
+    async def publish_policy(self, policy: object, version: int) -> None:
         """Swap the in-process gateway's sampling backend to ``policy`` as ``version``.
 
         With a pool, every live replica gets it (pickled to processes, through Ray's object
@@ -326,7 +326,7 @@ class GatewayTokenSource(TokenSource):
         self._root = None
 
     async def _call(
-        self, method: str, path: str, *, json: Any = None, missing_ok: bool = False
+        self, method: str, path: str, *, json: object = None, missing_ok: bool = False
     ) -> Any:
         import aiohttp
 

@@ -68,7 +68,7 @@ def _count(key: str, n: int = 1) -> None:
         _GLOBAL[key] += n
 
 
-def _canon_args(text: Any) -> Any:
+def _canon_args(text: object) -> object:
     if isinstance(text, str):
         try:
             return json.loads(text)

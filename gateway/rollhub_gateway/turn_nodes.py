@@ -106,12 +106,17 @@ class TurnNode:
         self.branch: Branch | None = None
         self.end = 0  # offset in branch.ids one past this turn's output
         self.children = 0
+        self._up: TurnNode | None
+        self._own: list[dict[str, Any]]
         up = parent._full if parent is not None else None
         # a list comparison in C (identical items compare at once): the history is
         # built from the parent's, so this holds on every continued turn
-        if up is not None and len(messages) >= len(up) and messages[: len(up)] == up:
+        if (
+            parent is not None and up is not None
+            and len(messages) >= len(up) and messages[: len(up)] == up
+        ):  # fmt: skip
             self._up, self._own = parent, messages[len(up) :]
-            parent._full = None  # type: ignore[union-attr]  # only the newest turn keeps it
+            parent._full = None  # only the newest turn keeps it
         else:
             self._up, self._own = None, list(messages)
         self._full: list[dict[str, Any]] | None = messages

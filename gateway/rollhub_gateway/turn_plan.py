@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 from rollhub.errors import GatewayError
 from rollhub.sampling import SamplingParams, TurnContext
@@ -24,6 +24,8 @@ from rollhub_gateway.sessions import Session
 from rollhub_gateway.turns import ChatModel, PreparedTurn
 
 __all__ = ["TurnPlan", "TurnPlanner", "resolve_sampling"]
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +64,7 @@ def resolve_sampling(
     """
     pinned = set(policy.pinned)
 
-    def pick(name: str, agent: Any, default: Any) -> Any:
+    def pick(name: str, agent: T | None, default: T) -> T:
         return default if agent is None or name in pinned else agent
 
     max_tokens = pick("max_tokens", req.max_tokens, policy.max_tokens)

@@ -33,7 +33,7 @@ Additions since the first version (all optional for callers, implemented by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeAlias
 
 from rollhub.sampling import Generation
 from rollhub.trace import DriftKind, TraceRecord
@@ -47,7 +47,12 @@ __all__ = [
     "PreparedTurn",
     "StreamingParser",
     "ToolCall",
+    "ToolChoice",
 ]
+
+#: a neutral ``tool_choice``: ``"none"``, ``"auto"``, ``"required"`` or
+#: ``{"type": "function", "function": {"name": ...}}``; None when the call sets none
+ToolChoice: TypeAlias = "str | dict[str, Any] | None"
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,7 @@ class ChatTurn:
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
-    tool_choice: Any = None
+    tool_choice: ToolChoice = None
     #: the policy serving the call (several policies): its turns continue only its own
     policy: str | None = None
 

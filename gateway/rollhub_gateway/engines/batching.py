@@ -33,7 +33,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollhub.errors import GatewayError
 from rollhub.sampling import Generation, TokenChunk
@@ -41,10 +41,13 @@ from rollhub.sampling import Generation, TokenChunk
 from .batch_sampling import Draw, sample_rows
 from .decoder import Decoder, Pass
 from .kv_store import SlotCache, Span
-from .policy_tensors import checked_policy, is_module
+from .policy_tensors import Policy, checked_policy, is_module
 from .prefix_cache import MIN_REUSE, PrefixCache, common_prefix
 from .step_plan import Build, Row, plan_pass
 from .token_sampling import LogprobsMode
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +66,7 @@ class BatchEngine:
 
     def __init__(
         self,
-        model: Any,
+        model: PreTrainedModel,
         *,
         max_batch_size: int,
         logprobs_mode: LogprobsMode = "sampling",
@@ -86,14 +89,14 @@ class BatchEngine:
             "forward_s": 0.0,  # of which inside the forward passes
         }
         self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens else None
-        self._policy: tuple[Any, int | None] | None = None
+        self._policy: tuple[Policy, int | None] | None = None
         self._pending: deque[Row] = deque()
         self._rows: list[Row] = []  # row i holds slot i
         self._builds: list[Build] = []
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
-        self.model: Any = None
+        self.model: PreTrainedModel
         self.decoder: Decoder
         self.slots: SlotCache
         self._use_model(model)
@@ -114,7 +117,7 @@ class BatchEngine:
             self._pending.append(row)
             self._cond.notify()
 
-    def load_policy(self, policy: Any, weight_version: int | None) -> None:
+    def load_policy(self, policy: Policy, weight_version: int | None) -> None:
         """Take a new policy once the batch drains.
 
         ``policy`` is either parameter name → new value (copied into the model) or a causal
@@ -224,7 +227,7 @@ class BatchEngine:
             self.prefix_cache.clear()  # states of the old weights
         self.stats["policies"] = self.stats.get("policies", 0) + 1
 
-    def _use_model(self, model: Any) -> None:
+    def _use_model(self, model: PreTrainedModel) -> None:
         self.decoder = Decoder(model)
         self.model = model
         self.slots = SlotCache(

@@ -25,12 +25,15 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rollhub.errors import ConfigError
 
+from .policy_tensors import embedding_dtype, input_embedding
+
 if TYPE_CHECKING:
     import torch
+    from transformers import PreTrainedModel
 
     from .kv_store import SlotCache, Span
 
@@ -44,7 +47,7 @@ FAMILIES = ("llama", "mistral", "qwen2")
 STATIC_ROPE = ("default", "linear", "llama3", "yarn")
 
 
-def check_model(model: Any) -> None:
+def check_model(model: PreTrainedModel) -> None:
     """Refuse a model this module cannot compute exactly.
 
     :raises ConfigError: (field ``model``) another architecture, a sliding window, a
@@ -115,7 +118,7 @@ class Pass:
 class Decoder:
     """The forward pass over a (checked) Llama-family causal LM's parameters."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: PreTrainedModel) -> None:
         check_model(model)
         config = model.config
         attn = model.get_decoder().layers[0].self_attn
@@ -127,9 +130,8 @@ class Decoder:
         self.scale = float(attn.scaling)
         self.eps = float(config.rms_norm_eps)
         self.max_positions = int(getattr(config, "max_position_embeddings", 0) or 0)
-        self.dtype = model.get_input_embeddings().weight.dtype
-        self._cos: Any = None
-        self._sin: Any = None
+        self.dtype = embedding_dtype(model)
+        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None  # cos and sin tables
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -142,13 +144,15 @@ class Decoder:
         import torch
 
         need = int(positions.max()) + 1
-        if self._cos is None or self._cos.shape[0] < need:
-            size = max(need, 2 * (0 if self._cos is None else self._cos.shape[0]), 1024)
+        table = self._rope
+        if table is None or table[0].shape[0] < need:
+            size = max(need, 2 * (0 if table is None else table[0].shape[0]), 1024)
             rotary = self.model.get_decoder().rotary_emb
             probe = torch.zeros((), dtype=self.dtype)
             cos, sin = rotary(probe, torch.arange(size)[None])
-            self._cos, self._sin = cos[0], sin[0]
-        return self._cos[positions], self._sin[positions]
+            table = self._rope = (cos[0], sin[0])
+        cos_table, sin_table = table
+        return cos_table[positions], sin_table[positions]
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         import torch
@@ -166,7 +170,7 @@ class Decoder:
         decoder = self.model.get_decoder()
         tokens = torch.tensor(step.tokens, dtype=torch.long)
         positions = torch.tensor(step.positions, dtype=torch.long)
-        x = F.embedding(tokens, self.model.get_input_embeddings().weight)
+        x = F.embedding(tokens, input_embedding(self.model).weight)
         cos, sin = self._rotary(positions)
         cos, sin = cos[:, None, :], sin[:, None, :]
         half = self.head_dim // 2
@@ -287,14 +291,14 @@ def _softmax(scores: torch.Tensor) -> torch.Tensor:
     return torch.softmax(scores, -1, dtype=torch.float32).to(scores.dtype)
 
 
-def _additive(hidden: torch.Tensor, dtype: Any) -> torch.Tensor:
+def _additive(hidden: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """0 where visible, -inf where ``hidden``, as ``[rows, 1, 1, width]``."""
     import torch
 
     return torch.zeros(hidden.shape, dtype=dtype).masked_fill(hidden, -math.inf)[:, None, None, :]
 
 
-def _stacked(x: torch.Tensor, index: Any, kv: int) -> torch.Tensor:
+def _stacked(x: torch.Tensor, index: torch.Tensor | slice, kv: int) -> torch.Tensor:
     """Rows ``index`` of ``x`` ``[rows, kv, group, d]`` as ``[kv, len(index) * group, d]``."""
     part = x[index]
     return part.permute(1, 0, 2, 3).reshape(kv, -1, x.shape[-1])
@@ -303,14 +307,14 @@ def _stacked(x: torch.Tensor, index: Any, kv: int) -> torch.Tensor:
 class _GroupPlan:
     """A :class:`Group` as the tensors one pass needs (built once, used in every layer)."""
 
-    def __init__(self, group: Group, rows: int, dtype: Any) -> None:
+    def __init__(self, group: Group, rows: int, dtype: torch.dtype) -> None:
         import torch
 
         self.span = group.span
         self.size = len(group.slots)
         self.width = max(group.lengths)
         self.covers = group.slots == list(range(rows))
-        self.index: Any = slice(None) if self.covers else torch.tensor(group.slots)
+        self.index: torch.Tensor | slice = slice(None) if self.covers else torch.tensor(group.slots)
         lengths = torch.tensor(group.lengths)[:, None]
         hidden = torch.arange(self.width)[None, :] >= lengths
         self.mask = _additive(hidden, dtype)
@@ -319,7 +323,7 @@ class _GroupPlan:
 class _DecodePlan:
     """The decoding part of a :class:`Pass` as tensors (built once, used in every layer)."""
 
-    def __init__(self, step: Pass, dtype: Any) -> None:
+    def __init__(self, step: Pass, dtype: torch.dtype) -> None:
         import torch
 
         self.count, self.rows = len(step.decode_slots), step.rows

@@ -19,11 +19,15 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, ClassVar
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from pydantic import Field, SecretStr
 from rollhub.errors import GatewayError
 from rollhub.sampling import SamplingBackend, SamplingBackendOptions
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +54,7 @@ class HTTPBackend(SamplingBackend):
     options: HTTPBackendOptions
     _connect_errors: ClassVar[tuple[type[BaseException], ...]] = ()
 
-    def __init__(self, options: HTTPBackendOptions | None = None, **kwargs: Any) -> None:
+    def __init__(self, options: HTTPBackendOptions | None = None, **kwargs: object) -> None:
         super().__init__(options, **kwargs)
         self._session: Any = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
@@ -100,7 +104,7 @@ class HTTPBackend(SamplingBackend):
     @asynccontextmanager
     async def _post(
         self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
         """POST ``body`` as JSON; yield the (2xx) response. Retries connect errors only."""
         import aiohttp
 
@@ -139,8 +143,10 @@ class HTTPBackend(SamplingBackend):
         finally:
             resp.close()
 
-    async def _post_json(self, path: str, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
-        async with self._post(path, body, **kw) as resp:
+    async def _post_json(
+        self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        async with self._post(path, body, headers) as resp:
             try:
                 data = await resp.json(content_type=None)
             except (json.JSONDecodeError, ValueError) as exc:
@@ -151,7 +157,7 @@ class HTTPBackend(SamplingBackend):
             raise self._error("reply is not a JSON object", url=str(resp.url), unreachable=False)
         return data
 
-    async def _sse(self, resp: Any) -> AsyncIterator[dict[str, Any]]:
+    async def _sse(self, resp: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
         """The JSON objects of an SSE stream's ``data:`` lines, until ``[DONE]``."""
         buffer = b""
         async for data in resp.content.iter_any():
@@ -166,7 +172,7 @@ class HTTPBackend(SamplingBackend):
         if buffer.strip() and self._sse_event(buffer, resp) not in (None, _DONE):
             raise self._error("stream ended inside an event", url=str(resp.url), unreachable=False)
 
-    def _sse_event(self, raw: bytes, resp: Any) -> Any:
+    def _sse_event(self, raw: bytes, resp: aiohttp.ClientResponse) -> dict[str, Any] | _End | None:
         line = raw.decode("utf-8").strip()
         if not line.startswith("data:"):
             return None
@@ -189,4 +195,10 @@ class HTTPBackend(SamplingBackend):
         return event
 
 
-_DONE = object()
+class _End(Enum):
+    """The ``data: [DONE]`` line that ends a stream."""
+
+    DONE = "[DONE]"
+
+
+_DONE: Final = _End.DONE

@@ -21,7 +21,7 @@ while it runs.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
@@ -44,7 +44,7 @@ class Span:
         self.keys, self.values, self.length = keys, values, length
 
     @classmethod
-    def empty(cls, shape: tuple[int, int, int], capacity: int, dtype: Any) -> Span:
+    def empty(cls, shape: tuple[int, int, int], capacity: int, dtype: torch.dtype) -> Span:
         """An unfilled span for ``capacity`` tokens; ``shape`` is (layers, kv heads, dim)."""
         import torch
 
@@ -78,11 +78,11 @@ class SlotCache:
     :param capacity: positions per slot to start with; doubled on demand.
     """
 
-    def __init__(self, shape: tuple[int, int, int], slots: int, capacity: int, dtype: Any) -> None:
+    def __init__(self, shape: tuple[int, int, int], slots: int, capacity: int, dtype: torch.dtype) -> None:
         self.shape, self.slots, self.dtype = shape, slots, dtype
         self.initial = capacity
-        self.keys: Any = None
-        self.values: Any = None
+        self.keys: torch.Tensor
+        self.values: torch.Tensor
         self._allocate(capacity)
 
     @property

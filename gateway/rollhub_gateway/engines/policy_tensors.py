@@ -7,15 +7,28 @@ thread turns a wrong name or shape into an error for the caller, not a dead work
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, TypeAlias
 
 from rollhub.errors import GatewayError
 
-__all__ = ["checked_policy", "is_module"]
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel
+    from typing_extensions import TypeIs  # typing.TypeIs from Python 3.13
+
+__all__ = ["Policy", "checked_policy", "embedding_dtype", "input_embedding", "is_module", "vocab_size"]
+
+#: what the engine samples from: parameter name → new value, or a whole causal LM module
+Policy: TypeAlias = "Mapping[str, torch.Tensor] | PreTrainedModel"
 
 
-def is_module(policy: Any) -> bool:
-    """Whether a policy is a whole model (sampled from as it is) rather than tensors."""
+def is_module(policy: object) -> TypeIs[PreTrainedModel]:
+    """Whether a policy is a whole model (sampled from as it is) rather than tensors.
+
+    The check is by shape (a callable with parameters and input embeddings), so a trainer's
+    own causal LM passes whatever class wraps it.
+    """
     return (
         callable(policy)
         and hasattr(policy, "named_parameters")
@@ -23,7 +36,34 @@ def is_module(policy: Any) -> bool:
     )
 
 
-def checked_policy(model: Any, policy: Any) -> Any:
+def input_embedding(model: PreTrainedModel) -> torch.nn.Embedding:
+    """``model``'s input embeddings.
+
+    :raises GatewayError: they are not an ``nn.Embedding`` (no Llama-family model).
+    """
+    import torch
+
+    embedding = model.get_input_embeddings()
+    if not isinstance(embedding, torch.nn.Embedding):
+        raise GatewayError(
+            f"the model's input embeddings are a {type(embedding).__name__}, not an "
+            "nn.Embedding",
+            engine="transformers",
+        )
+    return embedding
+
+
+def vocab_size(model: PreTrainedModel) -> int:
+    """The number of token ids ``model``'s input embeddings hold."""
+    return input_embedding(model).num_embeddings
+
+
+def embedding_dtype(model: PreTrainedModel) -> torch.dtype:
+    """The dtype of ``model``'s input embeddings (the dtype it computes in)."""
+    return input_embedding(model).weight.dtype
+
+
+def checked_policy(model: PreTrainedModel, policy: Policy) -> Policy:
     """``policy`` ready to hand to the engine's worker: a module as it is, tensors as a
     dict of their own.
 
@@ -31,8 +71,8 @@ def checked_policy(model: Any, policy: Any) -> Any:
         module with another vocabulary.
     """
     if is_module(policy):
-        ours = model.get_input_embeddings().num_embeddings
-        theirs = policy.get_input_embeddings().num_embeddings
+        ours = vocab_size(model)
+        theirs = vocab_size(policy)
         if ours != theirs:
             raise GatewayError(
                 f"the policy module's vocabulary has {theirs} ids, the engine's model "

@@ -62,7 +62,7 @@ class ScriptedBackend(SamplingBackend):
         options: ScriptedOptions | None = None,
         *,
         script: Iterable[Script] = (),
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         super().__init__(options, **kwargs)
         self.script: deque[Script] = deque(script)
@@ -120,7 +120,7 @@ class ScriptedBackend(SamplingBackend):
         yield Generation(ids, lps, finish, metrics=_tops(ids, params))
 
 
-    def update_policy(self, policy: Any, weight_version: int) -> None:
+    def update_policy(self, policy: object, weight_version: int) -> None:
         """Keep ``(policy, weight_version)`` in :attr:`published` (the outputs stay scripted)."""
         self.published.append((policy, weight_version))
 

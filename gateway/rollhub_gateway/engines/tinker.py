@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, SecretStr, model_validator
-from rollhub.errors import ConfigError, GatewayError
+from rollhub.errors import ConfigError, GatewayError, UsageError
 from rollhub.sampling import (
     Generation,
     SamplingBackend,
@@ -28,6 +28,9 @@ from rollhub.sampling import (
     SamplingParams,
     TurnContext,
 )
+
+if TYPE_CHECKING:
+    import tinker
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +69,8 @@ class TinkerBackend(SamplingBackend):
         self,
         options: TinkerOptions | None = None,
         *,
-        sampling_client: Any = None,
-        **kwargs: Any,
+        sampling_client: tinker.SamplingClient | None = None,
+        **kwargs: object,
     ) -> None:
         if options is None and sampling_client is None:
             raise ConfigError(
@@ -77,12 +80,13 @@ class TinkerBackend(SamplingBackend):
         if options is None:
             options = TinkerOptions(base_model="(given sampling client)")
         super().__init__(options, **kwargs)
-        self.sampling_client: Any = sampling_client
+        self.sampling_client = sampling_client
         self._owns_client = sampling_client is None
-        self._service: Any = None
+        self._service: tinker.ServiceClient | None = None
         self._lock = asyncio.Lock()
 
-    def use_sampling_client(self, client: Any, weight_version: int | None = None) -> None:
+    def use_sampling_client(
+        self, client: tinker.SamplingClient, weight_version: int | None = None) -> None:
         """Swap in a new sampler (e.g. from ``save_weights_and_get_sampling_client``).
 
         Turns already sampling finish on the client they started with and report that
@@ -92,8 +96,18 @@ class TinkerBackend(SamplingBackend):
         if weight_version is not None:
             self.options = self.options.model_copy(update={"weight_version": weight_version})
 
-    def update_policy(self, policy: Any, weight_version: int) -> None:
-        """The trainer's new ``SamplingClient`` serves turns from now on."""
+    def update_policy(self, policy: object, weight_version: int) -> None:
+        """The trainer's new ``SamplingClient`` serves turns from now on.
+
+        :raises UsageError: ``policy`` is not a ``tinker.SamplingClient``.
+        """
+        import tinker
+
+        if not isinstance(policy, tinker.SamplingClient):
+            raise UsageError(
+                f"the tinker engine takes a policy as a tinker.SamplingClient, got "
+                f"{type(policy).__name__}"
+            )
         self.use_sampling_client(policy, weight_version)
 
     async def start(self) -> None:
@@ -104,7 +118,7 @@ class TinkerBackend(SamplingBackend):
                     return  # the trainer publishes the first policy before any rollout
                 self.sampling_client = await asyncio.to_thread(self._connect)
 
-    def _connect(self) -> Any:
+    def _connect(self) -> tinker.SamplingClient:
         import tinker
 
         opts = self.options
@@ -133,7 +147,7 @@ class TinkerBackend(SamplingBackend):
                 status=getattr(exc, "status_code", None),
             ) from exc
 
-    def _params(self, params: SamplingParams) -> Any:
+    def _params(self, params: SamplingParams) -> tinker.SamplingParams:
         import tinker
 
         if params.stop_token_ids and params.stop:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Mapping
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 from rollhub.errors import ConfigError, GatewayError, UsageError
@@ -26,10 +26,15 @@ from rollhub.sampling import (
 )
 
 from ..models import SMOLLM2, load_causal_lm
+from ..token_codec import decode_text
 from .allocator import tune_allocator
 from .batching import BatchEngine, Row
-from .policy_tensors import is_module
+from .policy_tensors import Policy, is_module, vocab_size
+from .step_plan import Emit
 from .token_sampling import LogprobsMode
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -70,16 +75,16 @@ class TransformersBackend(SamplingBackend):
     Options = TransformersOptions
     options: TransformersOptions
 
-    def __init__(self, options: TransformersOptions | None = None, **kwargs: Any) -> None:
+    def __init__(self, options: TransformersOptions | None = None, **kwargs: object) -> None:
         super().__init__(options, **kwargs)
-        self.model: Any = None
-        self.tokenizer: Any = None
+        self.model: PreTrainedModel | None = None
+        self.tokenizer: PreTrainedTokenizerBase | None = None
         self.engine: BatchEngine | None = None
         self.eos_ids: frozenset[int] = frozenset()
         self.max_positions: int | None = None
         self.vocab_size: int | None = None
         self._start_lock = asyncio.Lock()
-        self._policy: tuple[Any, int] | None = None
+        self._policy: tuple[Policy, int] | None = None
 
     async def start(self) -> None:
         """Load the model and start the worker thread.
@@ -107,7 +112,7 @@ class TransformersBackend(SamplingBackend):
         self.model, self.tokenizer = model, tokenizer
         self.eos_ids = frozenset(_eos_ids(model, tokenizer))
         self.max_positions = getattr(model.config, "max_position_embeddings", None)
-        self.vocab_size = model.get_input_embeddings().num_embeddings
+        self.vocab_size = vocab_size(model)
         engine = BatchEngine(
             model,
             max_batch_size=opts.max_batch_size,
@@ -124,7 +129,7 @@ class TransformersBackend(SamplingBackend):
         engine.start()
         self.engine = engine
 
-    def update_policy(self, policy: Any, weight_version: int) -> None:
+    def update_policy(self, policy: object, weight_version: int) -> None:
         """Take a trainer's new policy once the rows decoding now finish; the turns sampled
         after it report ``weight_version``.
 
@@ -155,7 +160,7 @@ class TransformersBackend(SamplingBackend):
         elif self._policy is None:
             self.options = self.options.model_copy(update={"weight_version": version})
 
-    def _row(self, prompt_ids: list[int], params: SamplingParams, emit: Any) -> Row:
+    def _row(self, prompt_ids: list[int], params: SamplingParams, emit: Emit) -> Row:
         import torch
 
         if not prompt_ids:
@@ -183,6 +188,7 @@ class TransformersBackend(SamplingBackend):
             seed = params.seed if params.seed is not None else random.getrandbits(63)
             generator = torch.Generator().manual_seed(seed)
         tokenizer = self.tokenizer
+        assert tokenizer is not None  # loaded with the engine, which stream() started
         return Row(
             prompt_ids=list(prompt_ids),
             params=params,
@@ -249,7 +255,7 @@ class TransformersBackend(SamplingBackend):
         self.model = None
 
 
-def _load_weights(model: Any, path: str) -> None:
+def _load_weights(model: PreTrainedModel, path: str) -> None:
     """Load a safetensors file of (some of) the model's parameters over it."""
     from safetensors.torch import load_file
 
@@ -270,17 +276,19 @@ def _load_weights(model: Any, path: str) -> None:
     log.info("loaded %d tensors over the model from %s", len(tensors), path)
 
 
-def _tail_decoder(tokenizer: Any, stops: tuple[str, ...]) -> Any:
+def _tail_decoder(
+    tokenizer: PreTrainedTokenizerBase, stops: tuple[str, ...]
+) -> Callable[[list[int]], str]:
     """Decode only the last few tokens: a stop string ends within its length in tokens."""
     tail = max(len(stop) for stop in stops) + 2
 
     def decode(ids: list[int]) -> str:
-        return tokenizer.decode(ids[-tail:])
+        return decode_text(tokenizer, ids[-tail:])
 
     return decode
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
     """End-of-sequence ids from the generation config, the model config and the tokenizer."""
     ids: set[int] = set()
     for source in (getattr(model, "generation_config", None), model.config):

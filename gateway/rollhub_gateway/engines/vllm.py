@@ -134,7 +134,7 @@ class VLLMBackend(HTTPBackend):
             out.append(alts)
         return out
 
-    def _finish(self, reason: Any, url: str) -> str:
+    def _finish(self, reason: object, url: str) -> str:
         if reason not in _FINISH:
             raise self._error(f"unknown finish_reason {reason!r}", url=url, unreachable=False)
         return _FINISH[reason]

@@ -24,7 +24,8 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from rollhub_gateway.families.base import Family, IncrementalDecoder, new_call_id, partial_suffix
-from rollhub_gateway.turns import OutputDelta, ParsedOutput, ToolCall
+from rollhub_gateway.json_value import JSON
+from rollhub_gateway.turns import OutputDelta, ParsedOutput, StreamingParser, ToolCall
 
 __all__ = ["AtemFamily", "format_invoke"]
 
@@ -35,14 +36,14 @@ _INVOKE = re.compile(r'<atem:invoke name="([^"]+)">(.*?)</atem:invoke>', re.S)
 _PARAM = re.compile(r'<atem:parameter name="([^"]+)">(.*?)</atem:parameter>', re.S)
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     """A parameter value as the template writes it."""
     if isinstance(value, bool) or value is None or isinstance(value, dict | list):
         return json.dumps(value, ensure_ascii=False)
     return str(value)
 
 
-def _value(text: str) -> Any:
+def _value(text: str) -> JSON | str:
     """Strings are written as they are; anything that reads as JSON is JSON."""
     try:
         return json.loads(text)
@@ -140,7 +141,9 @@ class AtemFamily(Family):
             content="".join(content), reasoning="\n".join(reasoning) or None, tool_calls=calls
         )
 
-    def new_stream_parser(self, decoder: IncrementalDecoder, *, in_reasoning: bool) -> Any:
+    def new_stream_parser(
+        self, decoder: IncrementalDecoder, *, in_reasoning: bool
+    ) -> StreamingParser:
         return AtemStreamParser(self, decoder)
 
 

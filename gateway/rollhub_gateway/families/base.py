@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 from rollhub_gateway.template_env import FrozenJson
-from rollhub_gateway.turns import OutputDelta, ParsedOutput, ToolCall
+from rollhub_gateway.turns import OutputDelta, ParsedOutput, StreamingParser, ToolCall
 from rollhub_gateway.unique_ids import unique_id
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ def partial_suffix(text: str, markers: tuple[str, ...]) -> int:
     return best
 
 
-def json_arguments(value: Any) -> str:
+def json_arguments(value: object) -> str:
     """Arguments as compact JSON text (the neutral format carries JSON text)."""
     if isinstance(value, str):
         return value
@@ -220,9 +220,22 @@ class Family:
 
     # Streaming -------------------------------------------------------------------------------
 
-    def new_stream_parser(self, decoder: IncrementalDecoder, *, in_reasoning: bool) -> Any:
+    def new_stream_parser(
+        self, decoder: IncrementalDecoder, *, in_reasoning: bool
+    ) -> StreamingParser:
         """A :class:`~rollhub_gateway.turns.StreamingParser` for one generation."""
         return MarkupStreamParser(self, decoder, in_reasoning=in_reasoning)
+
+
+class TextDecoder(Protocol):
+    """What :class:`IncrementalDecoder` decodes with: a Hugging Face tokenizer's ``decode``
+    returning one string (a :class:`~rollhub_gateway.token_codec.TokenCodec`)."""
+
+    def decode(
+        self, ids: list[int], *, skip_special_tokens: bool, clean_up_tokenization_spaces: bool
+    ) -> str:
+        """The text of ``ids``."""
+        ...
 
 
 class IncrementalDecoder:
@@ -232,7 +245,7 @@ class IncrementalDecoder:
     ends in an incomplete UTF-8 sequence (``\\ufffd``) is held until the next ids arrive.
     """
 
-    def __init__(self, tokenizer: Any, stop_ids: set[int]) -> None:
+    def __init__(self, tokenizer: TextDecoder, stop_ids: set[int]) -> None:
         self._tok = tokenizer
         self._stop = stop_ids
         self.stop = stop_ids

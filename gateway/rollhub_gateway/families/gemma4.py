@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rollhub_gateway.families.base import Family, new_call_id
+from rollhub_gateway.json_value import JSON
 from rollhub_gateway.turns import ToolCall
 
 __all__ = ["Gemma4Family", "format_value", "parse_arguments"]
@@ -32,7 +33,7 @@ THOUGHT_OPEN, THOUGHT_CLOSE = "<|channel>thought", "<channel|>"
 _BARE = {"true": True, "false": False, "null": None, "None": None}
 
 
-def format_value(value: Any) -> str:
+def format_value(value: object) -> str:
     """A value in Gemma 4's argument notation, as its template writes it (keys sorted)."""
     if isinstance(value, str):
         return QUOTE + value + QUOTE
@@ -68,7 +69,7 @@ class _Reader:
             raise self.fail(f"expected {s!r}")
         self.pos += len(s)
 
-    def value(self) -> Any:
+    def value(self) -> JSON:
         self.skip()
         if self.peek(QUOTE):
             self.pos += len(QUOTE)

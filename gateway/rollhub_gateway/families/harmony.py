@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from rollhub_gateway.families.base import Family, IncrementalDecoder, new_call_id, partial_suffix
-from rollhub_gateway.turns import OutputDelta, ParsedOutput, ToolCall
+from rollhub_gateway.turns import OutputDelta, ParsedOutput, StreamingParser, ToolCall
 
 __all__ = ["HarmonyFamily"]
 
@@ -109,7 +109,9 @@ class HarmonyFamily(Family):
             content="".join(content), reasoning="\n".join(reasoning) or None, tool_calls=calls
         )
 
-    def new_stream_parser(self, decoder: IncrementalDecoder, *, in_reasoning: bool) -> Any:
+    def new_stream_parser(
+        self, decoder: IncrementalDecoder, *, in_reasoning: bool
+    ) -> StreamingParser:
         return HarmonyStreamParser(self, decoder)
 
 

@@ -39,7 +39,7 @@ CALLS_OPEN, CALLS_CLOSE = "<|tool_call_start|>", "<|tool_call_end|>"
 _NAMES = {"true": True, "false": False, "null": None}
 
 
-def _python_value(value: Any) -> str:
+def _python_value(value: object) -> str:
     """A value as LFM2's templates write it (``format_arg_value``)."""
     if isinstance(value, str):
         escaped = (
@@ -63,7 +63,7 @@ def format_calls(calls: Sequence[tuple[str, dict[str, Any]]]) -> str:
     return f"{CALLS_OPEN}[{body}]{CALLS_CLOSE}"
 
 
-def _literal(node: ast.AST) -> Any:
+def _literal(node: ast.AST) -> object:
     """A Python literal, or JSON written as Python (``true``, ``null``), from its AST."""
     if isinstance(node, ast.Constant):
         return node.value
@@ -72,10 +72,7 @@ def _literal(node: ast.AST) -> Any:
     if isinstance(node, ast.List | ast.Tuple):
         return [_literal(e) for e in node.elts]
     if isinstance(node, ast.Dict):
-        keys = [k for k in node.keys if k is not None]
-        if len(keys) != len(node.keys):
-            raise ValueError("** in a mapping")
-        return {_literal(k): _literal(v) for k, v in zip(keys, node.values, strict=True)}
+        return _literal_dict(node)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
         inner = _literal(node.operand)
         if not isinstance(inner, int | float) or isinstance(inner, bool):
@@ -109,27 +106,35 @@ def parse_calls(section: str) -> list[ToolCall] | None:
         raise ValueError(f"not a Python call list: {exc}") from exc
 
 
+def _literal_dict(node: ast.Dict) -> dict[object, object]:
+    """A mapping literal (see :func:`_literal`)."""
+    keys = [k for k in node.keys if k is not None]
+    if len(keys) != len(node.keys):
+        raise ValueError("** in a mapping")
+    return {_literal(k): _literal(v) for k, v in zip(keys, node.values, strict=True)}
+
+
 def _calls(tree: ast.AST) -> list[ToolCall] | None:
     nodes = tree.elts if isinstance(tree, ast.List) else [tree]
     calls = []
     for node in nodes:
         if isinstance(node, ast.Dict):
             # asked for JSON in the system prompt, LFM2 writes {"name": …, "arguments": {…}}
-            obj = _literal(node)
-            args = obj.get("arguments", obj.get("parameters", {}))
-            if not isinstance(obj.get("name"), str) or not isinstance(args, dict):
+            obj = _literal_dict(node)
+            name, args = obj.get("name"), obj.get("arguments", obj.get("parameters", {}))
+            if not isinstance(name, str) or not isinstance(args, dict):
                 return None
-            calls.append(ToolCall(new_call_id(), obj["name"], json.dumps(args, ensure_ascii=False)))
+            calls.append(ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False)))
             continue
         if not isinstance(node, ast.Call) or node.args:
             return None  # positional arguments have no parameter names
-        args = {}
+        keywords: dict[str, object] = {}
         for kw in node.keywords:
             if kw.arg is None:
                 return None
-            args[kw.arg] = _literal(kw.value)
+            keywords[kw.arg] = _literal(kw.value)
         calls.append(
-            ToolCall(new_call_id(), _name(node.func), json.dumps(args, ensure_ascii=False))
+            ToolCall(new_call_id(), _name(node.func), json.dumps(keywords, ensure_ascii=False))
         )
     return calls or None
 
@@ -186,7 +191,7 @@ class LFM2Family(Family):
         return ParsedOutput(content=content, reasoning=reasoning, tool_calls=calls)
 
 
-def _mapping(args: Any) -> dict[str, Any]:
+def _mapping(args: object) -> dict[str, Any]:
     # arguments that are not a JSON object cannot be written as keyword arguments
     return args if isinstance(args, dict) else {}
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rollhub_gateway.families.base import Family, new_call_id
+from rollhub_gateway.json_value import JSON
 from rollhub_gateway.turns import ToolCall
 
 __all__ = ["ChatMLFamily", "GLM4MoeFamily", "HermesFamily", "Qwen3CoderFamily", "Qwen3Family"]
@@ -39,7 +40,7 @@ def _blocks(section: str) -> list[str] | None:
     return bodies
 
 
-def _value(text: str) -> Any:
+def _value(text: str) -> JSON | str:
     """A parameter value: JSON when it parses as JSON, else the raw string."""
     try:
         return json.loads(text)

@@ -58,7 +58,7 @@ class GatewayPool:
         self._http: Any = None
         self._inited_ray = False
         self._broadcasts: set[asyncio.Task[Any]] = set()
-        self._policy: tuple[Any, int] | None = None
+        self._policy: tuple[object, int] | None = None
         self._balancer: asyncio.Task[None] | None = None
 
     def spec(self, index: int) -> dict[str, Any]:
@@ -152,6 +152,8 @@ class GatewayPool:
         elsewhere), move one replica there, one at a time."""
         from rollhub.runtimes.ray_nodes import NodeTable, in_daemon_thread
 
+        from rollhub_gateway.pool.ray_replicas import RayReplica
+
         table = NodeTable(self.pool.ray_resources)
         while True:
             await asyncio.sleep(BALANCE_INTERVAL_S)
@@ -162,15 +164,17 @@ class GatewayPool:
                 await asyncio.sleep(30.0)  # the blocked read is left to finish first
                 continue
             nodes = {n.node_id for n in table.eligible()}
-            serving = [r for r in self.replicas if r.dead is None and not r.restarting]
-            counts = Counter(getattr(r, "node_id", None) for r in serving)
+            serving = [
+                r for r in self.replicas
+                if isinstance(r, RayReplica) and r.dead is None and not r.restarting
+            ]  # fmt: skip
+            counts = Counter(r.node_id for r in serving)
             empty = sorted(n for n in nodes if not counts.get(n))
             busiest = max((n for n in counts if n in nodes), key=counts.__getitem__, default=None)
             if not empty or busiest is None or counts[busiest] < 2:
                 continue
-            mover = min((r for r in serving if getattr(r, "node_id", None) == busiest),
-                        key=lambda r: len(r.live))  # fmt: skip
-            await mover.move_to(empty[0])  # type: ignore[attr-defined]  # a replica with a node moves
+            mover = min((r for r in serving if r.node_id == busiest), key=lambda r: len(r.live))
+            await mover.move_to(empty[0])
 
     # Sessions -----------------------------------------------------------------------------
 
@@ -301,7 +305,7 @@ class GatewayPool:
             replica.version, replica.version_known = self._policy[1], True
         await self._sync_version(replica)
 
-    async def publish_policy(self, policy: Any, version: int) -> None:
+    async def publish_policy(self, policy: object, version: int) -> None:
         """Hand ``policy`` to every live replica's backend, then stamp ``version``.
 
         :raises UsageError: a replica's backend refuses it (or it cannot be sent).

@@ -24,12 +24,15 @@ import pickle
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub.errors import GatewayError, UsageError
 
 from rollhub_gateway.pool.replica import POLICY_ROUTE, Replica
 from rollhub_gateway.pool.tombstone import Tombstone
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = ["ProcessReplica"]
 
@@ -85,7 +88,7 @@ class ProcessReplica(Replica):
         """``pid <n>``."""
         return f"pid {self.pid}" if self.pid is not None else "not started"
 
-    async def start(self, http: Any) -> None:
+    async def start(self, http: aiohttp.ClientSession) -> None:
         """Spawn the child and wait for its URL.
 
         :raises GatewayError: the child exited or stayed silent past ``start_timeout_s``
@@ -213,7 +216,7 @@ class ProcessReplica(Replica):
     def _tail(self) -> str:
         return " | ".join(self.stderr_tail)[-2000:] or "(empty)"
 
-    async def publish_policy(self, policy: Any, version: int) -> None:
+    async def publish_policy(self, policy: object, version: int) -> None:
         """Send the pickled policy to the child's policy route.
 
         :raises UsageError: the policy cannot be pickled, or the child's backend refuses it.

@@ -28,15 +28,22 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rollhub.errors import GatewayError, UsageError
 
 from rollhub_gateway.pool.replica import Replica
 
+if TYPE_CHECKING:
+    import aiohttp
+    from ray.actor import ActorClass
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
 __all__ = ["GatewayActor", "RayReplica"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: concurrent calls one actor serves (admin calls; model traffic is HTTP, not actor calls)
 ACTOR_CONCURRENCY = 64
@@ -76,7 +83,7 @@ class GatewayActor:
             "restarted": bool(context.was_current_actor_reconstructed),
         }
 
-    async def publish_policy(self, policy: Any, version: int) -> None:
+    async def publish_policy(self, policy: object, version: int) -> None:
         """Swap the backend to ``policy`` as ``version``."""
         self.server.publish_policy(policy, version)
 
@@ -110,7 +117,7 @@ class RayReplica(Replica):
         index: int,
         spec: dict[str, Any],
         *,
-        remote_cls: Any,
+        remote_cls: ActorClass[GatewayActor],
         num_cpus: float,
         start_timeout_s: float,
         restarts: int = 0,
@@ -147,7 +154,7 @@ class RayReplica(Replica):
             return "not started"
         return f"pid {self.pid} on node {self.node or (self.node_id or '?')[:12]}"
 
-    async def start(self, http: Any) -> None:
+    async def start(self, http: aiohttp.ClientSession) -> None:
         """Create the actor and wait for its URL.
 
         :raises GatewayError: the actor failed or stayed silent past ``start_timeout_s``.
@@ -172,7 +179,7 @@ class RayReplica(Replica):
         self._watch = asyncio.create_task(self._watch_actor())
         log.info("%s serving at %s", self.name, self.url)
 
-    def _new_actor(self, strategy: Any) -> Any:
+    def _new_actor(self, strategy: str | NodeAffinitySchedulingStrategy) -> Any:
         return self.remote_cls.options(
             num_cpus=self.num_cpus,
             resources=self.resources or None,
@@ -282,7 +289,7 @@ class RayReplica(Replica):
         )  # fmt: skip
         return True
 
-    async def publish_policy(self, policy: Any, version: int) -> None:
+    async def publish_policy(self, policy: object, version: int) -> None:
         """Send the policy through Ray's object store to the actor.
 
         :raises UsageError: the actor's backend refuses it.
@@ -332,7 +339,7 @@ def _gone_for_good(exc: BaseException) -> bool:
     return isinstance(exc, ray.exceptions.ActorDiedError)
 
 
-async def _await(ref: Any) -> Any:
+async def _await(ref: Awaitable[T]) -> T:
     return await ref
 
 

@@ -13,11 +13,14 @@ import asyncio
 import contextlib
 import logging
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub.errors import CaptureLost, GatewayError
 
 from rollhub_gateway.admin_call import admin_call
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = ["POLICY_ROUTE", "Replica", "ReplicaDied", "ReplicaUnreachable"]
 
@@ -82,7 +85,7 @@ class Replica(ABC):
         return "not started"
 
     @abstractmethod
-    async def start(self, http: Any) -> None:
+    async def start(self, http: aiohttp.ClientSession) -> None:
         """Start the replica and set :attr:`url`; ``http`` is the pool's admin client."""
 
     @abstractmethod
@@ -90,7 +93,7 @@ class Replica(ABC):
         """Stop the replica (idempotent; leaves nothing running)."""
 
     @abstractmethod
-    async def publish_policy(self, policy: Any, version: int) -> None:
+    async def publish_policy(self, policy: object, version: int) -> None:
         """Hand the replica's sampling backend a new policy as ``version``."""
 
     def mark_dead(self, cause: str) -> None:
@@ -123,7 +126,7 @@ class Replica(ABC):
         method: str,
         path: str,
         *,
-        json: Any = None,
+        json: object = None,
         session_id: str | None = None,
         missing_ok: bool = False,
     ) -> Any:

@@ -21,17 +21,22 @@ import pickle
 import signal
 import sys
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 from aiohttp import web
 from rollhub.errors import ConfigError, RollhubError
 from rollhub.parent_death import die_with_parent
+from rollhub.sampling import SamplingBackend
 
 from rollhub_gateway.config import GatewayConfig
 from rollhub_gateway.pool.replica import POLICY_ROUTE
 from rollhub_gateway.serving import build_gateway, settle_heap
 
 __all__ = ["ReplicaServer", "load_factory", "main"]
+
+#: builds a replica's sampling backend from its config (``token_source.pool.engine_factory``)
+EngineFactory: TypeAlias = Callable[[GatewayConfig], SamplingBackend]
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +69,7 @@ class ReplicaServer:
         log.info("gateway replica %d serving at %s (pid %d)", self.index, url, os.getpid())
         return url
 
-    def publish_policy(self, policy: Any, version: int) -> None:
+    def publish_policy(self, policy: object, version: int) -> None:
         """Swap the backend to ``policy`` and stamp ``version`` from the next turn on."""
         self.gateway.backend.update_policy(policy, version)
         self.gateway.set_weight_version(version)
@@ -93,7 +98,7 @@ class ReplicaServer:
         return web.json_response({"version": version})
 
 
-def load_factory(ref: str) -> Any:
+def load_factory(ref: str) -> EngineFactory:
     """The callable named by ``"pkg.module:name"`` or ``"path/to/file.py:name"``.
 
     :raises ConfigError: it cannot be imported or is not callable (naming the option).

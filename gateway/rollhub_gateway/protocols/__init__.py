@@ -10,16 +10,22 @@
 - :mod:`.admin`: the session-management routes of the hub
 """
 
+from typing import TypeAlias
+
 from rollhub_gateway.protocols.anthropic import AnthropicMessages
 from rollhub_gateway.protocols.base import TurnResult, WireError, WireRequest
 from rollhub_gateway.protocols.openai_chat import OpenAIChat
 from rollhub_gateway.protocols.openai_responses import OpenAIResponses
+
+#: one of the three wire formats (what the model routes parse and answer with)
+WireAdapter: TypeAlias = AnthropicMessages | OpenAIChat | OpenAIResponses
 
 __all__ = [
     "AnthropicMessages",
     "OpenAIChat",
     "OpenAIResponses",
     "TurnResult",
+    "WireAdapter",
     "WireError",
     "WireRequest",
 ]

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 from rollhub.errors import ConfigError
@@ -18,6 +19,9 @@ from rollhub_gateway.protocols.base import WireError, error_response
 from rollhub_gateway.protocols.openai_chat import OpenAIChat
 from rollhub_gateway.sessions import Session, SessionError, SessionManager
 from rollhub_gateway.turns import ChatModel
+
+if TYPE_CHECKING:
+    from rollhub_gateway.config import SessionPolicy
 
 __all__ = ["AdminRoutes", "SessionHost"]
 
@@ -35,7 +39,7 @@ class SessionHost(Protocol):
         self,
         session_id: str | None = None,
         *,
-        policy: Any = None,
+        policy: SessionPolicy | dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> Session: ...
 
@@ -54,7 +58,7 @@ class AdminRoutes:
     def __init__(self, gateway: SessionHost) -> None:
         self.gateway = gateway
 
-    def routes(self) -> list[tuple[str, str, Any]]:
+    def routes(self) -> list[tuple[str, str, Callable[[web.Request], Awaitable[web.Response]]]]:
         """``(method, path pattern, handler)`` of the admin routes."""
         return [
             ("POST", "/sessions", self.open_session),
@@ -141,7 +145,9 @@ class AdminRoutes:
     async def finish(self, request: web.Request) -> web.Response:
         return await self._records(request, self.gateway.finish_session)
 
-    async def _records(self, request: web.Request, get: Any) -> web.Response:
+    async def _records(
+        self, request: web.Request, get: Callable[[str], list[TraceRecord]]
+    ) -> web.Response:
         sid = request.match_info["sid"]
         try:
             self._check(request)

@@ -10,7 +10,7 @@ Images and documents are refused with a 400: the served model reads text only.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from rollhub_gateway.protocols.anthropic_input import parse_request
@@ -88,7 +88,7 @@ class AnthropicMessages(ProtocolAdapter):
 
     async def stream(
         self, req: WireRequest, events: AsyncIterator[StreamEvent]
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """message_start, content blocks (start/delta/stop), message_delta, message_stop."""
         blocks = TextBlocks(_Blocks())
         async for ev in events:

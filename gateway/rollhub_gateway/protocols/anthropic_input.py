@@ -25,14 +25,14 @@ from rollhub_gateway.protocols.fields import (
     require,
 )
 from rollhub_gateway.protocols.known_prefix import KnownPrefix, reusable_prefix
-from rollhub_gateway.turns import ChatTurn
+from rollhub_gateway.turns import ChatTurn, ToolChoice
 
 __all__ = ["parse_request"]
 
 log = logging.getLogger(__name__)
 
 
-def _text_blocks(value: Any, where: str) -> str:
+def _text_blocks(value: object, where: str) -> str:
     """Text of a string or a list of text blocks (system prompts, tool results)."""
     if isinstance(value, str):
         return value
@@ -50,7 +50,7 @@ def _text_blocks(value: Any, where: str) -> str:
     return "\n".join(texts) if where == "system" else "".join(texts)
 
 
-def _refuse(kind: Any, where: str) -> None:
+def _refuse(kind: object, where: str) -> None:
     if kind in ("image", "document"):
         raise WireError(
             "invalid_request",
@@ -61,7 +61,7 @@ def _refuse(kind: Any, where: str) -> None:
 
 
 def _messages(
-    messages: Any, out: list[dict[str, Any]], ends: list[int | None], start: int = 0
+    messages: object, out: list[dict[str, Any]], ends: list[int | None], start: int = 0
 ) -> list[dict[str, Any]]:
     """Append the neutral messages of ``messages[start:]`` to ``out`` and each item's end
     to ``ends``."""
@@ -152,7 +152,7 @@ def _user(blocks: list[Any], where: str) -> list[dict[str, Any]]:
     return out
 
 
-def _tools(tools: Any) -> list[dict[str, Any]] | None:
+def _tools(tools: object) -> list[dict[str, Any]] | None:
     if tools is None:
         return None
     if not isinstance(tools, list):
@@ -173,7 +173,7 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
     return out or None
 
 
-def _tool_choice(choice: Any) -> Any:
+def _tool_choice(choice: object) -> ToolChoice:
     if choice is None:
         return None
     kind = choice.get("type") if isinstance(choice, dict) else None
@@ -183,7 +183,7 @@ def _tool_choice(choice: Any) -> Any:
         return "required"
     if kind == "none":
         return "none"
-    if kind == "tool" and isinstance(choice.get("name"), str):
+    if kind == "tool" and isinstance(choice, dict) and isinstance(choice.get("name"), str):
         return {"type": "function", "function": {"name": choice["name"]}}
     raise WireError(
         "invalid_request",

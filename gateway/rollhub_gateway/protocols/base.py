@@ -172,7 +172,7 @@ def new_id(prefix: str) -> str:
 # Server-sent events --------------------------------------------------------------------------
 
 
-def sse(data: Any, event: str | None = None) -> bytes:
+def sse(data: object, event: str | None = None) -> bytes:
     """One server-sent event; ``data`` is JSON-encoded unless it is already text."""
     payload = (
         data
@@ -212,7 +212,7 @@ def owed_deltas(streamed: Mapping[str, str], parsed: ParsedOutput) -> list[Outpu
 # Neutral tools and tool calls (the OpenAI function form) ------------------------------------
 
 
-def function_tool(name: str, parameters: Any, description: Any) -> dict[str, Any]:
+def function_tool(name: str, parameters: object, description: object) -> dict[str, Any]:
     """A tool in neutral form; a missing schema means an object with no properties."""
     fn = {"name": name, "parameters": parameters or {"type": "object", "properties": {}}}
     if description:
@@ -225,7 +225,7 @@ def function_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def parse_arguments(arguments: str) -> Any:
+def parse_arguments(arguments: str) -> dict[str, Any]:
     """Tool-call arguments as an object (formats that carry objects, not JSON text)."""
     try:
         value = json.loads(arguments) if arguments.strip() else {}
@@ -237,7 +237,7 @@ def parse_arguments(arguments: str) -> Any:
 # Responses ---------------------------------------------------------------------------------
 
 
-def fast_json_response(data: Any, *, status: int = 200) -> web.Response:
+def fast_json_response(data: object, *, status: int = 200) -> web.Response:
     """``web.json_response`` with a C encoder (the same JSON value; UTF-8, not escaped)."""
     if orjson is not None:
         try:

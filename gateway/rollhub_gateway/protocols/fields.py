@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from rollhub_gateway.protocols.base import WireError
 
@@ -14,8 +14,18 @@ __all__ = ["json_text", "opt_bool", "opt_float", "opt_int", "opt_stop", "require
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 
-def require(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+
+@overload
+def require(body: Mapping[str, Any], name: str, kind: type[T]) -> T: ...
+
+
+@overload
+def require(body: Mapping[str, Any], name: str, kind: tuple[type, ...]) -> object: ...
+
+
+def require(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> object:
     """``body[name]``, which must be present and of ``kind``."""
     if name not in body or body[name] is None:
         raise WireError("invalid_request", f"missing required field {name!r}", param=name)
@@ -91,7 +101,7 @@ def opt_stop(body: Mapping[str, Any], name: str) -> tuple[str, ...] | None:
     )
 
 
-def json_text(value: Any, name: str) -> str:
+def json_text(value: object, name: str) -> str:
     """Tool-call arguments as JSON text (objects are serialised, text is kept as sent)."""
     if isinstance(value, str):
         return value

@@ -45,7 +45,7 @@ class KnownPrefix:
 
 
 def reusable_prefix(
-    items: Any, lead: Any, known: KnownPrefix | None
+    items: object, lead: object, known: KnownPrefix | None
 ) -> tuple[int, list[dict[str, Any]], list[int | None]]:
     """``(k, messages, ends)``: the first ``k`` items were sent as in ``known``; ``messages``
     are the neutral messages they (and the lead) made and ``ends`` their boundaries

@@ -14,7 +14,7 @@ engine.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from rollhub_gateway.protocols.base import (
@@ -93,7 +93,7 @@ class OpenAIChat(ProtocolAdapter):
 
     async def stream(
         self, req: WireRequest, events: AsyncIterator[StreamEvent]
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """``chat.completion.chunk`` events, then ``[DONE]``."""
         cid, created = new_id("chatcmpl-"), 0
         include_usage = req.options.get("include_usage")
@@ -106,7 +106,7 @@ class OpenAIChat(ProtocolAdapter):
             finish: str | None = None,
             root: dict[str, Any] | None = None,
             /,
-            **extra: Any,  # fields of the choice (positional-only above: no name clashes)
+            **extra: object,  # fields of the choice (positional-only above: no name clashes)
         ) -> bytes:
             body = {
                 "id": cid, "object": "chat.completion.chunk", "created": created, "model": model,

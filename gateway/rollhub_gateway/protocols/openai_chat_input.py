@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 
 def content_text(
-    content: Any, where: str, *, media: tuple[str, ...], hint: str, refusal: bool = False
+    content: object, where: str, *, media: tuple[str, ...], hint: str, refusal: bool = False
 ) -> str:
     """Text of an OpenAI content (Chat or Responses): a string or a list of text parts.
 
@@ -75,7 +75,7 @@ def content_text(
     return "".join(texts)
 
 
-def _text_of(content: Any, where: str) -> str | None:
+def _text_of(content: object, where: str) -> str | None:
     """Text of a Chat message content; ``None`` stays ``None``."""
     if content is None:
         return None
@@ -89,7 +89,7 @@ def _text_of(content: Any, where: str) -> str | None:
 
 
 def parse_messages(
-    messages: Any, field: str = "messages", known: list[dict[str, Any]] | None = None
+    messages: object, field: str = "messages", known: list[dict[str, Any]] | None = None
 ) -> list[dict[str, Any]]:
     """Validate OpenAI chat messages and return them in neutral form.
 
@@ -169,7 +169,7 @@ def parse_messages(
     return out
 
 
-def _unchanged(raw: Any, known: dict[str, Any]) -> bool:
+def _unchanged(raw: object, known: dict[str, Any]) -> bool:
     """Whether ``raw`` is ``known`` as sent (an assistant message may drop its null content)."""
     if raw == known:
         return True
@@ -187,9 +187,9 @@ def _unchanged(raw: Any, known: dict[str, Any]) -> bool:
 _ROLES = {r: r for r in ("system", "user", "assistant", "tool")} | {"developer": "system"}
 
 
-def _tool_call(call: Any, where: str) -> dict[str, Any]:
+def _tool_call(call: object, where: str) -> dict[str, Any]:
     fn = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+    if not isinstance(call, dict) or not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
         raise WireError("invalid_request", f"{where}.function.name is required", param=where)
     return function_call(
         str(call.get("id") or new_id("call_")),
@@ -199,7 +199,7 @@ def _tool_call(call: Any, where: str) -> dict[str, Any]:
 
 
 def parse_tools(
-    tools: Any, field: str = "tools", known: list[dict[str, Any]] | None = None
+    tools: object, field: str = "tools", known: list[dict[str, Any]] | None = None
 ) -> list[dict[str, Any]] | None:
     """Validate OpenAI function tools (neutral form is the same).
 

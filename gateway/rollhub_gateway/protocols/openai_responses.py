@@ -10,7 +10,7 @@ state: ``previous_response_id`` is refused; send the whole conversation as ``inp
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from rollhub_gateway.protocols.base import (
@@ -86,7 +86,7 @@ class OpenAIResponses(ProtocolAdapter):
 
     async def stream(
         self, req: WireRequest, events: AsyncIterator[StreamEvent]
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """response.created … output items and their deltas … response.completed."""
         rid = new_id("resp_")
         ev = _Sequence()
@@ -171,7 +171,7 @@ class _Sequence:
     def __init__(self) -> None:
         self.seq = 0
 
-    def __call__(self, kind: str, **data: Any) -> bytes:
+    def __call__(self, kind: str, **data: object) -> bytes:
         self.seq += 1
         return sse({"type": kind, "sequence_number": self.seq - 1, **data}, kind)
 
@@ -237,5 +237,5 @@ class _Items:
             ev("response.output_item.done", output_index=idx, item=done),
         ]  # fmt: skip
 
-    def _part(self, kind: str, index: int, **data: Any) -> bytes:
+    def _part(self, kind: str, index: int, **data: object) -> bytes:
         return self.ev(kind, item_id=self._id, output_index=index, content_index=0, **data)

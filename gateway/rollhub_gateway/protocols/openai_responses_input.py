@@ -18,14 +18,14 @@ from rollhub_gateway.protocols.base import (
 from rollhub_gateway.protocols.fields import json_text, opt_bool, opt_float, opt_int
 from rollhub_gateway.protocols.known_prefix import KnownPrefix, reusable_prefix
 from rollhub_gateway.protocols.openai_chat_input import content_text
-from rollhub_gateway.turns import ChatTurn
+from rollhub_gateway.turns import ChatTurn, ToolChoice
 
 __all__ = ["parse_input", "parse_request", "parse_tool_choice", "parse_tools"]
 
 log = logging.getLogger(__name__)
 
 
-def _content_text(content: Any, where: str) -> str:
+def _content_text(content: object, where: str) -> str:
     return content_text(
         content,
         where,
@@ -35,7 +35,7 @@ def _content_text(content: Any, where: str) -> str:
 
 
 def parse_input(
-    items: Any,
+    items: object,
     out: list[dict[str, Any]] | None = None,
     ends: list[int | None] | None = None,
     start: int = 0,
@@ -127,7 +127,7 @@ def parse_input(
     return out
 
 
-def parse_tools(tools: Any) -> list[dict[str, Any]] | None:
+def parse_tools(tools: object) -> list[dict[str, Any]] | None:
     """Validate Responses function tools (flat: ``name`` beside ``type``)."""
     if tools is None:
         return None
@@ -149,7 +149,7 @@ def parse_tools(tools: Any) -> list[dict[str, Any]] | None:
     return out or None
 
 
-def parse_tool_choice(choice: Any) -> Any:
+def parse_tool_choice(choice: object) -> ToolChoice:
     """``tool_choice`` in neutral form."""
     if choice is None or choice in ("none", "auto", "required"):
         return choice
