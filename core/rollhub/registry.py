@@ -25,9 +25,9 @@ from pydantic import BaseModel, ValidationError
 
 from rollhub.config import RollhubConfig
 from rollhub.errors import ConfigError, PluginError, PluginLoadError, UnknownComponentError
-
-# KNOWN_DISTRIBUTIONS is re-exported: it was defined here, and users may extend it
-from rollhub.unknown_component import KNOWN_DISTRIBUTIONS as KNOWN_DISTRIBUTIONS
+from rollhub.unknown_component import (
+    KNOWN_DISTRIBUTIONS as KNOWN_DISTRIBUTIONS,  # re-exported: it lived here
+)
 from rollhub.unknown_component import unknown_component_message
 from rollhub.validation import explain, first_loc
 
