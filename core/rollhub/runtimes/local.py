@@ -34,9 +34,7 @@ from rollhub.rollout import RolloutRequest, SubmitReceipt
 from rollhub.runtime import Runtime, RuntimeOptions, StoreFailure
 from rollhub.runtimes.local_http import LoopbackHTTP, LoopbackHTTPError, refusal_error
 from rollhub.runtimes.local_launch import launch_worker
-from rollhub.runtimes.local_options import (
-    LocalRuntimeOptions as LocalRuntimeOptions,  # re-exported: it lived here
-)
+from rollhub.runtimes.local_options import LocalRuntimeOptions
 from rollhub.runtimes.local_process import WorkerProcess
 
 __all__ = ["LocalRuntime", "LocalRuntimeOptions"]
