@@ -26,28 +26,31 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from pluggy import HookRelay
 
-from rollhub.attempts import end_attempt, next_attempt, note_close_error, take_outcome, time_left
+from rollhub.attempts import end_attempt, next_attempt, take_outcome, time_left
+from rollhub.capture_sessions import close_capture, open_capture, replace_capture, retrieve_tokens
 from rollhub.client import AsyncRolloutClient
 from rollhub.components import build_component, component_context, open_config_store
 from rollhub.config import RollhubConfig
 from rollhub.dataset import group_id_of
 from rollhub.episode import Episode, EpisodeGroup, ErrorInfo
-from rollhub.errors import RewardError, RollhubError, TokenRetrievalError, UsageError
+from rollhub.episode_rewards import collect_episode_rewards
+from rollhub.errors import RollhubError, UsageError
 from rollhub.group_rewards import collect_group_rewards
 from rollhub.hook_calls import call_all, call_first
 from rollhub.plugin_settings import check_config
 from rollhub.plugins import PluginHost, build_host
 from rollhub.policies import effective_staleness
-from rollhub.rewards import apply_failure_policy, merge_reward_components
+from rollhub.rewards import apply_failure_policy
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 from rollhub.rollout_future import RolloutOutcome
 from rollhub.runtime import Runtime
-from rollhub.seeding import EpisodeSeeds, session_sampling
+from rollhub.seeding import EpisodeSeeds
 from rollhub.sessions.episodes import SessionEpisodes
 from rollhub.staleness import StalenessGate
 from rollhub.stores.base import ResultStore
@@ -291,13 +294,14 @@ class AsyncHub:
         )
         capture_open = False  # the current session's capture session is still to be closed
         try:
-            await self._open_capture(request)
+            await open_capture(self.token_source, request)
             capture_open = True
             while True:
                 outcome = await self._outcome(request, episode)
                 take_outcome(episode, outcome)
                 capture_open, lost = await end_attempt(
-                    episode, self.token_source, self._retrieve, self._reward
+                    episode, self.token_source, partial(retrieve_tokens, self),
+                    partial(collect_episode_rewards, self),
                 )
                 if lost is None:
                     break
@@ -309,7 +313,7 @@ class AsyncHub:
                 if retry is None:
                     break
                 request, episode.status = retry, "infra_error"  # until the next outcome
-                await self._open_capture(request)
+                await open_capture(self.token_source, request)
                 capture_open = True
         except asyncio.CancelledError:
             episode.status, episode.finished_at = "cancelled", time.time()
@@ -325,13 +329,9 @@ class AsyncHub:
             episode.finished_at = episode.finished_at or time.time()
         finally:
             if capture_open:
-                await self._close_capture(episode)
+                await close_capture(self.token_source, episode)
         episode.metrics.setdefault("elapsed_s", episode.elapsed)
         return episode
-
-    async def _open_capture(self, request: RolloutRequest) -> None:
-        sid, sampling = request.rollout.session_id, session_sampling(request)
-        (await self.token_source.open_session(sid, sampling=sampling)).apply_to(request.rollout)
 
     async def _outcome(self, request: RolloutRequest, episode: Episode) -> RolloutOutcome:
         if (sessions := SessionEpisodes.for_hub(self)) is not None:  # setup → run → teardown
@@ -342,59 +342,8 @@ class AsyncHub:
         return await future.result_async()
 
     async def _new_capture(self, old: RolloutRequest, new: RolloutRequest) -> None:
-        """A rollout goes to a new runtime session: its old capture session (the dead
-        attempt's turns) is dropped and a fresh one opened for the new session."""
-        try:
-            await self.token_source.close_session(old.rollout.session_id, drop=True)
-        except Exception as exc:  # the new attempt must not wait on the old one's cleanup
-            log.warning("dropping capture session %s failed: %s", old.rollout.session_id, exc)
-        capture = await self.token_source.open_session(
-            new.rollout.session_id, sampling=session_sampling(new, old)
-        )
-        capture.apply_to(new.rollout)
-
-    async def _close_capture(self, episode: Episode) -> None:
-        try:
-            await asyncio.shield(
-                self.token_source.close_session(episode.session_id, drop=episode.status != "ok")
-            )
-        except Exception as exc:  # the episode is complete; a leaked session is only logged
-            note_close_error(episode, exc)
-
-    async def _retrieve(self, episode: Episode) -> None:
-        try:
-            traces = await call_first(
-                self.hook.rollhub_retrieve_tokens,
-                episode=episode,
-                source=self.token_source,
-                hub=self,
-            )
-        except TokenRetrievalError:
-            raise
-        except Exception as exc:
-            raise TokenRetrievalError(
-                f"token retrieval for session {episode.session_id!r} failed: {exc}",
-                session_id=episode.session_id,
-            ) from exc
-        episode.traces = list(traces or [])
-
-    async def _reward(self, episode: Episode) -> None:
-        try:
-            parts = await call_all(self.hook.rollhub_collect_rewards, episode=episode, hub=self)
-        except RewardError:
-            raise
-        except Exception as exc:
-            raise RewardError(
-                f"a reward hook failed for session {episode.session_id!r}: "
-                f"{type(exc).__name__}: {exc}",
-                session_id=episode.session_id,
-            ) from exc
-        episode.reward_components = merge_reward_components(parts)
-        if episode.reward_components:
-            weights = self.config.rewards.weights
-            episode.reward = sum(
-                weights.get(name, 1.0) * value for name, value in episode.reward_components.items()
-            )
+        """A rollout goes to a new runtime session: see :func:`replace_capture`."""
+        await replace_capture(self.token_source, old, new)
 
     # Groups -------------------------------------------------------------------------------
 

@@ -36,6 +36,10 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from rollhub import hookspecs
+from rollhub.entry_point_distribution import (
+    ENTRY_POINT_GROUP as ENTRY_POINT_GROUP,  # re-exported: it lived here
+)
+from rollhub.entry_point_distribution import distribution_of
 from rollhub.errors import PluginError, PluginLoadError
 from rollhub.markers import PROJECT_NAME
 from rollhub.registry import ComponentRegistry
@@ -48,7 +52,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ENTRY_POINT_GROUP = "rollhub"
 
 #: Core modules that implement the default behaviour of every hook, registered first.
 DEFAULT_PLUGINS: tuple[str, ...] = (
@@ -113,7 +116,7 @@ class PluginHost:
         def on_failure(
             _manager: ExtensionManager[object], ep: EntryPoint, exc: BaseException, stage: str = "load"
         ) -> None:
-            dist, version = _dist_of(ep)
+            dist, version = distribution_of(ep)
             err = PluginLoadError(
                 f"plugin {ep.name!r} ({ep.value}, from {dist or 'unknown distribution'}) "
                 f"failed to {stage}: {type(exc).__name__}: {exc}",
@@ -140,7 +143,7 @@ class PluginHost:
             name_order=True,
         )
         for ext in mgr.extensions:
-            dist, version = _dist_of(ext.entry_point)
+            dist, version = distribution_of(ext.entry_point)
             try:
                 self.register(
                     ext.plugin,
@@ -364,38 +367,3 @@ def default_registry() -> DiscoveryRegistry:
 
 def _env_list(var: str) -> list[str]:
     return [p.strip() for p in os.environ.get(var, "").split(",") if p.strip()]
-
-
-def _dist_of(ep: EntryPoint) -> tuple[str | None, str | None]:
-    """The distribution (name, version) that provides an entry point."""
-    from importlib import metadata
-
-    dist = getattr(ep, "dist", None)
-    if dist is not None:
-        return dist.metadata["Name"], dist.version
-    top = ep.value.split(":")[0].split(".")[0]
-    names = _packages_distributions().get(top)
-    if not names:
-        return None, None
-    try:
-        return names[0], metadata.version(names[0])
-    except metadata.PackageNotFoundError:
-        return names[0], None
-
-
-_PKG_DISTS: dict[str, list[str]] | None = None
-
-
-def _packages_distributions() -> dict[str, list[str]]:
-    global _PKG_DISTS
-    if _PKG_DISTS is None:
-        from importlib import metadata
-
-        _PKG_DISTS = dict(metadata.packages_distributions())
-        # Editable installs expose no top-level names; read them from the entry points.
-        for dist in metadata.distributions():
-            for ep in dist.entry_points:
-                if ep.group == ENTRY_POINT_GROUP:
-                    top = ep.value.split(":")[0].split(".")[0]
-                    _PKG_DISTS.setdefault(top, [dist.metadata["Name"]])
-    return _PKG_DISTS

@@ -25,6 +25,10 @@ from pydantic import BaseModel, ValidationError
 
 from rollhub.config import RollhubConfig
 from rollhub.errors import ConfigError, PluginError, PluginLoadError, UnknownComponentError
+from rollhub.unknown_component import (
+    KNOWN_DISTRIBUTIONS as KNOWN_DISTRIBUTIONS,  # re-exported: it lived here
+)
+from rollhub.unknown_component import unknown_component_message
 from rollhub.validation import explain, first_loc
 
 log = logging.getLogger(__name__)
@@ -42,31 +46,6 @@ KINDS: tuple[ComponentKind, ...] = (
     "sandbox_provider",
     "metric_sink",
 )
-
-#: Components that ship in rollhub distributions other than the core, so that an error can
-#: say which distribution to install even when that distribution is absent (data only: the
-#: core imports none of them).
-KNOWN_DISTRIBUTIONS: dict[tuple[str, str], str] = {
-    ("token_source", "gateway"): "rollhub-gateway",
-    ("token_source", "rllm"): "rollhub-rllm",
-    ("sampling_backend", "transformers"): "rollhub-gateway[transformers]",
-    ("sampling_backend", "vllm"): "rollhub-gateway",
-    ("sampling_backend", "sglang"): "rollhub-gateway",
-    ("sampling_backend", "tinker"): "rollhub-gateway",
-    ("sampling_backend", "slime-router"): "rollhub-slime",
-    ("sampling_backend", "verl"): "rollhub-verl",
-    ("trainer", "verl"): "rollhub-verl",
-    ("trainer", "slime"): "rollhub-slime",
-    ("trainer", "tinker"): "rollhub-tinker",
-    ("trainer", "rllm"): "rollhub-rllm",
-    ("framework", "strands"): "rollhub-frameworks",
-    ("framework", "langgraph"): "rollhub-frameworks",
-    ("sandbox_provider", "local"): "rollhub-sandbox",
-    ("sandbox_provider", "agentcore"): "rollhub-sandbox",
-    ("sandbox_provider", "docker"): "rollhub-sandbox",
-    ("runtime", "ray"): "rollhub[ray]",
-}
-
 
 class ComponentLookup(Protocol):
     """Finds a component class by kind and config word (a registry, or a view of one)."""
@@ -271,8 +250,12 @@ class ComponentRegistry:
         info = self._components.get(kind, {}).get(name)
         if info is not None:
             return info.cls
+        message = unknown_component_message(
+            self._components, kind, name, field,
+            install_hints=self.install_hints, load_failures=self.load_failures,
+        )  # fmt: skip
         raise UnknownComponentError(
-            self._missing_message(kind, name, field),
+            message,
             kind=kind,
             name=name,
             installed=sorted(self._components.get(kind, {})),
@@ -314,44 +297,6 @@ class ComponentRegistry:
             self._components[k][n] for k in self._components for n in sorted(self._components[k])
         ]
 
-    def _missing_message(self, kind: str, name: str, field: str | None) -> str:
-        where = f" ({field})" if field else ""
-        if kind not in self._components:
-            return (
-                f"no component kind {kind!r}{where}; kinds: {', '.join(self._components)} "
-                f"(is the plugin that declares it installed? see 'rollhub plugins')"
-            )
-        installed = ", ".join(sorted(self._components.get(kind, {}))) or "none"
-        msg = f"no {kind.replace('_', ' ')} named {name!r}{where}; installed: {installed}"
-        dist = {**KNOWN_DISTRIBUTIONS, **self.install_hints}.get((kind, name))
-        if dist is not None:
-            base = dist.split("[")[0]
-            broken = [p for p, f in self.load_failures.items() if _dist_of(f) == base]
-            if broken:
-                msg += f"; plugin {broken[0]!r} from {dist} is installed but failed to load: "
-                msg += str(self.load_failures[broken[0]])
-            elif _installed(base):
-                msg += (
-                    f"; {base} is installed but this version provides no "
-                    f"{kind.replace('_', ' ')} {name!r} (upgrade it, or check its extras: {dist})"
-                )
-            else:
-                msg += f"; it ships in {dist}: pip install '{dist}'"
-            return msg
-        close = [n for n in self._components.get(kind, {}) if _similar(n, name)]
-        if close:
-            msg += f"; did you mean {close[0]!r}?"
-        if self.load_failures:
-            # the component may live in a plugin that could not load: say so, and how to see why
-            failed = ", ".join(
-                f"{p!r} ({getattr(f, 'error', f)})" for p, f in sorted(self.load_failures.items())
-            )
-            msg += (
-                f"; plugins that failed to load, which may provide it: {failed} "
-                f"(fix them; 'rollhub plugins' shows why)"
-            )
-        return msg
-
 
 def _duplicate_fix(existing: ComponentInfo, plugin: str, source: str) -> str:
     """What to do about two components with one name; disabling applies to entry points."""
@@ -381,26 +326,6 @@ def _context_kwargs(cls: type, kind: str, context: ComponentContext) -> dict[str
 
 def _qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _dist_of(failure: PluginLoadError) -> str | None:
-    return getattr(failure, "distribution", None)
-
-
-def _installed(distribution: str) -> bool:
-    from importlib import metadata
-
-    try:
-        metadata.distribution(distribution)
-    except metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-def _similar(a: str, b: str) -> bool:
-    import difflib
-
-    return difflib.SequenceMatcher(None, a, b).ratio() >= 0.6
 
 
 def build_options(

@@ -3,25 +3,18 @@ and two worker nodes, each its own ``ray start`` process), and what runs on it.
 
 The cluster is shared by every test here (starting one takes 10-20 s on two cores); a
 test that kills a node or the head leaves a working cluster behind. Only the processes
-the fixture started are ever signalled.
+the fixture started are ever signalled. The config the tests run on the cluster is
+:mod:`tests.cluster.cluster_config`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
+from rollhub.testing.ray_cluster import LocalRayCluster
 
-ray = pytest.importorskip("ray", reason="Ray is an optional dependency (rollhub[ray])")
-
-from rollhub.testing.ray_cluster import LocalRayCluster  # noqa: E402
-
-#: every worker node offers it; the head does not
-WORKER = {"rollhub_worker": 0.001}
-CHAT_AGENT = Path(__file__).parents[1] / "gateway" / "pool" / "chat_agent.py"
-ENGINE_FACTORY = f"{Path(__file__).parents[1] / 'gateway' / 'pool' / 'engines.py'}:turn_echo"
+from tests.cluster.cluster_config import ray  # skips the cluster tests without Ray
 
 
 @pytest.fixture(scope="session")
@@ -49,31 +42,3 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     load_tokenizer("smollm2-135m-instruct").save_pretrained(path)
     (path / "config.json").write_text(json.dumps({"max_position_embeddings": 8192}))
     return str(path)
-
-
-def cluster_config(
-    tmp_path: Path, cluster: LocalRayCluster, model_dir: str, **sections: Any
-) -> dict[str, Any]:
-    """A rollhub config: the chat agent as Ray actors on the worker nodes, a pool of two
-    gateway replicas as Ray actors there too (a scripted engine, 0.2 s a turn), the
-    recording trainer; ``sections`` are merged over it."""
-    cfg: dict[str, Any] = {
-        "experiment": {"name": "cluster", "n_samples": 2, "timeout_s": 60, "progress": False,
-                       "session_attempts": 3, "concurrency": 8},
-        "runtime": {"name": "ray", "app": f"{CHAT_AGENT}:app", "address": cluster.address,
-                    "actors": 2, "resources": WORKER, "start_timeout_s": 30,
-                    "head_timeout_s": 5},
-        "store": {"url": f"file://{tmp_path / 'store'}"},
-        "token_source": {
-            "name": "gateway", "model": model_dir, "admin_token": "pool-admin",
-            "log_turns": False, "engine": {"name": "scripted", "options": {"latency_s": 0.2}},
-            "pool": {"replicas": 2, "placement": "ray", "ray_address": cluster.address,
-                     "ray_resources": WORKER, "engine_factory": ENGINE_FACTORY,
-                     "start_timeout_s": 60, "restarts": 2},
-        },
-        "trainer": {"name": "recording"},
-        "training": {"batch_groups": 2, "steps": 3, "shuffle": False, "checkpoint_every": 1},
-    }  # fmt: skip
-    for name, values in sections.items():
-        cfg[name] = {**cfg.get(name, {}), **values}
-    return cfg

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.cluster.conftest import CHAT_AGENT, ENGINE_FACTORY, WORKER
+from tests.cluster.cluster_config import CHAT_AGENT, ENGINE_FACTORY, WORKER
 
 ROOT = Path(__file__).parents[2]
 #: one group a step, about 1.3 s each: the run is still going when the head's loss is seen

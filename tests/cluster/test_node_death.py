@@ -16,7 +16,7 @@ from rollhub.plugins import build_host
 from rollhub.training.loop import TrainingLoop
 
 from tests.cluster import recording_trainer
-from tests.cluster.conftest import cluster_config, ray
+from tests.cluster.cluster_config import cluster_config, ray
 
 VICTIM = "worker-1"
 

@@ -8,7 +8,6 @@ and ``agentcore`` runtime) reach the loopback services through the standard
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import boto3
@@ -17,8 +16,7 @@ from rollhub.compat.agentcore_local import ENDPOINT_ENV, LocalAgentCore
 from rollhub.testing.seaweedfs import seaweedfs_server
 from rollhub.testing.servers import serve_app
 
-BUCKET = "rollouts"
-REGION = "us-west-2"
+from tests.compat.loopback_aws import BUCKET, REGION, Plane
 
 
 @pytest.fixture(scope="session")
@@ -33,14 +31,6 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )
         s3.create_bucket(Bucket=BUCKET)
         yield endpoint
-
-
-@dataclass
-class Plane:
-    """The served data plane: its URL and the app object (runtimes, calls, sessions)."""
-
-    url: str
-    app: LocalAgentCore
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import httpx
 from rollhub.compat.agentcore_rl import AgentCoreRLApp
 from rollhub.testing.servers import serve_app
 
-from tests.compat.conftest import BUCKET
+from tests.compat.loopback_aws import BUCKET
 
 SESSION = "X-Amzn-Bedrock-AgentCore-Runtime-Session-Id"
 

@@ -17,7 +17,7 @@ from agentcore_rl_toolkit import AgentCoreRLApp as UpstreamApp
 from rollhub.compat import AgentCoreRLApp
 from rollhub.testing.servers import serve_app
 
-from tests.compat.conftest import BUCKET
+from tests.compat.loopback_aws import BUCKET
 
 SESSION = "X-Amzn-Bedrock-AgentCore-Runtime-Session-Id"
 

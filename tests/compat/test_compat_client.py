@@ -12,7 +12,7 @@ from rollhub.compat.agentcore_local import runtime_arn
 from rollhub.testing.servers import serve_app
 
 from tests.compat import rollhub_math_app
-from tests.compat.conftest import BUCKET, REGION
+from tests.compat.loopback_aws import BUCKET, REGION
 
 ARN = runtime_arn("compat_math")
 UNKNOWN_ARN = runtime_arn("nobody_serves_this")

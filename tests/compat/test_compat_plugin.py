@@ -14,7 +14,7 @@ from rollhub.stores import open_store
 from rollhub.testing.hub import make_host, make_hub
 from rollhub.testing.servers import serve_app
 
-from tests.compat.conftest import BUCKET
+from tests.compat.loopback_aws import BUCKET
 
 ARN = runtime_arn("upstream_hub")
 

@@ -183,7 +183,7 @@ async def test_agentcore_s3_session_runs_an_s3_contract_agent(aws_env, monkeypat
     from rollhub.compat.agentcore_local import ENDPOINT_ENV, LocalAgentCore
 
     from tests.compat import rollhub_math_app
-    from tests.compat.conftest import BUCKET
+    from tests.compat.loopback_aws import BUCKET
 
     arn = runtime_arn("compat_s3_session")
     plane = LocalAgentCore(commands_dir=tmp_path)

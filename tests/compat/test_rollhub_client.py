@@ -19,7 +19,7 @@ from rollhub.runtimes.agentcore import AgentCoreRuntime
 from rollhub.stores import open_store
 from rollhub.testing.servers import serve_app
 
-from tests.compat.conftest import BUCKET
+from tests.compat.loopback_aws import BUCKET
 
 UPSTREAM_ARN = runtime_arn("upstream_math")
 ROLLHUB_ARN = runtime_arn("rollhub_math")

@@ -21,7 +21,7 @@ from rollhub.compat.upstream_client import RolloutClient
 from rollhub.testing.servers import serve_app
 
 from tests.compat import rollhub_math_app
-from tests.compat.conftest import BUCKET
+from tests.compat.loopback_aws import BUCKET
 from tests.compat.upstream_venv import upstream_python
 
 DRIVER = os.path.join(os.path.dirname(__file__), "upstream_driver.py")

@@ -15,7 +15,7 @@ from rollhub.compat.agentcore_local import runtime_arn
 from rollhub.testing.servers import serve_app
 
 from tests.compat import rollhub_math_app
-from tests.compat.conftest import BUCKET
+from tests.compat.loopback_aws import BUCKET
 
 ARN = runtime_arn("rollhub_math")
 

@@ -4,7 +4,6 @@ engine, the math example's tools template and the SmolLM2 tokenizer."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,10 +14,8 @@ from rollhub_gateway.gateway import Gateway
 from rollhub_gateway.models import load_tokenizer
 from rollhub_gateway.serving import ThreadedGateway
 
+from tests.examples.math_example import MATH, MODEL
 from tests.scripted_ids import Ids
-
-MODEL = "smollm2-135m-instruct"
-MATH = Path(__file__).parents[2] / "examples" / "math"
 
 
 @pytest.fixture(scope="session")

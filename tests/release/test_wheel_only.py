@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from release import build as release_build
-from tests.release.conftest import ROOT, clean_env
+from tests.release.isolated_env import ROOT, clean_env
 
 pytestmark = pytest.mark.slow
 

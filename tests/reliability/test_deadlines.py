@@ -7,7 +7,7 @@ import random
 import pytest
 from rollhub.client import AsyncRolloutClient
 
-from tests.reliability.conftest import LONG, make_runtime
+from tests.reliability.local_pools import LONG, make_runtime
 
 aio = pytest.mark.asyncio(loop_scope="function")
 

@@ -14,7 +14,7 @@ from rollhub.app import RolloutApp
 from rollhub.errors import StoreError
 from rollhub.stores.file import FileResultStore
 
-from tests.reliability.conftest import LONG, pid_alive
+from tests.reliability.local_pools import LONG, pid_alive
 
 WRITER = textwrap.dedent(
     """

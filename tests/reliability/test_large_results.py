@@ -9,7 +9,7 @@ import pytest
 from rollhub.client import AsyncRolloutClient
 from rollhub.errors import ConfigError
 
-from tests.reliability.conftest import make_runtime
+from tests.reliability.local_pools import make_runtime
 
 aio = pytest.mark.asyncio(loop_scope="function")
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from rollhub.client import AsyncRolloutClient
 
-from tests.reliability.conftest import LONG, make_runtime, pid_alive
+from tests.reliability.local_pools import LONG, make_runtime, pid_alive
 
 aio = pytest.mark.asyncio(loop_scope="function")
 

@@ -19,7 +19,7 @@ from rollhub.client import AsyncRolloutClient
 from rollhub.stores.s3 import S3ResultStore
 from rollhub.testing.seaweedfs import seaweedfs_server
 
-from tests.reliability.conftest import LONG, make_runtime, pid_alive
+from tests.reliability.local_pools import LONG, make_runtime, pid_alive
 
 aio = pytest.mark.asyncio(loop_scope="function")
 CREDS = {

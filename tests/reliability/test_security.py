@@ -20,7 +20,7 @@ from rollhub.client import AsyncRolloutClient
 from rollhub.testing.servers import serve_app
 from starlette.requests import Request
 
-from tests.reliability.conftest import make_runtime
+from tests.reliability.local_pools import make_runtime
 
 aio = pytest.mark.asyncio(loop_scope="function")
 SECRET = "s3cret-for-tests"

@@ -17,7 +17,7 @@ from rollhub.client import AsyncRolloutClient
 from rollhub.stores.file import FileResultStore
 
 from tests.reliability.agents import FullDiskStore
-from tests.reliability.conftest import make_runtime
+from tests.reliability.local_pools import make_runtime
 
 aio = pytest.mark.asyncio(loop_scope="function")
 

@@ -13,7 +13,7 @@ import time
 import pytest
 from rollhub.client import AsyncRolloutClient
 
-from tests.reliability.conftest import LONG, make_runtime, pid_alive
+from tests.reliability.local_pools import LONG, make_runtime, pid_alive
 
 aio = pytest.mark.asyncio(loop_scope="function")
 log = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ async def test_a_dead_workers_episode_is_trained_on_its_new_session_only(tmp_pat
     from rollhub.plugins import build_host
     from rollhub_gateway.models import SMOLLM2, load_tokenizer
 
-    from tests.reliability.conftest import AGENTS
+    from tests.reliability.local_pools import AGENTS
 
     cfg = parse_config(
         {
@@ -199,7 +199,7 @@ async def test_a_storm_under_a_training_step_trains_no_infrastructure_failure(tm
     from rollhub.training.loop import TrainingLoop, batch_metrics
     from rollhub.training.step import TrainingBatch
 
-    from tests.reliability.conftest import AGENTS
+    from tests.reliability.local_pools import AGENTS
 
     trainer = _RecordingTrainer.make()
     host = build_host()

@@ -31,7 +31,6 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
-from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -48,10 +47,14 @@ from rollhub.app.context import (
 from rollhub.app.guard import RequestGuard
 from rollhub.app.health import HealthState
 from rollhub.app.plain import invoke_plain
+from rollhub.app.rollout_payload import (
+    InvalidRolloutError as InvalidRolloutError,  # re-exported: it lived here
+)
+from rollhub.app.rollout_payload import parse_rollout
 from rollhub.app.runner import RolloutRunner, RunningRollout
-from rollhub.errors import ConfigError, RollhubError
+from rollhub.errors import RollhubError
 from rollhub.registry import ComponentLookup
-from rollhub.rollout import ROLLOUT_KEY, RolloutConfig
+from rollhub.rollout import ROLLOUT_KEY
 from rollhub.stores import open_store
 from rollhub.stores.base import ResultStore
 
@@ -249,23 +252,7 @@ class RolloutApp(HealthState, Starlette):
         handler = self._rollout_handler
         if handler is None:
             raise InvalidRolloutError("no @app.rollout_entrypoint handler is registered")
-        if not isinstance(payload, dict):
-            raise InvalidRolloutError(
-                f"the payload is a JSON {type(payload).__name__}; send a JSON object "
-                f"with a '{ROLLOUT_KEY}' object inside"
-            )
-        raw = payload.get(ROLLOUT_KEY)
-        if not isinstance(raw, dict):
-            what = "missing" if raw is None else f"a {type(raw).__name__}, not an object"
-            raise InvalidRolloutError(
-                f"'{ROLLOUT_KEY}' is {what}; rollout payloads carry a '{ROLLOUT_KEY}' object "
-                f"with exp_id, input_id, session_id and result_store",
-                field=ROLLOUT_KEY,
-            )
-        try:
-            rollout = RolloutConfig.model_validate(raw)
-        except ValidationError as exc:
-            raise _invalid_rollout(exc) from None
+        body, rollout = parse_rollout(payload)
         field = f"{ROLLOUT_KEY}.result_store"
         why = self._guard.store_refusal(rollout.result_store)
         if why is not None:
@@ -277,15 +264,15 @@ class RolloutApp(HealthState, Starlette):
         why = self._guard.store_refusal(store.url)
         if why is not None:
             raise InvalidRolloutError(f"{field}: {why}", field=field)
-        args: tuple[Any, ...] = (payload,)
+        args: tuple[Any, ...] = (body,)
         if takes_context(handler):
             context = RolloutContext(
                 session_id=rollout.session_id,
                 rollout=rollout,
                 request_headers=forwardable_headers(headers or {}),
             )
-            args = (payload, context)
-        return self.runner.start(handler, args, rollout=rollout, payload=payload, store=store)
+            args = (body, context)
+        return self.runner.start(handler, args, rollout=rollout, payload=body, store=store)
 
     def _start_rollout(self, request: Request, payload: object) -> JSONResponse:
         """The HTTP face of :meth:`start_rollout`. No ``await`` here (see RolloutRunner)."""
@@ -399,35 +386,3 @@ class RolloutApp(HealthState, Starlette):
 
 def _session_header(request: Request) -> str | None:
     return request.headers.get(SESSION_HEADER) or None
-
-
-class InvalidRolloutError(ConfigError):
-    """A rollout payload the app refuses (HTTP 400). Context: ``field``, ``details``."""
-
-    details: object
-
-    def __init__(
-        self,
-        message: str = "",
-        *,
-        field: str | None = None,
-        details: object = None,
-        **context: object,
-    ) -> None:
-        super().__init__(message, field=field, details=details, **context)
-
-
-def _invalid_rollout(exc: ValidationError) -> InvalidRolloutError:
-    """Name each bad ``_rollout`` field; input values are left out (the api key)."""
-    errors = exc.errors(include_input=False, include_url=False, include_context=False)
-    fields = [".".join([ROLLOUT_KEY, *(str(p) for p in e["loc"])]) for e in errors]
-    parts = [f"{f}: {e['msg']}" for f, e in zip(fields, errors, strict=True)]
-    details = [
-        {"field": f, "message": e["msg"], "type": e["type"]}
-        for f, e in zip(fields, errors, strict=True)
-    ]
-    return InvalidRolloutError(
-        f"invalid {ROLLOUT_KEY}: " + "; ".join(parts),
-        field=fields[0] if fields else ROLLOUT_KEY,
-        details=details,
-    )

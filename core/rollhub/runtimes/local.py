@@ -23,21 +23,18 @@ import atexit
 import contextlib
 import logging
 import os
-import sys
 import time
 import weakref
-from collections import deque
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
-from pydantic import Field
-
-from rollhub.app.auth import SECRET_ENV, new_secret
+from rollhub.app.auth import new_secret
 from rollhub.errors import ConfigError, RollhubError, SubmissionError
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 from rollhub.runtime import Runtime, RuntimeOptions, StoreFailure
 from rollhub.runtimes.local_http import LoopbackHTTP, LoopbackHTTPError, refusal_error
-from rollhub.runtimes.local_output import WorkerOutput
+from rollhub.runtimes.local_launch import launch_worker
+from rollhub.runtimes.local_options import LocalRuntimeOptions
 from rollhub.runtimes.local_process import WorkerProcess
 
 __all__ = ["LocalRuntime", "LocalRuntimeOptions"]
@@ -49,27 +46,6 @@ SESSION_HEADER = "X-Amzn-Bedrock-AgentCore-Runtime-Session-Id"
 PING_FAILURES = 3
 
 _LIVE: weakref.WeakSet[LocalRuntime] = weakref.WeakSet()
-
-
-class LocalRuntimeOptions(RuntimeOptions):
-    """``[runtime]`` options of the ``local`` runtime."""
-
-    # Optional here so that a config without a [runtime] section still checks; the runtime
-    # itself refuses to be built without it.
-    app: str | None = Field(
-        None, description="the RolloutApp: 'path/to/agent.py:app' or 'pkg.module:app'"
-    )
-    workers: int = Field(2, ge=1, description="worker processes")
-    max_concurrency_per_worker: int = Field(
-        64, ge=1, description="sessions one worker runs at once"
-    )
-    startup_timeout_s: float = Field(
-        30.0, gt=0, description="deadline for a worker to answer /ping"
-    )
-    ping_interval_s: float = Field(1.0, gt=0, description="seconds between liveness checks")
-    env: dict[str, str] = Field(
-        default_factory=dict, description="extra environment of the workers"
-    )
 
 
 class LocalRuntime(Runtime):
@@ -283,63 +259,15 @@ class LocalRuntime(Runtime):
     async def _spawn(self) -> WorkerProcess:
         index = self._next_index
         self._next_index += 1
-        env = {
-            **os.environ,
-            **self.options.env,
-            "PYTHONUNBUFFERED": "1",
-            SECRET_ENV: self._secret,
-        }
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "rollhub.runtimes.local_worker",
-            "--app", self.app_ref, "--parent-pid", str(os.getpid()),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            cwd=str(self._base_dir) if self._base_dir else None,
+        worker = await launch_worker(
+            index, self.options, app_ref=self.app_ref, secret=self._secret,
+            base_dir=self._base_dir, http=self._http,
         )  # fmt: skip
-        stderr: deque[str] = deque(maxlen=50)
-        output = WorkerOutput(index, stderr)
-        drains = output.start(proc)
-        try:
-            port = await asyncio.wait_for(
-                asyncio.shield(output.port), self.options.startup_timeout_s
-            )
-            worker = WorkerProcess(index, proc, port, stderr=stderr, tasks=drains)
-            await self._wait_healthy(worker)
-        except BaseException as exc:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            await asyncio.wait(drains, timeout=1.0)
-            if output.port.done() and not output.port.cancelled():
-                output.port.exception()  # retrieved: no "never retrieved" warning
-            if isinstance(exc, Exception):
-                tail = "\n".join(stderr) or "(no output)"
-                raise RollhubError(
-                    f"local worker for app={self.options.app!r} failed to start "
-                    f"({type(exc).__name__}: {exc}); its stderr ends with:\n{tail}",
-                    app=self.options.app,
-                ) from exc
-            raise
         self.workers_started += 1
         worker.tasks.append(asyncio.get_running_loop().create_task(self._watch(worker)))
-        log.info("local worker %d up (pid %d, port %d)", index, proc.pid, port)
+        log.info("local worker %d up (pid %d, port %d)", index, worker.proc.pid, worker.port)
         self._wake()
         return worker
-
-    async def _wait_healthy(self, worker: WorkerProcess) -> None:
-        assert self._http is not None
-        while True:
-            if worker.proc.returncode is not None:
-                raise RollhubError(f"the worker exited with code {worker.proc.returncode}")
-            try:
-                r = await self._http.request("GET", worker.port, "/ping", timeout=2.0)
-                if r.status_code == 200:
-                    return
-            except (LoopbackHTTPError, TimeoutError):
-                pass
-            await asyncio.sleep(0.05)
 
     async def _watch(self, worker: WorkerProcess) -> None:
         """Wait for the worker to exit; report its sessions lost and replace it."""

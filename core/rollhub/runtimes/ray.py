@@ -31,13 +31,13 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import Field
-
 from rollhub.errors import ClusterLost, ConfigError, SubmissionError
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 from rollhub.runtime import Runtime, RuntimeOptions
 from rollhub.runtimes import ray_nodes
+from rollhub.runtimes.ray_errors import submit_error
 from rollhub.runtimes.ray_nodes import HeadProbe, NodeTable
+from rollhub.runtimes.ray_options import RayRuntimeOptions
 
 __all__ = ["RayRuntime", "RayRuntimeOptions"]
 
@@ -49,38 +49,6 @@ CONTROL = "control"
 CONTROL_SLOTS = 16
 #: seconds between looks at the head and the node table
 WATCH_INTERVAL_S = 1.0
-
-
-class RayRuntimeOptions(RuntimeOptions):
-    """``[runtime]`` options of the ``ray`` runtime."""
-
-    app: str = Field(description="the RolloutApp: 'path/to/agent.py:app' or 'pkg.module:app'")
-    address: str | None = Field(
-        None, description="Ray cluster address (None: RAY_ADDRESS, else the current or a new "
-        "local one)"
-    )  # fmt: skip
-    actors: int = Field(2, ge=1, description="rollout actors")
-    max_concurrency_per_actor: int = Field(64, ge=1, description="rollouts one actor runs at once")
-    num_cpus_per_actor: float = Field(0.0, ge=0, description="CPUs Ray reserves per actor")
-    resources: dict[str, float] = Field(
-        default_factory=dict,
-        description="custom resources each actor asks for: only nodes offering them take "
-        "actors (e.g. {rollhub_worker = 0.001} keeps rollouts off the head)",
-    )
-    spread: bool = Field(
-        True, description="start each actor on the eligible node with the fewest actors "
-        "(false: Ray's own scheduler places them)"
-    )  # fmt: skip
-    start_timeout_s: float = Field(
-        60.0, gt=0, description="how long one actor may take to start before another is tried"
-    )
-    head_timeout_s: float = Field(
-        10.0, gt=0, description="seconds the cluster's head may not answer before the run "
-        "stops with ClusterLost"
-    )  # fmt: skip
-    env: dict[str, str] = Field(
-        default_factory=dict, description="environment variables of the actors"
-    )
 
 
 @dataclass
@@ -261,7 +229,7 @@ class RayRuntime(Runtime):
             ref = actor.handle.wait.remote(sid)
         except Exception as exc:
             self._forget(sid)
-            error = _submit_error(exc, actor, sid)
+            error = submit_error(exc, actor.index, actor.node, sid)
             if error.transient:
                 self._track(self._replace(actor))
             raise error from exc
@@ -428,22 +396,3 @@ class RayRuntime(Runtime):
 
 async def _await(ref: Awaitable[_T]) -> _T:
     return await ref
-
-
-def _submit_error(exc: Exception, actor: _Actor, sid: str) -> SubmissionError:
-    """A failed start: a dead actor may be replaced (transient); a refused payload is not."""
-    import ray
-
-    dead = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)
-    if isinstance(exc, dead):
-        return SubmissionError(
-            f"ray actor {actor.index} on node {actor.node} is gone: {exc}",
-            transient=True,
-            session_id=sid,
-        )
-    cause = getattr(exc, "cause", None) or exc
-    return SubmissionError(
-        f"ray actor {actor.index} refused session {sid}: {type(cause).__name__}: {cause}",
-        transient=False,
-        session_id=sid,
-    )

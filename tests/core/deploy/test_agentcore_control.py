@@ -14,7 +14,7 @@ from rollhub.deploy.agentcore_control import (
 from rollhub.deploy.errors import DeployError
 from rollhub.errors import ConfigError
 
-from tests.core.deploy.conftest import (
+from tests.core.deploy.stubbed_aws import (
     REGISTRY,
     ROLE,
     StubbedAws,

@@ -16,12 +16,12 @@ from rollhub.deploy import wheels as wheels_module
 from rollhub.deploy.aws import AwsCalls
 from rollhub.deploy.dockerfile import inspect_project, render_agent_dockerfile
 
-from tests.core.deploy.conftest import (
+from tests.core.deploy.fake_tool import FakeTool
+from tests.core.deploy.stubbed_aws import (
     CONTROL,
     REGION,
     REGISTRY,
     ROLE,
-    FakeTool,
     StubbedAws,
     created,
     detail,

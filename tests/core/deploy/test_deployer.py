@@ -14,13 +14,13 @@ from rollhub.deploy.errors import DeployError
 from rollhub.deploy.names import ImageRef
 from rollhub.errors import ConfigError, UsageError
 
-from tests.core.deploy.conftest import (
+from tests.core.deploy.fake_tool import FakeTool
+from tests.core.deploy.stubbed_aws import (
     ACCOUNT,
     REGION,
     REGISTRY,
     ROLE,
     WHEN,
-    FakeTool,
     StubbedAws,
     created,
     detail,

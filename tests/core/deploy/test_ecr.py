@@ -9,7 +9,7 @@ from rollhub.deploy.ecr import ensure_repository, registry_login
 from rollhub.deploy.errors import DeployError
 from rollhub.deploy.names import ImageRef
 
-from tests.core.deploy.conftest import ACCOUNT, REGION, REGISTRY, WHEN, StubbedAws
+from tests.core.deploy.stubbed_aws import ACCOUNT, REGION, REGISTRY, WHEN, StubbedAws
 
 IMAGE = ImageRef(account=ACCOUNT, region=REGION, repository="team/agent", tag="v1")
 REPO_URI = f"{REGISTRY}/team/agent"

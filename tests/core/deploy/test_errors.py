@@ -9,7 +9,7 @@ from rollhub.deploy.aws import AwsCalls
 from rollhub.deploy.errors import DeployError
 from rollhub.errors import RollhubError
 
-from tests.core.deploy.conftest import REGION
+from tests.core.deploy.stubbed_aws import REGION
 
 
 def test_deploy_error_pickles_with_its_context() -> None:

@@ -11,7 +11,7 @@ from rollhub.deploy.names import (
 )
 from rollhub.errors import ConfigError
 
-from tests.core.deploy.conftest import ACCOUNT, REGION, ROLE
+from tests.core.deploy.stubbed_aws import ACCOUNT, REGION, ROLE
 
 
 def test_short_tag_uses_the_role_account_and_region() -> None:

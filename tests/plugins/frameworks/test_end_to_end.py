@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from rollhub_frameworks import langgraph_chat_model, strands_model
 
-from tests.plugins.frameworks.conftest import assert_sampling, assert_two_turns
+from tests.plugins.frameworks.recording_backend import assert_sampling, assert_two_turns
 
 ANSWER = "It is sunny in Paris."
 

@@ -5,8 +5,6 @@ answer like vLLM (:mod:`tests.plugins.rllm.vllm_upstream`), as the engine behind
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 from rollhub_gateway.chat_model import build_chat_model
@@ -17,11 +15,9 @@ from rollhub_gateway.models import load_tokenizer
 from rollhub_gateway.serving import ThreadedGateway
 from rollhub_rllm.token_source import RllmSourceOptions, RllmTokenSource
 
+from tests.plugins.rllm.rllm_source import MODEL, TEMPLATE, source_options
 from tests.plugins.rllm.vllm_upstream import VllmStyleUpstream
 from tests.scripted_ids import Ids
-
-MODEL = "smollm2-135m-instruct"
-TEMPLATE = Path(__file__).parents[3] / "examples" / "math" / "chatml_tools.jinja"
 
 
 @pytest.fixture(scope="session")
@@ -48,11 +44,6 @@ def upstream(scripted: ScriptedBackend, ids: Ids) -> Iterator[VllmStyleUpstream]
             yield up
         finally:
             threaded.call(up.stop())
-
-
-def source_options(upstream: VllmStyleUpstream, **options: Any) -> dict[str, Any]:
-    """``[token_source]`` options of an rllm source in front of ``upstream``."""
-    return {"engine_url": f"{upstream.url}/v1", "model": MODEL, **options}
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from rollhub_rllm.protocol import RemoteTaskResult, TaskSubmission, TerminationR
 from rollhub_rllm.remote_runtime import RollhubRemoteRuntime, install, task_result
 from rollhub_rllm.traces import stitch
 
-from tests.plugins.rllm.conftest import MODEL
+from tests.plugins.rllm.rllm_source import MODEL
 
 AGENT = Path(__file__).parent / "agents" / "tool_agent.py"
 

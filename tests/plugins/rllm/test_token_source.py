@@ -16,7 +16,7 @@ from rollhub_gateway.engines.scripted import scripted_logprob
 from rollhub_rllm import plugin
 from rollhub_rllm.token_source import RllmSourceOptions, RllmTokenSource
 
-from tests.plugins.rllm.conftest import MODEL, source_options
+from tests.plugins.rllm.rllm_source import MODEL, source_options
 
 AGENT = Path(__file__).parent / "agents" / "tool_agent.py"
 

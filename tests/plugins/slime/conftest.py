@@ -5,36 +5,22 @@
   ``meta_info.output_token_logprobs``, ``finish_reason``, ``weight_version`` out) whose
   tokens come from the gateway's scripted engine, driven by a rule on the decoded prompt.
 - ``args``: a namespace with the slime arguments rollhub-slime reads.
-- :class:`ListDataSource`: slime's data-source contract (``get_samples(k)`` → groups of
-  ``n_samples_per_prompt`` copies with ``group_index``/``index`` counters).
+
+Stand-ins for slime's side (its arguments, its data source, the recorded facts) are in
+:mod:`tests.plugins.slime.slime_stand_ins`; the SGLang server is
+:mod:`tests.plugins.slime.sglang_loopback`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import copy
-import json
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
-from types import SimpleNamespace
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from aiohttp import web
-from rollhub.loop_thread import LoopThread
-from rollhub.sampling import SamplingParams
-from rollhub_gateway.engines.scripted import ScriptedBackend
 
-HERE = Path(__file__).parent
-STUB = HERE / "slime_stub"
-MODEL = "smollm2-135m-instruct"
-TEMPLATE = HERE.parents[2] / "examples" / "math" / "chatml_tools.jinja"
-AGENT = HERE / "agents" / "tool_agent.py"
-#: facts read from slime's source at the targeted commit (see test_contract.py)
-RECORD: dict[str, Any] = json.loads((HERE / "slime_624b824.json").read_text())
+from tests.plugins.slime.sglang_loopback import Script, SGLangState, serve_sglang
+from tests.plugins.slime.slime_stand_ins import MODEL, STUB
 
 
 @pytest.fixture(autouse=True)
@@ -44,147 +30,6 @@ def slime_stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     for name in [m for m in sys.modules if m == "slime" or m.startswith("slime.")]:
         del sys.modules[name]
-
-
-def make_args(**overrides: Any) -> SimpleNamespace:
-    """slime's parsed arguments, as far as rollhub-slime reads them (slime's defaults)."""
-    values: dict[str, Any] = {
-        "rollout_batch_size": 2,
-        "n_samples_per_prompt": 2,
-        "over_sampling_batch_size": None,  # slime's parser then sets rollout_batch_size
-        "dynamic_sampling_filter_path": None,
-        "partial_rollout": False,
-        "mask_offpolicy_in_partial_rollout": False,
-        "rollout_sample_filter_path": None,
-        "rollout_all_samples_process_path": None,
-        "sglang_router_ip": None,
-        "sglang_router_port": None,
-        "router_policy": None,
-        "hf_checkpoint": None,
-        "advantage_estimator": "grpo",
-        "rewards_normalization": True,
-        "grpo_std_normalization": True,
-        "reward_key": None,
-        "eval_datasets": [],
-        "n_samples_per_eval_prompt": 1,
-        "input_key": "input",
-        "label_key": None,
-        "metadata_key": "metadata",
-    }
-    values.update(overrides)
-    return SimpleNamespace(**values)
-
-
-class ListDataSource:
-    """slime's data-source contract over a list of prompt samples."""
-
-    def __init__(self, prompts: list[Any], n_samples_per_prompt: int) -> None:
-        self.prompts = prompts
-        self.n = n_samples_per_prompt
-        self.offset = self.group_index = self.index = 0
-        self.added: list[list[Any]] = []
-
-    def get_samples(self, num_samples: int) -> list[list[Any]]:
-        groups = []
-        for _ in range(num_samples):
-            prompt = self.prompts[self.offset % len(self.prompts)]
-            self.offset += 1
-            group = []
-            for _ in range(self.n):
-                s = copy.deepcopy(prompt)
-                s.group_index, s.index = self.group_index, self.index
-                self.index += 1
-                group.append(s)
-            self.group_index += 1
-            groups.append(group)
-        return groups
-
-    def add_samples(self, samples: list[list[Any]]) -> None:
-        self.added.extend(samples)
-
-
-# -- the SGLang-shaped loopback server ---------------------------------------------------------
-
-
-@dataclass
-class SGLangState:
-    """What the loopback server saw and how it answers."""
-
-    url: str = ""
-    weight_version: str = "3"
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    headers: list[dict[str, str]] = field(default_factory=list)
-    abort_marker: str | None = None  # prompts containing it end with finish_reason abort
-
-
-def sglang_app(state: SGLangState, engine: ScriptedBackend, decode: Callable) -> web.Application:
-    """SGLang's ``POST /generate`` in front of the scripted engine."""
-
-    async def generate(request: web.Request) -> web.Response:
-        body = await request.json()
-        state.requests.append(body)
-        state.headers.append(dict(request.headers))
-        prompt, sp = body.get("input_ids"), body.get("sampling_params") or {}
-        if not (isinstance(prompt, list) and all(isinstance(t, int) for t in prompt)):
-            return web.json_response({"error": {"message": "input_ids required"}}, status=400)
-        if body.get("stream") or body.get("return_logprob") is not True:
-            return web.json_response({"error": {"message": "unsupported request"}}, status=400)
-        params = SamplingParams(
-            max_tokens=sp.get("max_new_tokens", 128), temperature=sp.get("temperature", 1.0)
-        )
-        gen = await engine.generate(prompt, params)
-        ids, lps = gen.token_ids, gen.logprobs
-        if gen.finish_reason == "length":
-            finish: dict[str, Any] = {"type": "length", "length": len(ids)}
-        else:
-            finish = {"type": "stop", "matched": ids[-1] if ids else None}
-        if state.abort_marker and state.abort_marker in decode(prompt):
-            ids, lps = ids[:3], lps[:3]
-            finish = {"type": "abort", "message": "aborted by the router"}
-        meta = {
-            "id": body.get("rid"),
-            "finish_reason": finish,
-            "prompt_tokens": len(prompt),
-            "completion_tokens": len(ids),
-            "cached_tokens": 0,
-            "weight_version": state.weight_version,
-            "output_token_logprobs": [[lp, t, None] for lp, t in zip(lps, ids, strict=True)],
-            "e2e_latency": 0.001,
-        }
-        return web.json_response({"text": decode(ids), "output_ids": ids, "meta_info": meta})
-
-    app = web.Application()
-    app.router.add_post("/generate", generate)
-    return app
-
-
-class Script:
-    """The scripted model: what it says depends on the marker in the user's question."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tok = tokenizer
-        self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-
-    def text(self, text: str, *, end: bool = True) -> list[int]:
-        ids = self.tok.encode(text, add_special_tokens=False)
-        return [*ids, self.end] if end else ids
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tok.decode(ids)
-
-    def respond(self, prompt_ids: list[int]) -> list[int]:
-        prompt = self.decode(prompt_ids)
-        if "Summary so far" in prompt:
-            return self.text("Final answer: 5")
-        if "[tool]" in prompt and "<|im_start|>tool" not in prompt:
-            return self.text(
-                '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
-            )
-        if "[tool]" in prompt:
-            return self.text("The sum is 5.")
-        if "[long]" in prompt:
-            return self.text(" ".join(["five"] * 200), end=False)
-        return self.text("The answer is 5.")
 
 
 @pytest.fixture(scope="session")
@@ -199,36 +44,8 @@ def script(tokenizer: Any) -> Script:
     return Script(tokenizer)
 
 
-@contextlib.contextmanager
-def serve_sglang(script: Script) -> Iterator[SGLangState]:
-    """Serve the loopback SGLang server on its own loop thread for the block."""
-    engine = ScriptedBackend(script=[script.respond] * 1000)
-    state = SGLangState()
-    thread = LoopThread("sglang-loopback")
-
-    async def start() -> web.AppRunner:
-        runner = web.AppRunner(sglang_app(state, engine, script.decode))
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        state.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-        return runner
-
-    runner = thread.run(start())
-    try:
-        yield state
-    finally:
-        thread.run(runner.cleanup())
-        thread.stop()
-
-
 @pytest.fixture
 def sglang(script: Script) -> Iterator[SGLangState]:
     """The loopback SGLang server for one test."""
     with serve_sglang(script) as state:
         yield state
-
-
-def run_sync(coro: Any) -> Any:
-    """Run a coroutine to completion on a fresh loop (tests of async helpers)."""
-    return asyncio.run(coro)

@@ -25,7 +25,7 @@ from rollhub_slime.launch import slime_arguments
 from rollhub_slime.router import ROUTING_HEADER, SlimeRouterOptions
 from rollhub_slime.runner import CONFIG_ARG
 
-from tests.plugins.slime.conftest import RECORD, make_args
+from tests.plugins.slime.slime_stand_ins import RECORD, make_args
 
 #: a real slime installation (GPU machines); looked up before the stand-in is put on sys.path
 REAL_SLIME = importlib.util.find_spec("slime")
@@ -171,7 +171,7 @@ def test_written_arguments_are_slime_arguments(tmp_path):
     REAL_SLIME is None, reason="slime is not installed here (not on PyPI; it needs GPUs)"
 )
 def test_installed_slime_matches_the_record(monkeypatch):
-    from tests.plugins.slime.conftest import STUB
+    from tests.plugins.slime.slime_stand_ins import STUB
 
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(STUB)])
     for name in [m for m in sys.modules if m == "slime" or m.startswith("slime.")]:

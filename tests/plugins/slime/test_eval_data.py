@@ -11,7 +11,7 @@ import pytest
 from rollhub.errors import ConfigError
 from rollhub_slime.eval_data import eval_groups
 
-from tests.plugins.slime.conftest import make_args
+from tests.plugins.slime.slime_stand_ins import make_args
 
 ROWS = [
     {"question": "What is 2 + 3?", "answer": "5", "extra": {"id": "e1", "mode": "plain"}},

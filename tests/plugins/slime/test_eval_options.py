@@ -20,7 +20,7 @@ from rollhub_slime.eval_options import (
 from rollhub_slime.rollout import eval_rollout
 from rollhub_slime.step_hooks import StepHooks, check_slime_flags
 
-from tests.plugins.slime.conftest import RECORD, make_args
+from tests.plugins.slime.slime_stand_ins import RECORD, make_args
 
 
 def dataset(**fields):

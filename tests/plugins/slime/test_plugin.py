@@ -11,7 +11,7 @@ from rollhub_slime.router import SlimeRouterBackend
 from rollhub_slime.runner import apply_slime_args
 from rollhub_slime.trainer import SlimeOptions, SlimeTrainer
 
-from tests.plugins.slime.conftest import run_sync
+from tests.plugins.slime.slime_stand_ins import run_sync
 
 
 def test_registers_trainer_and_backend():

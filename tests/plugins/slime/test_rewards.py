@@ -7,7 +7,7 @@ import torch
 from rollhub.errors import ConfigError
 from rollhub_slime.rewards import EPS, post_process_rewards
 
-from tests.plugins.slime.conftest import RECORD, make_args
+from tests.plugins.slime.slime_stand_ins import RECORD, make_args
 
 
 def sample(group, rollout, reward, *, index=None, removed=False):

@@ -18,15 +18,14 @@ from rollhub_slime.rollout import generate, generate_rollout
 from rollhub_slime.router import ROUTING_HEADER
 from rollhub_slime.runner import CONFIG_ENV, close_process_hub, config_for_slime, process_hub
 
-from tests.plugins.slime.conftest import (
+from tests.plugins.slime.sglang_loopback import Script, serve_sglang
+from tests.plugins.slime.slime_stand_ins import (
     AGENT,
     MODEL,
     RECORD,
     TEMPLATE,
     ListDataSource,
-    Script,
     make_args,
-    serve_sglang,
 )
 
 TOML = """

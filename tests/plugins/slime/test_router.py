@@ -9,7 +9,7 @@ from rollhub.sampling import SamplingParams, TurnContext
 from rollhub_gateway.engines.scripted import scripted_logprob
 from rollhub_slime.router import ROUTING_HEADER, SlimeRouterBackend, SlimeRouterOptions
 
-from tests.plugins.slime.conftest import run_sync
+from tests.plugins.slime.slime_stand_ins import run_sync
 
 
 def generate(backend, prompt, params, turn=None):

@@ -12,7 +12,7 @@ from rollhub_slime import runner
 from rollhub_slime.rollout import generate, generate_rollout
 from rollhub_slime.step_hooks import StepHooks, filter_decision
 
-from tests.plugins.slime.conftest import RECORD, ListDataSource, make_args
+from tests.plugins.slime.slime_stand_ins import RECORD, ListDataSource, make_args
 
 
 def prompt():

@@ -10,6 +10,8 @@
 - ``rollhub_toml(...)``: a rollhub.toml: local runtime workers serving ``agents.py``, the
   file store, the in-process gateway (engine ``verl``), trainer ``verl``.
 
+The dataset rows the tests feed verl are built with :mod:`.verl_rows`.
+
 Tests share one event loop (session scope): the hub of this process lives across tests,
 as it lives across rows in a verl worker.
 """
@@ -25,12 +27,12 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from .verl_rows import PROMPT_LENGTH, RESPONSE_LENGTH
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 HERE = Path(__file__).resolve().parent
-PROMPT_LENGTH = 256
-RESPONSE_LENGTH = 96
 
 
 @pytest.fixture(scope="session")
@@ -172,25 +174,3 @@ async def _close_hubs():
     from rollhub.hosted_hub import aclose_hubs
 
     await aclose_hubs()
-
-
-def rows_parquet(path: Path, rows: list[dict[str, Any]]) -> Path:
-    """Write verl-style rows (data_source, prompt, reward_model, extra_info) to parquet."""
-    import pandas as pd
-
-    pd.DataFrame(rows).to_parquet(path)
-    return path
-
-
-def row(index: int, question: str, mode: str = "single", truth: str = "42") -> dict[str, Any]:
-    """One GSM8K-style row as verl's data preprocessing writes it."""
-    return {
-        "data_source": "rollhub/test",
-        "prompt": [
-            {"role": "system", "content": "You are a careful math assistant."},
-            {"role": "user", "content": question},
-        ],
-        "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": truth},
-        "extra_info": {"index": index, "mode": mode},
-    }

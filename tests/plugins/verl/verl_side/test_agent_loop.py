@@ -15,9 +15,9 @@ from rollhub.hosted_hub import hosted_hub
 from rollhub.hub import AsyncHub
 from rollhub_verl.worker_hub import hub_key
 
-from .conftest import RESPONSE_LENGTH, row, rows_parquet
 from .drive import dataset_rows, make_loop, run_v0, run_v1, sampling_params, tq_worker
 from .fakes import TOOL_CALL, logprob_at
+from .verl_rows import RESPONSE_LENGTH, row, rows_parquet
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -266,7 +266,7 @@ async def test_v1_collation_through_transfer_queue(monkeypatch, v1_config, rows,
 
 
 async def test_v0_collation_into_dataproto(v0_worker, rows, tokenizer, stack):
-    from .conftest import PROMPT_LENGTH
+    from .verl_rows import PROMPT_LENGTH
 
     stack.set_step(6)
     before = len(stack.calls())

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import rows_parquet
 from .drive import dataset_rows, run_v1, tq_worker
+from .verl_rows import rows_parquet
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
