@@ -21,7 +21,7 @@ Open routes: ``GET /healthz`` (also ``/health``, as engine servers spell it, for
 that health-check their upstream), ``GET /metrics`` (Prometheus text).
 
 A gateway given several policies routes each call by the ``model`` it sends
-(:mod:`.policy_routes`).
+(:mod:`rollhub_gateway.policies.routes`).
 
 Errors come back in the caller's wire format with the status SDKs expect: 400 (naming
 the field; a model name no policy has), 401, 404, 410 (a journal session that cannot be recovered exactly), 413, 429
@@ -42,11 +42,13 @@ from rollhub.sampling import SamplingBackend
 from rollhub.trace import TraceRecord
 
 from rollhub_gateway.admission import Admission
-from rollhub_gateway.app_server import AppServer
 from rollhub_gateway.config import GatewayConfig, SessionPolicy
-from rollhub_gateway.http_head import route_table
+from rollhub_gateway.http.app_server import AppServer
+from rollhub_gateway.http.request_head import route_table
 from rollhub_gateway.metrics import GatewayMetrics
-from rollhub_gateway.policy_routes import PolicyRoute, PolicyRoutes
+from rollhub_gateway.model_call.plan import TurnPlan, TurnPlanner
+from rollhub_gateway.model_call.runner import ClientGone, TurnRunner
+from rollhub_gateway.policies.routes import PolicyRoute, PolicyRoutes
 from rollhub_gateway.protocols import (
     AnthropicMessages,
     OpenAIChat,
@@ -58,8 +60,6 @@ from rollhub_gateway.protocols import (
 from rollhub_gateway.protocols.admin import AdminRoutes
 from rollhub_gateway.protocols.base import error_response, fast_json_response
 from rollhub_gateway.sessions import Session, SessionError, SessionManager
-from rollhub_gateway.turn_plan import TurnPlan, TurnPlanner
-from rollhub_gateway.turn_runner import ClientGone, TurnRunner
 from rollhub_gateway.turns import ChatModel
 
 __all__ = ["Gateway"]
@@ -74,12 +74,12 @@ class Gateway:
 
     Use it in process (:meth:`open_session`, :meth:`finish_session`…), mount :meth:`app`
     into another aiohttp application, or serve it with :meth:`start` (see
-    :mod:`rollhub_gateway.serving` for threaded and standalone serving).
+    :mod:`rollhub_gateway.http.serving` for threaded and standalone serving).
 
     :param backend: the sampling backend (started by :meth:`start` / the app's startup).
     :param chat_model: renders turns to ids and parses outputs.
     :param config: network, session and limit settings (the model/engine fields are used
-        by :func:`~rollhub_gateway.serving.build_gateway`, not here).
+        by :func:`~rollhub_gateway.http.serving.build_gateway`, not here).
     :param routes: several policies, each with its own backend (the first is the default
         and should hold ``backend``); None: ``backend`` is the only policy.
     """
@@ -189,7 +189,7 @@ class Gateway:
 
     def app_server(self, app: web.Application, host: str, port: int) -> AppServer:
         """An :class:`AppServer` of ``app`` (this gateway's, maybe with routes added) whose
-        gateway routes take the fast path (:mod:`rollhub_gateway.fast_path`)."""
+        gateway routes take the fast path (:mod:`rollhub_gateway.http.fast_path`)."""
         return AppServer(
             app,
             host,
@@ -229,7 +229,7 @@ class Gateway:
 
     def routes(self) -> list[tuple[str, str, Any]]:
         """``(method, path pattern, handler)`` of every route, served by aiohttp and by the
-        fast path (:mod:`rollhub_gateway.fast_path`)."""
+        fast path (:mod:`rollhub_gateway.http.fast_path`)."""
         return [
             ("POST", "/v1/chat/completions", self._chat),
             ("POST", "/v1/responses", self._responses),
