@@ -5,13 +5,15 @@ samples token-in/token-out from an inference engine, and records every turn's ex
 and logprobs under the caller's session. The public names below are imported lazily, so
 ``import rollhub_gateway`` stays cheap.
 
-A model call, in the order it runs (``docs/architecture.md``): :mod:`.gateway` (routes,
-the call's pipeline) → :mod:`.sessions` → :mod:`.admission` (body, limits) →
-:mod:`.protocols` (request parsing) → :mod:`.model_call.plan` → :mod:`.conversation` (prompt
-ids) → :mod:`.model_call.runner` (sampling via :mod:`.engines`) → :mod:`.trajectory.record` (the
-record; the weight version) → :mod:`.protocols` (the answer). Serving: :mod:`.http`;
-replicas: :mod:`.pool`; template families: :mod:`.families`; chat templates:
-:mod:`.chat_templates`; durable sessions: :mod:`.journal`.
+A model call, in the order it runs (``docs/architecture.md``):
+:mod:`.protocols.model_routes` (the call's pipeline) → :mod:`.sessions` →
+:mod:`.admission` (body, limits) → :mod:`.protocols` (request parsing) →
+:mod:`.model_call.plan` → :mod:`.conversation` (prompt ids) → :mod:`.model_call.runner`
+(sampling via :mod:`.engines`) → :mod:`.trajectory.record` (the record; the weight
+version) → :mod:`.protocols` (the answer). The application and its lifecycle:
+:mod:`.gateway`; serving: :mod:`.http`; replicas: :mod:`.pool`; template families:
+:mod:`.families`; chat templates: :mod:`.chat_templates`; durable sessions:
+:mod:`.journal`.
 
 Modules that moved into subpackages still import under their old names, with a
 :class:`DeprecationWarning` (:mod:`._moved`).

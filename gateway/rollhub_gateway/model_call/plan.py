@@ -16,6 +16,7 @@ from typing import TypeVar
 from rollhub.errors import GatewayError
 from rollhub.sampling import SamplingParams, TurnContext
 from rollhub.seeding import turn_seed
+
 from rollhub_gateway.config import SessionPolicy
 from rollhub_gateway.policies.routes import PolicyRoute, PolicyRoutes
 from rollhub_gateway.protocols.base import RequestedSampling, WireError, WireRequest

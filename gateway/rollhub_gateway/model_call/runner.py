@@ -14,6 +14,7 @@ from typing import Any
 
 from rollhub.errors import GatewayError
 from rollhub.sampling import Generation, SamplingBackend, TokenChunk
+
 from rollhub_gateway.metrics import GatewayMetrics, TurnLog
 from rollhub_gateway.model_call.plan import TurnPlan
 from rollhub_gateway.protocols.base import Finished, Started, StreamEvent, TurnResult, WireError
