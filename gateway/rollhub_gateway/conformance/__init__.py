@@ -325,7 +325,3 @@ def main(argv: list[str] | None = None) -> int:
     for r in bad:
         print(f"\n{r.name}:", *r.failures, sep="\n  ", file=sys.stderr)
     return 1 if bad else 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
