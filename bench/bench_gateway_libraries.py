@@ -47,7 +47,7 @@ def head_parsers() -> dict[str, float]:
     """The fast path's regex head parser against httptools building the same head."""
     import httptools
     from multidict import CIMultiDict
-    from rollhub_gateway.http_head import parse_head
+    from rollhub_gateway.http.request_head import parse_head
 
     class Head:
         def __init__(self) -> None:
@@ -76,7 +76,7 @@ def head_parsers() -> dict[str, float]:
     assert parse_head(HEAD) is not None
     assert with_httptools()[3] == 20480
     return {
-        "http_head.parse_head (its checks included)": best_us(lambda: parse_head(HEAD)),
+        "request_head.parse_head (its checks included)": best_us(lambda: parse_head(HEAD)),
         "bare httptools parse + the same RequestHead fields": best_us(with_httptools),
     }
 

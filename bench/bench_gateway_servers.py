@@ -114,7 +114,7 @@ async def _serve_rollhub(tok_dir: str) -> Any:
     from rollhub_gateway.chat_model import build_chat_model
     from rollhub_gateway.config import GatewayConfig
     from rollhub_gateway.gateway import Gateway
-    from rollhub_gateway.serving import settle_heap
+    from rollhub_gateway.http.serving import settle_heap
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tok_dir)

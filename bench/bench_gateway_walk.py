@@ -1,5 +1,5 @@
 """The walk of one gateway model call: the gateway functions a non-streamed Chat
-Completions call enters from ``Gateway._model_call``, in order, with their files, and the
+Completions call enters from ``ModelRoutes._model_call``, in order, with their files, and the
 times it enters a file it had already left (``docs/architecture.md``).
 
 Reproduce::

@@ -5,19 +5,26 @@ samples token-in/token-out from an inference engine, and records every turn's ex
 and logprobs under the caller's session. The public names below are imported lazily, so
 ``import rollhub_gateway`` stays cheap.
 
-A model call, in the order it runs (``docs/architecture.md``): :mod:`.gateway` (routes,
-the call's pipeline) → :mod:`.sessions` → :mod:`.admission` (body, limits) →
-:mod:`.protocols` (request parsing) → :mod:`.turn_plan` → :mod:`.conversation` (prompt
-ids) → :mod:`.turn_runner` (sampling via :mod:`.engines`) → :mod:`.turn_record` (the
-record; the weight version) → :mod:`.protocols` (the answer). Serving:
-:mod:`.app_server`, :mod:`.fast_path`, :mod:`.http_head`, :mod:`.serving`; replicas:
-:mod:`.pool`; template families: :mod:`.families`.
+A model call, in the order it runs (``docs/architecture.md``):
+:mod:`.protocols.model_routes` (the call's pipeline) → :mod:`.sessions` →
+:mod:`.admission` (body, limits) → :mod:`.protocols` (request parsing) →
+:mod:`.model_call.plan` → :mod:`.conversation` (prompt ids) → :mod:`.model_call.runner`
+(sampling via :mod:`.engines`) → :mod:`.trajectory.record` (the record; the weight
+version) → :mod:`.protocols` (the answer). The application and its lifecycle:
+:mod:`.gateway`; serving: :mod:`.http`; replicas: :mod:`.pool`; template families:
+:mod:`.families`; chat templates: :mod:`.chat_templates`; durable sessions:
+:mod:`.journal`.
+
+Modules that moved into subpackages still import under their old names, with a
+:class:`DeprecationWarning` (:mod:`._moved`).
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING
+
+from rollhub_gateway import _moved
 
 __version__ = "0.1.0"
 
@@ -35,14 +42,16 @@ _LAZY = {
     "GatewayConfig": "rollhub_gateway.config",
     "GatewayTokenSource": "rollhub_gateway.token_source",
     "SessionPolicy": "rollhub_gateway.config",
-    "ThreadedGateway": "rollhub_gateway.serving",
-    "build_gateway": "rollhub_gateway.serving",
+    "ThreadedGateway": "rollhub_gateway.http.serving",
+    "build_gateway": "rollhub_gateway.http.serving",
 }
+
+_moved.install()
 
 if TYPE_CHECKING:
     from rollhub_gateway.config import GatewayConfig, SessionPolicy
     from rollhub_gateway.gateway import Gateway
-    from rollhub_gateway.serving import ThreadedGateway, build_gateway
+    from rollhub_gateway.http.serving import ThreadedGateway, build_gateway
     from rollhub_gateway.token_source import GatewayTokenSource
 
 

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from rollhub_gateway.model_call.plan import TurnPlan, TurnPlanner
 from rollhub_gateway.protocols.base import WireError, WireRequest, orjson
 from rollhub_gateway.sessions import Session
-from rollhub_gateway.turn_plan import TurnPlan, TurnPlanner
 
 if TYPE_CHECKING:
     from rollhub_gateway.protocols import AnthropicMessages, WireAdapter

@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rollhub_gateway.chat_templates.render import TemplateRenderer
 from rollhub_gateway.conversation import (
     FORM_CACHE,
     VERIFY_EVERY,
@@ -24,7 +25,6 @@ from rollhub_gateway.conversation import (
 from rollhub_gateway.families import Family, detect_family, get_family
 from rollhub_gateway.families.locality import probe_locality
 from rollhub_gateway.journal import SessionJournal
-from rollhub_gateway.render import TemplateRenderer
 from rollhub_gateway.token_codec import BatchDecoder
 from rollhub_gateway.turns import ChatTurn, ParsedOutput, PreparedTurn, StreamingParser
 

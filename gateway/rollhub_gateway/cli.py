@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(config: GatewayConfig) -> int:
-    from rollhub_gateway.serving import serve_forever
+    from rollhub_gateway.http.serving import serve_forever
 
     generated = config.admin_token is None
 

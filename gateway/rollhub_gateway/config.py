@@ -83,7 +83,7 @@ class EngineSection(_Strict):
 
 class ServedPolicy(_Strict):
     """One policy a gateway serves beside others, reached by its model name
-    (:mod:`rollhub_gateway.policy_routes`); each gets its own engine from ``engine``."""
+    (:mod:`rollhub_gateway.policies.routes`); each gets its own engine from ``engine``."""
 
     name: str = Field(description="the policy's name, stamped on its turns")
     model_id: str | None = Field(None, description="the model name agents send (default: name)")

@@ -15,7 +15,7 @@ from typing import Any
 from rollhub.errors import GatewayError
 from rollhub.trace import DriftKind
 
-from rollhub_gateway.render import (
+from rollhub_gateway.chat_templates.render import (
     Continuation,
     TurnTexts,
     canonical_tools,
@@ -29,7 +29,7 @@ from rollhub_gateway.trajectory import (
     prefix_digests,
 )
 from rollhub_gateway.trajectory import count_window_mismatch as _count_window_mismatch
-from rollhub_gateway.turn_record import ConversationModel, PendingTurn, TurnRecords
+from rollhub_gateway.trajectory.record import ConversationModel, PendingTurn, TurnRecords
 from rollhub_gateway.turns import ChatTurn, PreparedTurn
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,7 @@
 """The gateway's aiohttp application: model routes for three wire formats, admin routes.
 
-Model routes (session key in ``Authorization: Bearer`` or ``x-api-key``)::
+Model routes (session key in ``Authorization: Bearer`` or ``x-api-key``; see
+:mod:`.protocols.model_routes`)::
 
     POST /v1/chat/completions          OpenAI Chat Completions
     POST /v1/responses                 OpenAI Responses
@@ -21,7 +22,7 @@ Open routes: ``GET /healthz`` (also ``/health``, as engine servers spell it, for
 that health-check their upstream), ``GET /metrics`` (Prometheus text).
 
 A gateway given several policies routes each call by the ``model`` it sends
-(:mod:`.policy_routes`).
+(:mod:`rollhub_gateway.policies.routes`).
 
 Errors come back in the caller's wire format with the status SDKs expect: 400 (naming
 the field; a model name no policy has), 401, 404, 410 (a journal session that cannot be recovered exactly), 413, 429
@@ -30,8 +31,6 @@ the field; a model name no policy has), 401, 404, 410 (a journal session that ca
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import secrets
 from typing import Any
 
@@ -42,31 +41,19 @@ from rollhub.sampling import SamplingBackend
 from rollhub.trace import TraceRecord
 
 from rollhub_gateway.admission import Admission
-from rollhub_gateway.app_server import AppServer
 from rollhub_gateway.config import GatewayConfig, SessionPolicy
-from rollhub_gateway.http_head import route_table
+from rollhub_gateway.http.app_server import AppServer
+from rollhub_gateway.http.request_head import route_table
 from rollhub_gateway.metrics import GatewayMetrics
-from rollhub_gateway.policy_routes import PolicyRoute, PolicyRoutes
-from rollhub_gateway.protocols import (
-    AnthropicMessages,
-    OpenAIChat,
-    OpenAIResponses,
-    WireAdapter,
-    WireError,
-    WireRequest,
-)
+from rollhub_gateway.model_call.plan import TurnPlanner
+from rollhub_gateway.model_call.runner import TurnRunner
+from rollhub_gateway.policies.routes import PolicyRoute, PolicyRoutes
 from rollhub_gateway.protocols.admin import AdminRoutes
-from rollhub_gateway.protocols.base import error_response, fast_json_response
-from rollhub_gateway.sessions import Session, SessionError, SessionManager
-from rollhub_gateway.turn_plan import TurnPlan, TurnPlanner
-from rollhub_gateway.turn_runner import ClientGone, TurnRunner
+from rollhub_gateway.protocols.model_routes import ModelRoutes
+from rollhub_gateway.sessions import Session, SessionManager
 from rollhub_gateway.turns import ChatModel
 
 __all__ = ["Gateway"]
-
-log = logging.getLogger(__name__)
-
-_OPENAI, _RESPONSES, _ANTHROPIC = OpenAIChat(), OpenAIResponses(), AnthropicMessages()
 
 
 class Gateway:
@@ -74,12 +61,12 @@ class Gateway:
 
     Use it in process (:meth:`open_session`, :meth:`finish_session`…), mount :meth:`app`
     into another aiohttp application, or serve it with :meth:`start` (see
-    :mod:`rollhub_gateway.serving` for threaded and standalone serving).
+    :mod:`rollhub_gateway.http.serving` for threaded and standalone serving).
 
     :param backend: the sampling backend (started by :meth:`start` / the app's startup).
     :param chat_model: renders turns to ids and parses outputs.
     :param config: network, session and limit settings (the model/engine fields are used
-        by :func:`~rollhub_gateway.serving.build_gateway`, not here).
+        by :func:`~rollhub_gateway.http.serving.build_gateway`, not here).
     :param routes: several policies, each with its own backend (the first is the default
         and should hold ``backend``); None: ``backend`` is the only policy.
     """
@@ -122,6 +109,7 @@ class Gateway:
         self.url: str | None = None
         self._server: Any = None
         self.admin = AdminRoutes(self)
+        self.model_routes = ModelRoutes(self)
 
     # In-process API ---------------------------------------------------------------------------
 
@@ -189,7 +177,7 @@ class Gateway:
 
     def app_server(self, app: web.Application, host: str, port: int) -> AppServer:
         """An :class:`AppServer` of ``app`` (this gateway's, maybe with routes added) whose
-        gateway routes take the fast path (:mod:`rollhub_gateway.fast_path`)."""
+        gateway routes take the fast path (:mod:`rollhub_gateway.http.fast_path`)."""
         return AppServer(
             app,
             host,
@@ -229,13 +217,9 @@ class Gateway:
 
     def routes(self) -> list[tuple[str, str, Any]]:
         """``(method, path pattern, handler)`` of every route, served by aiohttp and by the
-        fast path (:mod:`rollhub_gateway.fast_path`)."""
+        fast path (:mod:`rollhub_gateway.http.fast_path`)."""
         return [
-            ("POST", "/v1/chat/completions", self._chat),
-            ("POST", "/v1/responses", self._responses),
-            ("POST", "/v1/messages", self._messages),
-            ("POST", "/v1/messages/count_tokens", self._count_tokens),
-            ("GET", "/v1/models", self._models),
+            *self.model_routes.routes(),
             ("GET", "/healthz", self._healthz),
             ("GET", "/health", self._healthz),  # vLLM's and SGLang's spelling
             ("GET", "/metrics", self._metrics),
@@ -265,108 +249,6 @@ class Gateway:
         finally:
             self.metrics.request(name, status)
 
-    # Model routes ---------------------------------------------------------------------------
-
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._model_call(request, _OPENAI, "/v1/chat/completions")
-
-    async def _responses(self, request: web.Request) -> web.StreamResponse:
-        return await self._model_call(request, _RESPONSES, "/v1/responses")
-
-    async def _messages(self, request: web.Request) -> web.StreamResponse:
-        return await self._model_call(request, _ANTHROPIC, "/v1/messages")
-
-    async def _model_call(
-        self, request: web.Request, adapter: WireAdapter, route: str
-    ) -> web.StreamResponse:
-        try:
-            session = self._session(request)
-            req, plan = await self.admission.admit(request, session, adapter, route)
-            if not req.stream:
-                result = await self.runner.complete(plan)
-                return fast_json_response(adapter.response(req, result))
-            return await self._stream(request, adapter, req, plan)
-        except WireError as err:
-            return error_response(adapter, err)
-        except ConnectionResetError:
-            raise
-        except Exception as exc:  # a bug must still answer in the caller's format
-            log.exception("%s failed", route)
-            return error_response(adapter, WireError("internal", f"internal gateway error: {exc}"))
-
-    async def _stream(
-        self, request: web.Request, adapter: WireAdapter, req: WireRequest, plan: TurnPlan
-    ) -> web.StreamResponse:
-        stream = self.runner.stream(plan)
-        try:
-            await stream.start()  # a 502 before the first byte is still a plain error
-            # a request read on the fast path writes its stream to its own connection
-            make = getattr(request, "stream_response", web.StreamResponse)
-            resp = make(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-            await resp.prepare(request)
-            events = stream.events(is_closed=lambda: _gone(request))
-            chunks = adapter.stream(req, events)
-            try:
-                async for chunk in chunks:
-                    await resp.write(chunk)
-            except WireError as err:
-                await resp.write(adapter.stream_error(err))
-            except ConnectionResetError:
-                raise
-            except Exception as exc:  # headers are sent: report in-stream
-                log.exception("session %s: streamed call failed", plan.session.session_id)
-                internal = WireError("internal", f"internal gateway error: {exc}")
-                await resp.write(adapter.stream_error(internal))
-            finally:
-                await chunks.aclose()
-                await events.aclose()
-            await resp.write_eof()
-            return resp
-        except (ConnectionResetError, ClientGone, asyncio.CancelledError) as exc:
-            log.info(
-                "session %s: client left a streamed call (%s); engine request aborted",
-                plan.session.session_id,
-                type(exc).__name__,
-            )
-            raise
-        finally:
-            await stream.aclose()
-
-    async def _count_tokens(self, request: web.Request) -> web.Response:
-        try:
-            self._session(request)
-            count = await self.admission.count_tokens(request, _ANTHROPIC)
-            return web.json_response({"input_tokens": count})
-        except WireError as err:
-            return error_response(_ANTHROPIC, err)
-
-    async def _models(self, request: web.Request) -> web.Response:
-        adapter = _ANTHROPIC if "anthropic-version" in request.headers else _OPENAI
-        try:
-            if not self.admin.is_admin(request):
-                self._session(request)
-        except WireError as err:
-            return error_response(adapter, err)
-        ids = [r.model_id for r in self.policies] if self.policies.routed else [
-            self.chat_model.model_id
-        ]
-        entries = [
-            {
-                "id": mid,
-                "object": "model",
-                "created": 0,
-                "owned_by": "rollhub",
-                "type": "model",
-                "display_name": mid,
-                "created_at": "1970-01-01T00:00:00Z",
-            }
-            for mid in ids
-        ]
-        return web.json_response(
-            {"object": "list", "data": entries, "has_more": False, "first_id": ids[0],
-             "last_id": ids[-1]}
-        )
-
     async def _healthz(self, _request: web.Request) -> web.Response:
         return web.json_response(
             {"status": "ok", "model": self.chat_model.model_id, "sessions": len(self.sessions)}
@@ -380,35 +262,9 @@ class Gateway:
             headers={"X-Content-Type-Options": "nosniff"},
         )
 
-    def _session(self, request: web.Request) -> Session:
-        key = request.headers.get("x-api-key")
-        if not key:
-            auth = request.headers.get("Authorization", "")
-            key = auth[7:].strip() if auth[:7].lower() == "bearer " else None
-        if not key:
-            raise WireError(
-                "authentication",
-                "missing api key: send the session key as 'Authorization: Bearer <key>' or 'x-api-key'",
-            )
-        try:
-            return self.sessions.by_key(key)
-        except SessionError as exc:
-            if exc.context.get("reason") in ("unrecoverable", "lost"):
-                raise WireError("gone", str(exc)) from None
-            raise WireError(
-                "authentication",
-                "invalid api key: no open session has this key (unknown, finished, dropped or expired)",
-            ) from None
-
-
 def _process_drift_counts() -> dict[str, int]:
     try:
         from rollhub_gateway.trajectory import global_drift_counts
     except ImportError:  # pragma: no cover - another token path without process counters
         return {}
     return global_drift_counts()
-
-
-def _gone(request: web.Request) -> bool:
-    transport = request.transport
-    return transport is None or transport.is_closing()

@@ -41,6 +41,6 @@ def rollhub_register_components(registry: ComponentRegistry) -> None:
 @hookimpl
 def rollhub_check_config(config: RollhubConfig) -> None:
     """``[[policies]]`` with gateway settings that cannot serve them are refused."""
-    from rollhub_gateway.policy_serving import check_policy_serving
+    from rollhub_gateway.policies.serving import check_policy_serving
 
     check_policy_serving(config)

@@ -34,7 +34,7 @@ from rollhub.trace import TraceRecord
 
 from rollhub_gateway.admin_call import admin_call
 from rollhub_gateway.config import GatewayConfig, PoolSection, SessionPolicy
-from rollhub_gateway.policy_serving import served_policies
+from rollhub_gateway.policies.serving import served_policies
 
 if TYPE_CHECKING:
     from rollhub_gateway.gateway import Gateway
@@ -67,7 +67,7 @@ class GatewayTokenSource(TokenSource):
     :param gateway: an already built gateway to serve (tests, custom engines); its config
         replaces the options' network and policy settings.
     :param context: what the core tells components; with ``[[policies]]`` in its config
-        the gateway serves each policy (:mod:`rollhub_gateway.policy_serving`).
+        the gateway serves each policy (:mod:`rollhub_gateway.policies.serving`).
     """
 
     name = "gateway"
@@ -151,7 +151,7 @@ class GatewayTokenSource(TokenSource):
             self._root = self.options.url.rstrip("/")
             return
         if self.gateway is None:
-            from rollhub_gateway.serving import build_gateway
+            from rollhub_gateway.http.serving import build_gateway
 
             config = GatewayConfig.model_validate(
                 self.options.model_dump(exclude={"url", "request_timeout_s", "pool"})

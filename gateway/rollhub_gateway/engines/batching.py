@@ -14,7 +14,8 @@ pre-allocated memory (:mod:`.kv_store`): each step writes one position per row i
   group's next samples and the sessions' next turns find it. A prompt that shares a long
   prefix with a span still being built waits for that build rather than repeat its work.
 - **Leaving.** A finished row's states (its span prefix and its private tail) go to the
-  prefix cache; the last row takes its slot.
+  prefix cache; the last row takes its slot. What a row emits and when it ends is
+  :mod:`.row_output`.
 - **Sampling.** Each row draws from its own ``torch.Generator``, so a row's tokens depend
   on its seed, not on which rows share its batch. Tokens reach each caller through a
   callback that hands them to the caller's event loop; the thread never touches an event
@@ -36,13 +37,13 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from rollhub.errors import GatewayError
-from rollhub.sampling import Generation, TokenChunk
 
 from .batch_sampling import Draw, sample_rows
 from .decoder import Decoder, Pass
 from .kv_store import SlotCache, Span
 from .policy_tensors import Policy, checked_policy, is_module
-from .prefix_cache import MIN_REUSE, PrefixCache, common_prefix
+from .prefix_cache import PrefixCache, waits_for_prefill
+from .row_output import final_generation, take_token
 from .step_plan import Build, Row, plan_pass
 from .token_sampling import LogprobsMode
 
@@ -263,14 +264,7 @@ class BatchEngine:
         """Whether ``prompt`` should wait for a prompt being prefilled now that shares
         more of it than the cache holds (it then reuses that prefill instead)."""
         others = [b.prompt for b in self._builds] + [list(k) for k in joined]
-        if not others:
-            return False
-        shared = max(min(common_prefix(tuple(o), prompt), len(prompt) - 1) for o in others)
-        if shared < MIN_REUSE:
-            return False
-        cache = self.prefix_cache
-        hit = cache.lookup(prompt, count=False) if cache is not None else None
-        return shared >= (hit.length if hit is not None else 0) + MIN_REUSE
+        return waits_for_prefill(prompt, others, self.prefix_cache)
 
     def _plan(self, rows: list[Row]) -> None:
         """Set up the states of rows with one prompt: a shared build, or the hit's span
@@ -363,25 +357,10 @@ class BatchEngine:
     # -- sampling and leaving ---------------------------------------------------------------
 
     def _take(self, row: Row, token: int, logprob: float) -> bool:
-        """Append the row's drawn token and emit it; True when the row finished."""
-        p = row.params
-        row.token_ids.append(token)
-        row.logprobs.append(logprob)
+        """Keep the row's drawn token and emit it; True when the row finished."""
         self.stats["tokens"] += 1
-        if row.first_token_at is None:
-            row.first_token_at = time.perf_counter()
-        row.emit(TokenChunk([token], [logprob]))
-        if token in row.stop_ids:
-            reason = "stop"
-        elif (
-            p.stop
-            and row.decode is not None
-            and any(s in row.decode(row.token_ids) for s in p.stop)
-        ):
-            reason = "stop"
-        elif len(row.token_ids) >= row.max_tokens:
-            reason = "length"
-        else:
+        reason = take_token(row, token, logprob)
+        if reason is None:
             return False
         self._finish(row, reason)
         return True
@@ -414,16 +393,4 @@ class BatchEngine:
         cache.store(tokens, row.span, row.span_len, tail)
 
     def _finish(self, row: Row, reason: str) -> None:
-        now = time.perf_counter()
-        metrics = {
-            "prompt_tokens": len(row.prompt_ids),
-            "completion_tokens": len(row.token_ids),
-            "ttft_s": (row.first_token_at or now) - row.submitted_at,
-            "total_s": now - row.submitted_at,
-            "max_batch": row.max_batch,
-        }
-        row.emit(
-            Generation(
-                list(row.token_ids), list(row.logprobs), reason, self.weight_version, metrics
-            )
-        )
+        row.emit(final_generation(row, reason, self.weight_version))

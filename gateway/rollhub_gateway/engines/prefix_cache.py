@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from .kv_store import Span
 
-__all__ = ["Hit", "PrefixCache", "common_prefix"]
+__all__ = ["Hit", "PrefixCache", "common_prefix", "waits_for_prefill"]
 
 #: shorter matches are not worth a lookup's bookkeeping
 MIN_REUSE = 16
@@ -166,3 +166,21 @@ class PrefixCache:
         self._release(entry.span)
         if entry.tail is not None:
             self._release(entry.tail)
+
+
+def waits_for_prefill(
+    prompt: list[int], others: list[list[int]], cache: PrefixCache | None
+) -> bool:
+    """Whether ``prompt`` should wait for one of ``others`` (prompts being prefilled now)
+    that shares more of it than ``cache`` holds: it then reuses that prefill instead.
+
+    Sharing counts only from :data:`MIN_REUSE` tokens on, and the prompt's last token never
+    counts (a row always forwards at least one token of its own).
+    """
+    if not others:
+        return False
+    shared = max(min(common_prefix(tuple(o), prompt), len(prompt) - 1) for o in others)
+    if shared < MIN_REUSE:
+        return False
+    hit = cache.lookup(prompt, count=False) if cache is not None else None
+    return shared >= (hit.length if hit is not None else 0) + MIN_REUSE

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal, Protocol
 
-from rollhub_gateway.template_env import FrozenJson
+from rollhub_gateway.chat_templates.environment import FrozenJson
 from rollhub_gateway.turns import OutputDelta, ParsedOutput, StreamingParser, ToolCall
 from rollhub_gateway.unique_ids import unique_id
 

@@ -1,6 +1,6 @@
 """Whether a chat template renders *locally*: the tail it adds for new messages, and
 whether it rewrites earlier turns, can be read from a short window of the conversation
-(see :func:`rollhub_gateway.render.window`) instead of the whole history.
+(see :func:`rollhub_gateway.chat_templates.render.window`) instead of the whole history.
 
 Many templates carry state across the whole conversation (DeepSeek-V3 renders its
 tool-output opener only once per conversation; Qwen3 keys reasoning display on the last
@@ -21,7 +21,7 @@ from rollhub.errors import GatewayError
 from rollhub_gateway.turns import ParsedOutput, ToolCall
 
 if TYPE_CHECKING:
-    from rollhub_gateway.render import TemplateRenderer
+    from rollhub_gateway.chat_templates.render import TemplateRenderer
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def probe_conversations(renderer: TemplateRenderer) -> list[tuple[list[dict[str,
 
 def probe_locality(renderer: TemplateRenderer) -> bool:
     """Whether window renders agree with whole renders on every probe step."""
-    from rollhub_gateway.render import text_digest
+    from rollhub_gateway.chat_templates.render import text_digest
 
     try:
         for messages, tools in probe_conversations(renderer):

@@ -30,8 +30,8 @@ from rollhub.parent_death import die_with_parent
 from rollhub.sampling import SamplingBackend
 
 from rollhub_gateway.config import GatewayConfig
+from rollhub_gateway.http.serving import build_gateway, settle_heap
 from rollhub_gateway.pool.replica import POLICY_ROUTE
-from rollhub_gateway.serving import build_gateway, settle_heap
 
 __all__ = ["ReplicaServer", "load_factory", "main"]
 

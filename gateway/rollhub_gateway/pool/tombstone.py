@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from rollhub.errors import GatewayError
 
-from rollhub_gateway.app_server import AppServer
+from rollhub_gateway.http.app_server import AppServer
 from rollhub_gateway.protocols import AnthropicMessages, OpenAIChat, OpenAIResponses, WireError
 from rollhub_gateway.protocols.base import error_response
 

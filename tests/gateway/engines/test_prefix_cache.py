@@ -14,7 +14,12 @@ import pytest
 import torch
 from rollhub.sampling import Generation, SamplingParams
 from rollhub_gateway.engines.kv_store import Span
-from rollhub_gateway.engines.prefix_cache import MIN_REUSE, PrefixCache, common_prefix
+from rollhub_gateway.engines.prefix_cache import (
+    MIN_REUSE,
+    PrefixCache,
+    common_prefix,
+    waits_for_prefill,
+)
 from rollhub_gateway.engines.transformers_engine import TransformersBackend, TransformersOptions
 
 from tests.gateway.engines.test_engine_transformers import QUESTIONS, forward_logprobs
@@ -55,6 +60,23 @@ def test_lookup_returns_the_longest_shared_prefix_and_forwards_one_token() -> No
     cache.store(prompt, _span(100), 100)
     hit = cache.lookup(prompt)
     assert hit is not None and hit.length == 99
+
+
+def test_a_prompt_waits_for_a_prefill_that_shares_more_than_the_cache_holds() -> None:
+    prompt = list(range(100))
+    building = [*range(60), 7, 7]  # shares 60 tokens with the prompt
+    assert not waits_for_prefill(prompt, [], None)
+    assert not waits_for_prefill(prompt, [[*range(MIN_REUSE - 1), 7]], None)  # too short
+    assert waits_for_prefill(prompt, [building], None)
+    cache = PrefixCache(10_000)
+    assert waits_for_prefill(prompt, [building], cache)  # the cache holds nothing of it
+    cache.store(prompt[:50], _span(50), 50)
+    assert not waits_for_prefill(prompt, [building], cache)  # 60 is not 50 + MIN_REUSE
+    assert waits_for_prefill(prompt, [[*range(80)]], cache)
+    # its own last token never counts: the same prompt shares len - 1
+    assert waits_for_prefill(prompt, [prompt], None)
+    assert not waits_for_prefill(prompt[:MIN_REUSE], [prompt], None)
+    assert cache.stats["hits"] == cache.stats["misses"] == 0  # deciding is not a lookup
 
 
 def test_an_entry_is_a_shared_span_then_a_private_tail() -> None:

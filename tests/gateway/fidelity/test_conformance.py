@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from rollhub_gateway.conformance import main, run_family, run_family_http
-from rollhub_gateway.conformance_report import APPEND_ONLY, CONFORMANCE_FAMILIES
-from rollhub_gateway.conformance_script import TOOLS
+from rollhub_gateway.conformance.report import APPEND_ONLY, CONFORMANCE_FAMILIES
+from rollhub_gateway.conformance.script import TOOLS
 
 
 @pytest.mark.parametrize("name", sorted(CONFORMANCE_FAMILIES))
@@ -97,7 +97,7 @@ def test_all_templates_adds_training_copies(capsys):
 
 
 def test_refusal_rows_fail_a_template_that_takes_tools():
-    from rollhub_gateway.conformance_templates import refusal_report
+    from rollhub_gateway.conformance.templates import refusal_report
 
     assert refusal_report("phi3.jinja").ok
     taken = refusal_report("qwen2_5.jinja")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from rollhub.sampling import Generation
-from rollhub_gateway.conformance_script import TOOLS
+from rollhub_gateway.conformance.script import TOOLS
 from rollhub_gateway.engines.scripted import scripted_logprob
 from rollhub_gateway.families.atem import format_invoke
 from rollhub_gateway.turns import ChatTurn

@@ -9,9 +9,9 @@ import pytest
 from rollhub.errors import GatewayError
 from rollhub_gateway.chat_model import build_chat_model
 from rollhub_gateway.conformance import run_family
-from rollhub_gateway.conformance_report import CONFORMANCE_FAMILIES
-from rollhub_gateway.conformance_script import TOOLS
-from rollhub_gateway.conformance_templates import (
+from rollhub_gateway.conformance.report import CONFORMANCE_FAMILIES
+from rollhub_gateway.conformance.script import TOOLS
+from rollhub_gateway.conformance.templates import (
     NO_TOOL_TEMPLATES,
     TEMPLATE_FILES,
     tokenizer_for,
@@ -20,7 +20,7 @@ from rollhub_gateway.conformance_templates import (
 from rollhub_gateway.engines.scripted import ScriptedBackend
 from rollhub_gateway.families import detect_family
 from rollhub_gateway.gateway import Gateway
-from rollhub_gateway.serving import ThreadedGateway
+from rollhub_gateway.http.serving import ThreadedGateway
 from rollhub_gateway.testing_tokenizers import trl_template
 from rollhub_gateway.turns import ChatTurn
 

@@ -9,11 +9,11 @@ import anthropic
 import pytest
 from rollhub.errors import GatewayError
 from rollhub.sampling import Generation
-from rollhub_gateway.conformance_script import TOOLS
+from rollhub_gateway.conformance.script import TOOLS
 from rollhub_gateway.engines.scripted import ScriptedBackend, scripted_logprob
 from rollhub_gateway.families.gemma4 import format_value, parse_arguments
 from rollhub_gateway.gateway import Gateway
-from rollhub_gateway.serving import ThreadedGateway
+from rollhub_gateway.http.serving import ThreadedGateway
 from rollhub_gateway.turns import ChatTurn
 
 Q = '<|"|>'
@@ -169,7 +169,7 @@ def test_thinking_after_tool_results_opens_in_the_prompt(family_model):
     """With ``enable_thinking`` the latest Gemma 4 template opens the thought channel right
     after the tool results: the parser starts inside it."""
     from rollhub_gateway.chat_model import build_chat_model
-    from rollhub_gateway.conformance_templates import template_for, tokenizer_for
+    from rollhub_gateway.conformance.templates import template_for, tokenizer_for
 
     model = build_chat_model(
         "g4t",

@@ -8,11 +8,11 @@ import json
 import openai
 import pytest
 from rollhub.sampling import Generation
-from rollhub_gateway.conformance_script import TOOLS
+from rollhub_gateway.conformance.script import TOOLS
 from rollhub_gateway.engines.scripted import ScriptedBackend, scripted_logprob
 from rollhub_gateway.families.pythonic import format_calls, parse_calls
 from rollhub_gateway.gateway import Gateway
-from rollhub_gateway.serving import ThreadedGateway
+from rollhub_gateway.http.serving import ThreadedGateway
 from rollhub_gateway.turns import ChatTurn
 
 OPEN, CLOSE = "<|tool_call_start|>", "<|tool_call_end|>"
@@ -169,7 +169,11 @@ def test_openai_streamed_tool_calls(family_model):
 def test_template_alone_sees_the_calls_as_text(family_model):
     """The conformance oracle hands the first LFM2 template the calls the way its users
     write them, inside the text: its own rendering then matches the gateway's prompt."""
-    from rollhub_gateway.template_oracle import direct_message, direct_render, template_rewrites
+    from rollhub_gateway.chat_templates.oracle import (
+        direct_message,
+        direct_render,
+        template_rewrites,
+    )
     from rollhub_gateway.turns import ParsedOutput, ToolCall
 
     model = family_model("lfm2")

@@ -7,7 +7,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rollhub_gateway.conformance_report import CONFORMANCE_FAMILIES
+from rollhub_gateway.conformance.report import CONFORMANCE_FAMILIES
 from rollhub_gateway.token_codec import BatchDecoder
 
 TOOL_FAMILIES = [n for n, (fam, _) in CONFORMANCE_FAMILIES.items() if fam != "chatml"]

@@ -7,8 +7,8 @@ import pytest
 from rollhub.errors import ConfigError, GatewayError
 from rollhub.sampling import Generation
 from rollhub_gateway.chat_model import build_chat_model
-from rollhub_gateway.conformance_report import CONFORMANCE_FAMILIES
-from rollhub_gateway.conformance_script import TOOLS
+from rollhub_gateway.conformance.report import CONFORMANCE_FAMILIES
+from rollhub_gateway.conformance.script import TOOLS
 from rollhub_gateway.engines.scripted import scripted_logprob
 from rollhub_gateway.families import detect_family
 from rollhub_gateway.families.locality import probe_conversations

@@ -13,7 +13,7 @@ import time
 
 from rollhub.sampling import Generation
 from rollhub_gateway.chat_model import build_chat_model
-from rollhub_gateway.conformance_script import TOOLS
+from rollhub_gateway.conformance.script import TOOLS
 from rollhub_gateway.engines.scripted import scripted_logprob
 from rollhub_gateway.journal import ENTRY_FIELDS, SessionJournal
 from rollhub_gateway.testing_tokenizers import family_template, vocab_tokenizer
@@ -24,7 +24,7 @@ CHILD = textwrap.dedent(
     import json, sys, time
     from rollhub.sampling import Generation
     from rollhub_gateway.chat_model import build_chat_model
-    from rollhub_gateway.conformance_script import TOOLS
+    from rollhub_gateway.conformance.script import TOOLS
     from rollhub_gateway.engines.scripted import scripted_logprob
     from rollhub_gateway.testing_tokenizers import family_template, vocab_tokenizer
     from rollhub_gateway.turns import ChatTurn
@@ -133,7 +133,7 @@ GATEWAY_CHILD = textwrap.dedent(
     from rollhub_gateway.config import GatewayConfig
     from rollhub_gateway.engines.scripted import ScriptedBackend
     from rollhub_gateway.gateway import Gateway
-    from rollhub_gateway.serving import ThreadedGateway
+    from rollhub_gateway.http.serving import ThreadedGateway
     from rollhub_gateway.testing_tokenizers import family_template, vocab_tokenizer
 
     model = build_chat_model("qwen2_5", tokenizer=vocab_tokenizer("qwen2_5"),

@@ -7,9 +7,9 @@ import json
 
 import jinja2
 import pytest
-from rollhub_gateway.conformance_report import CONFORMANCE_FAMILIES
+from rollhub_gateway.chat_templates.environment import FrozenJson, compile_template, freeze_tools
+from rollhub_gateway.conformance.report import CONFORMANCE_FAMILIES
 from rollhub_gateway.families.locality import probe_conversations
-from rollhub_gateway.template_env import FrozenJson, compile_template, freeze_tools
 
 
 @pytest.mark.parametrize("name", sorted(CONFORMANCE_FAMILIES))

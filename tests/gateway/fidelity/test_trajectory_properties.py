@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rollhub.sampling import Generation
-from rollhub_gateway.conformance_script import TOOLS
+from rollhub_gateway.conformance.script import TOOLS
 from rollhub_gateway.engines.scripted import scripted_logprob
 from rollhub_gateway.turns import ChatTurn
 

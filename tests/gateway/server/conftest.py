@@ -14,8 +14,8 @@ from rollhub_gateway.chat_model import build_chat_model
 from rollhub_gateway.config import GatewayConfig
 from rollhub_gateway.engines.scripted import ScriptedBackend
 from rollhub_gateway.gateway import Gateway
+from rollhub_gateway.http.serving import ThreadedGateway
 from rollhub_gateway.models import load_tokenizer
-from rollhub_gateway.serving import ThreadedGateway
 
 WEATHER_TOOL = {
     "type": "function",

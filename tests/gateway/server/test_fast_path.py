@@ -12,9 +12,9 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from rollhub_gateway import fast_path
 from rollhub_gateway.config import GatewayConfig
 from rollhub_gateway.gateway import Gateway
+from rollhub_gateway.http import fast_path
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -333,7 +333,7 @@ async def test_garbage_and_mutated_requests_leave_the_gateway_serving(
     assert status == 200 and json.loads(body)["choices"][0]["message"]["content"] == "still here"
     writer.close()
     # nothing raised on the fast path (asyncio logs what a protocol's callbacks raise)
-    names = ("rollhub_gateway.fast_path", "asyncio")
+    names = ("rollhub_gateway.http.fast_path", "asyncio")
     assert not [r for r in caplog.records if r.name in names and r.levelno >= 40]
 
 

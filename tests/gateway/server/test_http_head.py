@@ -4,7 +4,7 @@ leaves to aiohttp."""
 from __future__ import annotations
 
 import pytest
-from rollhub_gateway.http_head import parse_head
+from rollhub_gateway.http.request_head import parse_head
 
 POST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5"
 

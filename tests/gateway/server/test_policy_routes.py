@@ -12,7 +12,7 @@ from rollhub.errors import UsageError
 from rollhub.policies import PolicyUpdate, PolicyUpdates
 from rollhub_gateway.engines.scripted import ScriptedBackend
 from rollhub_gateway.gateway import Gateway
-from rollhub_gateway.policy_routes import PolicyRoute
+from rollhub_gateway.policies.routes import PolicyRoute
 
 USER = [{"role": "user", "content": "Draft the call."}]
 

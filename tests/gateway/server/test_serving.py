@@ -17,9 +17,9 @@ import pytest
 from aiohttp import web
 from rollhub.errors import ConfigError
 from rollhub_gateway import cli
-from rollhub_gateway.app_server import AppServer
 from rollhub_gateway.config import GatewayConfig
 from rollhub_gateway.gateway import Gateway
+from rollhub_gateway.http.app_server import AppServer
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -175,7 +175,7 @@ def test_standalone_serve_until_sigterm(tmp_path, tokenizer):
 def test_threaded_gateway_requires_start(chat_model):
     from rollhub.errors import UsageError
     from rollhub_gateway.engines.scripted import ScriptedBackend
-    from rollhub_gateway.serving import ThreadedGateway
+    from rollhub_gateway.http.serving import ThreadedGateway
 
     tg = ThreadedGateway(Gateway(ScriptedBackend(), chat_model, GatewayConfig()))
     with pytest.raises(UsageError):

@@ -151,7 +151,7 @@ def test_direct_tokenizer_and_batch_decoder_match_the_wrapper(tokenizer: Any) ->
 
 
 def test_prefix_cache_is_bounded(tokenizer: Any, tools_template: str, helpers: Any) -> None:
-    from rollhub_gateway.render import PREFIX_CACHE
+    from rollhub_gateway.chat_templates.render import PREFIX_CACHE
 
     model = build_chat_model(
         "smollm2-135m-instruct", chat_template=tools_template, family="hermes", tokenizer=tokenizer
@@ -198,7 +198,7 @@ def test_whole_render_checks_are_spaced_as_the_session_grows(
 def test_settle_heap_freezes_what_is_loaded() -> None:
     import gc
 
-    from rollhub_gateway.serving import settle_heap
+    from rollhub_gateway.http.serving import settle_heap
 
     try:
         settle_heap()

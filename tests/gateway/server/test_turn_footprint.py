@@ -149,7 +149,7 @@ def test_a_resent_conversation_with_null_contents_is_reused_whole() -> None:
 def test_the_window_is_the_same_as_a_plain_scan_would_find() -> None:
     import random
 
-    from rollhub_gateway.render import window
+    from rollhub_gateway.chat_templates.render import window
 
     def plain(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
         n_sys = 0

@@ -13,8 +13,8 @@ from rollhub.rollout import RolloutConfig
 from rollhub_gateway.chat_model import build_chat_model
 from rollhub_gateway.config import GatewayConfig
 from rollhub_gateway.gateway import Gateway
+from rollhub_gateway.http.serving import ThreadedGateway
 from rollhub_gateway.models import load_tokenizer
-from rollhub_gateway.serving import ThreadedGateway
 
 from tests.plugins.frameworks.recording_backend import MODEL, TEMPLATE, RecordingBackend
 from tests.scripted_ids import Ids

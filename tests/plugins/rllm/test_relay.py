@@ -11,7 +11,7 @@ import asyncio
 
 import aiohttp
 from aiohttp import web
-from rollhub_gateway.app_server import AppServer
+from rollhub_gateway.http.app_server import AppServer
 from rollhub_rllm.relay import SessionRelay
 
 

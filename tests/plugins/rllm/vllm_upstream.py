@@ -21,8 +21,8 @@ import uuid
 from typing import Any
 
 from aiohttp import ClientSession, web
-from rollhub_gateway.app_server import AppServer
 from rollhub_gateway.gateway import Gateway
+from rollhub_gateway.http.app_server import AppServer
 
 
 class VllmStyleUpstream:

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 from rollhub.sampling import SamplingParams
 
 from rollhub_gateway.chat_model import HFChatModel, build_chat_model
-from rollhub_gateway.conformance_report import (
+from rollhub_gateway.chat_templates.oracle import direct_message, direct_render, template_rewrites
+from rollhub_gateway.conformance.report import (
     APPEND_ONLY,
     CONFORMANCE_FAMILIES,
     FamilyReport,
@@ -36,8 +37,8 @@ from rollhub_gateway.conformance_report import (
     check_records,
     format_table,
 )
-from rollhub_gateway.conformance_script import TOOLS, Step, agent_message, output_ids, script
-from rollhub_gateway.conformance_templates import (
+from rollhub_gateway.conformance.script import TOOLS, Step, agent_message, output_ids, script
+from rollhub_gateway.conformance.templates import (
     NO_TOOL_TEMPLATES,
     refusal_report,
     template_for,
@@ -45,7 +46,6 @@ from rollhub_gateway.conformance_templates import (
     training_copies,
 )
 from rollhub_gateway.engines.scripted import ScriptedBackend, scripted_logprob
-from rollhub_gateway.template_oracle import direct_message, direct_render, template_rewrites
 from rollhub_gateway.turns import ChatTurn
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ def run_family_http(name: str, model: HFChatModel | None = None) -> FamilyReport
     from openai.types.chat import ChatCompletionMessageFunctionToolCall
 
     from rollhub_gateway.gateway import Gateway
-    from rollhub_gateway.serving import ThreadedGateway
+    from rollhub_gateway.http.serving import ThreadedGateway
 
     _fam_word, parallel = CONFORMANCE_FAMILIES[name]
     model = model or model_for(name)
@@ -325,7 +325,3 @@ def main(argv: list[str] | None = None) -> int:
     for r in bad:
         print(f"\n{r.name}:", *r.failures, sep="\n  ", file=sys.stderr)
     return 1 if bad else 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

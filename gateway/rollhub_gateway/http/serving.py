@@ -29,7 +29,7 @@ from rollhub.trace import TraceRecord
 from rollhub_gateway.config import GatewayConfig, ServedPolicy, SessionPolicy
 from rollhub_gateway.engines import register_backends
 from rollhub_gateway.gateway import Gateway
-from rollhub_gateway.policy_routes import PolicyRoute
+from rollhub_gateway.policies.routes import PolicyRoute
 from rollhub_gateway.sessions import Session
 from rollhub_gateway.turns import ChatModel
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from multidict import CIMultiDict
 
-from rollhub_gateway.http_head import Handler, RequestHead, Resolver, parse_head
+from rollhub_gateway.http.request_head import Handler, RequestHead, Resolver, parse_head
 
 if TYPE_CHECKING:
     from aiohttp import web

@@ -1,7 +1,7 @@
 """Planning one model call: the served policy picked by the model name it sends, the
 session's policy checked, the prompt rendered, the sampling parameters resolved, the weight
 version current at the turn's start read. Errors here are 400s or 429s, before anything is
-sampled; :mod:`.turn_runner` samples the plan.
+sampled; :mod:`rollhub_gateway.model_call.runner` samples the plan.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from rollhub.sampling import SamplingParams, TurnContext
 from rollhub.seeding import turn_seed
 
 from rollhub_gateway.config import SessionPolicy
-from rollhub_gateway.policy_routes import PolicyRoute, PolicyRoutes
+from rollhub_gateway.policies.routes import PolicyRoute, PolicyRoutes
 from rollhub_gateway.protocols.base import RequestedSampling, WireError, WireRequest
 from rollhub_gateway.sessions import Session
 from rollhub_gateway.turns import ChatModel, PreparedTurn

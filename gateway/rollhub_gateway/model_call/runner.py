@@ -16,11 +16,11 @@ from rollhub.errors import GatewayError
 from rollhub.sampling import Generation, SamplingBackend, TokenChunk
 
 from rollhub_gateway.metrics import GatewayMetrics, TurnLog
+from rollhub_gateway.model_call.plan import TurnPlan
 from rollhub_gateway.protocols.base import Finished, Started, StreamEvent, TurnResult, WireError
 from rollhub_gateway.protocols.logprob_texts import token_texts, top_logprobs
 from rollhub_gateway.stop_sequences import StopHoldback, cut_at_stop
-from rollhub_gateway.turn_plan import TurnPlan
-from rollhub_gateway.turn_record import stamped_version
+from rollhub_gateway.trajectory.record import stamped_version
 from rollhub_gateway.turns import ChatModel, StreamingParser
 
 __all__ = ["ClientGone", "TurnRunner", "TurnStream"]

@@ -2,7 +2,7 @@
 
 The ``gateway`` token source serves every ``[[policies]]`` entry of the run's config from
 an engine of its own (the ``engine`` section, with the policy's ``weights`` loaded over the
-model), routed by model name (:mod:`rollhub_gateway.policy_routes`). What it cannot do is
+model), routed by model name (:mod:`rollhub_gateway.policies.routes`). What it cannot do is
 refused before anything runs, with the reason:
 
 - a remote gateway (``token_source.url``): the trainer's per-policy weights are Python

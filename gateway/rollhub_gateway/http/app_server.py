@@ -1,5 +1,5 @@
 """Serving an aiohttp application on the running event loop, its gateway routes on the
-fast path (:mod:`rollhub_gateway.fast_path`) and everything else on aiohttp."""
+fast path (:mod:`rollhub_gateway.http.fast_path`) and everything else on aiohttp."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import Callable
 from aiohttp import web
 from rollhub.errors import GatewayError
 
-from rollhub_gateway.fast_path import FastPathServer
-from rollhub_gateway.http_head import Resolver
+from rollhub_gateway.http.fast_path import FastPathServer
+from rollhub_gateway.http.request_head import Resolver
 
 __all__ = ["BACKLOG", "AppServer"]
 
@@ -25,7 +25,7 @@ class AppServer:
     """An aiohttp application served on the running loop (``host``/``port``; 0 = free port).
 
     :param fast_path: the routes served on the lean HTTP path in front of the application
-        (:mod:`rollhub_gateway.fast_path`); None serves everything with aiohttp.
+        (:mod:`rollhub_gateway.http.fast_path`); None serves everything with aiohttp.
     :param max_body_bytes: bodies the fast path reads (larger ones go to aiohttp).
     :param count: ``count(route, status)`` of the fast path's requests (metrics).
     """

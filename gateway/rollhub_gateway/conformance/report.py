@@ -1,7 +1,7 @@
 """The outcome of a conformance run: the families it covers, one report per family, the
 checks a report collects (parsing, records) and the table printed from them.
 
-:mod:`.conformance` drives the sessions; :mod:`.conformance_templates` adds TRL's other
+:mod:`rollhub_gateway.conformance` drives the sessions; :mod:`rollhub_gateway.conformance.templates` adds TRL's other
 templates; both fill :class:`FamilyReport` rows.
 """
 

@@ -22,7 +22,7 @@ from rollhub.errors import ConfigError
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
 
-from rollhub_gateway.conformance_report import FamilyReport
+from rollhub_gateway.conformance.report import FamilyReport
 from rollhub_gateway.testing_tokenizers import FAMILY_TEMPLATES
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def refusal_report(template: str) -> FamilyReport:
     from rollhub.errors import GatewayError
 
     from rollhub_gateway.chat_model import build_chat_model
-    from rollhub_gateway.conformance_script import TOOLS
+    from rollhub_gateway.conformance.script import TOOLS
     from rollhub_gateway.testing_tokenizers import trl_template
     from rollhub_gateway.turns import ChatTurn
 

@@ -16,7 +16,7 @@ from rollhub_gateway.turns import ParsedOutput
 
 if TYPE_CHECKING:
     from rollhub_gateway.chat_model import HFChatModel
-    from rollhub_gateway.render import TemplateRenderer
+    from rollhub_gateway.chat_templates.render import TemplateRenderer
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from rollhub_gateway.families.base import Family
 from rollhub_gateway.turns import ParsedOutput
 
 if TYPE_CHECKING:
-    from rollhub_gateway.render import TemplateRenderer
+    from rollhub_gateway.chat_templates.render import TemplateRenderer
 
 __all__ = ["direct_message", "direct_render", "template_rewrites"]
 

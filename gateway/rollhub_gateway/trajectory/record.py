@@ -16,9 +16,9 @@ from rollhub.errors import GatewayError
 from rollhub.sampling import Generation
 from rollhub.trace import DriftKind, TraceRecord
 
+from rollhub_gateway.chat_templates.render import TemplateRenderer, text_digest
 from rollhub_gateway.journal import SessionJournal
-from rollhub_gateway.journal_entries import journal_entry, rebuild
-from rollhub_gateway.render import TemplateRenderer, text_digest
+from rollhub_gateway.journal.entries import journal_entry, rebuild
 from rollhub_gateway.trajectory import TrajectoryTree, TurnNode, message_key, next_digest
 from rollhub_gateway.turns import ParsedOutput, PreparedTurn
 
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 
 class ConversationModel(Protocol):
-    """What a conversation reads of its chat model (:class:`~.chat_model.HFChatModel`)."""
+    """What a conversation reads of its chat model (:class:`~rollhub_gateway.chat_model.HFChatModel`)."""
 
     model_id: str
     renderer: TemplateRenderer
@@ -67,7 +67,7 @@ def stamped_version(generation: Generation, started: int | None) -> int | None:
 
 
 class TurnRecords:
-    """The recording half of a conversation (:class:`~.conversation.HFConversation`):
+    """The recording half of a conversation (:class:`~rollhub_gateway.conversation.HFConversation`):
     commit, records, finish and discard."""
 
     model: ConversationModel

@@ -11,6 +11,9 @@ prefix as ``prompt_ids`` (mask 0), so no sampled token is trained twice.
 Drift counts (``append`` / ``rerender`` / ``fork`` turns and ``masked_tokens``: sampled
 tokens that a rewritten history dropped from the model's view) are kept per session and
 globally; :func:`global_drift_counts` is what ``/metrics`` reports.
+
+The turn nodes' compact storage is :mod:`.nodes`; a session's record of its turns (the
+tree, the journal rows, the weight version of each turn) is :mod:`.record`.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 
 from rollhub.trace import TraceRecord, TurnSpan
 
-from rollhub_gateway.turn_nodes import SPAN_FIELDS, Branch, TurnNode, ids_array
+from rollhub_gateway.trajectory.nodes import SPAN_FIELDS, Branch, TurnNode, ids_array
 
 __all__ = [
     "SPAN_FIELDS",

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from rollhub.errors import GatewayError
 
+from rollhub_gateway.chat_templates.environment import SharedTools, compile_template
 from rollhub_gateway.families.base import Family
-from rollhub_gateway.template_env import SharedTools, compile_template
 from rollhub_gateway.token_codec import TokenCodec
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """Reading a plain HTTP/1.1 request head, and finding the route it names, for the fast
-path (:mod:`rollhub_gateway.fast_path`).
+path (:mod:`rollhub_gateway.http.fast_path`).
 
 "Plain" is deliberately narrow: whatever this module does not accept, aiohttp reads. The
 head is parsed by llhttp (through ``httptools``), the parser aiohttp's own C parser is built
