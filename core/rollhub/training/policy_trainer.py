@@ -1,9 +1,9 @@
 """One trainer per trainable policy, driven as one by the core's loop.
 
-With ``[[policies]]`` and a :class:`~rollhub.training.roles.PolicyTrainer`, the hub builds a :class:`PolicyTrainers`:
-the ``[trainer]`` component once per trainable policy (its options: ``[trainer]``'s with
-the policy's ``trainer`` table over them; its context names the policy and gives it a run
-directory of its own). Each training step, for every trainable policy:
+With ``[[policies]]`` and a :class:`~rollhub.training.roles.PolicyTrainer`, the hub builds
+a :class:`PolicyTrainers`: the ``[trainer]`` component once per trainable policy (its
+options: ``[trainer]``'s with the policy's ``trainer`` table over them; its context names
+the policy and gives it a run directory of its own). Each training step, for every trainable policy:
 
 1. the batch is seen by the policy (:func:`rollhub.policies.policy_groups`): each episode
    keeps only the records that policy sampled, with the reward that trains it (its

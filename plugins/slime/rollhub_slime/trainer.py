@@ -2,9 +2,10 @@
 
 slime drives its own training loop, so this trainer (a
 :class:`~rollhub.training.LaunchedBackend`) does not consume groups the way ``rollhub run``
-feeds them, and ``rollhub run`` refuses it: slime calls :func:`rollhub_slime.rollout.generate_rollout`
-(or the per-sample :func:`rollhub_slime.rollout.generate`), which asks the hub for groups
-and converts them itself. ``[trainer] name = "slime"`` selects this component so that
+feeds them, and ``rollhub run`` refuses it: slime calls
+:func:`rollhub_slime.rollout.generate_rollout` (or the per-sample
+:func:`rollhub_slime.rollout.generate`), which asks the hub for groups and converts them
+itself. ``[trainer] name = "slime"`` selects this component so that
 ``rollhub config check`` validates the options below, and the rollout function reads them
 from the started hub.
 
