@@ -1,7 +1,7 @@
 """``[[policies]]`` checked before anything runs: what serves them and what trains them.
 
 - The token source must route calls by model name: only the ``gateway`` one does.
-- The trainer must be able to train several policies: a trainer that trains is built once
+- The trainer must be able to train several policies: a policy trainer is built once
   per trainable policy (each policy's ``trainer`` options are validated here); a trainer
   that refuses (its ``policies_refusal``, e.g. a backend that drives its own loop over one
   model) is refused with its reason, never silently run with one policy.
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from rollhub.errors import ConfigError
 from rollhub.markers import hookimpl
 from rollhub.registry import ComponentRegistry, build_options
+from rollhub.training.roles import TrainerRole, role_of
 
 if TYPE_CHECKING:
     from rollhub.config import RollhubConfig
@@ -43,8 +44,9 @@ def rollhub_check_config(config: RollhubConfig, registry: ComponentRegistry) -> 
                 field=f"policies.{policy.name}.weights",
             )
     cls = registry.get("trainer", config.trainer.name, field="trainer.name")
+    role = role_of(cls)
     refusal = getattr(cls, "policies_refusal", None)
-    if refusal is None and getattr(cls, "drives", False):
+    if refusal is None and role in (TrainerRole.LOOP_DRIVER, TrainerRole.LAUNCHED_BACKEND):
         refusal = "it drives its own training loop, which trains one model"
     if refusal is not None:
         raise ConfigError(
@@ -53,7 +55,7 @@ def rollhub_check_config(config: RollhubConfig, registry: ComponentRegistry) -> 
             f"policy",
             field="trainer.name",
         )
-    if getattr(cls, "trains", False):
+    if role is TrainerRole.POLICY_TRAINER:
         for policy in policies:
             if policy.trainable:
                 build_options(

@@ -5,9 +5,11 @@ through the hub once, feeds finished groups to the trainer, and leaves in a new 
 directory the trainer's outputs (``episodes.parquet`` / ``episodes.jsonl``),
 ``summary.json`` and ``plots.png``.
 
-With a trainer that trains (``tinker``, a user's own): runs the core's training loop
-(:mod:`rollhub.training.loop`) and leaves ``metrics.jsonl``, ``training.png`` and
-``checkpoints/``; ``rollhub run --resume RUN_DIR`` continues from the last checkpoint.
+With a trainer that trains (a policy trainer such as ``torch`` or ``tinker``: the core's
+training loop, :mod:`rollhub.training.loop`; a loop driver such as ``trl``: its own loop):
+leaves ``metrics.jsonl``, ``training.png`` and ``checkpoints/``; ``rollhub run --resume
+RUN_DIR`` continues from the last checkpoint. A launched backend (``verl``, ``slime``) is
+refused with the command that launches it.
 
 Both write ``config.json`` (the resolved config), a copy of the config file,
 ``run.json`` (where the config came from, for ``--resume``) and ``manifest.json`` (the
@@ -23,7 +25,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rollhub.commands.checks import check_run_config, load_payloads
 from rollhub.commands.run_training import train
@@ -38,6 +40,7 @@ from rollhub.plugins import PluginHost
 from rollhub.registry import build_options
 from rollhub.rollout import RolloutRequest
 from rollhub.run_dir import RunDir
+from rollhub.training.roles import LaunchedBackend, TrainerRole, role_of
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +191,12 @@ async def run_experiment(
 ) -> dict[str, Any]:
     """Run the experiment on a hub; return the summary (also written to ``run_dir``).
 
-    A trainer that trains gets the training loop; any other consumes one pass.
+    A policy trainer or a loop driver trains; a consumer consumes one pass; a launched
+    backend is refused.
+
+    :raises UsageError: the trainer is a launched backend (the message says how to launch
+        it), or ``resume`` with a consumer.
+    :raises TrainerRoleError: the trainer class declares no role.
 
     :param host: the plugin host to use (default: built from ``cfg``).
     :param outputs: filled with what the trainer's ``close()`` returned (its files).
@@ -198,7 +206,11 @@ async def run_experiment(
     trainer_cls, _ = build_options(
         hub.host.registry, "trainer", cfg.trainer.name, cfg.trainer.options, section="trainer"
     )
-    if getattr(trainer_cls, "trains", False) or getattr(trainer_cls, "drives", False):
+    role = role_of(trainer_cls)
+    if role is TrainerRole.LAUNCHED_BACKEND:
+        # refused before the hub starts a runtime or a gateway it would not use
+        raise UsageError(cast(type[LaunchedBackend], trainer_cls).launch_hint)
+    if role in (TrainerRole.POLICY_TRAINER, TrainerRole.LOOP_DRIVER):
         return await train(hub, payloads, run_dir, resume=resume, outputs=outputs)
     if resume:
         raise UsageError(

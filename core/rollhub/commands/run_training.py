@@ -1,5 +1,5 @@
-"""The training half of ``rollhub run``: a trainer that trains gets the core's training loop
-(:mod:`rollhub.training.loop`), a trainer that drives runs its own; both leave
+"""The training half of ``rollhub run``: a policy trainer gets the core's training loop
+(:mod:`rollhub.training.loop`), a loop driver runs its own; both leave
 ``metrics.jsonl``, ``training.png``, checkpoints and, with ``[eval]``, ``eval.json``."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from rollhub.training.before_after import before_after_rows
 from rollhub.training.loop import TrainingLoop, planned_steps
 from rollhub.training.plot import plot_training, read_metrics
 from rollhub.training.recorder import StepRecorder
+from rollhub.training.roles import TrainerRole, role_of
 from rollhub.training.sinks import MetricSink
 from rollhub.training.trainer import DrivenRun
 
@@ -48,7 +49,7 @@ async def train(
         sinks = build_sinks(hub, run_dir)
         progress = None if cfg.experiment.progress else False
         try:
-            if hub.trainer.drives:
+            if role_of(type(hub.trainer)) is TrainerRole.LOOP_DRIVER:
                 summary, history = await _drive(hub, payloads, run_dir, sinks, resume, progress)
             else:
                 loop = TrainingLoop(

@@ -16,7 +16,8 @@ from pydantic import Field
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
 from rollhub.export import JsonlAppender, episode_to_row, write_rows
-from rollhub.training.trainer import Trainer, TrainerOptions
+from rollhub.training.roles import GroupConsumer
+from rollhub.training.trainer import TrainerOptions
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class ExportOptions(TrainerOptions):
     include_failed: bool = Field(True, description="also write failed episodes (marked)")
 
 
-class ExportTrainer(Trainer):
+class ExportTrainer(GroupConsumer):
     """Collects episodes and writes them when the run ends."""
 
     name = "export"

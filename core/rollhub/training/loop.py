@@ -49,6 +49,7 @@ from rollhub.training.checkpoint import (
 )
 from rollhub.training.plot import read_metrics
 from rollhub.training.recorder import StepRecorder
+from rollhub.training.roles import TrainerRole, role_of
 from rollhub.training.sinks import MetricSink
 from rollhub.training.step import StepResult, TrainingBatch
 from rollhub.training.trainer import Trainer
@@ -81,7 +82,8 @@ def planned_steps(config: RollhubConfig, prompts: int) -> int:
 class TrainingLoop:
     """Runs training steps of the hub's trainer over a dataset.
 
-    :param hub: a started hub whose trainer trains (``Trainer.trains``).
+    :param hub: a started hub whose trainer is a
+        :class:`~rollhub.training.roles.PolicyTrainer`.
     :param payloads: the prompts (dataset order).
     :param run_dir: where ``metrics.jsonl``, ``checkpoints/`` and ``training.png`` go.
     :param sinks: extra metric sinks (``metrics.jsonl`` is always written).
@@ -131,10 +133,10 @@ class TrainingLoop:
     async def run(self) -> dict[str, Any]:
         """Train until the last step; return a summary (steps, version, last metrics)."""
         trainer = self.hub.trainer
-        if trainer is None or not getattr(trainer, "trains", False):
+        if trainer is None or role_of(type(trainer)) is not TrainerRole.POLICY_TRAINER:
             raise UsageError(
                 f"trainer {self.config.trainer.name!r} does not train; the training loop needs "
-                f"a trainer with trains = True (e.g. 'tinker')"
+                f"a PolicyTrainer (e.g. 'torch' or 'tinker')"
             )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         await self._restore(trainer)

@@ -1,9 +1,9 @@
 """One trainer per trainable policy, driven as one by the core's loop.
 
-With ``[[policies]]`` and a trainer that trains, the hub builds a :class:`PolicyTrainers`:
-the ``[trainer]`` component once per trainable policy (its options: ``[trainer]``'s with
-the policy's ``trainer`` table over them; its context names the policy and gives it a run
-directory of its own). Each training step, for every trainable policy:
+With ``[[policies]]`` and a :class:`~rollhub.training.roles.PolicyTrainer`, the hub builds
+a :class:`PolicyTrainers`: the ``[trainer]`` component once per trainable policy (its
+options: ``[trainer]``'s with the policy's ``trainer`` table over them; its context names
+the policy and gives it a run directory of its own). Each training step, for every trainable policy:
 
 1. the batch is seen by the policy (:func:`rollhub.policies.policy_groups`): each episode
    keeps only the records that policy sampled, with the reward that trains it (its
@@ -34,6 +34,7 @@ from rollhub.policies import PolicyConfig, PolicyUpdate, PolicyUpdates, policy_g
 from rollhub.registry import ComponentContext, ComponentRegistry
 from rollhub.training.advantages import group_advantages
 from rollhub.training.batch_metrics import batch_metrics
+from rollhub.training.roles import PolicyTrainer, TrainerRole, role_of
 from rollhub.training.step import StepResult, TrainingBatch
 from rollhub.training.trainer import Trainer
 
@@ -53,7 +54,7 @@ POLICY_FIGURES = (
 def build_trainer(
     registry: ComponentRegistry, config: RollhubConfig, context: ComponentContext
 ) -> Trainer:
-    """The ``[trainer]`` component, or with ``[[policies]]`` and a trainer that trains, a
+    """The ``[trainer]`` component, or with ``[[policies]]`` and a policy trainer, a
     :class:`PolicyTrainers` of one such trainer per trainable policy.
 
     :raises ConfigError: a policy's ``trainer`` options do not validate (naming
@@ -61,7 +62,7 @@ def build_trainer(
     """
     section = config.trainer
     cls = registry.get("trainer", section.name, field="trainer.name")
-    if not config.policies or not getattr(cls, "trains", False):
+    if not config.policies or role_of(cls) is not TrainerRole.POLICY_TRAINER:
         return registry.build(
             "trainer", section.name, section.options, section="trainer", context=context
         )
@@ -92,7 +93,7 @@ def policy_batch(
     return TrainingBatch(batch.step, groups, advantages, version)
 
 
-class PolicyTrainers(Trainer):
+class PolicyTrainers(PolicyTrainer):
     """The trainers of a run with several policies, one per trainable policy.
 
     :param trainers: policy name → its trainer (trainable policies only).
@@ -101,7 +102,6 @@ class PolicyTrainers(Trainer):
     """
 
     name = "policies"
-    trains = True
 
     def __init__(
         self,

@@ -1,10 +1,10 @@
 """What a training run leaves per step, whoever drives the loop.
 
-The core's loop (:mod:`rollhub.training.loop`) and a trainer that drives its own loop
-(``Trainer.drives``, e.g. TRL) record a step the same way: every episode of the step to
-``episodes.jsonl`` (export schema + step, advantage, trained), the step's metrics to
-``metrics.jsonl`` and the metric sinks, the ``rollhub_training_step`` hook, and a progress
-line. One recorder per run.
+The core's loop (:mod:`rollhub.training.loop`) and a trainer that drives its own loop (a
+:class:`~rollhub.training.roles.LoopDriver`, e.g. TRL) record a step the same way: every
+episode of the step to ``episodes.jsonl`` (export schema + step, advantage, trained), the
+step's metrics to ``metrics.jsonl`` and the metric sinks, the ``rollhub_training_step``
+hook, and a progress line. One recorder per run.
 """
 
 from __future__ import annotations

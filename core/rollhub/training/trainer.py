@@ -1,18 +1,29 @@
 """The trainer interface: what a backend plugin does with finished episode groups.
 
-Three kinds of trainer meet the hub:
+:class:`Trainer` is the base every ``trainer`` component registers as. A trainer declares
+its role by subclassing one of the role bases of :mod:`rollhub.training.roles`, and
+:func:`~rollhub.training.roles.role_of` is the one place that reads it:
 
-- A **consumer** (``trains = False``, e.g. ``export``) takes each finished group through
-  :meth:`Trainer.consume` during one pass over the dataset.
-- A **policy trainer** (``trains = True``, e.g. ``tinker``) is driven by the core's training
-  loop (:mod:`rollhub.training.loop`): each step hands it a :class:`~rollhub.training.step.TrainingBatch` (groups
-  with their advantages) and gets a :class:`~rollhub.training.step.StepResult` back: the new weight version, the
-  step's metrics, and the new policy for the sampling side (e.g. a Tinker sampling client),
-  which the hub passes to the token source's sampling backend between turns.
-- A **driving trainer** (``drives = True``, e.g. ``trl``) runs its own loop: ``rollhub run``
-  starts the hub and hands the trainer a :class:`DrivenRun` (the started hub, the dataset,
-  a step recorder); the trainer's loop asks the hub for episode groups and records each
-  step, and :meth:`Trainer.drive` returns when training is done.
+- a **consumer** (:class:`~rollhub.training.roles.GroupConsumer`, e.g. ``export``) takes
+  each finished group through :meth:`Trainer.consume` during one pass over the dataset;
+- a **policy trainer** (:class:`~rollhub.training.roles.PolicyTrainer`, e.g. ``torch``,
+  ``tinker``) is driven by the core's training loop (:mod:`rollhub.training.loop`): each
+  step hands it a :class:`~rollhub.training.step.TrainingBatch` (groups with their
+  advantages) and gets a :class:`~rollhub.training.step.StepResult` back: the new weight
+  version, the step's metrics, and the new policy for the sampling side (e.g. a Tinker
+  sampling client), which the hub passes to the token source's sampling backend between
+  turns;
+- a **loop driver** (:class:`~rollhub.training.roles.LoopDriver`, e.g. ``trl``) runs its
+  own loop: ``rollhub run`` starts the hub and hands the trainer a :class:`DrivenRun` (the
+  started hub, the dataset, a step recorder); the trainer's loop asks the hub for episode
+  groups and records each step, and :meth:`Trainer.drive` returns when training is done;
+- a **launched backend** (:class:`~rollhub.training.roles.LaunchedBackend`, e.g. ``verl``,
+  ``slime``) is trained by a backend started with its own command; the component carries
+  the backend's options and ``rollhub run`` refuses it.
+
+The methods of every role stay on :class:`Trainer` (raising when a trainer lacks its role),
+so trainers written before the role bases, which subclass :class:`Trainer` directly and
+set ``trains = True`` or ``drives = True``, keep working.
 
 Constructor contract: ``cls(options, *, context=...)`` with the validated ``Options`` and
 a :class:`~rollhub.registry.ComponentContext` (``context.run_dir`` is where outputs go,
@@ -68,13 +79,17 @@ class DrivenRun:
 
 
 class Trainer(ABC):
-    """Consumes episode groups. Subclasses set ``name`` and ``Options``."""
+    """The base of every trainer component. Subclasses set ``name`` and ``Options``, and
+    declare their role by subclassing a role base of :mod:`rollhub.training.roles`."""
 
     name: ClassVar[str]
     Options: ClassVar[type[TrainerOptions]] = TrainerOptions
-    #: True for trainers driven by the training loop (:meth:`step`), False for consumers.
+    #: deprecated: subclass :class:`~rollhub.training.roles.PolicyTrainer` instead (it sets
+    #: this True); still read by :func:`~rollhub.training.roles.role_of` on a trainer that
+    #: subclasses Trainer directly
     trains: ClassVar[bool] = False
-    #: True for trainers that run their own loop against the hub (:meth:`drive`).
+    #: deprecated: subclass :class:`~rollhub.training.roles.LoopDriver` instead (it sets this
+    #: True); read like :attr:`trains`
     drives: ClassVar[bool] = False
     #: why this trainer cannot take a run with several ``[[policies]]`` (refused by
     #: ``rollhub config check`` with this reason); None: it can (a trainer that trains is
@@ -105,7 +120,7 @@ class Trainer(ABC):
         """Take one finished group (consumers); return metrics (or None)."""
         raise NotImplementedError(f"trainer {self.name!r} does not consume groups")
 
-    # Policy trainers ------------------------------------------------------------------------
+    # Policy trainers (PolicyTrainer) ------------------------------------------------------
 
     async def initial_policy(self) -> Policy | None:
         """The policy the sampling side starts from (None: the engine's own weights).
@@ -116,9 +131,9 @@ class Trainer(ABC):
 
     async def step(self, batch: TrainingBatch) -> StepResult:
         """Train on one batch; return the new version, metrics and policy."""
-        raise NotImplementedError(f"trainer {self.name!r} does not train (trains = False)")
+        raise NotImplementedError(f"trainer {self.name!r} does not train (not a PolicyTrainer)")
 
-    # Driving trainers -----------------------------------------------------------------------
+    # Loop drivers (LoopDriver) ------------------------------------------------------------
 
     async def drive(self, run: DrivenRun) -> dict[str, Any]:
         """Run the trainer's own loop over ``run.payloads`` until done.
@@ -126,7 +141,7 @@ class Trainer(ABC):
         :returns: ``{"steps", "total_steps", "weight_version", "last"}`` (``last``: the last
             step's metrics), as the core's loop reports them.
         """
-        raise NotImplementedError(f"trainer {self.name!r} does not drive (drives = False)")
+        raise NotImplementedError(f"trainer {self.name!r} does not drive (not a LoopDriver)")
 
     async def save_state(self, directory: Path) -> dict[str, Any]:
         """Save what resuming needs under ``directory``; return JSON-ready state."""

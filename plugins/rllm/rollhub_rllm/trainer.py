@@ -20,7 +20,7 @@ from pydantic import Field
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
 from rollhub.registry import ComponentContext
-from rollhub.training import Trainer, TrainerOptions
+from rollhub.training import GroupConsumer, TrainerOptions
 
 from rollhub_rllm.episodes import episode_to_rllm
 
@@ -36,7 +36,7 @@ class RllmExportOptions(TrainerOptions):
     include_failed: bool = Field(True, description="also write failed episodes (marked)")
 
 
-class RllmEpisodeExport(Trainer):
+class RllmEpisodeExport(GroupConsumer):
     """Appends every finished group to a JSONL file of rLLM episodes."""
 
     name = "rllm"

@@ -1,9 +1,11 @@
 """The ``slime`` trainer component: where the slime backend's settings live.
 
-slime drives its own training loop, so this trainer does not consume groups the way
-``rollhub run`` feeds them: slime calls :func:`rollhub_slime.rollout.generate_rollout`
-(or the per-sample :func:`rollhub_slime.rollout.generate`), which asks the hub for groups
-and converts them itself. ``[trainer] name = "slime"`` selects this component so that
+slime drives its own training loop, so this trainer (a
+:class:`~rollhub.training.LaunchedBackend`) does not consume groups the way ``rollhub run``
+feeds them, and ``rollhub run`` refuses it: slime calls
+:func:`rollhub_slime.rollout.generate_rollout` (or the per-sample
+:func:`rollhub_slime.rollout.generate`), which asks the hub for groups and converts them
+itself. ``[trainer] name = "slime"`` selects this component so that
 ``rollhub config check`` validates the options below, and the rollout function reads them
 from the started hub.
 
@@ -18,12 +20,9 @@ Example ``rollhub.toml``::
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from pydantic import Field
-from rollhub.episode import EpisodeGroup
-from rollhub.errors import UsageError
-from rollhub.training import Trainer, TrainerOptions
+from rollhub.training import LaunchedBackend, TrainerOptions
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +47,7 @@ class SlimeOptions(TrainerOptions):
     )
 
 
-class SlimeTrainer(Trainer):
+class SlimeTrainer(LaunchedBackend):
     """Holds the slime options; slime's own loop consumes the episodes."""
 
     name = "slime"
@@ -58,11 +57,8 @@ class SlimeTrainer(Trainer):
         "slime's loop trains one Megatron actor and its SGLang router serves that actor's "
         "weights; the samples of a second policy would be trained into that actor"
     )
-
-    async def consume(self, group: EpisodeGroup) -> dict[str, Any] | None:
-        """Not used: slime pulls groups through the rollout function."""
-        raise UsageError(
-            "the slime trainer is driven by slime's training loop: launch slime with "
-            "--rollout-function-path rollhub_slime.rollout.generate_rollout (see "
-            "python -m rollhub_slime.launch) instead of 'rollhub run'"
-        )
+    launch_hint = (
+        "the slime trainer is driven by slime's training loop: launch slime with "
+        "--rollout-function-path rollhub_slime.rollout.generate_rollout (see "
+        "python -m rollhub_slime.launch) instead of 'rollhub run'"
+    )

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pydantic import Field, SecretStr
 from rollhub.errors import ConfigError, RollhubError
 from rollhub.registry import ComponentContext
-from rollhub.training import StepResult, Trainer, TrainerOptions, TrainingBatch
+from rollhub.training import PolicyTrainer, StepResult, TrainerOptions, TrainingBatch
 
 from rollhub_tinker.datums import DatumArrays, episode_datums, to_tinker
 
@@ -91,13 +91,12 @@ class TinkerTrainerOptions(TrainerOptions):
     name: str = Field("rollhub", description="prefix of saved states")
 
 
-class TinkerTrainer(Trainer):
+class TinkerTrainer(PolicyTrainer):
     """RL training on a Tinker training client (LoRA)."""
 
     name = "tinker"
     Options = TinkerTrainerOptions
     options: TinkerTrainerOptions
-    trains = True
     policies_refusal = (
         "the tinker trainer and the gateway's tinker engine share one Tinker service session "
         "and one sampling client; a training and a sampling client per policy are not wired"

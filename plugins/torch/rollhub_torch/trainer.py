@@ -48,7 +48,7 @@ from pydantic import Field
 from rollhub.config import RollhubConfig
 from rollhub.errors import ConfigError, RollhubError
 from rollhub.registry import ComponentContext
-from rollhub.training import StepResult, Trainer, TrainerOptions, TrainingBatch
+from rollhub.training import PolicyTrainer, StepResult, TrainerOptions, TrainingBatch
 
 from rollhub_torch.sequences import PromptGroup, prompt_groups
 from rollhub_torch.shared_weights import copy_trained
@@ -116,13 +116,12 @@ class TorchTrainerOptions(TrainerOptions):
     seed: int = Field(0, description="torch's seed")
 
 
-class TorchTrainer(Trainer):
+class TorchTrainer(PolicyTrainer):
     """In-process RL on a transformers causal LM (CPU)."""
 
     name = "torch"
     Options = TorchTrainerOptions
     options: TorchTrainerOptions
-    trains = True
 
     def __init__(
         self, options: TorchTrainerOptions | None = None, *,

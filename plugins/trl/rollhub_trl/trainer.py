@@ -40,7 +40,7 @@ from rollhub.config import RollhubConfig
 from rollhub.episode import Episode
 from rollhub.errors import ConfigError
 from rollhub.registry import ComponentContext
-from rollhub.training import DrivenRun, Trainer, TrainerOptions
+from rollhub.training import DrivenRun, LoopDriver, TrainerOptions
 
 from rollhub_trl.rollout import (
     EPISODE_FIELD,
@@ -132,13 +132,12 @@ class TrlTrainerOptions(TrainerOptions):
         return args
 
 
-class TrlTrainer(Trainer):
+class TrlTrainer(LoopDriver):
     """TRL's GRPOTrainer, driving; see the module doc."""
 
     name = "trl"
     Options = TrlTrainerOptions
     options: TrlTrainerOptions
-    drives = True
     policies_refusal = (
         "TRL's GRPOTrainer drives the loop with one model and one optimizer; the turns of a "
         "second policy would be trained into that model"

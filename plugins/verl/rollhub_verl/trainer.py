@@ -3,8 +3,9 @@
 verl drives its own training loop: ``rollhub verl rollhub.toml`` starts verl's PPO entry
 point with the rollhub agent loop selected, and each verl agent-loop worker runs dataset
 rows as episodes on its own hub (:mod:`rollhub_verl.agent_loop`). ``[trainer] name =
-"verl"`` selects this component so that ``rollhub config check`` validates the options
-below; ``rollhub run`` refuses it and says where to go.
+"verl"`` selects this component (a :class:`~rollhub.training.LaunchedBackend`) so that
+``rollhub config check`` validates the options below; ``rollhub run`` refuses it and says
+where to go.
 
 Example ``rollhub.toml``::
 
@@ -29,10 +30,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
-from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
 from rollhub.registry import ComponentContext
-from rollhub.training import Trainer, TrainerOptions
+from rollhub.training import LaunchedBackend, TrainerOptions
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +80,14 @@ class VerlOptions(TrainerOptions):
         return flatten_overrides(value)
 
 
-class VerlTrainer(Trainer):
+class VerlTrainer(LaunchedBackend):
     """Holds the verl options; verl's own loop consumes the episodes.
 
-    :raises UsageError: built outside a verl agent-loop worker (``rollhub run``).
+    :raises UsageError: built outside a verl agent-loop worker (a hub started by hand).
     """
 
     name = "verl"
+    launch_hint = RUN_HINT.format(config="rollhub.toml")
     Options = VerlOptions
     options: VerlOptions
     policies_refusal = (
@@ -98,14 +99,12 @@ class VerlTrainer(Trainer):
         self, options: VerlOptions | None = None, *, context: ComponentContext | None = None,
         run_dir: Path | None = None, exp_id: str | None = None, **kwargs: object,
     ) -> None:
-        # refused when built, before a hub starts its gateway and runtime workers
+        # refused when built, before a hub started outside verl's agent loop (by hand, or
+        # by a command other than 'rollhub run', which refuses the role itself) starts its
+        # gateway and runtime workers
         if not _IN_AGENT_LOOP.get():
-            raise UsageError(RUN_HINT.format(config="rollhub.toml"))
+            raise UsageError(self.launch_hint)
         super().__init__(options, context=context, run_dir=run_dir, exp_id=exp_id, **kwargs)
-
-    async def consume(self, group: EpisodeGroup) -> dict[str, Any] | None:
-        """Not used: verl pulls episodes through the agent loop."""
-        raise UsageError(RUN_HINT.format(config="rollhub.toml"))
 
 
 @contextmanager

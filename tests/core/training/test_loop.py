@@ -11,18 +11,17 @@ import pytest
 from rollhub import hookimpl
 from rollhub.errors import UsageError
 from rollhub.testing import make_hub
-from rollhub.training import StepResult, Trainer, TrainingBatch
+from rollhub.training import PolicyTrainer, StepResult, TrainingBatch
 from rollhub.training.loop import TrainingLoop, schedule
 from rollhub.training.plot import plot_training
 
 AGENT = Path(__file__).parent / "agents" / "policy_agent.py"
 
 
-class RecordingTrainer(Trainer):
+class RecordingTrainer(PolicyTrainer):
     """Trains nothing; records each batch and answers with the next version."""
 
     name = "recording"
-    trains = True
     batches: list[TrainingBatch]
     step_delay = 0.0
 

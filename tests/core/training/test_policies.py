@@ -13,7 +13,7 @@ import rollhub_gateway.plugin as gateway_plugin
 from rollhub import hookimpl
 from rollhub.policies import PolicyUpdates
 from rollhub.testing import make_hub
-from rollhub.training import StepResult, Trainer, TrainerOptions, TrainingBatch
+from rollhub.training import PolicyTrainer, StepResult, TrainerOptions, TrainingBatch
 from rollhub.training.loop import TrainingLoop
 from rollhub.training.policy_trainer import PolicyTrainers
 from rollhub_gateway.models import load_tokenizer
@@ -21,11 +21,10 @@ from rollhub_gateway.models import load_tokenizer
 AGENT = Path(__file__).parent / "agents" / "two_policy_agent.py"
 
 
-class PolicyRecorder(Trainer):
+class PolicyRecorder(PolicyTrainer):
     """Trains nothing; keeps each batch; publishes ``{"policy": name, "step": s}``."""
 
     name = "policy-recorder"
-    trains = True
 
     class Options(TrainerOptions):
         lr: float = 1.0

@@ -3,7 +3,7 @@
 import json
 
 from pydantic import Field
-from rollhub.training import Trainer, TrainerOptions
+from rollhub.training import GroupConsumer, TrainerOptions
 
 
 class TallyOptions(TrainerOptions):
@@ -12,7 +12,7 @@ class TallyOptions(TrainerOptions):
     filename: str = Field("tally.json", description="file written in the run directory")
 
 
-class TallyTrainer(Trainer):
+class TallyTrainer(GroupConsumer):
     """Counts, per prompt, the samples that succeeded and their mean reward."""
 
     name = "tally"
