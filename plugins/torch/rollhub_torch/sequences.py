@@ -8,19 +8,26 @@ prompt's key/value states: the gradient is the same as forwarding every record w
 a fraction of the compute when prompts are long and responses short.
 
 Which records are trained, cut to a length budget or dropped is decided by the core
-(:mod:`rollhub.training.fitting`); this module only groups the fitted records by prompt.
-Nothing is retokenised: the ids are the ones the sampler saw and produced.
+(:mod:`rollhub.training.fitting`); this module only groups the fitted records by prompt
+and lays a group's responses out as padded tensors (:func:`response_tensors`). Nothing is
+retokenised: the ids are the ones the sampler saw and produced.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rollhub.episode import Episode
 from rollhub.training.fitting import FitStats, fit_records
 
-__all__ = ["PromptGroup", "Response", "SequenceStats", "prompt_groups"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "PromptGroup", "Response", "SequenceStats", "prompt_groups", "response_tensors",
+]
 
 #: what the conversion did; the core's statistics of fitting (records, tokens, cuts)
 SequenceStats = FitStats
@@ -66,3 +73,24 @@ def prompt_groups(
             f.response_ids, f.response_mask, f.response_logprobs, f.advantage, f.episode_id
         ))
     return list(groups.values()), stats
+
+
+def response_tensors(
+    group: PromptGroup,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(ids, trained, sampler logprobs, advantage)``, each ``[responses, width]``, the
+    responses right-padded."""
+    import torch
+
+    rows = group.responses
+    n, width = len(rows), max(len(r.token_ids) for r in rows)
+    ids = torch.zeros((n, width), dtype=torch.long)
+    trained = torch.zeros((n, width), dtype=torch.bool)
+    sampler = torch.zeros((n, width))
+    for j, r in enumerate(rows):
+        k = len(r.token_ids)
+        ids[j, :k] = torch.tensor(r.token_ids)
+        trained[j, :k] = torch.tensor(r.mask, dtype=torch.bool)
+        sampler[j, :k] = torch.tensor(r.logprobs)
+    advantage = torch.tensor([r.advantage for r in rows]).unsqueeze(1).expand(n, width)
+    return ids, trained, sampler, advantage

@@ -12,8 +12,8 @@ rollhub's training loop drives it (the "rollhub drives" shape). Per step:
    negative advantages; ``cross_entropy``:
    −logprob, for a supervised phase), plus ``kl_coef`` times the KL to the reference
    policy (the weights the run started from) when set, is summed over sampled tokens and
-   divided by their number in the batch; Adam steps the trained parameters (the top
-   ``train_layers`` decoder layers and the final norm);
+   divided by their number in the batch (:mod:`rollhub_torch.losses`); Adam steps the
+   trained parameters (the top ``train_layers`` decoder layers and the final norm);
 4. the trained parameters are the new policy: the loop publishes them to the gateway's
    ``transformers`` engine, which copies them in between batches, so the next turns are
    sampled by them and stamped with the new version.
@@ -42,7 +42,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 from rollhub.config import RollhubConfig
@@ -50,7 +50,9 @@ from rollhub.errors import ConfigError, RollhubError
 from rollhub.registry import ComponentContext
 from rollhub.training import PolicyTrainer, StepResult, TrainerOptions, TrainingBatch
 
+from rollhub_torch.losses import LossFn, reference_penalty, token_loss
 from rollhub_torch.sequences import PromptGroup, prompt_groups
+from rollhub_torch.sequences import response_tensors as _response_tensors
 from rollhub_torch.shared_weights import copy_trained
 
 if TYPE_CHECKING:  # the engine module is imported where a config is read, not at import
@@ -82,7 +84,7 @@ class TorchTrainerOptions(TrainerOptions):
         8, ge=1,
         description="train the top N decoder layers and the final norm (None: every parameter)",
     )
-    loss_fn: Literal["importance_sampling", "ppo", "cross_entropy"] = "importance_sampling"
+    loss_fn: LossFn = "importance_sampling"
     clip: float = Field(0.2, gt=0, description="ppo: ratio clipped to [1 - clip, 1 + clip]")
     dual_clip: float = Field(
         3.0, gt=1,
@@ -242,37 +244,16 @@ class TorchTrainer(PolicyTrainer):
         ids, trained, sampler, advantage = _response_tensors(group)
         old, adv = sampler[trained], advantage[trained]
         learner = self._token_logprobs(self.model, group, ids, trained)
-        clipped = torch.zeros(())
-        if self.options.loss_fn == "cross_entropy":
-            per_token = -learner
-        else:
-            ratio = torch.exp(learner - old)
-            if self.options.loss_fn == "ppo":
-                c = self.options.clip
-                per_token = -ratio * adv
-                bounded = -torch.clamp(ratio, 1 - c, 1 + c) * adv
-                clipped = (bounded > per_token).float().sum()
-                per_token = torch.maximum(per_token, bounded)
-                # dual clip: with a negative advantage PPO's bound never applies to a large
-                # ratio; cap that token's loss at dual_clip·|A| too
-                capped = torch.minimum(per_token, -self.options.dual_clip * adv)
-                clipped = clipped + ((adv < 0) & (capped < per_token)).float().sum()
-                per_token = torch.where(adv < 0, capped, per_token)
-            else:
-                # truncated importance sampling: value min(ratio, cap)·A, gradient
-                # min(ratio, cap)·∇log π·A; a token the sampler found far less likely than
-                # the learner does cannot dominate the step
-                cap = self.options.tis_cap
-                weight = torch.clamp(ratio.detach(), max=cap) / ratio.detach()
-                clipped = (ratio.detach() > cap).float().sum()
-                per_token = -ratio * weight * adv
+        opts = self.options
+        per_token, clipped = token_loss(
+            learner, old, adv, loss_fn=opts.loss_fn, clip=opts.clip,
+            dual_clip=opts.dual_clip, tis_cap=opts.tis_cap,
+        )
         ref_kl = torch.zeros(())
         if self.reference is not None:
             with torch.no_grad():
                 ref = self._token_logprobs(self.reference, group, ids, trained)
-            # k3 estimator of KL(π ‖ π_ref) at the sampled tokens: unbiased, never negative
-            delta = ref - learner
-            penalty = torch.exp(delta) - delta - 1
+            penalty = reference_penalty(learner, ref)
             per_token = per_token + self.options.kl_coef * penalty
             ref_kl = penalty.detach().sum()
         loss = per_token.sum() / max(tokens, 1)
@@ -362,25 +343,6 @@ class TorchTrainer(PolicyTrainer):
         self.model = self.optimizer = self.reference = None
         self.trained = {}
         return {"steps": self.steps_done}
-
-
-def _response_tensors(group: PromptGroup) -> tuple[Any, Any, Any, Any]:
-    """``(ids, trained, sampler logprobs, advantage)``, each ``[responses, width]``, the
-    responses right-padded."""
-    import torch
-
-    rows = group.responses
-    n, width = len(rows), max(len(r.token_ids) for r in rows)
-    ids = torch.zeros((n, width), dtype=torch.long)
-    trained = torch.zeros((n, width), dtype=torch.bool)
-    sampler = torch.zeros((n, width))
-    for j, r in enumerate(rows):
-        k = len(r.token_ids)
-        ids[j, :k] = torch.tensor(r.token_ids)
-        trained[j, :k] = torch.tensor(r.mask, dtype=torch.bool)
-        sampler[j, :k] = torch.tensor(r.logprobs)
-    advantage = torch.tensor([r.advantage for r in rows]).unsqueeze(1).expand(n, width)
-    return ids, trained, sampler, advantage
 
 
 def _engine_shares(config: RollhubConfig | None, model: str) -> bool:
