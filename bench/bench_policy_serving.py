@@ -174,6 +174,22 @@ def decode(
         return time.perf_counter() - t0, time.process_time() - c0
 
 
+def _figures(
+    seconds: dict[str, list[float]], cpu: dict[str, list[float]], tokens: int, time_key: str
+) -> dict[str, dict[str, Any]]:
+    """Each setup's median time (under ``time_key``), tokens per second and per CPU-second."""
+    return {
+        k: {
+            time_key: round(statistics.median(v), 3),
+            "tokens_per_s": round(tokens / statistics.median(v), 2),
+            "tokens_per_cpu_s": round(tokens / statistics.median(cpu[k]), 2),
+            "repeats_s": [round(s, 3) for s in v],
+            "repeats_cpu_s": [round(s, 3) for s in cpu[k]],
+        }
+        for k, v in seconds.items()
+    }
+
+
 def speed(args: argparse.Namespace) -> dict[str, Any]:
     """Every layout timed in one process, interleaved."""
     import torch
@@ -203,17 +219,7 @@ def speed(args: argparse.Namespace) -> dict[str, Any]:
                 file=sys.stderr,
                 flush=True,
             )
-    tokens = 2 * args.rows * args.tokens
-    out = {
-        k: {
-            "decode_s": round(statistics.median(v), 3),
-            "tokens_per_s": round(tokens / statistics.median(v), 2),
-            "tokens_per_cpu_s": round(tokens / statistics.median(cpu[k]), 2),
-            "repeats_s": [round(s, 3) for s in v],
-            "repeats_cpu_s": [round(s, 3) for s in cpu[k]],
-        }
-        for k, v in seconds.items()
-    }
+    out = _figures(seconds, cpu, 2 * args.rows * args.tokens, "decode_s")
     if "one" in out:
         for v in out.values():
             v["vs_one"] = round(v["tokens_per_s"] / out["one"]["tokens_per_s"], 3)
@@ -279,17 +285,7 @@ def engines(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"repeat {r + 1}: {name} {seconds[name][-1]:.2f} s", file=sys.stderr)
         for e in (one, *pair):
             await e.close()
-        tokens = 2 * args.rows * args.tokens
-        return {
-            k: {
-                "wall_s": round(statistics.median(v), 3),
-                "tokens_per_s": round(tokens / statistics.median(v), 2),
-                "tokens_per_cpu_s": round(tokens / statistics.median(cpu[k]), 2),
-                "repeats_s": [round(s, 3) for s in v],
-                "repeats_cpu_s": [round(s, 3) for s in cpu[k]],
-            }
-            for k, v in seconds.items()
-        }
+        return _figures(seconds, cpu, 2 * args.rows * args.tokens, "wall_s")
 
     return asyncio.run(go())
 
