@@ -46,12 +46,16 @@ def episodes(engine: TransformersBackend) -> list[Episode]:
         "<|im_start|>user\nWhat is 23 * 419?<|im_end|>\n<|im_start|>assistant\n"
     )
     tail = tok.encode(TAIL)
-    params = SamplingParams(max_tokens=12, temperature=T)
+    # Seeded per call: unseeded samples may repeat one another, and a repeated sequence
+    # given both advantages cannot move up and down at once (an occasional false failure).
+    def params(seed: int) -> SamplingParams:
+        return SamplingParams(max_tokens=12, temperature=T, seed=seed)
 
     async def sample() -> list[Episode]:
-        first = await asyncio.gather(*(engine.generate(prompt, params) for _ in range(6)))
+        first = await asyncio.gather(*(engine.generate(prompt, params(i)) for i in range(6)))
         second = await asyncio.gather(
-            *(engine.generate(prompt + g.token_ids + tail, params) for g in first)
+            *(engine.generate(prompt + g.token_ids + tail, params(100 + i))
+              for i, g in enumerate(first))
         )
         out = []
         for i, (g, g2) in enumerate(zip(first, second, strict=True)):
@@ -62,6 +66,8 @@ def episodes(engine: TransformersBackend) -> list[Episode]:
                 response_logprobs=g.logprobs + [0.0] * len(tail) + g2.logprobs,
             )
             out.append(Episode(f"e{i}", "g", f"s{i}", i, "ok", traces=[record], reward=float(i % 2)))
+        responses = {tuple(e.traces[0].response_ids) for e in out}
+        assert len(responses) == len(out), "the seeded samples must differ from one another"
         return out
 
     return asyncio.run(sample())
