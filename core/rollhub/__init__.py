@@ -1,7 +1,8 @@
 """rollhub: turn production LLM agents into RL rollout workers for any training backend.
 
-``import rollhub`` is cheap: it loads only the pluggy markers. Everything else is imported
-on first use through the module ``__getattr__`` below.
+``import rollhub`` is cheap: it loads only the pluggy markers and the finder that keeps the
+old paths of moved modules importable (:mod:`rollhub.moved_modules`). Everything else is
+imported on first use through the module ``__getattr__`` below.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from rollhub import moved_modules
 from rollhub.markers import hookimpl as hookimpl
 from rollhub.markers import hookspec as hookspec
 
@@ -111,6 +113,8 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = sorted([*_LAZY, "__version__", "hookimpl", "hookspec"])
+
+moved_modules.install(moved_modules.MOVED)
 
 
 def __getattr__(name: str) -> object:
