@@ -11,8 +11,10 @@ registry takes it as before):
 - :class:`LoopDriver` runs its own training loop against the started hub:
   ``rollhub run`` awaits ``drive(run)`` (``trl``).
 - :class:`LaunchedBackend` is trained by a backend launched by its own command, whose
-  workers ask hubs for episodes (``verl``, ``slime``); the component only carries the
-  backend's options, and ``rollhub run`` refuses it with its ``launch_hint``.
+  workers ask hubs for episodes (``verl``, ``slime``); the component selects the backend,
+  whose launch settings live in its plugin's ``[plugins.<name>]`` table
+  (:mod:`rollhub.training.launch_settings`), and ``rollhub run`` refuses it with its
+  ``launch_hint``.
 
 :func:`role_of` is the one place that tells the roles apart; every caller dispatches on the
 :class:`TrainerRole` it returns. A trainer written before the role bases (a direct
@@ -101,10 +103,12 @@ class LoopDriver(Trainer):
 
 
 class LaunchedBackend(Trainer):
-    """The options of a backend launched by its own command (e.g. ``verl``, ``slime``).
+    """Selects a backend launched by its own command (e.g. ``verl``, ``slime``).
 
     The backend's own loop asks hubs for episodes; nothing hands this component groups or
-    batches, and ``rollhub run`` refuses it with :attr:`launch_hint`.
+    batches, and ``rollhub run`` refuses it with :attr:`launch_hint`. How the backend is
+    launched is its plugin's ``[plugins.<name>]`` table, read with
+    :func:`~rollhub.training.launch_settings.launch_settings`.
     """
 
     #: how to launch the backend instead of ``rollhub run`` (the whole refusal message)

@@ -18,8 +18,9 @@ its role by subclassing one of the role bases of :mod:`rollhub.training.roles`, 
   started hub, the dataset, a step recorder); the trainer's loop asks the hub for episode
   groups and records each step, and :meth:`Trainer.drive` returns when training is done;
 - a **launched backend** (:class:`~rollhub.training.roles.LaunchedBackend`, e.g. ``verl``,
-  ``slime``) is trained by a backend started with its own command; the component carries
-  the backend's options and ``rollhub run`` refuses it.
+  ``slime``) is trained by a backend started with its own command; the component selects
+  the backend (its launch settings are its plugin's ``[plugins.<name>]`` table) and
+  ``rollhub run`` refuses it.
 
 The methods of every role stay on :class:`Trainer` (raising when a trainer lacks its role),
 so trainers written before the role bases, which subclass :class:`Trainer` directly and

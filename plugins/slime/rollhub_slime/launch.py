@@ -30,6 +30,7 @@ from rollhub.config import RollhubConfig, load_config
 from rollhub.errors import ConfigError, RollhubError
 
 from rollhub_slime.runner import CONFIG_ARG, ROUTER_ENGINE, apply_slime_args
+from rollhub_slime.settings import slime_settings
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +58,12 @@ def slime_arguments(
     :param custom_config: the file written for ``--custom-config-path``.
     :param mode: ``rollout`` (slime calls the rollout function) or ``generate`` (slime keeps
         its loop and calls the per-sample generate function).
-    :raises ConfigError: an unknown ``mode`` or a config that does not select the slime
-        trainer.
+    :raises ConfigError: an unknown ``mode``, a config that does not select the slime
+        trainer, or a bad ``[plugins.slime]`` key.
     """
     apply_slime_args(config, None)
+    # a bad key fails here, before slime allocates GPUs, not in slime's first rollout
+    slime_settings(config)
     if mode == "rollout":
         args = ["--rollout-function-path", ROLLOUT_FUNCTION]
     elif mode == "generate":

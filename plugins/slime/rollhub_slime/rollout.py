@@ -39,9 +39,9 @@ from rollhub_slime.eval_data import eval_groups
 from rollhub_slime.eval_options import check_eval_datasets, eval_sampling, generate_eval_sampling
 from rollhub_slime.runner import process_hub
 from rollhub_slime.samples import episode_to_samples, payload_of
+from rollhub_slime.settings import SlimeOptions
 from rollhub_slime.slime_types import DataSource, Sample, SampleT
 from rollhub_slime.step_hooks import StepHooks, check_slime_flags, filter_decision
-from rollhub_slime.trainer import SlimeOptions
 
 if TYPE_CHECKING:
     from slime.rollout.base_types import RolloutFnEvalOutput, RolloutFnTrainOutput

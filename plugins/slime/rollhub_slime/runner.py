@@ -29,7 +29,7 @@ from rollhub.hub import AsyncHub
 from rollhub.hub_sync import Hub
 from rollhub.plugins import PluginHost
 
-from rollhub_slime.trainer import SlimeOptions
+from rollhub_slime.settings import SlimeOptions, slime_settings
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +65,15 @@ class SlimeHub(Hub):
 
     @property
     def options(self) -> SlimeOptions:
-        """The ``[trainer]`` options of the started hub."""
-        options = getattr(self.async_hub.trainer, "options", None)
-        if not isinstance(options, SlimeOptions):
+        """The ``[plugins.slime]`` settings of the started hub's config."""
+        config = self.async_hub.config
+        if config.trainer.name != "slime":
             raise ConfigError(
-                f"trainer.name is {self.async_hub.config.trainer.name!r}; set [trainer] name = "
+                f"trainer.name is {config.trainer.name!r}; set [trainer] name = "
                 f'"slime" in rollhub.toml to run under slime',
                 field="trainer.name",
             )
-        return options
+        return slime_settings(config)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine on the hub's loop and wait (from synchronous code)."""

@@ -1,58 +1,34 @@
-"""The ``slime`` trainer component: where the slime backend's settings live.
+"""The ``slime`` trainer component: selects the slime backend, which drives its own loop.
 
 slime drives its own training loop, so this trainer (a
 :class:`~rollhub.training.LaunchedBackend`) does not consume groups the way ``rollhub run``
 feeds them, and ``rollhub run`` refuses it: slime calls
 :func:`rollhub_slime.rollout.generate_rollout` (or the per-sample
 :func:`rollhub_slime.rollout.generate`), which asks the hub for groups and converts them
-itself. ``[trainer] name = "slime"`` selects this component so that
-``rollhub config check`` validates the options below, and the rollout function reads them
-from the started hub.
+itself. ``[trainer] name = "slime"`` selects this component; how samples and episodes
+cross over lives in ``[plugins.slime]`` (:mod:`rollhub_slime.settings`), which the rollout
+functions read from the started hub's config.
 
-Example ``rollhub.toml``::
-
-    [trainer]
-    name = "slime"
-    prompt_field = "question"     # payload key that receives Sample.prompt
-    label_field = "answer"        # payload key that receives Sample.label
+Its ``Options`` are the same keys, so the older spelling (them under ``[trainer]``) still
+validates; :func:`rollhub_slime.settings.slime_settings` reads either spelling.
 """
 
 from __future__ import annotations
 
-import logging
+from rollhub.training import LaunchedBackend
 
-from pydantic import Field
-from rollhub.training import LaunchedBackend, TrainerOptions
+from rollhub_slime.settings import SlimeOptions
 
-log = logging.getLogger(__name__)
-
-__all__ = ["SlimeOptions", "SlimeTrainer"]
-
-
-class SlimeOptions(TrainerOptions):
-    """How slime samples become payloads and episodes become samples."""
-
-    prompt_field: str = Field("prompt", description="payload key that receives Sample.prompt")
-    label_field: str = Field("label", description="payload key that receives Sample.label")
-    response_field: str | None = Field(
-        "final_message", description="result key whose text becomes Sample.response"
-    )
-    generate_returns_list: bool = Field(
-        True,
-        description="the custom generate function always returns list[Sample], so a batch "
-        "where some rollouts fork still has one shape",
-    )
-    drop_empty: bool = Field(
-        True, description="leave out samples of rollouts that produced no tokens (failed)"
-    )
+__all__ = ["SlimeTrainer"]
 
 
 class SlimeTrainer(LaunchedBackend):
-    """Holds the slime options; slime's own loop consumes the episodes."""
+    """Selects slime, whose own loop consumes the episodes; its settings are
+    ``[plugins.slime]``."""
 
     name = "slime"
+    # the same keys as [plugins.slime], so their older spelling under [trainer] validates
     Options = SlimeOptions
-    options: SlimeOptions
     policies_refusal = (
         "slime's loop trains one Megatron actor and its SGLang router serves that actor's "
         "weights; the samples of a second policy would be trained into that actor"

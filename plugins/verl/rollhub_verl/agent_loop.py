@@ -35,8 +35,9 @@ from verl.experimental.agent_loop import agent_loop as verl_agent_loop
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 
 from rollhub_verl.outputs import Budget, episode_parts, to_agent_loop_outputs
+from rollhub_verl.settings import verl_settings
 from rollhub_verl.verl_types import VerlConfig
-from rollhub_verl.worker_hub import hub_for, verl_options, verl_sampling
+from rollhub_verl.worker_hub import hub_for, verl_sampling
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ class RollhubAgentLoop(AgentLoopBase):
             budget=self.budget,
             model_dir=lambda: _model_dir(self.config),
         )
-        options = verl_options(hub)
+        options = verl_settings(hub.config)
         step = _as_int(kwargs.get("global_steps"))
         if step is not None and step >= 0 and (hub.weight_version or -1) < step:
             hub.set_weight_version(step)

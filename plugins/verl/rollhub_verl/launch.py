@@ -1,19 +1,21 @@
 """``rollhub verl CONFIG [OVERRIDE ...]``: start verl's PPO trainer with the rollhub agent loop.
 
-The command reads ``rollhub.toml`` (``[trainer] name = "verl"``), writes the agent-loop entry
+The command reads ``rollhub.toml`` (``[trainer] name = "verl"``, its launch settings in
+``[plugins.verl]``: :mod:`rollhub_verl.settings`), writes the agent-loop entry
 verl loads in every agent-loop worker (``agent_loops.yaml`` in the run directory, naming
 :class:`rollhub_verl.agent_loop.RollhubAgentLoop` and the absolute path of the config), and
 runs::
 
     python -m verl.trainer.main_ppo \\
-        <[trainer.overrides] as key=value> <[trainer] args> \\
+        <[plugins.verl.overrides] as key=value> <[plugins.verl] args> \\
         actor_rollout_ref.rollout.agent.agent_loop_config_path=<run dir>/agent_loops.yaml \\
         actor_rollout_ref.rollout.agent.default_agent_loop=rollhub \\
         <OVERRIDE ...>
 
 so every dataset row without its own ``agent_name`` column runs as a rollhub episode.
-Relative data paths in ``[trainer.overrides]`` are resolved against the config file's
-directory, and so is the model path when that directory holds it (else it is a hub id). ``--dry-run`` prints the command and writes nothing.
+Relative data paths in ``[plugins.verl.overrides]`` are resolved against the config file's
+directory, and so is the model path when that directory holds it (else it is a hub id).
+``--dry-run`` prints the command and writes nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from rollhub.config import RollhubConfig, load_config
 from rollhub.errors import ConfigError
 
 from rollhub_verl.checks import check_verl_config
-from rollhub_verl.trainer import VerlOptions
+from rollhub_verl.settings import VerlOptions, verl_settings
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +105,9 @@ def build_command(
     for key, value in ours.items():
         if key in overrides:
             raise ConfigError(
-                f"trainer.overrides sets {key!r}, which 'rollhub verl' sets itself; remove it",
-                field=f"trainer.overrides.{key}",
+                f"plugins.verl.overrides sets {key!r}, which 'rollhub verl' sets itself; "
+                f"remove it",
+                field=f"plugins.verl.overrides.{key}",
             )
         argv.append(format_override(key, value))
     argv += extra
@@ -160,15 +163,7 @@ def _options(cfg: RollhubConfig) -> VerlOptions:
             f"[trainer] name = 'verl' (others run with 'rollhub run')",
             field="trainer.name",
         )
-    from rollhub.plugins import build_host
-    from rollhub.registry import build_options
-
-    host = build_host(modules=cfg.plugins.modules, search_dir=cfg.base_dir)
-    _, opts = build_options(
-        host.registry, "trainer", "verl", cfg.trainer.options, section="trainer"
-    )
-    assert isinstance(opts, VerlOptions)
-    return opts
+    return verl_settings(cfg)
 
 
 def _new_run_dir(cfg: RollhubConfig) -> Path:

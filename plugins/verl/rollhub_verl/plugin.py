@@ -2,8 +2,9 @@
 
 Registers the ``verl`` trainer (its options; verl drives the loop) and the ``verl``
 sampling backend (verl's own rollout servers behind the gateway), adds ``rollhub verl``
-(:mod:`rollhub_verl.launch`), and checks at config time that verl itself is installed when
-``[trainer] name = "verl"``. Nothing here imports verl.
+(:mod:`rollhub_verl.launch`), and checks at config time ``[plugins.verl]`` (the launch
+settings, :mod:`rollhub_verl.settings`) and, when ``[trainer] name = "verl"``, that verl
+itself is installed. Nothing here imports verl.
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ def rollhub_add_commands(commands: CommandTable) -> None:
 
 @hookimpl
 def rollhub_check_config(config: RollhubConfig) -> None:
-    """``[trainer] name = "verl"`` needs verl installed and the in-process gateway."""
+    """Validate ``[plugins.verl]``; ``[trainer] name = "verl"`` needs verl installed and the
+    in-process gateway."""
     from rollhub_verl.checks import check_verl_config
+    from rollhub_verl.settings import verl_settings
 
+    verl_settings(config)
     check_verl_config(config)

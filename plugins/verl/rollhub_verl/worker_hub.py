@@ -36,12 +36,12 @@ from rollhub.rollout import RolloutRequest
 from rollhub_verl.backend import bind_server, binding
 from rollhub_verl.checks import check_verl_config
 from rollhub_verl.outputs import Budget
-from rollhub_verl.trainer import VerlOptions, inside_agent_loop
+from rollhub_verl.trainer import inside_agent_loop
 from rollhub_verl.verl_types import ServerClient
 
 log = logging.getLogger(__name__)
 
-__all__ = ["hub_for", "hub_key", "verl_options", "verl_sampling", "worker_config"]
+__all__ = ["hub_for", "hub_key", "verl_sampling", "worker_config"]
 
 
 @dataclass
@@ -109,14 +109,6 @@ async def hub_for(
 
     with inside_agent_loop():
         return await loop_hub(hub_key(path), build)
-
-
-def verl_options(hub: AsyncHub) -> VerlOptions:
-    """The ``[trainer]`` options of a worker hub."""
-    options = hub.trainer.options
-    # worker_config refuses any trainer but verl, so its options are VerlOptions
-    assert isinstance(options, VerlOptions), type(options)
-    return options
 
 
 def worker_config(cfg: RollhubConfig, *, budget: Budget, model_dir: str | None) -> RollhubConfig:

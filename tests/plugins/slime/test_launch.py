@@ -84,3 +84,12 @@ def test_runs_as_a_module(toml: Path, tmp_path: Path):
     )
     assert "--custom-config-path" in done.stdout
     assert (tmp_path / CUSTOM_CONFIG_NAME).exists()
+
+
+def test_a_bad_slime_setting_fails_before_slime_starts(tmp_path: Path):
+    path = tmp_path / "rollhub.toml"
+    path.write_text(CONFIG + '\n[plugins.slime]\ndrop_empty = "sometimes"\n')
+    with pytest.raises(ConfigError, match=r"plugins\.slime\.drop_empty") as info:
+        write_launch_files(path, tmp_path / "out")
+    assert info.value.field == "plugins.slime.drop_empty"
+    assert not (tmp_path / "out" / CUSTOM_CONFIG_NAME).exists()

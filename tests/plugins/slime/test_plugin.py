@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from rollhub.config import load_config
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import ConfigError, UsageError
 from rollhub.registry import ComponentRegistry
+from rollhub.training import launch_settings
 from rollhub_slime import plugin
 from rollhub_slime.router import SlimeRouterBackend
 from rollhub_slime.runner import apply_slime_args
-from rollhub_slime.trainer import SlimeOptions, SlimeTrainer
+from rollhub_slime.settings import SlimeOptions, slime_settings
+from rollhub_slime.trainer import SlimeTrainer
 
 from tests.plugins.slime.slime_stand_ins import run_sync
 
@@ -27,10 +30,28 @@ def test_config_check_accepts_the_slime_trainer(tmp_path, capsys):
     path = tmp_path / "rollhub.toml"
     path.write_text(
         '[token_source]\nname = "gateway"\nengine = { name = "slime-router" }\n'
-        '[trainer]\nname = "slime"\nprompt_field = "question"\n'
+        '[trainer]\nname = "slime"\n[plugins.slime]\nprompt_field = "question"\n'
     )
     assert main(["config", "check", str(path)]) == 0
     assert "trainer=slime" in capsys.readouterr().out
+    assert slime_settings(load_config(path)).prompt_field == "question"
+    path.write_text('[trainer]\nname = "slime"\n[plugins.slime]\nprompt_feild = "question"\n')
+    assert main(["config", "check", str(path)]) != 0
+    assert "unknown key 'plugins.slime.prompt_feild' (did you mean 'prompt_field'?)" in (
+        capsys.readouterr().err
+    )
+
+
+def test_the_older_trainer_spelling_warns_once_and_reads_the_same(tmp_path, monkeypatch, capsys):
+    from rollhub.cli import main
+
+    monkeypatch.setattr(launch_settings, "_warned", set())
+    path = tmp_path / "rollhub.toml"
+    path.write_text('[trainer]\nname = "slime"\nprompt_field = "question"\n')
+    with pytest.warns(FutureWarning, match=r"move them to \[plugins\.slime\]") as caught:
+        assert main(["config", "check", str(path)]) == 0
+        assert slime_settings(load_config(path)).prompt_field == "question"
+    assert len([w for w in caught if issubclass(w.category, FutureWarning)]) == 1
     path.write_text('[trainer]\nname = "slime"\nprompt_feild = "question"\n')
     assert main(["config", "check", str(path)]) != 0
     assert "unknown key 'trainer.prompt_feild' (did you mean 'prompt_field'?)" in (
@@ -76,3 +97,17 @@ def test_slime_args_fill_router_and_model():
     assert cfg.token_source.options["engine"]["options"]["base_url"] == "http://router:1"
     with pytest.raises(ConfigError, match=r"trainer\.name is 'export'"):
         apply_slime_args(parse_config({}, env={}), args)
+
+
+def test_the_hub_reads_its_settings_from_the_slime_section():
+    from rollhub.config import parse_config
+    from rollhub_slime.runner import SlimeHub
+
+    cfg = parse_config(
+        {"trainer": {"name": "slime"}, "plugins": {"slime": {"label_field": "answer"}}}, env={}
+    )
+    hub = SlimeHub(cfg)
+    try:
+        assert hub.options.label_field == "answer" and hub.options.prompt_field == "prompt"
+    finally:
+        hub.close()

@@ -37,11 +37,13 @@ def test_config_check_without_verl_gives_the_install_hint(tmp_path: Path):
     assert info.value.field == "trainer.name"
 
 
-def test_unknown_trainer_option_names_the_key(tmp_path: Path, monkeypatch):
+def test_unknown_setting_names_the_key(tmp_path: Path, monkeypatch):
     monkeypatch.setattr("rollhub_verl.checks.verl_version", lambda: "0.9.1")
-    args = argparse.Namespace(file=str(write(tmp_path, trainer="reward_sorce = 'verl'")))
-    with pytest.raises(ConfigError, match=r"reward_sorce.*did you mean 'reward_source'"):
+    table = "[plugins.verl]\nreward_sorce = 'verl'"
+    args = argparse.Namespace(file=str(write(tmp_path, trainer=table)))
+    with pytest.raises(ConfigError, match=r"reward_sorce.*did you mean 'reward_source'") as info:
         config_command.run(args)
+    assert info.value.field == "plugins.verl.reward_sorce"
 
 
 @pytest.mark.parametrize(

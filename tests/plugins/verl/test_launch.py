@@ -1,4 +1,4 @@
-"""``rollhub verl``: Hydra overrides from ``[trainer]``, the agent-loop entry, the command."""
+"""``rollhub verl``: Hydra overrides from ``[plugins.verl]``, the agent-loop entry, the command."""
 
 from __future__ import annotations
 
@@ -18,15 +18,17 @@ name = "gateway"
 
 [trainer]
 name = "verl"
+
+[plugins.verl]
 args = ["+ray_kwargs.ray_init.num_cpus=8"]
 
-[trainer.overrides]
+[plugins.verl.overrides]
 "algorithm.adv_estimator" = "grpo"
 "data.train_files" = "data/train.parquet"
 "data.val_files" = ["data/test.parquet", "/abs/other.parquet"]
 "trainer.logger" = ["console"]
 
-[trainer.overrides.actor_rollout_ref]
+[plugins.verl.overrides.actor_rollout_ref]
 "model.path" = "Qwen/Qwen2.5-0.5B-Instruct"
 "rollout.n" = 4
 "rollout.temperature" = 1.0
@@ -88,13 +90,14 @@ def test_agent_loop_entry_names_the_loop_and_the_config(tmp_path: Path):
 def test_overriding_what_rollhub_sets_is_refused(tmp_path: Path):
     path = tmp_path / "rollhub.toml"
     path.write_text(
-        '[token_source]\nname = "gateway"\n[trainer]\nname = "verl"\n[trainer.overrides]\n'
+        '[token_source]\nname = "gateway"\n[trainer]\nname = "verl"\n'
+        '[plugins.verl.overrides]\n'
         '"actor_rollout_ref.rollout.agent.default_agent_loop" = "tool_agent"\n'
     )
     with pytest.raises(ConfigError, match="sets itself") as info:
         build_command(load_config(path), path, tmp_path / "x.yaml", [])
-    assert (
-        info.value.field == "trainer.overrides.actor_rollout_ref.rollout.agent.default_agent_loop"
+    assert info.value.field == (
+        "plugins.verl.overrides.actor_rollout_ref.rollout.agent.default_agent_loop"
     )
 
 

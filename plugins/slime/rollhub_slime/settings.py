@@ -1,0 +1,57 @@
+"""``[plugins.slime]``: how slime samples become payloads and episodes become samples.
+
+Example ``rollhub.toml``::
+
+    [trainer]
+    name = "slime"
+
+    [plugins.slime]
+    prompt_field = "question"     # payload key that receives Sample.prompt
+    label_field = "answer"        # payload key that receives Sample.label
+
+The same keys under ``[trainer]`` (the older spelling) still work, with a warning
+(:func:`rollhub.training.launch_settings.launch_settings`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+from rollhub.training import TrainerOptions
+from rollhub.training.launch_settings import launch_settings
+
+if TYPE_CHECKING:
+    from rollhub.config import RollhubConfig
+
+__all__ = ["PLUGIN", "SlimeOptions", "slime_settings"]
+
+#: the plugin's name: its config table is ``[plugins.slime]``
+PLUGIN = "slime"
+
+
+class SlimeOptions(TrainerOptions):
+    """The keys of ``[plugins.slime]``."""
+
+    prompt_field: str = Field("prompt", description="payload key that receives Sample.prompt")
+    label_field: str = Field("label", description="payload key that receives Sample.label")
+    response_field: str | None = Field(
+        "final_message", description="result key whose text becomes Sample.response"
+    )
+    generate_returns_list: bool = Field(
+        True,
+        description="the custom generate function always returns list[Sample], so a batch "
+        "where some rollouts fork still has one shape",
+    )
+    drop_empty: bool = Field(
+        True, description="leave out samples of rollouts that produced no tokens (failed)"
+    )
+
+
+def slime_settings(config: RollhubConfig) -> SlimeOptions:
+    """The validated ``[plugins.slime]`` settings of ``config`` (or the older ``[trainer]``
+    spelling of them, with a warning).
+
+    :raises ConfigError: naming the bad key (``plugins.slime.<key>``) and the fix.
+    """
+    return launch_settings(config, PLUGIN, SlimeOptions)
