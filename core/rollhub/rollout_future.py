@@ -36,7 +36,10 @@ class RolloutOutcome:
     the runtime sessions lost to infrastructure faults before the last one (each a
     ``session_id`` and a ``cause``), whose turns are never part of the result.
     ``details`` is what the runtime said of the last session's place (e.g. ``worker``,
-    ``actor``, ``node``).
+    ``actor``, ``node``). ``resumed``: the outcome was read from a result an earlier run
+    stored, not run again. An :class:`~rollhub.episode.Episode` carries its outcome as
+    :attr:`~rollhub.episode.Episode.outcome`, a batch item as
+    :attr:`~rollhub.batch.BatchItem.outcome`.
     """
 
     session_id: str
@@ -62,7 +65,11 @@ class RolloutOutcome:
 
     @property
     def elapsed(self) -> float | None:
-        """Seconds from the first submission attempt to the terminal outcome."""
+        """Seconds from the first submission attempt to the terminal outcome; for a
+        ``resumed`` outcome, the seconds the run that stored its document recorded."""
+        if self.resumed:
+            elapsed = self.meta.get("elapsed_s")
+            return float(elapsed) if isinstance(elapsed, int | float) else None
         if self.submitted_at is None or self.finished_at is None:
             return None
         return self.finished_at - self.submitted_at
