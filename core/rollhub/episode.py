@@ -1,7 +1,8 @@
 """Episodes and groups: what the pipeline hands to trainers.
 
-An :class:`Episode` is one finished rollout: the agent's result, its reward, its terminal
-status, timings and the exact token traces. A failed rollout is an episode too (failures
+An :class:`Episode` is one finished rollout: its
+:class:`~rollhub.outcome.RolloutOutcome` (the agent's result, the terminal status,
+timings) with the reward and the exact token traces the pipeline added. A failed rollout is an episode too (failures
 are data): its ``status`` says how it ended and ``error`` says why. A group is the n samples
 of one prompt (GRPO).
 """
@@ -12,54 +13,14 @@ import math
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
+# the status and error types live with the outcome; they stay importable from here
+from rollhub.outcome import TERMINAL_STATUSES as TERMINAL_STATUSES
+from rollhub.outcome import ErrorInfo, RolloutOutcome, Status
 from rollhub.trace import TraceRecord
 
-if TYPE_CHECKING:  # the outcome's module builds on this one's ErrorInfo and Status
-    from rollhub.rollout_future import RolloutOutcome
-
 __all__ = ["Episode", "EpisodeGroup", "ErrorInfo", "Status", "group_stats", "pass_at_k"]
-
-#: Terminal status of a rollout. Exactly one per submitted rollout. ``store_error``: the
-#: agent finished but its result could not be written to the result store (the error says
-#: why). ``infra_error``: every session the rollout was given was lost to the
-#: infrastructure (its worker or node died, the runtime lost it, no worker took it, its
-#: token-capture session went with a gateway replica); not the agent's doing, so no failure
-#: policy ever turns it into a reward.
-Status = Literal[
-    "ok", "agent_error", "timeout", "submit_error", "cancelled", "store_error", "infra_error"
-]
-TERMINAL_STATUSES: tuple[str, ...] = (
-    "ok",
-    "agent_error",
-    "timeout",
-    "submit_error",
-    "cancelled",
-    "store_error",
-    "infra_error",
-)
-
-
-@dataclass(frozen=True)
-class ErrorInfo:
-    """Why a rollout failed: exception type, message and (when known) traceback."""
-
-    type: str
-    message: str
-    traceback: str | None = None
-
-    @classmethod
-    def from_exception(cls, exc: BaseException) -> ErrorInfo:
-        """Type name, message and formatted traceback of an exception."""
-        import traceback
-
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        return cls(type(exc).__name__, str(exc), tb)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {"type": self.type, "message": self.message, "traceback": self.traceback}
 
 
 class _FromOutcome(Enum):

@@ -71,7 +71,7 @@ class BatchItem:
 
     The fields are upstream's (scripts build, compare and ``asdict`` these); a batch makes
     each item with :meth:`adapt` from the rollout's :class:`rollhub.batch.BatchItem`
-    (index + :class:`~rollhub.rollout_future.RolloutOutcome`), the one place that says
+    (index + :class:`~rollhub.outcome.RolloutOutcome`), the one place that says
     how upstream's fields read a record.
 
     :ivar success: True when a result document was read (a failed agent too: upstream
