@@ -23,7 +23,7 @@ from rollhub.errors import CaptureLost, TokenRetrievalError
 from rollhub.rollout import RolloutRequest
 
 if TYPE_CHECKING:
-    from rollhub.rollout_future import RolloutOutcome
+    from rollhub.outcome import RolloutOutcome
     from rollhub.tokens import TokenSource
 
 __all__ = [
@@ -54,17 +54,14 @@ def next_session(request: RolloutRequest, dead: Sequence[dict[str, str]]) -> Rol
 
 
 def take_outcome(episode: Episode, outcome: RolloutOutcome) -> None:
-    """What the runtime side said of one attempt (a
-    :class:`~rollhub.rollout_future.RolloutOutcome`), onto the episode."""
-    episode.session_id = outcome.session_id  # the last runtime session's
+    """One attempt's :class:`~rollhub.outcome.RolloutOutcome` becomes the episode's
+    (:meth:`Episode.take_outcome`); its lost sessions and node go into the metrics the
+    episode is saved with."""
+    episode.take_outcome(outcome)
     if outcome.dead_sessions:
         episode.metrics["dead_sessions"] = [dict(d) for d in outcome.dead_sessions]
     if outcome.details.get("node") is not None:
         episode.metrics["node"] = outcome.details["node"]
-    episode.status = outcome.status
-    episode.result = outcome.result
-    episode.error = outcome.error
-    episode.finished_at = outcome.finished_at or time.time()
 
 
 def time_left(request: RolloutRequest, timeout_s: float | None) -> float | None:

@@ -26,12 +26,12 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rollhub.episode import ErrorInfo, Status
 from rollhub.errors import ConfigError
+from rollhub.outcome import ErrorInfo, RolloutOutcome, Status
 from rollhub.progress import RolloutProgress
 from rollhub.results.document import read_result, read_status
 from rollhub.rollout import content_input_id, validate_key_part
-from rollhub.rollout_future import RolloutFuture, RolloutOutcome
+from rollhub.rollout_future import RolloutFuture
 from rollhub.stores.base import ResultStore
 
 __all__ = ["BatchClient", "BatchItem", "assign_input_ids", "run_batch_async"]
@@ -58,22 +58,57 @@ class BatchClient(Protocol):
 
 @dataclass(frozen=True)
 class BatchItem:
-    """The terminal item of one payload of a batch."""
+    """The terminal item of one payload of a batch: its position and how its rollout ended.
+
+    ``outcome`` is the rollout's one record: for a run rollout, the very
+    :class:`~rollhub.outcome.RolloutOutcome` its future resolved with. An input whose
+    result was already stored has a ``resumed`` outcome read from that document; one refused
+    before a session was made for it (``submit_error``) has an empty ``session_id``. The
+    other attributes are the outcome's, read from it.
+    """
 
     index: int
-    input_id: str
-    session_id: str | None
-    status: Status
-    result: dict[str, Any] | None = None
-    error: ErrorInfo | None = None
-    elapsed: float | None = None
-    resumed: bool = False
-    outcome: RolloutOutcome | None = None
+    outcome: RolloutOutcome
+
+    @property
+    def input_id(self) -> str:
+        """The payload's input id."""
+        return self.outcome.input_id
+
+    @property
+    def session_id(self) -> str | None:
+        """The rollout's last runtime session (None when none was made)."""
+        return self.outcome.session_id or None
+
+    @property
+    def status(self) -> Status:
+        """How the rollout ended."""
+        return self.outcome.status
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        """The agent's result (without rollhub's metadata)."""
+        return self.outcome.result
+
+    @property
+    def error(self) -> ErrorInfo | None:
+        """Why the rollout failed (None when it is ``ok``)."""
+        return self.outcome.error
+
+    @property
+    def elapsed(self) -> float | None:
+        """Seconds from submission to the terminal outcome."""
+        return self.outcome.elapsed
+
+    @property
+    def resumed(self) -> bool:
+        """True when the result was stored by an earlier run and not run again."""
+        return self.outcome.resumed
 
     @property
     def ok(self) -> bool:
         """True when the agent's result was stored with status ok."""
-        return self.status == "ok"
+        return self.outcome.ok
 
 
 def assign_input_ids(
@@ -162,22 +197,26 @@ async def _stored_results(
     return {i: p for i, p in zip(inputs, picked, strict=True) if p is not None}
 
 
-def _resumed_item(index: int, input_id: str, key: str, doc: dict[str, Any]) -> BatchItem:
+def _resumed_item(
+    client: BatchClient, index: int, input_id: str, key: str, doc: dict[str, Any]
+) -> BatchItem:
     view = read_result(doc)
     error = None
     if view.status != "ok":
         err = view.error or {}
         error = ErrorInfo(str(err.get("type")), str(err.get("message")), err.get("traceback"))
-    return BatchItem(
-        index=index,
-        input_id=input_id,
+    outcome = RolloutOutcome(
         session_id=key.rsplit("/", 1)[-1][: -len(".json")],
+        exp_id=client.exp_id,
+        input_id=input_id,
+        result_key=key,
         status="ok" if view.status == "ok" else _stored_error_status(error),
         result=view.result,
         error=error,
-        elapsed=view.meta.get("elapsed_s"),
+        document=doc,
         resumed=True,
     )
+    return BatchItem(index, outcome)
 
 
 def _stored_error_status(error: ErrorInfo | None) -> Status:
@@ -191,17 +230,20 @@ def _stored_error_status(error: ErrorInfo | None) -> Status:
 
 
 def _item(index: int, fut: RolloutFuture) -> BatchItem:
-    outcome = fut._outcome.result()
-    return BatchItem(
-        index=index,
-        input_id=outcome.input_id,
-        session_id=outcome.session_id,
-        status=outcome.status,
-        result=outcome.result,
-        error=outcome.error,
-        elapsed=outcome.elapsed,
-        outcome=outcome,
+    return BatchItem(index, fut._outcome.result())
+
+
+def _refused_item(client: BatchClient, index: int, input_id: str, exc: Exception) -> BatchItem:
+    """The item of a payload the client refused before it made a session for it."""
+    outcome = RolloutOutcome(
+        session_id="",
+        exp_id=client.exp_id,
+        input_id=input_id,
+        result_key="",
+        status="submit_error",
+        error=ErrorInfo.from_exception(exc),
     )
+    return BatchItem(index, outcome)
 
 
 async def run_batch_async(
@@ -259,7 +301,7 @@ async def run_batch_async(
         for i, input_id in enumerate(ids):
             if input_id in stored:
                 key, doc = stored[input_id]
-                item = _resumed_item(i, input_id, key, doc)
+                item = _resumed_item(client, i, input_id, key, doc)
                 bar.finished(item.status, resumed=True, was_running=False)
                 yield item
         while pending or live:
@@ -271,9 +313,7 @@ async def run_batch_async(
                     )
                 except ConfigError as exc:
                     bar.finished("submit_error", was_running=False)
-                    yield BatchItem(
-                        i, ids[i], None, "submit_error", error=ErrorInfo.from_exception(exc)
-                    )
+                    yield _refused_item(client, i, ids[i], exc)
                     continue
                 live[fut._outcome] = (i, fut)
                 bar.started()

@@ -1,7 +1,8 @@
 """Episodes and groups: what the pipeline hands to trainers.
 
-An :class:`Episode` is one finished rollout: the agent's result, its reward, its terminal
-status, timings and the exact token traces. A failed rollout is an episode too (failures
+An :class:`Episode` is one finished rollout: its
+:class:`~rollhub.outcome.RolloutOutcome` (the agent's result, the terminal status,
+timings) with the reward and the exact token traces the pipeline added. A failed rollout is an episode too (failures
 are data): its ``status`` says how it ended and ``error`` says why. A group is the n samples
 of one prompt (GRPO).
 """
@@ -9,75 +10,167 @@ of one prompt (GRPO).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from enum import Enum
+from typing import Any
 
+# the status and error types live with the outcome; they stay importable from here
+from rollhub.outcome import TERMINAL_STATUSES as TERMINAL_STATUSES
+from rollhub.outcome import ErrorInfo, RolloutOutcome, Status
 from rollhub.trace import TraceRecord
 
 __all__ = ["Episode", "EpisodeGroup", "ErrorInfo", "Status", "group_stats", "pass_at_k"]
 
-#: Terminal status of a rollout. Exactly one per submitted rollout. ``store_error``: the
-#: agent finished but its result could not be written to the result store (the error says
-#: why). ``infra_error``: every session the rollout was given was lost to the
-#: infrastructure (its worker or node died, the runtime lost it, no worker took it, its
-#: token-capture session went with a gateway replica); not the agent's doing, so no failure
-#: policy ever turns it into a reward.
-Status = Literal[
-    "ok", "agent_error", "timeout", "submit_error", "cancelled", "store_error", "infra_error"
-]
-TERMINAL_STATUSES: tuple[str, ...] = (
-    "ok",
-    "agent_error",
-    "timeout",
-    "submit_error",
-    "cancelled",
-    "store_error",
-    "infra_error",
-)
+
+class _FromOutcome(Enum):
+    """Marks an episode attribute the episode does not set itself: its outcome's is read."""
+
+    READ = "read from the outcome"
 
 
-@dataclass(frozen=True)
-class ErrorInfo:
-    """Why a rollout failed: exception type, message and (when known) traceback."""
-
-    type: str
-    message: str
-    traceback: str | None = None
-
-    @classmethod
-    def from_exception(cls, exc: BaseException) -> ErrorInfo:
-        """Type name, message and formatted traceback of an exception."""
-        import traceback
-
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        return cls(type(exc).__name__, str(exc), tb)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {"type": self.type, "message": self.message, "traceback": self.traceback}
+_READ = _FromOutcome.READ
 
 
-@dataclass
 class Episode:
-    """One finished rollout, ready for a trainer."""
+    """One finished rollout, ready for a trainer: the rollout's :attr:`outcome` and what the
+    pipeline added to it (tokens, reward, metrics).
+
+    ``session_id``, ``status``, ``result``, ``error`` and ``finished_at`` are the
+    outcome's, read from it, until the pipeline ends the episode otherwise (its tokens or
+    reward failed, its capture session was lost, it was cancelled): what it sets then is
+    the episode's own and the outcome stays as the rollout ended. An episode made without
+    an outcome (read back from files, built by a test) holds its own values.
+    """
 
     episode_id: str
     group_id: str
-    session_id: str
     sample_index: int
-    status: Status
-    payload: dict[str, Any] = field(default_factory=dict)
-    result: dict[str, Any] | None = None
-    reward: float | None = None
-    reward_components: dict[str, float] = field(default_factory=dict)
-    error: ErrorInfo | None = None
-    traces: list[TraceRecord] = field(default_factory=list)
-    weight_version: int | None = None
-    submitted_at: float | None = None
-    finished_at: float | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)
+    payload: dict[str, Any]
+    reward: float | None
+    reward_components: dict[str, float]
+    traces: list[TraceRecord]
+    weight_version: int | None
+    submitted_at: float | None
+    metrics: dict[str, Any]
     #: whether trainers should learn from this episode (set by the failure policy)
-    trainable: bool = True
+    trainable: bool
+    #: how the rollout ended, as the client (or a session runtime) resolved it
+    outcome: RolloutOutcome | None
+    _session_id: str | _FromOutcome
+    _status: Status | _FromOutcome
+    _result: dict[str, Any] | _FromOutcome | None
+    _error: ErrorInfo | _FromOutcome | None
+    _finished_at: float | _FromOutcome | None
+
+    def __init__(
+        self,
+        episode_id: str,
+        group_id: str,
+        session_id: str,
+        sample_index: int,
+        status: Status,
+        payload: dict[str, Any] | None = None,
+        result: dict[str, Any] | None = None,
+        reward: float | None = None,
+        reward_components: dict[str, float] | None = None,
+        error: ErrorInfo | None = None,
+        traces: list[TraceRecord] | None = None,
+        weight_version: int | None = None,
+        submitted_at: float | None = None,
+        finished_at: float | None = None,
+        metrics: dict[str, Any] | None = None,
+        trainable: bool = True,
+    ) -> None:
+        self.episode_id = episode_id
+        self.group_id = group_id
+        self.sample_index = sample_index
+        self.payload = {} if payload is None else payload
+        self.reward = reward
+        self.reward_components = {} if reward_components is None else reward_components
+        self.traces = [] if traces is None else traces
+        self.weight_version = weight_version
+        self.submitted_at = submitted_at
+        self.metrics = {} if metrics is None else metrics
+        self.trainable = trainable
+        self.outcome = None
+        self._session_id, self._status, self._result = session_id, status, result
+        self._error, self._finished_at = error, finished_at
+
+    def take_outcome(self, outcome: RolloutOutcome) -> None:
+        """Make ``outcome`` this episode's: its session, status, result, error and end are
+        read from it from now on (a later attempt's outcome replaces an earlier one's)."""
+        self.outcome = outcome
+        self._session_id = self._status = self._result = self._error = _READ
+        # an outcome made without an end time (a test's, a plugin's) ends when it arrives
+        self._finished_at = _READ if outcome.finished_at is not None else time.time()
+
+    def _outcome(self) -> RolloutOutcome:
+        assert self.outcome is not None  # take_outcome set it before it cleared own values
+        return self.outcome
+
+    @property
+    def session_id(self) -> str:
+        """The rollout's last runtime session."""
+        own = self._session_id
+        return self._outcome().session_id if own is _READ else own
+
+    @session_id.setter
+    def session_id(self, value: str) -> None:
+        self._session_id = value
+
+    @property
+    def status(self) -> Status:
+        """How the episode ended (see :data:`Status`)."""
+        own = self._status
+        return self._outcome().status if own is _READ else own
+
+    @status.setter
+    def status(self, value: Status) -> None:
+        self._status = value
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        """The agent's result (without rollhub's metadata); None when there is none."""
+        own = self._result
+        return self._outcome().result if own is _READ else own
+
+    @result.setter
+    def result(self, value: dict[str, Any] | None) -> None:
+        self._result = value
+
+    @property
+    def error(self) -> ErrorInfo | None:
+        """Why the episode failed (None when it is ``ok``)."""
+        own = self._error
+        return self._outcome().error if own is _READ else own
+
+    @error.setter
+    def error(self, value: ErrorInfo | None) -> None:
+        self._error = value
+
+    @property
+    def finished_at(self) -> float | None:
+        """When the episode reached its terminal status (epoch seconds)."""
+        own = self._finished_at
+        return self._outcome().finished_at if own is _READ else own
+
+    @finished_at.setter
+    def finished_at(self, value: float | None) -> None:
+        self._finished_at = value
+
+    def __eq__(self, other: object) -> bool:
+        # (defining __eq__ leaves the episode unhashable, as the mutable record it is)
+        if not isinstance(other, Episode):
+            return NotImplemented
+        return _compared(self) == _compared(other)
+
+    def __repr__(self) -> str:
+        return (
+            f"Episode(episode_id={self.episode_id!r}, group_id={self.group_id!r}, "
+            f"session_id={self.session_id!r}, sample_index={self.sample_index!r}, "
+            f"status={self.status!r}, reward={self.reward!r}, traces={len(self.traces)})"
+        )
 
     @property
     def ok(self) -> bool:
@@ -155,6 +248,18 @@ class EpisodeGroup:
     def stats(self) -> dict[str, float | int | None]:
         """Mean, std and pass@k over the successful samples; see :func:`group_stats`."""
         return group_stats(self.episodes)
+
+
+def _compared(episode: Episode) -> tuple[object, ...]:
+    """What two episodes are equal by: every attribute as read, and the outcome."""
+    return tuple(getattr(episode, name) for name in _COMPARED)
+
+
+_COMPARED = (
+    "episode_id", "group_id", "session_id", "sample_index", "status", "payload", "result",
+    "reward", "reward_components", "error", "traces", "weight_version", "submitted_at",
+    "finished_at", "metrics", "trainable", "outcome",
+)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -1,15 +1,15 @@
-"""What a submission returns: a :class:`RolloutFuture`, ending in one :class:`RolloutOutcome`."""
+"""What a submission returns: a :class:`RolloutFuture`, ending in one
+:class:`~rollhub.outcome.RolloutOutcome` (importable from here too)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Generator
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rollhub.episode import ErrorInfo, Status
 from rollhub.loop_thread import ensure_no_running_loop
+from rollhub.outcome import ErrorInfo, RolloutOutcome, Status
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 
 __all__ = ["FutureOwner", "RolloutFuture", "RolloutOutcome"]
@@ -24,53 +24,6 @@ class FutureOwner(Protocol):
     ) -> None:
         """End ``fut`` as ``status`` before its result arrived and stop its session."""
         ...
-
-
-@dataclass(frozen=True)
-class RolloutOutcome:
-    """How one rollout ended: exactly one per submitted rollout.
-
-    ``result`` is the agent's dict (without rollhub's metadata) when a document was
-    stored; ``document`` is the stored document as read. ``error`` says why a rollout that
-    is not ``ok`` failed. ``attempts`` counts submission tries; ``dead_sessions`` lists
-    the runtime sessions lost to infrastructure faults before the last one (each a
-    ``session_id`` and a ``cause``), whose turns are never part of the result.
-    ``details`` is what the runtime said of the last session's place (e.g. ``worker``,
-    ``actor``, ``node``).
-    """
-
-    session_id: str
-    exp_id: str
-    input_id: str
-    result_key: str
-    status: Status
-    result: dict[str, Any] | None = None
-    error: ErrorInfo | None = None
-    document: dict[str, Any] | None = None
-    submitted_at: float | None = None
-    accepted_at: float | None = None
-    finished_at: float | None = None
-    attempts: int = 0
-    dead_sessions: tuple[dict[str, str], ...] = ()
-    resumed: bool = False
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        """True when the agent's result was stored with status ok."""
-        return self.status == "ok"
-
-    @property
-    def elapsed(self) -> float | None:
-        """Seconds from the first submission attempt to the terminal outcome."""
-        if self.submitted_at is None or self.finished_at is None:
-            return None
-        return self.finished_at - self.submitted_at
-
-    @property
-    def meta(self) -> dict[str, Any]:
-        """The ``_rollhub`` metadata of the stored document (empty when there is none)."""
-        return dict((self.document or {}).get("_rollhub") or {})
 
 
 class RolloutFuture:

@@ -12,7 +12,10 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Protocol
 
+from rollhub.batch import BatchItem as RolloutRecord
 from rollhub.compat.upstream_futures import BatchItem, RolloutFuture
+from rollhub.outcome import ErrorInfo, RolloutOutcome, Status
+from rollhub.rollout import RESULT_META_KEY
 
 __all__ = ["AsyncBatchResult", "BatchResult", "Submitter", "format_exception"]
 
@@ -22,6 +25,61 @@ log = logging.getLogger(__name__)
 def format_exception(exc: BaseException) -> str:
     """An exception with its traceback, as ``BatchItem.error`` carries it."""
     return "".join(traceback.format_exception(exc))
+
+
+def _ended(
+    index: int,
+    future: RolloutFuture,
+    status: Status,
+    *,
+    document: dict[str, Any] | None = None,
+    error: ErrorInfo | None = None,
+) -> BatchItem:
+    """The item of a submitted payload: its record, as upstream shows it; its seconds are
+    the future's (counted from when it was made)."""
+    finished = time.time()
+    outcome = RolloutOutcome(
+        session_id=future.session_id or "",
+        exp_id=future.result_key.split("/", 1)[0],
+        input_id=future.input_id or "",
+        result_key=future.result_key,
+        status=status,
+        result=None if document is None else {
+            k: v for k, v in document.items() if k != RESULT_META_KEY},
+        error=error,
+        document=document,
+        submitted_at=finished - future.elapsed(),
+        finished_at=finished,
+    )
+    return BatchItem.adapt(RolloutRecord(index, outcome))
+
+
+def _read(index: int, future: RolloutFuture, document: dict[str, Any]) -> BatchItem:
+    """The item of a document read: upstream's failed agents store ``status_code`` 500."""
+    status: Status = "agent_error" if document.get("status_code") == 500 else "ok"
+    return _ended(index, future, status, document=document)
+
+
+def _unread(index: int, future: RolloutFuture, exc: Exception) -> BatchItem:
+    """The item of a document that could not be read."""
+    return _ended(index, future, "store_error", error=ErrorInfo.from_exception(exc))
+
+
+def _refused(index: int, elapsed: float, exc: Exception) -> BatchItem:
+    """The item of a payload whose submission failed after ``elapsed`` seconds (no future
+    was made)."""
+    finished = time.time()
+    outcome = RolloutOutcome(
+        session_id="",
+        exp_id="",
+        input_id="",
+        result_key="",
+        status="submit_error",
+        error=ErrorInfo.from_exception(exc),
+        submitted_at=finished - elapsed,
+        finished_at=finished,
+    )
+    return BatchItem.adapt(RolloutRecord(index, outcome))
 
 
 class Submitter(Protocol):
@@ -68,8 +126,8 @@ class _Batch:
         return bool(self.timeout) and future.elapsed() > self.timeout
 
     def _timeout_item(self, index: int, future: RolloutFuture) -> BatchItem:
-        error = f"Timeout after {self.timeout}s"
-        return BatchItem(False, error=error, index=index, elapsed=future.elapsed())
+        error = ErrorInfo("TimeoutError", f"Timeout after {self.timeout}s")
+        return _ended(index, future, "timeout", error=error)
 
     def _log_status(self, active: dict[str, tuple[int, RolloutFuture]], queued: int) -> None:
         if not active or time.time() - self._last_log < self.log_interval:
@@ -116,7 +174,7 @@ class BatchResult(_Batch):
                         payload, str(uuid.uuid4()), str(uuid.uuid4())
                     )
                 except Exception as exc:
-                    yield BatchItem(False, error=format_exception(exc), index=index, elapsed=0.0)
+                    yield _refused(index, 0.0, exc)  # upstream counts no seconds for it
                     continue
                 active[future.result_key] = (index, self._tune(future))
             finished = []
@@ -128,11 +186,9 @@ class BatchResult(_Batch):
                 elif future.ready_to_poll() and future.done():
                     finished.append(key)
                     try:
-                        result = future.result()
-                        yield BatchItem(True, result, index=index, elapsed=future.elapsed())
+                        yield _read(index, future, future.result())
                     except Exception as exc:
-                        error = format_exception(exc)
-                        yield BatchItem(False, error=error, index=index, elapsed=future.elapsed())
+                        yield _unread(index, future, exc)
                     finally:
                         future.cancel()
             for key in finished:
@@ -168,10 +224,7 @@ class AsyncBatchResult(_Batch):
                 try:
                     future = task.result()
                 except Exception as exc:
-                    elapsed = time.time() - started
-                    yield BatchItem(
-                        False, error=format_exception(exc), index=index, elapsed=elapsed
-                    )
+                    yield _refused(index, time.time() - started, exc)
                     continue
                 active[future.result_key] = (index, self._tune(future))
             finished = []
@@ -183,11 +236,9 @@ class AsyncBatchResult(_Batch):
                 elif future.ready_to_poll() and await future.done_async():
                     finished.append(key)
                     try:
-                        result = await future.result_async()
-                        yield BatchItem(True, result, index=index, elapsed=future.elapsed())
+                        yield _read(index, future, await future.result_async())
                     except Exception as exc:
-                        error = format_exception(exc)
-                        yield BatchItem(False, error=error, index=index, elapsed=future.elapsed())
+                        yield _unread(index, future, exc)
                     finally:
                         await future.cancel_async()
             for key in finished:

@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from botocore.exceptions import ClientError
 
+from rollhub.batch import BatchItem as RolloutRecord
 from rollhub.ratelimit import RateLimiter
 from rollhub.rollout import RESULT_META_KEY
 
@@ -66,7 +67,12 @@ class _StopsSessions(Protocol):
 
 @dataclass
 class BatchItem:
-    """One payload's end in a batch.
+    """One payload's end in a batch, as upstream shows it: a view of rollhub's record.
+
+    The fields are upstream's (scripts build, compare and ``asdict`` these); a batch makes
+    each item with :meth:`adapt` from the rollout's :class:`rollhub.batch.BatchItem`
+    (index + :class:`~rollhub.outcome.RolloutOutcome`), the one place that says
+    how upstream's fields read a record.
 
     :ivar success: True when a result document was read (a failed agent too: upstream
         marks it with ``result["status_code"] == 500``); False when submission, the read or
@@ -82,6 +88,20 @@ class BatchItem:
     error: str | None = None
     index: int | None = None
     elapsed: float | None = None
+
+    @classmethod
+    def adapt(cls, record: RolloutRecord) -> BatchItem:
+        """Upstream's view of one rollout's record: the document read is the result, and
+        the error is its traceback (or its message when it has none, as a timeout)."""
+        outcome = record.outcome
+        error = outcome.error
+        return cls(
+            success=outcome.document is not None,
+            result=outcome.document,
+            error=None if error is None else error.traceback or error.message,
+            index=record.index,
+            elapsed=outcome.elapsed,
+        )
 
 
 def upstream_fields(document: dict[str, Any]) -> dict[str, Any]:

@@ -233,3 +233,37 @@ async def test_a_crashing_reward_plugin_fails_its_episodes_not_the_run(tmp_path,
     assert [e.status for e in bad] == ["agent_error"] * 2
     assert bad[0].error.type == "RewardError" and "verifier crashed" in bad[0].error.message
     assert [e.status for e in groups["good"].episodes] == ["ok"] * 2
+
+
+async def test_an_episode_holds_the_outcome_its_future_resolved_with(tmp_path, host):
+    from rollhub import hookimpl
+
+    class Crashes:
+        @hookimpl
+        def rollhub_collect_rewards(self, episode):
+            if episode.group_id == "bad":
+                raise ValueError("verifier crashed")
+            return None
+
+    host.register(Crashes(), name="crashes")
+    hub = AsyncHub(config(tmp_path, n_samples=2), host=host, run_dir=tmp_path / "run")
+    resolved = {}
+    async with hub:
+        submit = hub.client.submit_request_async
+
+        async def recording(request, **kw):
+            future = await submit(request, **kw)
+            resolved[request.rollout.session_id] = future
+            return future
+
+        hub.client.submit_request_async = recording
+        groups = {g.group_id: g async for g in hub.iter_groups([{"id": "bad"}, {"id": "good"}])}
+    episodes = [e for g in groups.values() for e in g.episodes]
+    assert len(episodes) == len(resolved) == 4
+    for episode in episodes:
+        assert episode.outcome is await resolved[episode.session_id]
+    good = groups["good"].episodes[0]
+    assert good.result is good.outcome.result and good.finished_at == good.outcome.finished_at
+    # the reward failed after the rollout ended ok: the episode says so, its outcome stays
+    bad = groups["bad"].episodes[0]
+    assert bad.status == "agent_error" and bad.outcome.status == "ok"
