@@ -20,7 +20,6 @@ import copy
 import functools
 import inspect
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ import httpx
 
 from rollhub.app.callback import DEFAULT_BACKOFF_S, completion_notice, send_notice
 from rollhub.app.threads import HandlerThreads
+from rollhub.loop_thread import LoopThread
 from rollhub.results.document import error_info, public_payload
 from rollhub.results.write import store_result
 from rollhub.rollout import RolloutConfig
@@ -74,9 +74,7 @@ class RolloutRunner:
         self._on_change = on_change
         self._callback_backoff_s = callback_backoff_s
         self._threads = HandlerThreads(max_sync_workers, on_change)
-        self._worker_loop: asyncio.AbstractEventLoop | None = None
-        self._worker_thread: threading.Thread | None = None
-        self._worker_lock = threading.Lock()
+        self._worker = LoopThread("rollhub-worker-loop")
         self._http: httpx.AsyncClient | None = None
         #: rollouts finished (stored or not) since start; for logs and tests.
         self.finished_count = 0
@@ -220,9 +218,8 @@ class RolloutRunner:
         return value
 
     async def _on_worker_loop(self, awaitable: Awaitable[_T]) -> _T:
-        future = asyncio.run_coroutine_threadsafe(_as_coroutine(awaitable), self._worker())
-        # Cancelling the wrapper cancels the task on the worker loop too.
-        return await asyncio.wrap_future(future)
+        # Cancelling the awaiting task cancels the task on the worker loop too.
+        return await self._worker.run_async(_as_coroutine(awaitable))
 
     @property
     def stuck_threads(self) -> int:
@@ -233,23 +230,6 @@ class RolloutRunner:
     def exhausted(self) -> str | None:
         """Why no new sync handler can start (stuck threads fill the pool), else None."""
         return self._threads.exhausted
-
-    def _worker(self) -> asyncio.AbstractEventLoop:
-        with self._worker_lock:
-            if self._worker_loop is None or self._worker_loop.is_closed():
-                loop = asyncio.new_event_loop()
-                ready = threading.Event()
-
-                def run() -> None:
-                    asyncio.set_event_loop(loop)
-                    loop.call_soon(ready.set)
-                    loop.run_forever()
-
-                thread = threading.Thread(target=run, name="rollhub-worker-loop", daemon=True)
-                thread.start()
-                ready.wait(10)
-                self._worker_loop, self._worker_thread = loop, thread
-            return self._worker_loop
 
     # Control -----------------------------------------------------------------------------
 
@@ -285,14 +265,9 @@ class RolloutRunner:
         if self._http is not None:
             await self._http.aclose()
             self._http = None
-        with self._worker_lock:
-            loop, self._worker_loop = self._worker_loop, None
-        if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(loop.stop)
-            if self._worker_thread is not None:
-                await asyncio.to_thread(self._worker_thread.join, 5)
-            if not loop.is_running():
-                loop.close()
+        # The rollouts were cancelled and waited for above; what their handlers left on the
+        # worker loop is not waited for.
+        await self._worker.stop_async(join_timeout=5)
         self._threads.shutdown()
 
 

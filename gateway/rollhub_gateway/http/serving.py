@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 from rollhub.errors import ConfigError, UsageError
+from rollhub.loop_thread import LoopThread
 from rollhub.registry import ComponentRegistry
 from rollhub.sampling import SamplingBackend
 from rollhub.trace import TraceRecord
@@ -157,8 +157,7 @@ class ThreadedGateway:
         self.host = host
         self.port = port
         self.url: str | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._loop = LoopThread("rollhub-gateway")
 
     @property
     def base_url(self) -> str:
@@ -167,15 +166,9 @@ class ThreadedGateway:
 
     def start(self) -> str:
         """Start the thread and serve; returns the root URL."""
-        if self._thread is not None:
+        if self._loop.running:
             return self.url or ""
-        ready = threading.Event()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._run, args=(ready,), name="rollhub-gateway", daemon=True
-        )
-        self._thread.start()
-        ready.wait()
+        self._loop.start()
         try:
             self.url = self.call(self.gateway.start(self.host, self.port))
         except BaseException:
@@ -183,18 +176,14 @@ class ThreadedGateway:
             raise
         return self.url
 
-    def _run(self, ready: threading.Event) -> None:
-        assert self._loop is not None
-        asyncio.set_event_loop(self._loop)
-        self._loop.call_soon(ready.set)
-        self._loop.run_forever()
-
     def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run a coroutine on the gateway's loop and wait for its result."""
-        if self._loop is None:
+        if not self._loop.running:
             coro.close()
             raise UsageError("ThreadedGateway is not started; use it as a context manager")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        # Not LoopThread.run, which refuses callers on an event loop: a caller on a loop of
+        # its own may wait on the gateway's.
+        return asyncio.run_coroutine_threadsafe(coro, self._loop.loop).result(timeout)
 
     def run_sync(self, fn: Callable[[], T]) -> T:
         """Run a plain function on the gateway's loop (session bookkeeping is single-threaded)."""
@@ -229,18 +218,18 @@ class ThreadedGateway:
         self.run_sync(lambda: self.gateway.drop_session(session_id))
 
     def stop(self) -> None:
-        """Stop serving and end the thread (idempotent)."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
+        """Stop serving and end the thread (idempotent).
+
+        The server's stop answers or cancels the calls in flight; then the loop stops with
+        whatever is still pending on it.
+        """
+        if not self._loop.running:
             return
         try:
             if self.url is not None:
-                asyncio.run_coroutine_threadsafe(self.gateway.stop(), loop).result(30)
+                self.call(self.gateway.stop(), 30)
         finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(30)
-            loop.close()
-            self._loop = self._thread = None
+            self._loop.stop(join_timeout=30)
             self.url = None
 
     def __enter__(self) -> ThreadedGateway:
