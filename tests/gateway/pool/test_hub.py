@@ -13,7 +13,7 @@ from pathlib import Path
 from rollhub.config import parse_config
 from rollhub.hub import AsyncHub
 
-from tests.gateway.pool.conftest import assert_exact, pool_options, wait_gone
+from tests.gateway.pool.pool_checks import assert_exact, pool_options, wait_gone
 
 AGENT = Path(__file__).with_name("chat_agent.py")
 

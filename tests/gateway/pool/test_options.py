@@ -13,7 +13,7 @@ from rollhub.registry import ComponentContext
 from rollhub_gateway.pool import GatewayPool, least_loaded
 from rollhub_gateway.token_source import GatewayTokenSource
 
-from tests.gateway.pool.conftest import pool_options
+from tests.gateway.pool.pool_checks import pool_options
 
 
 def build(options: dict, base_dir: Path | None = None) -> GatewayTokenSource:

@@ -10,7 +10,7 @@ import pytest
 from rollhub_gateway.pool import ReplicaDied
 from rollhub_gateway.token_source import GatewayTokenSource
 
-from tests.gateway.pool.conftest import (
+from tests.gateway.pool.pool_checks import (
     alive,
     assert_exact,
     converse,

@@ -15,14 +15,14 @@ import pytest
 from rollhub_gateway.pool import ReplicaDied
 from rollhub_gateway.token_source import GatewayTokenSource
 
-from tests.gateway.pool.conftest import (
+from tests.gateway.pool.engines import reply_ids, reply_text
+from tests.gateway.pool.pool_checks import (
     converse,
     converse_more,
     pool_options,
     wait_dead,
     wait_gone,
 )
-from tests.gateway.pool.engines import reply_ids, reply_text
 
 
 def start_source(options: dict[str, Any]) -> GatewayTokenSource:
