@@ -251,14 +251,15 @@ class EpisodeGroup:
 
 
 def _compared(episode: Episode) -> tuple[object, ...]:
-    """What two episodes are equal by: every attribute as read, and the outcome."""
+    """What two episodes are equal by: every attribute as read. Not the outcome object: an
+    episode read back from its export (which holds no outcome) equals the live one."""
     return tuple(getattr(episode, name) for name in _COMPARED)
 
 
 _COMPARED = (
     "episode_id", "group_id", "session_id", "sample_index", "status", "payload", "result",
     "reward", "reward_components", "error", "traces", "weight_version", "submitted_at",
-    "finished_at", "metrics", "trainable", "outcome",
+    "finished_at", "metrics", "trainable",
 )
 
 
