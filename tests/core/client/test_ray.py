@@ -64,6 +64,11 @@ async def test_rollouts_run_in_actors_and_store_app_documents(ray_client) -> Non
     assert ok.result["pid"] != os.getpid()  # it ran in a Ray worker process
     assert ok.meta["session_id"] == ok.session_id and ok.meta["status"] == "ok"
     assert bad.status == "agent_error" and bad.error.type == "ValueError"
+    # a notice is sent after the result is stored, and the actor's own "done" may reach
+    # the client first: wait for both notices rather than read the count at once
+    deadline = time.monotonic() + 30
+    while ray_client.stats["callbacks"] < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
     assert ray_client.stats["callbacks"] == 2
 
 
