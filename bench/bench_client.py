@@ -65,10 +65,10 @@ def pct(values: list[float], q: float) -> float:
 
 async def throughput(n: int, concurrency: int, workers: int, keep_alive: bool) -> dict[str, Any]:
     import rollhub.client as client_mod
-    from rollhub.callbacks import CallbackServer
     from rollhub.client import AsyncRolloutClient
     from rollhub.runtimes.local import LocalRuntime
     from rollhub.stores.file import FileResultStore
+    from rollhub.submission.callbacks import CallbackServer
 
     client_mod.CallbackServer = functools.partial(CallbackServer, keep_alive=keep_alive)  # type: ignore[misc]
     try:
@@ -168,7 +168,7 @@ async def callback_server_cost(kind: str, n: int, concurrency: int) -> dict[str,
         received += 1
 
     if kind == "raw asyncio":
-        from rollhub.callbacks import CallbackServer
+        from rollhub.submission.callbacks import CallbackServer
 
         server = CallbackServer(on_notice)
         await server.start()

@@ -32,7 +32,7 @@ def _cpu() -> float:
 
 
 async def _run(cfg, payloads, run_dir):
-    from rollhub.hub import AsyncHub
+    from rollhub.hubs.async_hub import AsyncHub
 
     episodes = []
     async with AsyncHub(cfg, run_dir=run_dir) as hub:

@@ -110,7 +110,7 @@ async def scaling(
 ) -> list:
     """Episodes/s and latency with the work on one worker node, then on two (``rounds``
     batches each, after a warm-up group; medians)."""
-    from rollhub.hub import AsyncHub
+    from rollhub.hubs.async_hub import AsyncHub
 
     rows = []
     for workload, extra in WORKLOADS.items():
@@ -149,7 +149,7 @@ async def scaling(
 
 async def faults(cluster: Any, tokenizer: str, root: Path, kills: int, turns: int) -> dict:
     """Kill worker-1 and worker-2 in turn under a steady stream of groups."""
-    from rollhub.hub import AsyncHub
+    from rollhub.hubs.async_hub import AsyncHub
 
     cfg = config(cluster, tokenizer, root / "store-faults", {"rollhub_worker": 0.001})
     accepted: list[tuple[float, str]] = []  # (time, session id) of sessions run again

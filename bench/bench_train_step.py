@@ -55,7 +55,7 @@ class _Breakdown:
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     from rollhub.config import load_config
     from rollhub.dataset import load_jsonl_dataset
-    from rollhub.hub import AsyncHub
+    from rollhub.hubs.async_hub import AsyncHub
     from rollhub.plugins import build_host
     from rollhub.training.loop import TrainingLoop
 

@@ -23,10 +23,7 @@ MAX_LINES = 400
 #: subpackages named for what their modules share
 MAX_ROOT_MODULES = 20
 #: package name -> why its root may hold more, for now
-ROOT_MODULES_EXEMPT = {
-    # the core's modules are being regrouped in a pass of their own; drop this then
-    "rollhub": "core modules not regrouped yet",
-}
+ROOT_MODULES_EXEMPT: dict[str, str] = {}
 
 #: package name -> its source folder
 PACKAGES = {

@@ -11,8 +11,8 @@ import importlib
 from typing import TYPE_CHECKING
 
 from rollhub import moved_modules
-from rollhub.markers import hookimpl as hookimpl
-from rollhub.markers import hookspec as hookspec
+from rollhub.plugin_host.markers import hookimpl as hookimpl
+from rollhub.plugin_host.markers import hookspec as hookspec
 
 if TYPE_CHECKING:  # the names __getattr__ loads on first use, for type checkers
     from rollhub.app import RolloutApp as RolloutApp
@@ -42,8 +42,8 @@ if TYPE_CHECKING:  # the names __getattr__ loads on first use, for type checkers
     from rollhub.errors import TokenRetrievalError as TokenRetrievalError
     from rollhub.errors import UnknownComponentError as UnknownComponentError
     from rollhub.errors import UsageError as UsageError
-    from rollhub.hub import AsyncHub as AsyncHub
-    from rollhub.hub_sync import Hub as Hub
+    from rollhub.hubs.async_hub import AsyncHub as AsyncHub
+    from rollhub.hubs.sync_hub import Hub as Hub
     from rollhub.registry import ComponentRegistry as ComponentRegistry
     from rollhub.rollout import RolloutConfig as RolloutConfig
     from rollhub.rollout import RolloutRequest as RolloutRequest
@@ -65,7 +65,7 @@ __version__ = "0.1.0"
 
 #: public name -> module that defines it
 _LAZY: dict[str, str] = {
-    "AsyncHub": "rollhub.hub",
+    "AsyncHub": "rollhub.hubs.async_hub",
     "AsyncRolloutClient": "rollhub.client",
     "BatchItem": "rollhub.batch",
     "CaptureLost": "rollhub.errors",
@@ -79,7 +79,7 @@ _LAZY: dict[str, str] = {
     "ExportError": "rollhub.errors",
     "GatewayError": "rollhub.errors",
     "Generation": "rollhub.sampling",
-    "Hub": "rollhub.hub_sync",
+    "Hub": "rollhub.hubs.sync_hub",
     "PluginError": "rollhub.errors",
     "PluginLoadError": "rollhub.errors",
     "ResultStore": "rollhub.stores.base",

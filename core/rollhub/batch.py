@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rollhub.errors import ConfigError
-from rollhub.outcome import ErrorInfo, RolloutOutcome, Status
-from rollhub.progress import RolloutProgress
 from rollhub.results.document import read_result, read_status
 from rollhub.rollout import content_input_id, validate_key_part
-from rollhub.rollout_future import RolloutFuture
 from rollhub.stores.base import ResultStore
+from rollhub.submission.future import RolloutFuture
+from rollhub.submission.outcome import ErrorInfo, RolloutOutcome, Status
+from rollhub.submission.progress import RolloutProgress
 
 __all__ = ["BatchClient", "BatchItem", "assign_input_ids", "run_batch_async"]
 
@@ -61,7 +61,7 @@ class BatchItem:
     """The terminal item of one payload of a batch: its position and how its rollout ended.
 
     ``outcome`` is the rollout's one record: for a run rollout, the very
-    :class:`~rollhub.outcome.RolloutOutcome` its future resolved with. An input whose
+    :class:`~rollhub.submission.outcome.RolloutOutcome` its future resolved with. An input whose
     result was already stored has a ``resumed`` outcome read from that document; one refused
     before a session was made for it (``submit_error``) has an empty ``session_id``. The
     other attributes are the outcome's, read from it.

@@ -9,7 +9,7 @@ awaited::
 
 Each future ends in exactly one terminal status (``ok``, ``agent_error``, ``timeout``,
 ``submit_error``, ``cancelled``, ``store_error``, ``infra_error``). Completion comes from the app's callback
-notice (the client runs a loopback :class:`~rollhub.callbacks.CallbackServer` when the
+notice (the client runs a loopback :class:`~rollhub.submission.callbacks.CallbackServer` when the
 runtime's agents can reach it), from the runtime reporting the session lost or its result
 unstorable, or from a sparse store poll.
 :class:`RolloutClient` is the synchronous twin: same methods, same order, driving the async
@@ -24,13 +24,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from typing import TYPE_CHECKING, Any
 
 from rollhub.batch import BatchItem, run_batch_async
-from rollhub.callbacks import CallbackServer
 from rollhub.errors import ConfigError, UsageError
-from rollhub.loop_thread import LoopThread, ensure_no_running_loop
-from rollhub.retry import Backoff
+from rollhub.lifetimes.loop_thread import LoopThread, ensure_no_running_loop
 from rollhub.rollout import RolloutRequest, SubmitReceipt, build_request, validate_key_part
-from rollhub.rollout_future import RolloutFuture, RolloutOutcome
-from rollhub.session_watch import SessionWatch
+from rollhub.submission.callbacks import CallbackServer
+from rollhub.submission.future import RolloutFuture, RolloutOutcome
+from rollhub.submission.retry import Backoff
+from rollhub.submission.session_watch import SessionWatch
 
 if TYPE_CHECKING:
     from rollhub.runtime import Runtime

@@ -1,7 +1,7 @@
 """Episodes and groups: what the pipeline hands to trainers.
 
 An :class:`Episode` is one finished rollout: its
-:class:`~rollhub.outcome.RolloutOutcome` (the agent's result, the terminal status,
+:class:`~rollhub.submission.outcome.RolloutOutcome` (the agent's result, the terminal status,
 timings) with the reward and the exact token traces the pipeline added. A failed rollout is an episode too (failures
 are data): its ``status`` says how it ended and ``error`` says why. A group is the n samples
 of one prompt (GRPO).
@@ -16,8 +16,8 @@ from enum import Enum
 from typing import Any
 
 # the status and error types live with the outcome; they stay importable from here
-from rollhub.outcome import TERMINAL_STATUSES as TERMINAL_STATUSES
-from rollhub.outcome import ErrorInfo, RolloutOutcome, Status
+from rollhub.submission.outcome import TERMINAL_STATUSES as TERMINAL_STATUSES
+from rollhub.submission.outcome import ErrorInfo, RolloutOutcome, Status
 from rollhub.trace import TraceRecord
 
 __all__ = ["Episode", "EpisodeGroup", "ErrorInfo", "Status", "group_stats", "pass_at_k"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from rollhub.markers import hookspec
+from rollhub.plugin_host.markers import hookspec
 
 if TYPE_CHECKING:
     import pluggy
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from rollhub.commands import CommandTable
     from rollhub.config import RollhubConfig
     from rollhub.episode import Episode, EpisodeGroup
-    from rollhub.hub_view import HubView
+    from rollhub.hubs.view import HubView
     from rollhub.registry import ComponentRegistry
     from rollhub.rollout import RolloutRequest, SubmitReceipt
     from rollhub.runtime import Runtime

@@ -23,7 +23,38 @@ from types import ModuleType
 __all__ = ["MOVED", "MovedModuleFinder", "install"]
 
 #: the core's old module paths -> the paths they moved to
-MOVED: dict[str, str] = {}
+MOVED: dict[str, str] = {
+    "rollhub.attempts": "rollhub.hubs.attempts",
+    "rollhub.callbacks": "rollhub.submission.callbacks",
+    "rollhub.capture_sessions": "rollhub.hubs.capture_sessions",
+    "rollhub.comparison": "rollhub.runs.comparison",
+    "rollhub.components": "rollhub.plugin_host.components",
+    "rollhub.entry_point_distribution": "rollhub.plugin_host.entry_point_distribution",
+    "rollhub.episode_rewards": "rollhub.scoring.episode_rewards",
+    "rollhub.evaluation": "rollhub.runs.evaluation",
+    "rollhub.group_rewards": "rollhub.scoring.group_rewards",
+    "rollhub.hook_calls": "rollhub.plugin_host.hook_calls",
+    "rollhub.hosted_hub": "rollhub.hubs.hosted",
+    "rollhub.hub": "rollhub.hubs.async_hub",
+    "rollhub.hub_sync": "rollhub.hubs.sync_hub",
+    "rollhub.hub_view": "rollhub.hubs.view",
+    "rollhub.intervals": "rollhub.runs.intervals",
+    "rollhub.loop_thread": "rollhub.lifetimes.loop_thread",
+    "rollhub.manifest": "rollhub.runs.manifest",
+    "rollhub.markers": "rollhub.plugin_host.markers",
+    "rollhub.parent_death": "rollhub.lifetimes.parent_death",
+    "rollhub.plugin_settings": "rollhub.plugin_host.settings",
+    "rollhub.progress": "rollhub.submission.progress",
+    "rollhub.ratelimit": "rollhub.submission.ratelimit",
+    "rollhub.report": "rollhub.runs.report",
+    "rollhub.retry": "rollhub.submission.retry",
+    "rollhub.rewards": "rollhub.scoring.rewards",
+    "rollhub.rollout_future": "rollhub.submission.future",
+    "rollhub.run_dir": "rollhub.runs.run_dir",
+    "rollhub.session_watch": "rollhub.submission.session_watch",
+    "rollhub.staleness": "rollhub.hubs.staleness",
+    "rollhub.unknown_component": "rollhub.plugin_host.unknown_component",
+}
 
 
 class MovedModuleFinder(importlib.abc.MetaPathFinder):

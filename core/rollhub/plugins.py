@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from rollhub import hookspecs
-from rollhub.entry_point_distribution import (
+from rollhub.errors import PluginError, PluginLoadError
+from rollhub.plugin_host.entry_point_distribution import (
     ENTRY_POINT_GROUP as ENTRY_POINT_GROUP,  # re-exported: it lived here
 )
-from rollhub.entry_point_distribution import distribution_of
-from rollhub.errors import PluginError, PluginLoadError
-from rollhub.markers import PROJECT_NAME
+from rollhub.plugin_host.entry_point_distribution import distribution_of
+from rollhub.plugin_host.markers import PROJECT_NAME
 from rollhub.registry import ComponentRegistry
 from rollhub.stores.base import BUILTIN_SCHEMES
 

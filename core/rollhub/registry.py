@@ -25,10 +25,10 @@ from pydantic import BaseModel, ValidationError
 
 from rollhub.config import RollhubConfig
 from rollhub.errors import ConfigError, PluginError, PluginLoadError, UnknownComponentError
-from rollhub.unknown_component import (
+from rollhub.plugin_host.unknown_component import (
     KNOWN_DISTRIBUTIONS as KNOWN_DISTRIBUTIONS,  # re-exported: it lived here
 )
-from rollhub.unknown_component import unknown_component_message
+from rollhub.plugin_host.unknown_component import unknown_component_message
 from rollhub.validation import explain, first_loc
 
 log = logging.getLogger(__name__)

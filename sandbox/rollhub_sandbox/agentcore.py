@@ -14,7 +14,7 @@ container runs the rollhub health shim (``sandbox/shim``) next to the task's too
 - destroy: ``{"action": "stop"}``, then ``StopRuntimeSession``.
 
 Every call first takes a token from the process-wide limiter of the runtime ARN
-(:func:`rollhub.ratelimit.limiter_for`, 25 calls/s by default), shared with the agentcore
+(:func:`rollhub.submission.ratelimit.limiter_for`, 25 calls/s by default), shared with the agentcore
 runtime. botocore errors are mapped to typed errors at this boundary.
 """
 
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import Field
-from rollhub.ratelimit import limiter_for
+from rollhub.submission.ratelimit import limiter_for
 
 from rollhub_sandbox.errors import (
     SandboxArgumentError,

@@ -16,7 +16,7 @@ The async classes are the truth. :class:`SandboxClient` and :class:`Sandbox` hav
 methods in the same order and run the async ones on a private event-loop thread; called
 inside a running event loop they raise :class:`~rollhub.errors.UsageError` (they would block
 it) and point at the async API. The thread (the core's
-:class:`~rollhub.loop_thread.LoopThread`) starts on first use.
+:class:`~rollhub.lifetimes.loop_thread.LoopThread`) starts on first use.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from rollhub.loop_thread import LoopThread
+from rollhub.lifetimes.loop_thread import LoopThread
 
 from rollhub_sandbox.errors import SandboxArgumentError
 from rollhub_sandbox.provider import ProviderSandbox, SandboxProvider, build_provider

@@ -42,7 +42,7 @@ from rollhub_sandbox.result import ExecResult
 if TYPE_CHECKING:
     from rollhub.config import RollhubConfig
     from rollhub.episode import Episode
-    from rollhub.hub_view import HubView
+    from rollhub.hubs.view import HubView
 
     from rollhub_sandbox.client import AsyncSandboxClient
 

@@ -11,7 +11,7 @@ import json
 import time
 
 from rollhub.config import parse_config
-from rollhub.hub import AsyncHub
+from rollhub.hubs.async_hub import AsyncHub
 from rollhub.plugins import build_host
 from rollhub.training.loop import TrainingLoop
 

@@ -92,7 +92,7 @@ async def test_a_dead_workers_episode_is_trained_on_its_new_session_only(tmp_pat
     holds only the new session's turn (the dead one's capture is dropped)."""
     from rollhub.config import parse_config
     from rollhub.errors import TokenRetrievalError
-    from rollhub.hub import AsyncHub
+    from rollhub.hubs.async_hub import AsyncHub
     from rollhub.plugins import build_host
     from rollhub_gateway.models import SMOLLM2, load_tokenizer
 
@@ -196,9 +196,9 @@ async def test_a_storm_under_a_training_step_trains_no_infrastructure_failure(tm
     import copy
 
     from rollhub.config import parse_config
-    from rollhub.hub import AsyncHub
+    from rollhub.hubs.async_hub import AsyncHub
     from rollhub.plugins import build_host
-    from rollhub.rewards import apply_failure_policy
+    from rollhub.scoring.rewards import apply_failure_policy
     from rollhub.training.advantages import group_advantages
     from rollhub.training.loop import TrainingLoop, batch_metrics
     from rollhub.training.step import TrainingBatch

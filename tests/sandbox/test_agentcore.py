@@ -16,7 +16,7 @@ from pathlib import Path
 import botocore.session
 import pytest
 from botocore.stub import Stubber
-from rollhub.ratelimit import limiter_for
+from rollhub.submission.ratelimit import limiter_for
 from rollhub_sandbox import (
     AsyncSandboxClient,
     SandboxArgumentError,

@@ -162,7 +162,7 @@ async def test_timeout_scores_zero(tmp_path: Path) -> None:
 
 
 async def test_hook_through_the_plugin_manager_beside_the_core_default(tmp_path: Path) -> None:
-    from rollhub.hook_calls import call_all
+    from rollhub.plugin_host.hook_calls import call_all
     from rollhub.plugins import build_host
     from rollhub_sandbox import plugin
 

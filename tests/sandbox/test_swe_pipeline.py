@@ -1,6 +1,6 @@
 """The SWE example through the whole pipeline, with a scripted model instead of a real one.
 
-The example's own ``rollhub.toml`` drives an :class:`~rollhub.hub.AsyncHub`: the ``local``
+The example's own ``rollhub.toml`` drives an :class:`~rollhub.hubs.async_hub.AsyncHub`: the ``local``
 runtime serves ``examples/swe/agent.py:app`` in worker processes, results go through a file
 store, the installed ``rollhub-sandbox`` plugin scores each episode by running the task's
 tests in its sandbox, and the ``export`` trainer writes Parquet and JSONL. Only the model is
@@ -27,7 +27,7 @@ from rollhub.config import (
 )
 from rollhub.episode import Episode
 from rollhub.export import read_episodes
-from rollhub.hub import AsyncHub
+from rollhub.hubs.async_hub import AsyncHub
 from rollhub.testing.servers import serve_app
 
 from tests.sandbox.scripted_openai import ScriptedChatModel

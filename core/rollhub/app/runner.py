@@ -29,7 +29,7 @@ import httpx
 
 from rollhub.app.callback import DEFAULT_BACKOFF_S, completion_notice, send_notice
 from rollhub.app.threads import HandlerThreads
-from rollhub.loop_thread import LoopThread
+from rollhub.lifetimes.loop_thread import LoopThread
 from rollhub.results.document import error_info, public_payload
 from rollhub.results.write import store_result
 from rollhub.rollout import RolloutConfig

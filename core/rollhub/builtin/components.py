@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rollhub.markers import hookimpl
+from rollhub.plugin_host.markers import hookimpl
 from rollhub.registry import ComponentRegistry
 
 if TYPE_CHECKING:

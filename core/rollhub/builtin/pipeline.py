@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING
 
 from rollhub.errors import RewardError
-from rollhub.markers import hookimpl
+from rollhub.plugin_host.markers import hookimpl
 
 if TYPE_CHECKING:
     from rollhub.episode import Episode

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rollhub.errors import ConfigError
-from rollhub.markers import hookimpl
+from rollhub.plugin_host.markers import hookimpl
 from rollhub.registry import ComponentRegistry, build_options
 from rollhub.training.roles import TrainerRole, role_of
 

@@ -5,7 +5,7 @@ Only the classes are imported; boto3, ray and a2a-sdk are imported when a runtim
 
 from __future__ import annotations
 
-from rollhub.markers import hookimpl
+from rollhub.plugin_host.markers import hookimpl
 from rollhub.registry import ComponentRegistry
 
 

@@ -5,7 +5,7 @@ Only the classes are imported; the S3 store imports boto3 when it makes its firs
 
 from __future__ import annotations
 
-from rollhub.markers import hookimpl
+from rollhub.plugin_host.markers import hookimpl
 from rollhub.registry import ComponentRegistry
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from rollhub.config import RollhubConfig
 from rollhub.dataset import load_jsonl_dataset
 from rollhub.errors import ConfigError, RollhubError
-from rollhub.plugin_settings import check_config
+from rollhub.plugin_host.settings import check_config
 from rollhub.plugins import PluginHost, build_host
 from rollhub.registry import build_options
 

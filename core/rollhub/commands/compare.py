@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rollhub.comparison import RunSummary, compare_runs, summarize_run
+from rollhub.runs.comparison import RunSummary, compare_runs, summarize_run
 
 __all__ = ["add_arguments", "run"]
 

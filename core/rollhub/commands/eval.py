@@ -29,7 +29,7 @@ from rollhub.episode import Episode
 from rollhub.errors import ConfigError, UsageError
 from rollhub.export.files import episode_to_row, write_rows
 from rollhub.plugins import PluginHost
-from rollhub.run_dir import RunDir
+from rollhub.runs.run_dir import RunDir
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from rollhub.commands.checks import check_run_config, load_held_out
-    from rollhub.manifest import build_manifest
+    from rollhub.runs.manifest import build_manifest
 
     cfg, label = evaluated_config(load_config(args.config), args)
     host = check_run_config(cfg)
@@ -208,8 +208,8 @@ async def _evaluate(
     label: str,
     keep: list[Episode],
 ) -> dict[str, Any]:
-    from rollhub.evaluation import evaluate
-    from rollhub.hub import AsyncHub
+    from rollhub.hubs.async_hub import AsyncHub
+    from rollhub.runs.evaluation import evaluate
 
     # nothing trains here: the hub's export trainer gets a scratch folder, so the report's
     # folder holds the report and its episodes, not empty exports

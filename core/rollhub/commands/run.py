@@ -13,7 +13,7 @@ refused with the command that launches it.
 
 Both write ``config.json`` (the resolved config), a copy of the config file,
 ``run.json`` (where the config came from, for ``--resume``) and ``manifest.json`` (the
-code, versions and machine that produced the run; see :mod:`rollhub.run_dir`).
+code, versions and machine that produced the run; see :mod:`rollhub.runs.run_dir`).
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ from rollhub.commands.store_watch import StoreWatch
 from rollhub.config import RollhubConfig, load_config
 from rollhub.episode import Episode
 from rollhub.errors import ClusterLost, UsageError
-from rollhub.hub import AsyncHub
-from rollhub.manifest import build_manifest
-from rollhub.markers import hookimpl
+from rollhub.hubs.async_hub import AsyncHub
+from rollhub.plugin_host.markers import hookimpl
 from rollhub.plugins import PluginHost
 from rollhub.registry import build_options
 from rollhub.rollout import RolloutRequest
-from rollhub.run_dir import RunDir
+from rollhub.runs.manifest import build_manifest
+from rollhub.runs.run_dir import RunDir
 from rollhub.training.roles import LaunchedBackend, TrainerRole, role_of
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ def _share_plugin_modules(cfg: RollhubConfig) -> None:
 
 def missing_extras(cfg: RollhubConfig, outputs: dict[str, Any]) -> dict[str, str]:
     """Optional outputs this run left out for want of a package: ``{extra: what}``."""
-    from rollhub.report import can_plot
+    from rollhub.runs.report import can_plot
 
     missing = {}
     if cfg.trainer.name == "export" and "parquet" in outputs.get("skipped", ()):
@@ -232,8 +232,8 @@ async def consume_once(
     """
     from rich.console import Console
 
-    from rollhub.progress import RolloutProgress
-    from rollhub.report import can_plot, plot_run, render_summary, summarize, write_summary
+    from rollhub.runs.report import can_plot, plot_run, render_summary, summarize, write_summary
+    from rollhub.submission.progress import RolloutProgress
 
     cfg = hub.config
     total = len(payloads) * cfg.experiment.n_samples

@@ -12,11 +12,11 @@ from rich.table import Table
 
 from rollhub.commands.checks import load_held_out
 from rollhub.errors import UsageError
-from rollhub.evaluation import evaluate
-from rollhub.hub import AsyncHub
+from rollhub.hubs.async_hub import AsyncHub
 from rollhub.registry import build_options
-from rollhub.report import can_plot
-from rollhub.run_dir import RunDir
+from rollhub.runs.evaluation import evaluate
+from rollhub.runs.report import can_plot
+from rollhub.runs.run_dir import RunDir
 from rollhub.training.before_after import before_after_rows
 from rollhub.training.loop import TrainingLoop, planned_steps
 from rollhub.training.plot import plot_training, read_metrics

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from rollhub.compat.upstream_layout import UpstreamLayoutStore
 from rollhub.errors import ConfigError
-from rollhub.markers import hookimpl
+from rollhub.plugin_host.markers import hookimpl
 
 if TYPE_CHECKING:
-    from rollhub.hub_view import HubView
+    from rollhub.hubs.view import HubView
     from rollhub.registry import ComponentRegistry
     from rollhub.rollout import RolloutRequest
 

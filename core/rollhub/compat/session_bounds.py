@@ -3,7 +3,7 @@
 The bounds' parts are upstream's protocols (``PrioritySemaphore``, ``PriorityAssigner``,
 ``RateLimiter``); the ``Local*`` classes here implement them with rollhub's
 :class:`~rollhub.sessions.bounds.PrioritySlots`, :class:`~rollhub.sessions.bounds.GroupPriority`
-and :class:`~rollhub.ratelimit.RateLimiter`. As upstream's, the container slot is held
+and :class:`~rollhub.submission.ratelimit.RateLimiter`. As upstream's, the container slot is held
 from setup to teardown and the rollout slot for the run only, released in reverse order
 on every exit. One difference: a teardown that fails is logged and kept in
 ``session_state["shutdown_error"]``; upstream raises it over the dump (or over the error
@@ -23,8 +23,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from rollhub.compat.session_state import SessionState
 from rollhub.compat.session_wire import RolloutDumpResponse
-from rollhub.ratelimit import RateLimiter as _TokenBucket
 from rollhub.sessions.bounds import GroupPriority, PrioritySlots
+from rollhub.submission.ratelimit import RateLimiter as _TokenBucket
 
 __all__ = [
     "LocalPriorityAssigner",

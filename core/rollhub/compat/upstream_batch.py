@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 from rollhub.batch import BatchItem as RolloutRecord
 from rollhub.compat.upstream_futures import BatchItem, RolloutFuture
-from rollhub.outcome import ErrorInfo, RolloutOutcome, Status
 from rollhub.rollout import RESULT_META_KEY
+from rollhub.submission.outcome import ErrorInfo, RolloutOutcome, Status
 
 __all__ = ["AsyncBatchResult", "BatchResult", "Submitter", "format_exception"]
 

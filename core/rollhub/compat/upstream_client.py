@@ -35,7 +35,7 @@ from botocore.config import Config
 
 from rollhub.compat.upstream_batch import AsyncBatchResult, BatchResult
 from rollhub.compat.upstream_futures import RolloutFuture
-from rollhub.ratelimit import limiter_for
+from rollhub.submission.ratelimit import limiter_for
 
 __all__ = ["CLIENT_OPTIONS", "RolloutClient"]
 

@@ -21,8 +21,8 @@ from typing import Any, Protocol, runtime_checkable
 from botocore.exceptions import ClientError
 
 from rollhub.batch import BatchItem as RolloutRecord
-from rollhub.ratelimit import RateLimiter
 from rollhub.rollout import RESULT_META_KEY
+from rollhub.submission.ratelimit import RateLimiter
 
 __all__ = ["BatchItem", "RolloutFuture", "upstream_fields"]
 
@@ -71,7 +71,7 @@ class BatchItem:
 
     The fields are upstream's (scripts build, compare and ``asdict`` these); a batch makes
     each item with :meth:`adapt` from the rollout's :class:`rollhub.batch.BatchItem`
-    (index + :class:`~rollhub.outcome.RolloutOutcome`), the one place that says
+    (index + :class:`~rollhub.submission.outcome.RolloutOutcome`), the one place that says
     how upstream's fields read a record.
 
     :ivar success: True when a result document was read (a failed agent too: upstream

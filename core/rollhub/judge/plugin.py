@@ -16,7 +16,7 @@ Per group (``rollhub_collect_group_rewards``):
   weight version), and ``group.metrics["judge"]`` holds what the group cost (calls,
   prompt and completion tokens, seconds, unparsed scores), which the loop sums per step.
 
-A judge that cannot be reached fails the group's reward (see :mod:`rollhub.group_rewards`).
+A judge that cannot be reached fails the group's reward (see :mod:`rollhub.scoring.group_rewards`).
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ from rollhub.judge.prompt import (
     score_messages,
     task_text,
 )
-from rollhub.markers import hookimpl
+from rollhub.plugin_host.markers import hookimpl
 from rollhub.seeding import episode_seed
 
 if TYPE_CHECKING:
     from rollhub.config import RollhubConfig
     from rollhub.episode import EpisodeGroup
-    from rollhub.hub_view import HubView
+    from rollhub.hubs.view import HubView
     from rollhub.tokens import TokenSource
 
 __all__ = ["JUDGE_LOG", "rollhub_check_config", "rollhub_collect_group_rewards"]

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import Field, field_validator
 
 from rollhub.errors import ConfigError, SubmissionError
-from rollhub.ratelimit import limiter_for
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 from rollhub.runtime import Runtime, RuntimeOptions
+from rollhub.submission.ratelimit import limiter_for
 
 if TYPE_CHECKING:
     from botocore.client import BaseClient

@@ -14,8 +14,8 @@ import json
 from typing import Any
 
 from rollhub.app.auth import sign_request
-from rollhub.callbacks import read_http_body
 from rollhub.errors import SubmissionError
+from rollhub.submission.callbacks import read_http_body
 
 __all__ = ["LoopbackHTTP", "LoopbackHTTPError", "LoopbackResponse", "refusal_error"]
 

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rollhub.parent_death import die_with_parent
+from rollhub.lifetimes.parent_death import die_with_parent
 
 __all__ = ["load_app", "main"]
 

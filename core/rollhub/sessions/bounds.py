@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from rollhub.ratelimit import RateLimiter
 from rollhub.sessions.config import SessionsConfig
+from rollhub.submission.ratelimit import RateLimiter
 
 __all__ = ["GroupPriority", "PrioritySlots", "SessionBounds"]
 

@@ -1,10 +1,10 @@
 """The hub's session path: one episode run as a session instead of a fire-and-forget call.
 
-:meth:`SessionEpisodes.for_hub` is what :class:`~rollhub.hub.AsyncHub` asks when it runs an
+:meth:`SessionEpisodes.for_hub` is what :class:`~rollhub.hubs.async_hub.AsyncHub` asks when it runs an
 episode: None when its runtime does not offer sessions, else the hub's one
 ``SessionEpisodes``: the ``[sessions]`` bounds shared by every episode, group priority, the
 prepare hooks, and the retry of sessions that failed for infrastructure reasons. A session
-ends in the same :class:`~rollhub.rollout_future.RolloutOutcome` the client's path ends in,
+ends in the same :class:`~rollhub.submission.future.RolloutOutcome` the client's path ends in,
 and every phase's seconds go to ``episode.metrics["session"]``.
 """
 
@@ -19,20 +19,20 @@ from pluggy import HookRelay
 
 from rollhub.config import RollhubConfig
 from rollhub.episode import Episode
-from rollhub.hook_calls import call_all
+from rollhub.plugin_host.hook_calls import call_all
 from rollhub.rollout import RolloutRequest
-from rollhub.rollout_future import RolloutOutcome
 from rollhub.runtime import Runtime
 from rollhub.sessions.base import SessionRuntime
 from rollhub.sessions.bounds import GroupPriority, SessionBounds
 from rollhub.sessions.lifecycle import SessionOutcome, run_with_attempts
+from rollhub.submission.future import RolloutOutcome
 
 __all__ = ["SESSION_METRICS_KEY", "SessionEpisodes", "SessionHub"]
 
 
 class SessionHub(Protocol):
     """What :meth:`SessionEpisodes.for_hub` uses of a started hub
-    (:class:`~rollhub.hub.AsyncHub` is one)."""
+    (:class:`~rollhub.hubs.async_hub.AsyncHub` is one)."""
 
     @property
     def runtime(self) -> Runtime: ...

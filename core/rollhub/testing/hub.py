@@ -19,7 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from rollhub.config import RollhubConfig, parse_config
-from rollhub.hub import AsyncHub
+from rollhub.hubs.async_hub import AsyncHub
 from rollhub.plugins import PluginHost, build_host
 
 __all__ = ["make_host", "make_hub"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rollhub.evaluation import EvalReport
+from rollhub.runs.evaluation import EvalReport
 
 __all__ = ["STEP_METRICS", "before_after_rows", "window_mean"]
 

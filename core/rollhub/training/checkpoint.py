@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rollhub.errors import UsageError
-from rollhub.run_dir import RunDir
+from rollhub.runs.run_dir import RunDir
 
 __all__ = ["Checkpoint", "dataset_fingerprint", "latest_checkpoint", "write_checkpoint"]
 

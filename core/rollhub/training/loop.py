@@ -36,9 +36,9 @@ from rollhub.config import RollhubConfig
 from rollhub.dataset import group_id_of
 from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
-from rollhub.group_rewards import group_reward_metrics
-from rollhub.hub import AsyncHub
+from rollhub.hubs.async_hub import AsyncHub
 from rollhub.policies import effective_staleness
+from rollhub.scoring.group_rewards import group_reward_metrics
 from rollhub.training.advantages import group_advantages
 from rollhub.training.batch_metrics import batch_metrics
 from rollhub.training.checkpoint import (

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rollhub.run_dir import RunDir
+from rollhub.runs.run_dir import RunDir
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 
 class PlottedRun(Protocol):
-    """What :func:`plot_comparison` draws of a run (a ``rollhub.comparison.RunSummary``)."""
+    """What :func:`plot_comparison` draws of a run (a ``rollhub.runs.comparison.RunSummary``)."""
 
     @property
     def label(self) -> str: ...
@@ -144,7 +144,7 @@ def plot_comparison(
 ) -> Path | None:
     """``rollhub compare``'s figure: every run's task success, reward and tool-call rate per
     step (the control dashed), and held-out pass@1 before (the first run's base-weights
-    report) and after training with its 95% interval, overall and per split. ``runs`` are :class:`rollhub.comparison.RunSummary`."""
+    report) and after training with its 95% interval, overall and per split. ``runs`` are :class:`rollhub.runs.comparison.RunSummary`."""
     plt = _pyplot()
     if plt is None:
         return None

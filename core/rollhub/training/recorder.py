@@ -16,10 +16,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rollhub.hook_calls import call_all
-from rollhub.hub_view import HubView
-from rollhub.progress import RolloutProgress
-from rollhub.run_dir import RunDir
+from rollhub.hubs.view import HubView
+from rollhub.plugin_host.hook_calls import call_all
+from rollhub.runs.run_dir import RunDir
+from rollhub.submission.progress import RolloutProgress
 from rollhub.training.sinks import JsonlSink, MetricSink
 from rollhub.training.step import TrainingBatch
 

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rollhub.errors import ConfigError, UsageError
 from rollhub.export.files import JsonlAppender
-from rollhub.run_dir import RunDir
+from rollhub.runs.run_dir import RunDir
 
 __all__ = [
     "JsonlSink",

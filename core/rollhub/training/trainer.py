@@ -46,7 +46,7 @@ from rollhub.registry import ComponentContext
 from rollhub.training.step import Policy, StepResult, TrainingBatch
 
 if TYPE_CHECKING:
-    from rollhub.hub_view import HubView
+    from rollhub.hubs.view import HubView
     from rollhub.training.recorder import StepRecorder
 
 __all__ = ["DrivenRun", "Trainer", "TrainerOptions"]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rollhub.errors import ConfigError, UsageError
-from rollhub.loop_thread import LoopThread
+from rollhub.lifetimes.loop_thread import LoopThread
 from rollhub.registry import ComponentRegistry
 from rollhub.sampling import SamplingBackend
 from rollhub.trace import TraceRecord

@@ -26,7 +26,7 @@ from typing import Any, TypeAlias
 
 from aiohttp import web
 from rollhub.errors import ConfigError, RollhubError
-from rollhub.parent_death import die_with_parent
+from rollhub.lifetimes.parent_death import die_with_parent
 from rollhub.sampling import SamplingBackend
 
 from rollhub_gateway.config import GatewayConfig

@@ -39,10 +39,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias
 
 from rollhub.client import AsyncRolloutClient, RolloutOutcome
-from rollhub.components import build_component, component_context, open_config_store
 from rollhub.config import RollhubConfig, load_config, parse_config
 from rollhub.errors import ConfigError, UsageError
-from rollhub.loop_thread import LoopThread
+from rollhub.lifetimes.loop_thread import LoopThread
+from rollhub.plugin_host.components import build_component, component_context, open_config_store
 from rollhub.plugins import PluginHost, build_host
 from rollhub.rollout import validate_key_part
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, SupportsInt
 
 from rollhub.episode import Episode, EpisodeGroup
 from rollhub.errors import ConfigError, RolloutFailed
-from rollhub.hub import AsyncHub
+from rollhub.hubs.async_hub import AsyncHub
 
 from rollhub_slime.eval_data import eval_groups
 from rollhub_slime.eval_options import check_eval_datasets, eval_sampling, generate_eval_sampling

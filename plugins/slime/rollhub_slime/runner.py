@@ -2,7 +2,7 @@
 
 slime calls the rollout function synchronously from its rollout manager and the custom
 generate function from its own asyncio loop. Both reach the same core
-:class:`~rollhub.hub_sync.Hub`, hosted by :func:`rollhub.hosted_hub.process_hub` (closed when
+:class:`~rollhub.hubs.sync_hub.Hub`, hosted by :func:`rollhub.hubs.hosted.process_hub` (closed when
 the process exits): the rollout function blocks on it, the generate function awaits it
 through the hub's async handle, so the hub's runtime, gateway and client are never shared
 between event loops.
@@ -22,11 +22,11 @@ from argparse import Namespace
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from rollhub import hosted_hub
 from rollhub.config import RollhubConfig, load_config
 from rollhub.errors import ConfigError
-from rollhub.hub import AsyncHub
-from rollhub.hub_sync import Hub
+from rollhub.hubs import hosted as hosted_hub
+from rollhub.hubs.async_hub import AsyncHub
+from rollhub.hubs.sync_hub import Hub
 from rollhub.plugins import PluginHost
 
 from rollhub_slime.settings import SlimeOptions, slime_settings
@@ -56,7 +56,7 @@ HUB_KEY = "rollhub_slime"
 
 
 class SlimeHub(Hub):
-    """The core's :class:`~rollhub.hub_sync.Hub` with the names slime's rollout functions use."""
+    """The core's :class:`~rollhub.hubs.sync_hub.Hub` with the names slime's rollout functions use."""
 
     @property
     def hub(self) -> AsyncHub:
@@ -135,7 +135,7 @@ def apply_slime_args(config: RollhubConfig, args: Namespace | None) -> None:
 
 def process_hub(args: Namespace, *, host: PluginHost | None = None) -> SlimeHub:
     """This process's hub, built from slime's arguments and started on first use
-    (:func:`rollhub.hosted_hub.process_hub`: closed when the process exits).
+    (:func:`rollhub.hubs.hosted.process_hub`: closed when the process exits).
 
     :param host: a plugin host (tests); default: installed plugins.
     """

@@ -1,4 +1,4 @@
-"""TRL's ``rollout_func`` over rollhub's :class:`~rollhub.hub.AsyncHub`.
+"""TRL's ``rollout_func`` over rollhub's :class:`~rollhub.hubs.async_hub.AsyncHub`.
 
 TRL calls ``rollout_func(prompts, trainer)`` once per generation batch, on its own thread.
 Each prompt here is one dataset row (a JSON payload); TRL's sampler repeats each row
@@ -45,7 +45,7 @@ from rollhub.training.loop import batch_metrics
 
 if TYPE_CHECKING:
     import torch
-    from rollhub.hub_view import HubView
+    from rollhub.hubs.view import HubView
 
 __all__ = ["HubRollout", "Sample", "episode_sample", "rollhub_reward", "trl_sample"]
 

@@ -30,7 +30,7 @@ from typing import Any, Final, Literal
 import numpy as np
 from rollhub.episode import Episode, EpisodeGroup
 from rollhub.errors import ConfigError
-from rollhub.rewards import apply_failure_policy
+from rollhub.scoring.rewards import apply_failure_policy
 from verl.experimental.agent_loop import agent_loop as verl_agent_loop
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 

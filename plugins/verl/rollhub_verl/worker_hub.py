@@ -1,8 +1,8 @@
-"""One started :class:`~rollhub.hub.AsyncHub` per verl agent-loop worker process.
+"""One started :class:`~rollhub.hubs.async_hub.AsyncHub` per verl agent-loop worker process.
 
 verl builds a new agent-loop object for every row, in ``AgentLoopWorker`` processes that
 live for the whole training run. The hub (runtime workers, result store, in-process
-gateway) is hosted by :func:`rollhub.hosted_hub.loop_hub`: started once per process and
+gateway) is hosted by :func:`rollhub.hubs.hosted.loop_hub`: started once per process and
 config file, lazily on the first row, on the worker's event loop (verl's server client
 belongs to it, and the row's sampling binding is a context variable the hub's hooks read),
 and closed when the process exits. The gateway's sampling backend is ``verl``
@@ -28,9 +28,9 @@ from typing import Any
 
 from rollhub.config import RollhubConfig, TokenSourceSection, load_config
 from rollhub.errors import ConfigError
-from rollhub.hosted_hub import loop_hub
-from rollhub.hub import AsyncHub
-from rollhub.markers import hookimpl
+from rollhub.hubs.async_hub import AsyncHub
+from rollhub.hubs.hosted import loop_hub
+from rollhub.plugin_host.markers import hookimpl
 from rollhub.rollout import RolloutRequest
 
 from rollhub_verl.backend import bind_server, binding
@@ -94,7 +94,7 @@ async def hub_for(
     model_dir: Callable[[], str | None],
 ) -> AsyncHub:
     """The started hub for ``config_path`` in this process, on this worker's event loop
-    (built and started on first use; see :func:`rollhub.hosted_hub.loop_hub`).
+    (built and started on first use; see :func:`rollhub.hubs.hosted.loop_hub`).
 
     :param model_dir: verl's model as a local directory (called only to start the hub).
     """

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rollhub.errors import UsageError
-from rollhub.run_dir import RunDir as RunFiles
+from rollhub.runs.run_dir import RunDir as RunFiles
 
 from rollhub_view.errors import NotFound
 from rollhub_view.tail import JsonlTail
@@ -35,7 +35,7 @@ WRITTEN = (RunFiles.METRICS, RunFiles.EPISODES, RunFiles.EPISODES_PARQUET, RunFi
 
 
 class RunDir:
-    """A run directory, its files named by the core's :class:`rollhub.run_dir.RunDir`
+    """A run directory, its files named by the core's :class:`rollhub.runs.run_dir.RunDir`
     (:attr:`files`).
 
     :param path: the directory (it must exist; its files may not yet).

@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from rollhub.run_dir import RunDir
+from rollhub.runs.run_dir import RunDir
 
 __all__ = ["episode_row", "metrics_row", "write_synthetic_run"]
 

@@ -7,10 +7,10 @@ import random
 
 import httpx
 import pytest
-from rollhub.callbacks import CallbackServer
 from rollhub.errors import SubmissionError
-from rollhub.progress import RolloutProgress
-from rollhub.retry import Backoff, is_transient, poll_schedule
+from rollhub.submission.callbacks import CallbackServer
+from rollhub.submission.progress import RolloutProgress
+from rollhub.submission.retry import Backoff, is_transient, poll_schedule
 
 
 async def test_notice_reaches_the_handler_over_keep_alive() -> None:

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import pytest
 from rollhub import hookimpl
-from rollhub.components import build_component, component_context, open_config_store, store_url
 from rollhub.config import load_config, parse_config
 from rollhub.errors import PluginError
+from rollhub.plugin_host.components import (
+    build_component,
+    component_context,
+    open_config_store,
+    store_url,
+)
 from rollhub.plugins import build_host
 from rollhub.stores.file import FileResultStore
 

@@ -141,7 +141,7 @@ def test_component_missing_from_an_installed_distribution_says_so(monkeypatch):
 
 
 def test_unknown_plugin_settings_table_is_rejected(tmp_path):
-    from rollhub.plugin_settings import check_config
+    from rollhub.plugin_host.settings import check_config
 
     cfg = parse_config({"plugins": {"sandbxo": {"x": 1}}}, env={})
     host = build_host(entry_points=False)
@@ -153,7 +153,7 @@ def test_unknown_plugin_settings_table_is_rejected(tmp_path):
 
 def test_plugin_check_config_hook_runs(tmp_path):
     from rollhub import hookimpl
-    from rollhub.plugin_settings import check_config
+    from rollhub.plugin_host.settings import check_config
 
     class Strict:
         @hookimpl

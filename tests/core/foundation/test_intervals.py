@@ -1,4 +1,4 @@
-"""The interval arithmetic behind every reported figure (``rollhub.intervals``)."""
+"""The interval arithmetic behind every reported figure (``rollhub.runs.intervals``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 import random
 
 import pytest
-from rollhub.intervals import bootstrap_difference, bootstrap_mean, wilson
+from rollhub.runs.intervals import bootstrap_difference, bootstrap_mean, wilson
 
 
 def test_wilson_matches_the_textbook_values() -> None:

@@ -87,5 +87,5 @@ def test_plugins_modules_import_without_heavy_dependencies():
 
 
 def test_hookimpl_marker_is_the_projects():
-    mod = importlib.import_module("rollhub.markers")
+    mod = importlib.import_module("rollhub.plugin_host.markers")
     assert rollhub.hookimpl is mod.hookimpl

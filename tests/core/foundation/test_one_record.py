@@ -9,7 +9,7 @@ import time
 from rollhub.batch import BatchItem
 from rollhub.compat.upstream_futures import BatchItem as UpstreamItem
 from rollhub.episode import Episode, ErrorInfo
-from rollhub.rollout_future import RolloutOutcome
+from rollhub.submission.future import RolloutOutcome
 
 
 def outcome(status="ok", **kw) -> RolloutOutcome:

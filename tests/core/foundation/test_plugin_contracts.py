@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 from rollhub import hookimpl
 from rollhub.errors import ConfigError, PluginError, UnknownComponentError
-from rollhub.hook_calls import call_first
+from rollhub.plugin_host.hook_calls import call_first
 from rollhub.plugins import build_host
 from rollhub.training import Trainer
 

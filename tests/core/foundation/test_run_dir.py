@@ -1,4 +1,4 @@
-"""The run directory has one owner: ``rollhub.run_dir.RunDir`` names its files for every
+"""The run directory has one owner: ``rollhub.runs.run_dir.RunDir`` names its files for every
 command that writes or reads one (run, eval, compare, the training loop's parts, the viewer)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from rollhub.errors import UsageError
-from rollhub.run_dir import RunDir
+from rollhub.runs.run_dir import RunDir
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -18,7 +18,7 @@ READERS_AND_WRITERS = [
     "core/rollhub/commands/run.py",
     "core/rollhub/commands/run_training.py",
     "core/rollhub/commands/eval.py",
-    "core/rollhub/comparison.py",
+    "core/rollhub/runs/comparison.py",
     "core/rollhub/training/checkpoint.py",
     "core/rollhub/training/recorder.py",
     "core/rollhub/training/sinks.py",
@@ -45,7 +45,7 @@ def test_run_files_are_named_by_run_dir_alone(module: str) -> None:
     imports = {
         node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
     }
-    assert imports & {"rollhub.run_dir", "rollhub_view.run_dir"}  # the viewer's wraps it
+    assert imports & {"rollhub.runs.run_dir", "rollhub_view.run_dir"}  # the viewer's wraps it
 
 
 def test_a_new_run_starts_with_its_config_and_resumes_from_it(tmp_path: Path) -> None:

@@ -16,10 +16,10 @@ import pytest
 from rollhub import hookimpl
 from rollhub.config import parse_config
 from rollhub.errors import UsageError
-from rollhub.hosted_hub import HubHosting
-from rollhub.hub import AsyncHub
-from rollhub.hub_sync import Hub
-from rollhub.loop_thread import LoopThread
+from rollhub.hubs.async_hub import AsyncHub
+from rollhub.hubs.hosted import HubHosting
+from rollhub.hubs.sync_hub import Hub
+from rollhub.lifetimes.loop_thread import LoopThread
 from rollhub.plugins import build_host
 
 from tests.core.pipeline.hosting_support import CALLER, Recorder, idle_config, idle_host
@@ -218,7 +218,7 @@ def test_close_hubs_closes_each_on_its_own_loop(hosting, tmp_path, caplog):
         ))  # fmt: skip
         assert len(recorder.started) == 3
 
-        with caplog.at_level(logging.WARNING, logger="rollhub.hosted_hub"):
+        with caplog.at_level(logging.WARNING, logger="rollhub.hubs.hosted"):
             hosting.close_hubs(timeout_s=10)
         assert recorder.stopped == [running, idle]  # each on its own loop; "gone" skipped
         assert len(failing.stopped) == 1 and "closing failed on purpose" in caplog.text
@@ -244,9 +244,9 @@ EXIT_SCRIPT = """
 import asyncio, os, signal, sys, threading
 from pathlib import Path
 sys.path.insert(0, {root!r})
-from rollhub.hosted_hub import loop_hub, process_hub
-from rollhub.hub import AsyncHub
-from rollhub.hub_sync import Hub
+from rollhub.hubs.hosted import loop_hub, process_hub
+from rollhub.hubs.async_hub import AsyncHub
+from rollhub.hubs.sync_hub import Hub
 from tests.core.pipeline.hosting_support import Recorder, idle_config, idle_host
 
 tmp = Path({tmp!r})

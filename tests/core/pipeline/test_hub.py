@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from rollhub.config import parse_config
-from rollhub.hub import AsyncHub
-from rollhub.hub_sync import Hub
+from rollhub.hubs.async_hub import AsyncHub
+from rollhub.hubs.sync_hub import Hub
 from rollhub.plugins import build_host
 
 from tests.fixture_plugins import everything

@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 
-from rollhub.loop_thread import LoopThread
+from rollhub.lifetimes.loop_thread import LoopThread
 
 
 def test_started_loop_runs_on_a_named_thread_until_stopped():
@@ -42,7 +42,7 @@ def test_a_blocked_loop_is_left_open_and_a_later_use_starts_afresh(caplog):
     release = threading.Event()
     loop = lt.loop
     lt.call_soon(release.wait, 10)
-    with caplog.at_level(logging.WARNING, logger="rollhub.loop_thread"):
+    with caplog.at_level(logging.WARNING, logger="rollhub.lifetimes.loop_thread"):
         assert lt.stop(join_timeout=0.1) is False
     assert "'blocked' did not stop within 0.1s" in caplog.text
     assert not loop.is_closed() and not lt.running

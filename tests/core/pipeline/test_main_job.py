@@ -11,7 +11,7 @@ import pytest
 from rollhub.config import load_config
 from rollhub.dataset import load_jsonl_dataset
 from rollhub.export import read_episodes
-from rollhub.report import summarize
+from rollhub.runs.report import summarize
 
 from tests.core.pipeline import recording_plugin
 

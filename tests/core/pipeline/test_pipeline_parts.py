@@ -13,9 +13,9 @@ from rollhub.dataset import group_id_of
 from rollhub.episode import Episode, EpisodeGroup, ErrorInfo, group_stats, pass_at_k
 from rollhub.errors import RewardError
 from rollhub.export import episode_from_row, episode_to_row, read_episodes, read_rows, write_rows
-from rollhub.report import summarize
-from rollhub.rewards import apply_failure_policy, merge_reward_components
-from rollhub.staleness import StalenessGate
+from rollhub.hubs.staleness import StalenessGate
+from rollhub.runs.report import summarize
+from rollhub.scoring.rewards import apply_failure_policy, merge_reward_components
 from rollhub.trace import TraceRecord, TurnSpan
 
 

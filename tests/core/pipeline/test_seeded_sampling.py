@@ -13,7 +13,7 @@ import pytest
 from rollhub.config import TrainerSection, load_config
 from rollhub.dataset import load_jsonl_dataset
 from rollhub.episode import Episode
-from rollhub.hub import AsyncHub
+from rollhub.hubs.async_hub import AsyncHub
 from rollhub.seeding import episode_seed, turn_seed
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -7,7 +7,7 @@ import math
 import pytest
 from rollhub.episode import Episode, EpisodeGroup
 from rollhub.errors import ConfigError
-from rollhub.rewards import apply_failure_policy
+from rollhub.scoring.rewards import apply_failure_policy
 from rollhub.training.advantages import (
     group_advantages,
     grpo_advantages,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from rollhub.cli import main
-from rollhub.comparison import compare_runs, summarize_run
 from rollhub.errors import UsageError
+from rollhub.runs.comparison import compare_runs, summarize_run
 
 
 def _run(path: Path, *, solved_last: float, held_out: dict[str, float], seed: int = 1) -> Path:

@@ -11,7 +11,7 @@ from rollhub.commands.eval import evaluated_config, resolve_checkpoint
 from rollhub.config import parse_config
 from rollhub.episode import Episode, ErrorInfo
 from rollhub.errors import ConfigError, UsageError
-from rollhub.evaluation import EvalReport, summarize_episodes
+from rollhub.runs.evaluation import EvalReport, summarize_episodes
 from rollhub.trace import TraceRecord, TurnSpan
 from rollhub.training import TrainingBatch
 from rollhub.training.before_after import before_after_rows

@@ -204,7 +204,7 @@ async def test_a_trainer_that_does_not_train_is_refused(tmp_path):
 def test_config_check_validates_metric_sinks(tmp_path):
     from rollhub.config import parse_config
     from rollhub.errors import ConfigError, UnknownComponentError
-    from rollhub.plugin_settings import check_config
+    from rollhub.plugin_host.settings import check_config
     from rollhub.testing import make_host
 
     host = make_host(_Plugin())

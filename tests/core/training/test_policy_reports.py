@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from rollhub.cli import main
-from rollhub.comparison import compare_runs, summarize_run
 from rollhub.episode import Episode
 from rollhub.errors import UsageError
-from rollhub.evaluation import summarize_episodes
 from rollhub.export import episode_from_row, episode_to_row
 from rollhub.policies import PolicyConfig
+from rollhub.runs.comparison import compare_runs, summarize_run
+from rollhub.runs.evaluation import summarize_episodes
 from rollhub.trace import TraceRecord, TurnSpan
 from rollhub.training.recorder import progress_line
 

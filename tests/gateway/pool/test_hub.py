@@ -11,7 +11,7 @@ import signal
 from pathlib import Path
 
 from rollhub.config import parse_config
-from rollhub.hub import AsyncHub
+from rollhub.hubs.async_hub import AsyncHub
 
 from tests.gateway.pool.pool_checks import assert_exact, pool_options, wait_gone
 

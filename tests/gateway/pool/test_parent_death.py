@@ -1,4 +1,4 @@
-"""A replica (or agent worker) process dies with its parent: ``rollhub.parent_death``."""
+"""A replica (or agent worker) process dies with its parent: ``rollhub.lifetimes.parent_death``."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ PARENT = textwrap.dedent(
 CHILD = textwrap.dedent(
     """
     import os, time
-    from rollhub.parent_death import die_with_parent
+    from rollhub.lifetimes.parent_death import die_with_parent
     die_with_parent(PARENT_PID, watchdog={watchdog})
     time.sleep(60)
     """

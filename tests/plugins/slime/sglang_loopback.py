@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from rollhub.loop_thread import LoopThread
+from rollhub.lifetimes.loop_thread import LoopThread
 from rollhub.sampling import SamplingParams
 from rollhub_gateway.engines.scripted import ScriptedBackend
 

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 from rollhub.errors import ConfigError
-from rollhub.hosted_hub import hosted_hub
+from rollhub.hubs.hosted import hosted_hub
 from rollhub_slime import runner
 from rollhub_slime.rollout import generate, generate_rollout
 from rollhub_slime.step_hooks import StepHooks, filter_decision

@@ -8,7 +8,7 @@ import tomllib
 import pytest
 from rollhub.config import parse_config
 from rollhub.errors import ConfigError
-from rollhub.plugin_settings import check_config
+from rollhub.plugin_host.settings import check_config
 from rollhub.plugins import build_host
 
 

@@ -23,7 +23,7 @@ from rollhub.commands.checks import check_run_config, load_payloads
 from rollhub.commands.run_training import train
 from rollhub.config import load_config
 from rollhub.export import read_rows
-from rollhub.hub import AsyncHub
+from rollhub.hubs.async_hub import AsyncHub
 from rollhub_gateway.models import SMOLLM2, load_causal_lm, load_tokenizer
 
 pytestmark = pytest.mark.slow

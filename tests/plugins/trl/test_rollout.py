@@ -1,6 +1,6 @@
 """The rollout function's conversion rules and the trainer's config checks (no training).
 
-The hub side runs for real: a started :class:`~rollhub.hub.AsyncHub` with the in-process
+The hub side runs for real: a started :class:`~rollhub.hubs.async_hub.AsyncHub` with the in-process
 runtime and a scripted agent, called from another thread the way TRL calls
 ``rollout_func``.
 """

@@ -76,7 +76,7 @@ def test_worker_config_points_the_gateway_at_verl(tmp_path, monkeypatch):
 
 
 async def test_rollhub_run_is_sent_to_rollhub_verl(tmp_path, monkeypatch):
-    from rollhub.hub import AsyncHub
+    from rollhub.hubs.async_hub import AsyncHub
 
     monkeypatch.setattr("rollhub_verl.checks.verl_version", lambda: "0.9.1")
     path = write(tmp_path)

@@ -1,5 +1,5 @@
 """The worker hub's hosting key and the row's sampling binding (the hosting itself, one
-hub per process closed at exit on its own loop, is rollhub.hosted_hub's; see
+hub per process closed at exit on its own loop, is rollhub.hubs.hosted's; see
 tests/core/pipeline/test_hosted_hub.py)."""
 
 from __future__ import annotations

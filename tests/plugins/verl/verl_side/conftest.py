@@ -171,6 +171,6 @@ def stack(verl_config: Callable[..., Any], model_dir: Path, tmp_path_factory) ->
 @pytest_asyncio.fixture(scope="session", loop_scope="session", autouse=True)
 async def _close_hubs():
     yield
-    from rollhub.hosted_hub import aclose_hubs
+    from rollhub.hubs.hosted import aclose_hubs
 
     await aclose_hubs()

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rollhub.hosted_hub import hosted_hub
-from rollhub.hub import AsyncHub
+from rollhub.hubs.async_hub import AsyncHub
+from rollhub.hubs.hosted import hosted_hub
 from rollhub_verl.worker_hub import hub_key
 
 from .drive import dataset_rows, make_loop, run_v0, run_v1, sampling_params, tq_worker

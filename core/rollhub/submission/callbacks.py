@@ -4,7 +4,7 @@ Polling a store for thousands of rollouts costs requests and adds latency; inste
 POSTs ``{"session_id", "exp_id", "input_id", "result_key", "status"}`` to the
 ``_rollout.callback_url`` right after its store write, and the client reads the store once.
 Notices may be lost (the app retries only briefly), so the client keeps a slow store poll
-as the fallback; see :func:`rollhub.retry.poll_schedule`.
+as the fallback; see :func:`rollhub.submission.retry.poll_schedule`.
 
 The server is a small HTTP/1.1 implementation on :mod:`asyncio` streams rather than an ASGI
 stack: it serves one route, on loopback, for one process, and it costs a fraction of the

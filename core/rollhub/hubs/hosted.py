@@ -5,7 +5,7 @@ A trainer's worker (verl's agent-loop workers, slime's rollout manager) calls in
 from code the trainer owns, once per row or per step, from its own threads and event
 loops. It wants one started hub for the whole process. Two ways to host it:
 
-- :func:`process_hub`: a :class:`~rollhub.hub_sync.Hub`, whose :class:`~rollhub.hub.AsyncHub`
+- :func:`process_hub`: a :class:`~rollhub.hubs.sync_hub.Hub`, whose :class:`~rollhub.hubs.async_hub.AsyncHub`
   runs on a loop thread of its own. Synchronous code calls the hub; coroutines on any other
   event loop of the process reach it through its async handle::
 
@@ -14,7 +14,7 @@ loops. It wants one started hub for the whole process. Two ways to host it:
       episode = await hub.loop_thread.run_async(                      # another event loop
           hub.async_hub.run_episode(payload, group_id, 0))
 
-- :func:`loop_hub`: an :class:`~rollhub.hub.AsyncHub` started on the caller's own event
+- :func:`loop_hub`: an :class:`~rollhub.hubs.async_hub.AsyncHub` started on the caller's own event
   loop, for a process with one long-lived loop whose objects the hub must use (verl's
   server client belongs to its worker's loop) and whose context variables the hub's hooks
   must see (they run in the caller's task)::
@@ -46,9 +46,9 @@ from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
 from rollhub.errors import UsageError
-from rollhub.hub import AsyncHub
-from rollhub.hub_sync import Hub
-from rollhub.loop_thread import ensure_no_running_loop
+from rollhub.hubs.async_hub import AsyncHub
+from rollhub.hubs.sync_hub import Hub
+from rollhub.lifetimes.loop_thread import ensure_no_running_loop
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Episode rewards: the reward hooks' components merged, and the failure policy applied.
 
-The hub calls both for every episode group (:mod:`rollhub.hub`); a backend that builds its
+The hub calls both for every episode group (:mod:`rollhub.hubs.async_hub`); a backend that builds its
 own groups (verl's agent loop) applies the same failure policy.
 """
 

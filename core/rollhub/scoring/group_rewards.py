@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 
 from rollhub.episode import EpisodeGroup, ErrorInfo
 from rollhub.errors import RewardError
-from rollhub.hook_calls import call_all
+from rollhub.plugin_host.hook_calls import call_all
 
 if TYPE_CHECKING:
-    from rollhub.hub_view import HubView
+    from rollhub.hubs.view import HubView
 
 __all__ = ["apply_group_rewards", "collect_group_rewards", "group_reward_metrics"]
 

@@ -1,6 +1,6 @@
 """From a ``rollhub.toml`` to its components: the one path every host of them takes.
 
-The hub (:class:`~rollhub.hub.AsyncHub`) and code that needs only some sections (rLLM's
+The hub (:class:`~rollhub.hubs.async_hub.AsyncHub`) and code that needs only some sections (rLLM's
 remote runtime uses ``[runtime]`` and ``[store]``) build them here, so every component is
 constructed the same way: through the plugin host's registry, with one
 :class:`~rollhub.registry.ComponentContext`, and a ``file://`` store that is absolute

@@ -11,16 +11,16 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from rollhub.attempts import note_close_error
 from rollhub.episode import Episode
 from rollhub.errors import TokenRetrievalError
-from rollhub.hook_calls import call_first
+from rollhub.hubs.attempts import note_close_error
+from rollhub.plugin_host.hook_calls import call_first
 from rollhub.rollout import RolloutRequest
 from rollhub.seeding import session_sampling
 from rollhub.tokens import TokenSource
 
 if TYPE_CHECKING:
-    from rollhub.hub_view import HubView
+    from rollhub.hubs.view import HubView
 
 __all__ = ["close_capture", "open_capture", "replace_capture", "retrieve_tokens"]
 

@@ -1,5 +1,5 @@
 """What a submission returns: a :class:`RolloutFuture`, ending in one
-:class:`~rollhub.outcome.RolloutOutcome` (importable from here too)."""
+:class:`~rollhub.submission.outcome.RolloutOutcome` (importable from here too)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import time
 from collections.abc import Generator
 from typing import Any, Protocol
 
-from rollhub.loop_thread import ensure_no_running_loop
-from rollhub.outcome import ErrorInfo, RolloutOutcome, Status
+from rollhub.lifetimes.loop_thread import ensure_no_running_loop
 from rollhub.rollout import RolloutRequest, SubmitReceipt
+from rollhub.submission.outcome import ErrorInfo, RolloutOutcome, Status
 
 __all__ = ["FutureOwner", "RolloutFuture", "RolloutOutcome"]
 

@@ -14,7 +14,7 @@ terminal, so a trainer can start on the first full groups while others still run
 submitted sample ends in exactly one episode; failures are marked, never turned into a
 silent zero reward (see ``[rewards] on_failure``).
 
-:class:`AsyncHub` is the truth; :class:`~rollhub.hub_sync.Hub` is its synchronous twin for
+:class:`AsyncHub` is the truth; :class:`~rollhub.hubs.sync_hub.Hub` is its synchronous twin for
 trainers that do not run an event loop.
 """
 
@@ -32,28 +32,33 @@ from typing import Any
 
 from pluggy import HookRelay
 
-from rollhub.attempts import end_attempt, next_attempt, take_outcome, time_left
-from rollhub.capture_sessions import close_capture, open_capture, replace_capture, retrieve_tokens
 from rollhub.client import AsyncRolloutClient
-from rollhub.components import build_component, component_context, open_config_store
 from rollhub.config import RollhubConfig
 from rollhub.dataset import group_id_of
 from rollhub.episode import Episode, EpisodeGroup, ErrorInfo
-from rollhub.episode_rewards import collect_episode_rewards
 from rollhub.errors import RollhubError, UsageError
-from rollhub.group_rewards import collect_group_rewards
-from rollhub.hook_calls import call_all, call_first
-from rollhub.plugin_settings import check_config
+from rollhub.hubs.attempts import end_attempt, next_attempt, take_outcome, time_left
+from rollhub.hubs.capture_sessions import (
+    close_capture,
+    open_capture,
+    replace_capture,
+    retrieve_tokens,
+)
+from rollhub.hubs.staleness import StalenessGate
+from rollhub.plugin_host.components import build_component, component_context, open_config_store
+from rollhub.plugin_host.hook_calls import call_all, call_first
+from rollhub.plugin_host.settings import check_config
 from rollhub.plugins import PluginHost, build_host
 from rollhub.policies import effective_staleness
-from rollhub.rewards import apply_failure_policy
 from rollhub.rollout import RolloutRequest, SubmitReceipt
-from rollhub.rollout_future import RolloutOutcome
 from rollhub.runtime import Runtime
+from rollhub.scoring.episode_rewards import collect_episode_rewards
+from rollhub.scoring.group_rewards import collect_group_rewards
+from rollhub.scoring.rewards import apply_failure_policy
 from rollhub.seeding import EpisodeSeeds
 from rollhub.sessions.episodes import SessionEpisodes
-from rollhub.staleness import StalenessGate
 from rollhub.stores.base import ResultStore
+from rollhub.submission.future import RolloutOutcome
 from rollhub.tokens import TokenSource
 from rollhub.training.policy_trainer import build_trainer
 from rollhub.training.step import Policy

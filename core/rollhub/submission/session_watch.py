@@ -1,7 +1,7 @@
 """The client's engine: one task per rollout, from submission to exactly one terminal outcome.
 
 A rollout waits for whichever signal comes first: a completion notice from the agent app
-(see :mod:`rollhub.callbacks`), the runtime reporting its session lost, or a store poll on
+(see :mod:`rollhub.submission.callbacks`), the runtime reporting its session lost, or a store poll on
 the :func:`poll_schedule`. Then the store is read once and the future resolved once.
 
 Infrastructure faults are not the agent's: a session the runtime lost (its worker died,
@@ -22,16 +22,16 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Literal
 
-from rollhub.attempts import DEAD_SESSIONS, next_session
 from rollhub.episode import ErrorInfo, Status
 from rollhub.errors import StoreError, UsageError
+from rollhub.hubs.attempts import DEAD_SESSIONS, next_session
 from rollhub.results.document import InvalidResultError, read_result
 from rollhub.results.read import ResultTooLarge, read_stored
-from rollhub.retry import Backoff, is_transient, poll_schedule
 from rollhub.rollout import RolloutRequest, SubmitReceipt
-from rollhub.rollout_future import RolloutFuture
 from rollhub.runtime import Runtime, StoreFailure
 from rollhub.stores.base import ResultStore
+from rollhub.submission.future import RolloutFuture
+from rollhub.submission.retry import Backoff, is_transient, poll_schedule
 
 __all__ = ["SessionWatch"]
 

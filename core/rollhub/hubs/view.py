@@ -1,6 +1,6 @@
 """What hooks and trainers see of a hub: the :class:`HubView` protocol.
 
-:class:`~rollhub.hub.AsyncHub` satisfies it. It lives apart from :mod:`rollhub.hub` so
+:class:`~rollhub.hubs.async_hub.AsyncHub` satisfies it. It lives apart from :mod:`rollhub.hubs.async_hub` so
 that the hook specifications and the trainer interface can name the hub they are handed
 without importing the hub module, which imports them.
 """

@@ -23,7 +23,7 @@ from rollhub.errors import CaptureLost, TokenRetrievalError
 from rollhub.rollout import RolloutRequest
 
 if TYPE_CHECKING:
-    from rollhub.outcome import RolloutOutcome
+    from rollhub.submission.outcome import RolloutOutcome
     from rollhub.tokens import TokenSource
 
 __all__ = [
@@ -54,7 +54,7 @@ def next_session(request: RolloutRequest, dead: Sequence[dict[str, str]]) -> Rol
 
 
 def take_outcome(episode: Episode, outcome: RolloutOutcome) -> None:
-    """One attempt's :class:`~rollhub.outcome.RolloutOutcome` becomes the episode's
+    """One attempt's :class:`~rollhub.submission.outcome.RolloutOutcome` becomes the episode's
     (:meth:`Episode.take_outcome`); its lost sessions and node go into the metrics the
     episode is saved with."""
     episode.take_outcome(outcome)

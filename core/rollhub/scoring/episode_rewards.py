@@ -2,7 +2,7 @@
 
 Each implementation returns named components; they are merged (a duplicate name is an
 error) and ``episode.reward`` is their sum weighted by ``[rewards] weights`` (1.0 for a name
-not listed). Rewards that score a whole group are :mod:`rollhub.group_rewards`.
+not listed). Rewards that score a whole group are :mod:`rollhub.scoring.group_rewards`.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 
 from rollhub.episode import Episode
 from rollhub.errors import RewardError
-from rollhub.hook_calls import call_all
-from rollhub.rewards import merge_reward_components
+from rollhub.plugin_host.hook_calls import call_all
+from rollhub.scoring.rewards import merge_reward_components
 
 if TYPE_CHECKING:
-    from rollhub.hub_view import HubView
+    from rollhub.hubs.view import HubView
 
 __all__ = ["collect_episode_rewards"]
 

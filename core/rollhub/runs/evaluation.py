@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rollhub.episode import Episode, pass_at_k
-from rollhub.hub_view import HubView
-from rollhub.intervals import bootstrap_mean, wilson
+from rollhub.hubs.view import HubView
 from rollhub.policies import PolicyConfig, policy_episode
+from rollhub.runs.intervals import bootstrap_mean, wilson
 
 __all__ = ["EvalReport", "evaluate", "summarize_episodes"]
 

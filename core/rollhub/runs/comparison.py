@@ -25,8 +25,8 @@ from typing import Any
 
 from rollhub.errors import UsageError
 from rollhub.export import read_rows
-from rollhub.intervals import bootstrap_difference
-from rollhub.run_dir import RunDir
+from rollhub.runs.intervals import bootstrap_difference
+from rollhub.runs.run_dir import RunDir
 from rollhub.training.before_after import window_mean
 from rollhub.training.checkpoint import latest_checkpoint
 from rollhub.training.plot import read_metrics

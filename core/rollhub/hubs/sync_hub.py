@@ -1,4 +1,4 @@
-"""The synchronous hub: :class:`Hub` runs an :class:`~rollhub.hub.AsyncHub` on a private
+"""The synchronous hub: :class:`Hub` runs an :class:`~rollhub.hubs.async_hub.AsyncHub` on a private
 event-loop thread, for trainers that do not run an event loop."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 from rollhub.config import RollhubConfig
 from rollhub.episode import Episode, EpisodeGroup
-from rollhub.hub import AsyncHub
-from rollhub.loop_thread import LoopThread, ensure_no_running_loop
+from rollhub.hubs.async_hub import AsyncHub
+from rollhub.lifetimes.loop_thread import LoopThread, ensure_no_running_loop
 from rollhub.plugins import PluginHost
 from rollhub.training.step import Policy
 
@@ -88,7 +88,7 @@ class Hub:
         """Yield groups in completion order. Leaving the loop early cancels the rest."""
         yield from self._loop.iterate(self._hub.iter_groups(payloads, n))
 
-    # Async handle, for code on another event loop of the process (see rollhub.hosted_hub)
+    # Async handle, for code on another event loop of the process (see rollhub.hubs.hosted)
 
     @property
     def async_hub(self) -> AsyncHub:
