@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from rollhub import hookimpl
 from rollhub.config import parse_config
 from rollhub.hubs.async_hub import AsyncHub
 from rollhub.hubs.sync_hub import Hub
@@ -172,7 +173,6 @@ def test_sync_and_async_hub_have_the_same_public_methods():
 
 
 async def test_testing_make_hub_uses_only_given_plugins(tmp_path):
-    from rollhub import hookimpl
     from rollhub.testing import make_hub
 
     class Bonus:
@@ -196,8 +196,6 @@ async def test_testing_make_hub_uses_only_given_plugins(tmp_path):
 
 
 async def test_weight_version_is_stamped_when_a_rollout_is_admitted(tmp_path, host):
-    from rollhub import hookimpl
-
     class BumpAfterEach:
         @hookimpl
         def rollhub_episode_done(self, hub):
@@ -215,17 +213,18 @@ async def test_weight_version_is_stamped_when_a_rollout_is_admitted(tmp_path, ho
     assert all(e.result["weight_version"] == e.weight_version for e in episodes)
 
 
+class CrashesOnBad:
+    """A reward plugin that raises for the episodes of group ``bad``."""
+
+    @hookimpl
+    def rollhub_collect_rewards(self, episode):
+        if episode.group_id == "bad":
+            raise ValueError("verifier crashed")
+        return None
+
+
 async def test_a_crashing_reward_plugin_fails_its_episodes_not_the_run(tmp_path, host):
-    from rollhub import hookimpl
-
-    class Crashes:
-        @hookimpl
-        def rollhub_collect_rewards(self, episode):
-            if episode.group_id == "bad":
-                raise ValueError("verifier crashed")
-            return None
-
-    host.register(Crashes(), name="crashes")
+    host.register(CrashesOnBad(), name="crashes")
     hub = AsyncHub(config(tmp_path, n_samples=2), host=host, run_dir=tmp_path / "run")
     async with hub:
         groups = {g.group_id: g async for g in hub.iter_groups([{"id": "bad"}, {"id": "good"}])}
@@ -236,16 +235,7 @@ async def test_a_crashing_reward_plugin_fails_its_episodes_not_the_run(tmp_path,
 
 
 async def test_an_episode_holds_the_outcome_its_future_resolved_with(tmp_path, host):
-    from rollhub import hookimpl
-
-    class Crashes:
-        @hookimpl
-        def rollhub_collect_rewards(self, episode):
-            if episode.group_id == "bad":
-                raise ValueError("verifier crashed")
-            return None
-
-    host.register(Crashes(), name="crashes")
+    host.register(CrashesOnBad(), name="crashes")
     hub = AsyncHub(config(tmp_path, n_samples=2), host=host, run_dir=tmp_path / "run")
     resolved = {}
     async with hub:
