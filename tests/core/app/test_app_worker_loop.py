@@ -15,14 +15,17 @@ from rollhub.rollout import RESULT_META_KEY
 WORKER = "rollhub-worker-loop"
 
 
-def worker_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == WORKER]
+def worker_threads(besides: frozenset[threading.Thread] = frozenset()) -> list[threading.Thread]:
+    """The worker-loop threads alive now, except ``besides`` (those of apps that earlier
+    tests in this process left running)."""
+    return [t for t in threading.enumerate() if t.name == WORKER and t not in besides]
 
 
 async def test_handlers_run_on_the_worker_loop_which_shutdown_closes(
     make_rollout: Callable, read_doc: Callable
 ) -> None:
     app = RolloutApp()
+    others = frozenset(worker_threads())
     seen: list[tuple[str, asyncio.AbstractEventLoop]] = []
 
     @app.rollout_entrypoint
@@ -31,14 +34,14 @@ async def test_handlers_run_on_the_worker_loop_which_shutdown_closes(
         seen.append((threading.current_thread().name, asyncio.get_running_loop()))
         return {"rewards": 1.0}
 
-    assert worker_threads() == []  # nothing starts before an async handler needs it
+    assert worker_threads(others) == []  # nothing starts before an async handler needs it
     for session in ("first", "second"):
         run = app.start_rollout({"_rollout": make_rollout(session)})
         await run.task
         assert read_doc(session)[RESULT_META_KEY]["status"] == "ok"
-        assert len(worker_threads()) == 1
+        assert len(worker_threads(others)) == 1
         await app.shutdown()
-        assert worker_threads() == []
+        assert worker_threads(others) == []
     (name, first), (_, second) = seen
     assert name == WORKER and first is not asyncio.get_running_loop()
     assert first is not second and first.is_closed() and second.is_closed()
@@ -51,6 +54,7 @@ async def test_a_rollout_in_flight_at_shutdown_stores_its_cancellation(
     """What a handler leaves on the worker loop after its cancellation is not waited for:
     its result is the cancellation, stored once, and the loop stops under it."""
     app = RolloutApp(shutdown_wait_s=5)
+    others = frozenset(worker_threads())
     started, cleaned_up = threading.Event(), threading.Event()
     loops: list[asyncio.AbstractEventLoop] = []
 
@@ -72,4 +76,4 @@ async def test_a_rollout_in_flight_at_shutdown_stores_its_cancellation(
     assert run.task.done()
     meta = read_doc("live")[RESULT_META_KEY]
     assert meta["error"]["type"] == "CancelledError" and "shut down" in meta["error"]["message"]
-    assert worker_threads() == [] and loops[0].is_closed() and not cleaned_up.is_set()
+    assert worker_threads(others) == [] and loops[0].is_closed() and not cleaned_up.is_set()
