@@ -13,7 +13,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Generic, TypeVar, cast, overload
 
 # the status and error types live with the outcome; they stay importable from here
 from rollhub.submission.outcome import TERMINAL_STATUSES as TERMINAL_STATUSES
@@ -30,6 +30,32 @@ class _FromOutcome(Enum):
 
 
 _READ = _FromOutcome.READ
+
+V = TypeVar("V")
+
+
+class _OutcomeValue(Generic[V]):
+    """An episode attribute read from the episode's outcome until the episode sets its own
+    (kept in the instance attribute of the same name with a leading underscore)."""
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name, self.own = name, f"_{name}"
+
+    @overload
+    def __get__(self, episode: None, owner: type) -> _OutcomeValue[V]: ...
+    @overload
+    def __get__(self, episode: Episode, owner: type) -> V: ...
+    def __get__(self, episode: Episode | None, owner: type) -> V | _OutcomeValue[V]:
+        if episode is None:
+            return self
+        own = getattr(episode, self.own)
+        return cast(V, getattr(episode._outcome(), self.name) if own is _READ else own)
+
+    def __set__(self, episode: Episode, value: V) -> None:
+        setattr(episode, self.own, value)
 
 
 class Episode:
@@ -109,55 +135,15 @@ class Episode:
         assert self.outcome is not None  # take_outcome set it before it cleared own values
         return self.outcome
 
-    @property
-    def session_id(self) -> str:
-        """The rollout's last runtime session."""
-        own = self._session_id
-        return self._outcome().session_id if own is _READ else own
-
-    @session_id.setter
-    def session_id(self, value: str) -> None:
-        self._session_id = value
-
-    @property
-    def status(self) -> Status:
-        """How the episode ended (see :data:`Status`)."""
-        own = self._status
-        return self._outcome().status if own is _READ else own
-
-    @status.setter
-    def status(self, value: Status) -> None:
-        self._status = value
-
-    @property
-    def result(self) -> dict[str, Any] | None:
-        """The agent's result (without rollhub's metadata); None when there is none."""
-        own = self._result
-        return self._outcome().result if own is _READ else own
-
-    @result.setter
-    def result(self, value: dict[str, Any] | None) -> None:
-        self._result = value
-
-    @property
-    def error(self) -> ErrorInfo | None:
-        """Why the episode failed (None when it is ``ok``)."""
-        own = self._error
-        return self._outcome().error if own is _READ else own
-
-    @error.setter
-    def error(self, value: ErrorInfo | None) -> None:
-        self._error = value
-
-    @property
-    def finished_at(self) -> float | None:
-        """When the episode reached its terminal status (epoch seconds)."""
-        own = self._finished_at
-        return self._outcome().finished_at if own is _READ else own
-
-    @finished_at.setter
-    def finished_at(self, value: float | None) -> None:
-        self._finished_at = value
+    session_id = _OutcomeValue[str]("The rollout's last runtime session.")
+    status = _OutcomeValue[Status]("How the episode ended (see :data:`Status`).")
+    result = _OutcomeValue[dict[str, Any] | None](
+        "The agent's result (without rollhub's metadata); None when there is none."
+    )
+    error = _OutcomeValue[ErrorInfo | None]("Why the episode failed (None when it is ``ok``).")
+    finished_at = _OutcomeValue[float | None](
+        "When the episode reached its terminal status (epoch seconds)."
+    )
 
     def __eq__(self, other: object) -> bool:
         # (defining __eq__ leaves the episode unhashable, as the mutable record it is)
