@@ -8,7 +8,9 @@ Needs only Python >= 3.11 and pip. The environment is created once in ``.venv`` 
 reinstalled only when a requirements file or a pyproject.toml changes. Extra arguments are
 passed on (to ``rollhub run`` or to ``pytest``); ``run CONFIG`` runs another config, and
 installs the ``requirements.txt`` beside it first when there is one (an example's extra
-needs, e.g. ``examples/repair``).
+needs, e.g. ``examples/repair``). ``test`` runs pytest on one worker per core (at most
+``ROLLHUB_TEST_WORKERS``, default 4), each test directory on one worker; pass ``-n 0`` for
+a single process.
 """
 
 from __future__ import annotations
@@ -83,6 +85,16 @@ def ensure_env(kind: str) -> None:
     print(f"environment ready in {time.monotonic() - t0:.0f} s", flush=True)
 
 
+def _workers(pytest_args: list[str]) -> list[str]:
+    """pytest-xdist options for the suite, unless the caller chose its own."""
+    if any(a == "-n" or a.startswith(("-n=", "--numprocesses", "--dist")) for a in pytest_args):
+        return []
+    n = min(os.cpu_count() or 1, int(os.environ.get("ROLLHUB_TEST_WORKERS", "4")))
+    # Most of the suite waits on subprocesses, servers and model loads one core at a time;
+    # a worker per core keeps both busy. A directory's tests stay together (tests/conftest.py).
+    return ["-n", str(n), "--dist", "loadgroup"] if n > 1 else []
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("run", "test"):
         print(__doc__)
@@ -107,7 +119,7 @@ def main(argv: list[str]) -> int:
         print("+", " ".join(setup), flush=True)
         if subprocess.call(setup, cwd=ROOT, env=env) != 0:
             return 1
-        cmd = [str(PY), "-m", "pytest", *rest]
+        cmd = [str(PY), "-m", "pytest", *_workers(rest), *rest]
     print("+", " ".join(cmd), flush=True)
     return subprocess.call(cmd, cwd=ROOT, env=env)
 
