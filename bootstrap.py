@@ -9,8 +9,8 @@ reinstalled only when a requirements file or a pyproject.toml changes. Extra arg
 passed on (to ``rollhub run`` or to ``pytest``); ``run CONFIG`` runs another config, and
 installs the ``requirements.txt`` beside it first when there is one (an example's extra
 needs, e.g. ``examples/repair``). ``test`` runs pytest on one worker per core (at most
-``ROLLHUB_TEST_WORKERS``, default 4), each test directory on one worker; pass ``-n 0`` for
-a single process.
+``ROLLHUB_TEST_WORKERS``, default 4), each test directory on one worker; ``-n 0`` runs it in
+one process.
 """
 
 from __future__ import annotations
@@ -86,13 +86,14 @@ def ensure_env(kind: str) -> None:
 
 
 def _workers(pytest_args: list[str]) -> list[str]:
-    """pytest-xdist options for the suite, unless the caller chose its own."""
+    """pytest-xdist's worker count for the suite, unless the caller chose one."""
     if any(a == "-n" or a.startswith(("-n=", "--numprocesses", "--dist")) for a in pytest_args):
         return []
     n = min(os.cpu_count() or 1, int(os.environ.get("ROLLHUB_TEST_WORKERS", "4")))
     # Most of the suite waits on subprocesses, servers and model loads one core at a time;
-    # a worker per core keeps both busy. A directory's tests stay together (tests/conftest.py).
-    return ["-n", str(n), "--dist", "loadgroup"] if n > 1 else []
+    # a worker per core keeps both busy. tests/conftest.py keeps each test directory on one
+    # worker.
+    return ["-n", str(n)] if n > 1 else []
 
 
 def main(argv: list[str]) -> int:

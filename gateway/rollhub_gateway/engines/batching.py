@@ -192,7 +192,7 @@ class BatchEngine:
                     if self._rows:
                         self._step()
                     if not self._rows:
-                        self.slots.reset()
+                        self.slots.release()
                     self.stats["busy_s"] += time.perf_counter() - busy
                 except Exception as exc:  # a failed pass fails its rows, not the engine
                     log.exception("engine step failed")

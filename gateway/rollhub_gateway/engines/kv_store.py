@@ -13,9 +13,10 @@ A row's context is at most two pieces, both allocated ahead of the steps that fi
 
 Rows occupy slots ``0 .. rows - 1`` in order: a row that leaves is replaced by the last
 one (its few private positions are copied over), so a decoding step reads one contiguous
-block of slots. The capacity grows by doubling when a row needs more positions, and goes
-back to its initial size when the batch empties, so a long generation costs memory only
-while it runs.
+block of slots. The capacity grows by doubling when a row needs more positions; when the
+batch empties the slots are given back and the next row allocates the initial capacity
+again, so neither a long generation nor an idle engine (on-policy training runs while the
+engine waits) holds the memory.
 """
 
 from __future__ import annotations
@@ -110,16 +111,16 @@ class SlotCache:
         """Make every slot hold at least ``positions``, keeping the first ``filled``."""
         if positions <= self.capacity:
             return
-        capacity = self.capacity
+        capacity = max(self.capacity, self.initial)
         while capacity < positions:
             capacity *= 2
         log.debug("slot capacity %d -> %d positions", self.capacity, capacity)
         self._allocate(capacity, keep=filled)
 
-    def reset(self) -> None:
-        """Back to the initial capacity (the batch is empty)."""
-        if self.capacity != self.initial:
-            self._allocate(self.initial)
+    def release(self) -> None:
+        """Give the memory back (the batch is empty); :meth:`reserve` allocates again."""
+        if self.capacity:
+            self._allocate(0)
 
     def move(self, source: int, target: int, length: int) -> None:
         """Copy the first ``length`` positions of slot ``source`` into slot ``target``."""

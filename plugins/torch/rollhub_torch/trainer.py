@@ -6,7 +6,8 @@ rollhub's training loop drives it (the "rollhub drives" shape). Per step:
    exact sampled ids, the loss mask (tool results and prompts are 0) and the sampler's
    logprobs;
 2. each prompt is forwarded once and its responses as a batch on its key/value states;
-   logits are computed only where a token was sampled;
+   logits are computed only where a token was sampled, a chunk at a time, and not kept
+   for the backward pass (:mod:`rollhub_torch.token_logprobs`);
 3. the loss (``importance_sampling``: −min(ratio, ``tis_cap``)·advantage per sampled
    token, truncated importance sampling; ``ppo``: the clipped surrogate, dual-clipped for
    negative advantages; ``cross_entropy``:
@@ -274,6 +275,8 @@ class TorchTrainer(PolicyTrainer):
         import torch
         from transformers import DynamicCache
 
+        from rollhub_torch.token_logprobs import sampled_logprobs  # imports torch
+
         decoder = model.get_decoder()
         n = len(group.responses)
         prompt = torch.tensor([group.prompt_ids], dtype=torch.long)
@@ -296,8 +299,9 @@ class TorchTrainer(PolicyTrainer):
         before = torch.cat(
             [out.last_hidden_state[:, -1:].expand(n, 1, -1), hidden[:, :-1]], dim=1
         )
-        logits = model.get_output_embeddings()(before[trained]).float() / self.temperature
-        return torch.log_softmax(logits, -1).gather(1, ids[trained].unsqueeze(1)).squeeze(1)
+        return sampled_logprobs(
+            before[trained], model.get_output_embeddings(), ids[trained], self.temperature
+        )
 
     async def save_state(self, directory: Path) -> dict[str, Any]:
         """The trained parameters (``policy.safetensors``) and Adam's state."""
