@@ -5,7 +5,8 @@ rollhub's training loop drives it (the "rollhub drives" shape). Per step:
 1. the batch's trainable episodes become prompt groups (:mod:`rollhub_torch.sequences`):
    exact sampled ids, the loss mask (tool results and prompts are 0) and the sampler's
    logprobs;
-2. each prompt is forwarded once and its responses as a batch on its key/value states;
+2. each prompt is forwarded once and its responses, ``max_rows`` at a time, as batches on
+   its key/value states;
    logits are computed only where a token was sampled, a chunk at a time, and not kept
    for the backward pass (:mod:`rollhub_torch.token_logprobs`);
 3. the loss (``importance_sampling``: −min(ratio, ``tis_cap``)·advantage per sampled
@@ -217,11 +218,8 @@ class TorchTrainer(PolicyTrainer):
         self.optimizer.zero_grad(set_to_none=True)
         totals = {"loss": 0.0, "kl": 0.0, "abs_diff": 0.0, "clipped": 0.0, "ref_kl": 0.0}
         for group in groups:
-            rows = group.responses
-            for i in range(0, len(rows), self.options.max_rows):
-                part = PromptGroup(group.prompt_ids, rows[i : i + self.options.max_rows])
-                for key, value in self._backward(part, tokens).items():
-                    totals[key] += value
+            for key, value in self._backward(group, tokens).items():
+                totals[key] += value
         params = list(self.trained.values())
         clip = self.options.grad_clip_norm
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf)
@@ -239,69 +237,46 @@ class TorchTrainer(PolicyTrainer):
         return metrics
 
     def _backward(self, group: PromptGroup, tokens: int) -> dict[str, float]:
-        """Forward one prompt and its responses, backpropagate their share of the loss."""
+        """Forward one prompt, then its responses ``max_rows`` at a time on its states, and
+        backpropagate each part's share of the loss. The prompt's graph is kept until the
+        last part: it is forwarded once however many parts there are, and only one part's
+        activations exist at a time."""
         import torch
 
-        ids, trained, sampler, advantage = _response_tensors(group)
-        old, adv = sampler[trained], advantage[trained]
-        learner = self._token_logprobs(self.model, group, ids, trained)
         opts = self.options
-        per_token, clipped = token_loss(
-            learner, old, adv, loss_fn=opts.loss_fn, clip=opts.clip,
-            dual_clip=opts.dual_clip, tis_cap=opts.tis_cap,
-        )
-        ref_kl = torch.zeros(())
+        prompt = _Prompt.forward(self.model, group.prompt_ids, self._cache_kw)
+        reference = None
         if self.reference is not None:
             with torch.no_grad():
-                ref = self._token_logprobs(self.reference, group, ids, trained)
-            penalty = reference_penalty(learner, ref)
-            per_token = per_token + self.options.kl_coef * penalty
-            ref_kl = penalty.detach().sum()
-        loss = per_token.sum() / max(tokens, 1)
-        loss.backward()
-        drift = (old - learner.detach())
-        return {
-            "loss": float(loss.detach()),
-            "kl": float(drift.sum()),
-            "abs_diff": float(drift.abs().sum()),
-            "clipped": float(clipped),
-            "ref_kl": float(ref_kl),
-        }
-
-    def _token_logprobs(self, model: PreTrainedModel, group: PromptGroup, ids: torch.Tensor,
-                        trained: torch.Tensor) -> torch.Tensor:
-        """Log-probabilities (at the sampling temperature) of the sampled tokens where
-        ``trained``: the prompt is forwarded once, its responses as a batch on its states."""
-        import torch
-        from transformers import DynamicCache
-
-        from rollhub_torch.token_logprobs import sampled_logprobs  # imports torch
-
-        decoder = model.get_decoder()
-        n = len(group.responses)
-        prompt = torch.tensor([group.prompt_ids], dtype=torch.long)
-        out = decoder(input_ids=prompt, use_cache=True)
-        states = getattr(out, self._cache_kw)
-        expanded = DynamicCache(ddp_cache_data=[
-            (layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1))
-            for layer in states.layers
-        ])
-        valid = (torch.arange(ids.shape[1]).unsqueeze(0)
-                 < torch.tensor([len(r.token_ids) for r in group.responses]).unsqueeze(1))
-        mask = torch.cat(
-            [torch.ones((n, len(group.prompt_ids)), dtype=torch.long), valid.long()], 1
-        )
-        hidden = decoder(
-            input_ids=ids, attention_mask=mask, use_cache=True, **{self._cache_kw: expanded}
-        ).last_hidden_state
-        # position j of a response is predicted by the state before it: the prompt's last
-        # for j = 0, the response's own j - 1 after that
-        before = torch.cat(
-            [out.last_hidden_state[:, -1:].expand(n, 1, -1), hidden[:, :-1]], dim=1
-        )
-        return sampled_logprobs(
-            before[trained], model.get_output_embeddings(), ids[trained], self.temperature
-        )
+                reference = _Prompt.forward(self.reference, group.prompt_ids, self._cache_kw)
+        totals = {"loss": 0.0, "kl": 0.0, "abs_diff": 0.0, "clipped": 0.0, "ref_kl": 0.0}
+        rows = group.responses
+        starts = range(0, len(rows), opts.max_rows)
+        for start in starts:
+            part = PromptGroup(group.prompt_ids, rows[start : start + opts.max_rows])
+            ids, trained, sampler, advantage = _response_tensors(part)
+            old, adv = sampler[trained], advantage[trained]
+            learner = prompt.token_logprobs(part, ids, trained, self.temperature)
+            per_token, clipped = token_loss(
+                learner, old, adv, loss_fn=opts.loss_fn, clip=opts.clip,
+                dual_clip=opts.dual_clip, tis_cap=opts.tis_cap,
+            )
+            ref_kl = torch.zeros(())
+            if reference is not None:
+                with torch.no_grad():
+                    ref = reference.token_logprobs(part, ids, trained, self.temperature)
+                penalty = reference_penalty(learner, ref)
+                per_token = per_token + opts.kl_coef * penalty
+                ref_kl = penalty.detach().sum()
+            loss = per_token.sum() / max(tokens, 1)
+            loss.backward(retain_graph=start != starts[-1])
+            drift = old - learner.detach()
+            totals["loss"] += float(loss.detach())
+            totals["kl"] += float(drift.sum())
+            totals["abs_diff"] += float(drift.abs().sum())
+            totals["clipped"] += float(clipped)
+            totals["ref_kl"] += float(ref_kl)
+        return totals
 
     async def save_state(self, directory: Path) -> dict[str, Any]:
         """The trained parameters (``policy.safetensors``) and Adam's state."""
@@ -347,6 +322,52 @@ class TorchTrainer(PolicyTrainer):
         self.model = self.optimizer = self.reference = None
         self.trained = {}
         return {"steps": self.steps_done}
+
+
+class _Prompt:
+    """A prompt forwarded once; its responses are forwarded as batches on its states."""
+
+    def __init__(self, model: PreTrainedModel, out: Any, cache_kw: str) -> None:
+        self.model, self.out, self.cache_kw = model, out, cache_kw
+        self.states = getattr(out, cache_kw)
+        self.length = int(out.last_hidden_state.shape[1])
+
+    @classmethod
+    def forward(cls, model: PreTrainedModel, prompt_ids: tuple[int, ...], cache_kw: str) -> _Prompt:
+        """Forward ``prompt_ids`` through ``model``'s decoder, keeping its states."""
+        import torch
+
+        prompt = torch.tensor([prompt_ids], dtype=torch.long)
+        return cls(model, model.get_decoder()(input_ids=prompt, use_cache=True), cache_kw)
+
+    def token_logprobs(self, group: PromptGroup, ids: torch.Tensor, trained: torch.Tensor,
+                       temperature: float) -> torch.Tensor:
+        """Log-probabilities (at ``temperature``) of the sampled tokens where ``trained``,
+        the responses ``ids`` forwarded as a batch on the prompt's states."""
+        import torch
+        from transformers import DynamicCache
+
+        from rollhub_torch.token_logprobs import sampled_logprobs  # imports torch
+
+        n = len(group.responses)
+        expanded = DynamicCache(ddp_cache_data=[
+            (layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1))
+            for layer in self.states.layers
+        ])
+        valid = (torch.arange(ids.shape[1]).unsqueeze(0)
+                 < torch.tensor([len(r.token_ids) for r in group.responses]).unsqueeze(1))
+        mask = torch.cat([torch.ones((n, self.length), dtype=torch.long), valid.long()], 1)
+        hidden = self.model.get_decoder()(
+            input_ids=ids, attention_mask=mask, use_cache=True, **{self.cache_kw: expanded}
+        ).last_hidden_state
+        # position j of a response is predicted by the state before it: the prompt's last
+        # for j = 0, the response's own j - 1 after that
+        before = torch.cat(
+            [self.out.last_hidden_state[:, -1:].expand(n, 1, -1), hidden[:, :-1]], dim=1
+        )
+        return sampled_logprobs(
+            before[trained], self.model.get_output_embeddings(), ids[trained], temperature
+        )
 
 
 def _engine_shares(config: RollhubConfig | None, model: str) -> bool:
