@@ -125,3 +125,15 @@ def tiny_gpt2() -> torch.nn.Module:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     return GPT2LMHeadModel(GPT2Config(vocab_size=97, n_embd=32, n_layer=1, n_head=2))
+
+
+def test_released_slots_hold_nothing_and_come_back_at_their_initial_capacity() -> None:
+    slots = SlotCache((2, 1, 4), 3, 8, torch.float32)
+    slots.reserve(20, 0)
+    assert slots.capacity == 32  # doubled from 8 until it fits
+    slots.release()  # the engine's batch emptied
+    assert slots.capacity == 0 and slots.nbytes == 0
+    slots.reserve(5, 0)
+    assert slots.capacity == 8 and slots.nbytes == 2 * 2 * 3 * 1 * 8 * 4 * 4
+    slots.write(1, 0, torch.ones(2, 1, 5, 4), torch.ones(2, 1, 5, 4))
+    assert float(slots.keys[:, 1, :, :5].sum()) == 2 * 5 * 4

@@ -69,6 +69,21 @@ async def test_batched_greedy_equals_unbatched(smollm: TransformersBackend, chat
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-3
 
 
+async def test_an_idle_engine_holds_no_key_value_slots(smollm: TransformersBackend, chat_ids) -> None:
+    # the main job trains while the engine waits: its slots must not hold memory meanwhile
+    params = SamplingParams(max_tokens=8, temperature=0.0)
+    prompts = [chat_ids(q) for q in QUESTIONS[:3]]
+    first = await asyncio.gather(*(smollm.generate(p, params) for p in prompts))
+    engine = smollm.engine
+    assert engine is not None
+    deadline = time.monotonic() + 5
+    while engine.slots.nbytes and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)  # the engine thread releases them after its last row left
+    assert engine.slots.nbytes == 0
+    again = await asyncio.gather(*(smollm.generate(p, params) for p in prompts))
+    assert [g.token_ids for g in again] == [g.token_ids for g in first]
+
+
 async def test_stream_yields_tokens_before_the_generation_ends(
     smollm: TransformersBackend, chat_ids
 ) -> None:
