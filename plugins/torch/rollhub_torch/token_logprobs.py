@@ -49,7 +49,7 @@ class _SampledLogprobs(torch.autograd.Function):
     """Forward: the logprobs, and their gradient in ``hidden`` kept for the backward pass."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         ids: torch.Tensor, temperature: float, chunk: int,
     ) -> torch.Tensor:
@@ -70,7 +70,7 @@ class _SampledLogprobs(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         (grads,) = ctx.saved_tensors
         grad_hidden = None if grads is None else grad_out.unsqueeze(1).to(grads.dtype) * grads
         return grad_hidden, None, None, None, None, None

@@ -6,9 +6,8 @@ rollhub's training loop drives it (the "rollhub drives" shape). Per step:
    exact sampled ids, the loss mask (tool results and prompts are 0) and the sampler's
    logprobs;
 2. each prompt is forwarded once and its responses, ``max_rows`` at a time, as batches on
-   its key/value states;
-   logits are computed only where a token was sampled, a chunk at a time, and not kept
-   for the backward pass (:mod:`rollhub_torch.token_logprobs`);
+   its key/value states; logits are computed only where a token was sampled, a chunk at a
+   time, and not kept for the backward pass (:mod:`rollhub_torch.token_logprobs`);
 3. the loss (``importance_sampling``: −min(ratio, ``tis_cap``)·advantage per sampled
    token, truncated importance sampling; ``ppo``: the clipped surrogate, dual-clipped for
    negative advantages; ``cross_entropy``:
@@ -53,6 +52,7 @@ from rollhub.registry import ComponentContext
 from rollhub.training import PolicyTrainer, StepResult, TrainerOptions, TrainingBatch
 
 from rollhub_torch.losses import LossFn, reference_penalty, token_loss
+from rollhub_torch.prompt_forward import PromptForward
 from rollhub_torch.sequences import PromptGroup, prompt_groups
 from rollhub_torch.sequences import response_tensors as _response_tensors
 from rollhub_torch.shared_weights import copy_trained
@@ -60,7 +60,6 @@ from rollhub_torch.shared_weights import copy_trained
 if TYPE_CHECKING:  # the engine module is imported where a config is read, not at import
     import torch
     from rollhub_gateway.engines.transformers_engine import TransformersOptions
-    from transformers import PreTrainedModel
 
 __all__ = ["TorchTrainer", "TorchTrainerOptions", "TorchTrainingError"]
 
@@ -244,11 +243,11 @@ class TorchTrainer(PolicyTrainer):
         import torch
 
         opts = self.options
-        prompt = _Prompt.forward(self.model, group.prompt_ids, self._cache_kw)
+        prompt = PromptForward.run(self.model, group.prompt_ids, self._cache_kw)
         reference = None
         if self.reference is not None:
             with torch.no_grad():
-                reference = _Prompt.forward(self.reference, group.prompt_ids, self._cache_kw)
+                reference = PromptForward.run(self.reference, group.prompt_ids, self._cache_kw)
         totals = {"loss": 0.0, "kl": 0.0, "abs_diff": 0.0, "clipped": 0.0, "ref_kl": 0.0}
         rows = group.responses
         starts = range(0, len(rows), opts.max_rows)
@@ -322,52 +321,6 @@ class TorchTrainer(PolicyTrainer):
         self.model = self.optimizer = self.reference = None
         self.trained = {}
         return {"steps": self.steps_done}
-
-
-class _Prompt:
-    """A prompt forwarded once; its responses are forwarded as batches on its states."""
-
-    def __init__(self, model: PreTrainedModel, out: Any, cache_kw: str) -> None:
-        self.model, self.out, self.cache_kw = model, out, cache_kw
-        self.states = getattr(out, cache_kw)
-        self.length = int(out.last_hidden_state.shape[1])
-
-    @classmethod
-    def forward(cls, model: PreTrainedModel, prompt_ids: tuple[int, ...], cache_kw: str) -> _Prompt:
-        """Forward ``prompt_ids`` through ``model``'s decoder, keeping its states."""
-        import torch
-
-        prompt = torch.tensor([prompt_ids], dtype=torch.long)
-        return cls(model, model.get_decoder()(input_ids=prompt, use_cache=True), cache_kw)
-
-    def token_logprobs(self, group: PromptGroup, ids: torch.Tensor, trained: torch.Tensor,
-                       temperature: float) -> torch.Tensor:
-        """Log-probabilities (at ``temperature``) of the sampled tokens where ``trained``,
-        the responses ``ids`` forwarded as a batch on the prompt's states."""
-        import torch
-        from transformers import DynamicCache
-
-        from rollhub_torch.token_logprobs import sampled_logprobs  # imports torch
-
-        n = len(group.responses)
-        expanded = DynamicCache(ddp_cache_data=[
-            (layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1))
-            for layer in self.states.layers
-        ])
-        valid = (torch.arange(ids.shape[1]).unsqueeze(0)
-                 < torch.tensor([len(r.token_ids) for r in group.responses]).unsqueeze(1))
-        mask = torch.cat([torch.ones((n, self.length), dtype=torch.long), valid.long()], 1)
-        hidden = self.model.get_decoder()(
-            input_ids=ids, attention_mask=mask, use_cache=True, **{self.cache_kw: expanded}
-        ).last_hidden_state
-        # position j of a response is predicted by the state before it: the prompt's last
-        # for j = 0, the response's own j - 1 after that
-        before = torch.cat(
-            [self.out.last_hidden_state[:, -1:].expand(n, 1, -1), hidden[:, :-1]], dim=1
-        )
-        return sampled_logprobs(
-            before[trained], self.model.get_output_embeddings(), ids[trained], temperature
-        )
 
 
 def _engine_shares(config: RollhubConfig | None, model: str) -> bool:
