@@ -42,6 +42,7 @@ import json
 import logging
 import math
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -215,10 +216,9 @@ class TorchTrainer(PolicyTrainer):
         import torch
 
         self.optimizer.zero_grad(set_to_none=True)
-        totals = {"loss": 0.0, "kl": 0.0, "abs_diff": 0.0, "clipped": 0.0, "ref_kl": 0.0}
+        totals: defaultdict[str, float] = defaultdict(float)
         for group in groups:
-            for key, value in self._backward(group, tokens).items():
-                totals[key] += value
+            self._backward(group, tokens, totals)
         params = list(self.trained.values())
         clip = self.options.grad_clip_norm
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf)
@@ -235,11 +235,11 @@ class TorchTrainer(PolicyTrainer):
             metrics["reference_kl"] = totals["ref_kl"] / n
         return metrics
 
-    def _backward(self, group: PromptGroup, tokens: int) -> dict[str, float]:
+    def _backward(self, group: PromptGroup, tokens: int, totals: defaultdict[str, float]) -> None:
         """Forward one prompt, then its responses ``max_rows`` at a time on its states, and
-        backpropagate each part's share of the loss. The prompt's graph is kept until the
-        last part: it is forwarded once however many parts there are, and only one part's
-        activations exist at a time."""
+        backpropagate each part's share of the loss (its sums added to ``totals``). The
+        prompt's graph is kept until the last part: it is forwarded once however many parts
+        there are, and only one part's activations exist at a time."""
         import torch
 
         opts = self.options
@@ -248,7 +248,6 @@ class TorchTrainer(PolicyTrainer):
         if self.reference is not None:
             with torch.no_grad():
                 reference = PromptForward.run(self.reference, group.prompt_ids, self._cache_kw)
-        totals = {"loss": 0.0, "kl": 0.0, "abs_diff": 0.0, "clipped": 0.0, "ref_kl": 0.0}
         rows = group.responses
         starts = range(0, len(rows), opts.max_rows)
         for start in starts:
@@ -275,7 +274,6 @@ class TorchTrainer(PolicyTrainer):
             totals["abs_diff"] += float(drift.abs().sum())
             totals["clipped"] += float(clipped)
             totals["ref_kl"] += float(ref_kl)
-        return totals
 
     async def save_state(self, directory: Path) -> dict[str, Any]:
         """The trained parameters (``policy.safetensors``) and Adam's state."""
