@@ -87,7 +87,11 @@ def ensure_env(kind: str) -> None:
 
 def _workers(pytest_args: list[str]) -> list[str]:
     """pytest-xdist's worker count for the suite, unless the caller chose one."""
-    if any(a == "-n" or a.startswith(("-n=", "--numprocesses", "--dist")) for a in pytest_args):
+    chosen = ("-n=", "--numprocesses", "--dist")
+    if any(a == "-n" or a.startswith(chosen) for a in pytest_args):
+        return []
+    # `-p no:xdist` (or `-pno:xdist`) runs without the plugin, which would reject `-n`
+    if "no:xdist" in pytest_args or "-pno:xdist" in pytest_args:
         return []
     n = min(os.cpu_count() or 1, int(os.environ.get("ROLLHUB_TEST_WORKERS", "4")))
     # Most of the suite waits on subprocesses, servers and model loads one core at a time;

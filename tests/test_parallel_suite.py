@@ -1,0 +1,73 @@
+"""The suite's parallel run (``bootstrap.py test`` passes ``-n``): each test directory runs
+whole on one worker, so its session fixtures are made once. pytest-xdist's own
+``--dist loadgroup`` does nothing under pytest 9.2, hence the scheduler in
+``tests/conftest.py``; this runs it on a small suite of its own, in a pytest process of its
+own (an in-process ``pytester`` run would restore ``sys.modules`` under the tests that
+follow it on this worker)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TEST = '''
+import json, os, pathlib
+
+def test_{n}():
+    with pathlib.Path({log!r}).open("a") as fh:
+        fh.write(json.dumps(["{area}", os.environ.get("PYTEST_XDIST_WORKER")]) + "\\n")
+'''
+
+
+def _bootstrap() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bootstrap_under_test", ROOT / "bootstrap.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_directory_runs_whole_on_one_worker(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
+    (suite / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: slow\n")
+    log = tmp_path / "ran.jsonl"
+    for area in ("alpha", "beta", "gamma"):
+        (suite / area).mkdir()
+        for f in range(2):
+            body = "\n".join(TEST.format(n=f"{f}_{i}", log=str(log), area=area) for i in range(3))
+            (suite / area / f"test_{area}_{f}.py").write_text(body)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "XDIST_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider"],
+        cwd=suite, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [json.loads(x) for x in log.read_text().splitlines()]
+    workers: dict[str, set[str]] = {}
+    for area, worker in rows:
+        workers.setdefault(area, set()).add(worker)
+    assert len(rows) == 18
+    assert all(len(w) == 1 for w in workers.values()), workers
+    assert len(set().union(*workers.values())) == 2  # both workers were used
+
+
+def test_the_suite_runs_on_a_worker_per_core_unless_the_caller_chose(monkeypatch) -> None:
+    workers = _bootstrap()._workers
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setenv("ROLLHUB_TEST_WORKERS", "3")
+    assert workers(["tests/core"]) == ["-n", "3"]
+    monkeypatch.setenv("ROLLHUB_TEST_WORKERS", "1")
+    assert workers([]) == []
+    monkeypatch.setenv("ROLLHUB_TEST_WORKERS", "4")
+    for chosen in (["-n", "0"], ["-n=2"], ["--numprocesses", "2"], ["--dist", "load"],
+                   ["-p", "no:xdist"], ["-pno:xdist"]):
+        assert workers(["-x", *chosen]) == [], chosen
