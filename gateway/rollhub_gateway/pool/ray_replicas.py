@@ -274,7 +274,6 @@ class RayReplica(Replica):
             self.deaths[-1] += f"; not serving again within {self.start_timeout_s:g}s"
             return False
         self._serving_at(info)
-        self.restarts_done += 1
         if self.on_restart is not None:
             try:
                 await self.on_restart(self)
@@ -282,6 +281,9 @@ class RayReplica(Replica):
                 self.deaths[-1] += f"; the restarted replica refused the policy: {exc}"
                 return False
         self.recoveries_s.append(time.monotonic() - noticed)
+        # counted with the start it is (mark_serving), once the replica took the policy:
+        # the pool's status reads starts, a caller may read restarts_done
+        self.restarts_done += 1
         self.mark_serving()
         log.warning(
             "%s serves again after %.1fs (restart %d of %d); %d session(s) lost",
