@@ -190,6 +190,11 @@ class TrainingConfig(_Strict):
     steps: int | None = Field(None, ge=1, description="stop after this many steps")
     epochs: int = Field(1, ge=1, description="passes over the dataset")
     shuffle: bool = Field(True, description="shuffle prompts each epoch (experiment.seed)")
+    stratify: str | None = Field(
+        None,
+        description="a prompt field (e.g. 'split'): every step's prompts hold its values in "
+        "the dataset's proportions, not whatever mix the shuffle dealt",
+    )
     advantage: Literal["grpo", "grpo_mean", "rloo"] = Field(
         "grpo", description="advantage estimator over each group's rewards"
     )

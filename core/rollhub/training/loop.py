@@ -12,7 +12,8 @@ One step::
     save     a checkpoint every training.checkpoint_every steps (and after the last)
 
 Prompts are laid out once as a schedule (``epochs`` passes, each shuffled with
-``experiment.seed + epoch``), and step ``s`` trains on schedule entries
+``experiment.seed + epoch``, optionally stratified so every batch holds a field's values in
+proportion: ``training.stratify``), and step ``s`` trains on schedule entries
 ``[s·B, (s+1)·B)``, so a resumed run continues exactly where the checkpoint was taken.
 
 Bounded staleness: with ``experiment.max_staleness = k`` the groups of step ``s`` may be
@@ -60,16 +61,48 @@ log = logging.getLogger(__name__)
 
 
 def schedule(
-    payloads: Sequence[Mapping[str, Any]], *, epochs: int, shuffle: bool, seed: int
+    payloads: Sequence[Mapping[str, Any]],
+    *,
+    epochs: int,
+    shuffle: bool,
+    seed: int,
+    stratify: str | None = None,
 ) -> list[Mapping[str, Any]]:
-    """Every prompt of every epoch in training order (each epoch its own permutation)."""
+    """Every prompt of every epoch in training order (each epoch its own permutation).
+
+    With ``stratify`` (a payload field, e.g. ``"split"``) each value's prompts are spread
+    evenly over the epoch, so every stretch of the schedule (a step's batch) holds the
+    values in the dataset's proportions instead of whatever mix the shuffle dealt.
+
+    :raises UsageError: a prompt lacks the ``stratify`` field.
+    """
     order: list[Mapping[str, Any]] = []
     for epoch in range(epochs):
         items = list(payloads)
         if shuffle:
             random.Random(seed + epoch).shuffle(items)
-        order.extend(items)
+        order.extend(_spread(items, stratify) if stratify else items)
     return order
+
+
+def _spread(items: list[Mapping[str, Any]], field: str) -> list[Mapping[str, Any]]:
+    """``items`` reordered so each ``field`` value's j-th of n items sits at (j + ½)/n of
+    the way through: every window holds each value in proportion (ties: first seen)."""
+    strata: dict[Any, list[Mapping[str, Any]]] = {}
+    for i, item in enumerate(items):
+        if field not in item:
+            raise UsageError(
+                f"training.stratify = {field!r}, but prompt {i} (id {item.get('id')!r}) has no "
+                f"{field!r} field; give every prompt one, or drop training.stratify"
+            )
+        strata.setdefault(item[field], []).append(item)
+    placed = [
+        ((j + 0.5) / len(members), rank, j, item)
+        for rank, members in enumerate(strata.values())
+        for j, item in enumerate(members)
+    ]
+    placed.sort(key=lambda p: p[:3])
+    return [item for *_, item in placed]
 
 
 def planned_steps(config: RollhubConfig, prompts: int) -> int:
@@ -110,7 +143,8 @@ class TrainingLoop:
         self.extra_sinks = list(sinks)
         tr = self.config.training
         self.order = schedule(
-            self.payloads, epochs=tr.epochs, shuffle=tr.shuffle, seed=self.config.experiment.seed
+            self.payloads, epochs=tr.epochs, shuffle=tr.shuffle,
+            seed=self.config.experiment.seed, stratify=tr.stratify,
         )
         self.total_steps = planned_steps(self.config, len(self.payloads))
         self.fingerprint = dataset_fingerprint(

@@ -81,6 +81,52 @@ def test_schedule_is_deterministic_and_covers_each_epoch():
     assert schedule(items, epochs=1, shuffle=False, seed=1) == items
 
 
+def _depths() -> list[dict[str, Any]]:
+    return [
+        {"id": f"{split}-{i}", "split": split}
+        for split, n in (("d1", 40), ("d2", 80), ("d3", 20))
+        for i in range(n)
+    ]
+
+
+def test_a_stratified_schedule_holds_every_split_in_proportion_in_each_batch():
+    items = _depths()
+    for seed in (1, 2, 3):
+        plain = schedule(items, epochs=2, shuffle=True, seed=seed)
+        mixed = schedule(items, epochs=2, shuffle=True, seed=seed, stratify="split")
+        assert sorted(p["id"] for p in mixed) == sorted(p["id"] for p in plain)
+        assert mixed == schedule(items, epochs=2, shuffle=True, seed=seed, stratify="split")
+
+        def mixes(order: list[Any], size: int) -> set[tuple[int, ...]]:
+            return {
+                tuple(sum(p["split"] == s for p in order[k : k + size]) for s in ("d1", "d2", "d3"))
+                for k in range(0, len(order), size)
+            }
+
+        # batches of 7 are the dataset's 2:4:1 exactly; of 4, within one of 8/7, 16/7, 4/7
+        assert mixes(mixed, 7) == {(2, 4, 1)}
+        assert mixes(mixed, 4) <= {(1, 2, 1), (1, 3, 0), (2, 2, 0)}
+        assert not mixes(plain, 4) <= {(1, 2, 1), (1, 3, 0), (2, 2, 0)}  # what it fixes
+    # stratified, the shuffle still decides which prompt of a split comes when
+    firsts = {schedule(items, epochs=1, shuffle=True, seed=s, stratify="split")[0]["id"]
+              for s in range(5)}
+    assert len(firsts) > 1
+
+
+def test_the_loop_trains_in_the_configured_stratified_order(tmp_path):
+    items = _depths()
+    hub = make_hub(_config(tmp_path, stratify="split"), _Plugin(), run_dir=tmp_path / "run")
+    loop = TrainingLoop(hub, items, run_dir=tmp_path / "run")
+    assert loop.order == schedule(items, epochs=1, shuffle=True, seed=3, stratify="split")
+    assert loop.order != schedule(items, epochs=1, shuffle=True, seed=3)
+
+
+def test_stratify_names_the_missing_field():
+    items = [*_depths()[:3], {"id": "odd"}]
+    with pytest.raises(UsageError, match=r"training.stratify = 'split'.*'odd'.*no 'split' field"):
+        schedule(items, epochs=1, shuffle=True, seed=1, stratify="split")
+
+
 async def test_on_policy_steps_advantages_versions_and_outputs(tmp_path):
     log = tmp_path / "served.jsonl"
     plugin = _Plugin()
