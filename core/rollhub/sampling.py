@@ -154,11 +154,6 @@ class SamplingBackend(ABC):
         reports its own version on every :class:`Generation` takes it for the rows it
         admits from now on; the default does nothing (the gateway stamps its own)."""
 
-    def expect_policy(self) -> None:  # noqa: B027 - optional
-        """A new policy comes before the next turn: drop what is kept only for reuse under
-        the current weights (an engine's prefix cache), so a trainer in the same process
-        has that memory while it works. The default keeps nothing of the kind."""
-
     def update_policy(self, policy: Policy, weight_version: int) -> None:
         """Sample from ``policy`` from the next turn on; turns in flight keep the old one.
 

@@ -83,11 +83,6 @@ class TokenSource(ABC):
         """The policy version that new model calls are served by."""
         self.weight_version = version
 
-    def expect_policy(self) -> None:  # noqa: B027 - optional
-        """Nothing samples until the trainer publishes its next policy: a sampling side in
-        this process may drop states kept for reuse under the current weights (see
-        :meth:`rollhub.sampling.SamplingBackend.expect_policy`). The default does nothing."""
-
     async def publish_policy(self, policy: Policy, version: int) -> None:
         """Swap the sampling side to ``policy`` (a trainer's new weights), as ``version``.
 

@@ -145,12 +145,6 @@ class Gateway:
         if not self.policies.routed:
             self.backend.set_weight_version(version)
 
-    def expect_policy(self) -> None:
-        """Every backend served here drops its states kept for reuse under the current
-        weights (:meth:`~rollhub.sampling.SamplingBackend.expect_policy`)."""
-        for backend in self.policies.backends() if self.policies.routed else [self.backend]:
-            backend.expect_policy()
-
     def publish_policy(self, policy: object, version: int) -> None:
         """Sample from a trainer's new ``policy`` as ``version`` from the next turn on.
 

@@ -288,12 +288,6 @@ class GatewayTokenSource(TokenSource):
             # sent before the next admin call (the next session opened for a rollout)
             self._pending_version = version
 
-    def expect_policy(self) -> None:
-        """The in-process gateway's backends drop their states kept for reuse (a pool's
-        replicas run in other processes, whose memory a trainer here cannot use)."""
-        if self.pool is None and self.gateway is not None:
-            self.gateway.expect_policy()
-
     async def publish_policy(self, policy: object, version: int) -> None:
         """Swap the in-process gateway's sampling backend to ``policy`` as ``version``.
 

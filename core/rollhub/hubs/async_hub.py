@@ -163,13 +163,6 @@ class AsyncHub:
         if self._parts is not None:
             self._parts.token_source.set_weight_version(version)
 
-    def expect_policy(self) -> None:
-        """Tell the sampling side that nothing samples until the next policy is published
-        (on-policy training between a step's last episode and its update): an engine in
-        this process frees what it kept for reuse under the current weights."""
-        if self._parts is not None:
-            self._parts.token_source.expect_policy()
-
     async def publish_policy(self, policy: Policy, version: int) -> None:
         """Hand a new policy to the sampling side and make ``version`` current.
 

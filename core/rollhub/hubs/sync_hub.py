@@ -36,11 +36,6 @@ class Hub:
         """Record a new policy version."""
         self._loop.call_soon(self._hub.set_weight_version, version)
 
-    def expect_policy(self) -> None:
-        """Nothing samples until the next policy is published: an engine in this process
-        frees what it kept for reuse under the current weights."""
-        self._loop.call_soon(self._hub.expect_policy)
-
     def publish_policy(self, policy: Policy, version: int) -> None:
         """Hand a new policy to the sampling side and make ``version`` current."""
         self._loop.run(self._hub.publish_policy(policy, version))

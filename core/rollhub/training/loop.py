@@ -248,8 +248,6 @@ class TrainingLoop:
                 groups = list(await asyncio.gather(*pending))
                 pending = []
                 t_train = time.monotonic()
-                if window == 0:  # nothing samples until this step's policy is published
-                    self.hub.expect_policy()
                 batch = self._batch(s, groups)
                 result = await trainer.step(batch)
                 _check_result(result, batch)

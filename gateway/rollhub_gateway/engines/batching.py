@@ -91,7 +91,6 @@ class BatchEngine:
         }
         self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens else None
         self._policy: tuple[Policy, int | None] | None = None
-        self._drop_reusable = False  # set by drop_reusable_states, cleared by the worker
         self._pending: deque[Row] = deque()
         self._rows: list[Row] = []  # row i holds slot i
         self._builds: list[Build] = []
@@ -134,13 +133,6 @@ class BatchEngine:
         policy = checked_policy(self.model, policy)
         with self._cond:
             self._policy = (policy, weight_version)
-            self._cond.notify()
-
-    def drop_reusable_states(self) -> None:
-        """Empty the prefix cache at the next moment no row decodes (the worker thread
-        owns it); what it held is recomputed by the next requests that need it."""
-        with self._cond:
-            self._drop_reusable = True
             self._cond.notify()
 
     def relabel(self, weight_version: int | None) -> None:
@@ -186,7 +178,6 @@ class BatchEngine:
                         and not self._pending
                         and not self._rows
                         and self._policy is None
-                        and not self._drop_reusable
                     ):
                         self._cond.wait()
                     if self._stopping:
@@ -196,10 +187,6 @@ class BatchEngine:
                     self._drop([r for r in self._rows if r.aborted], "abort")
                     if self._policy is not None and not self._rows:
                         self._apply_policy()
-                    if self._drop_reusable and not self._rows:
-                        self._drop_reusable = False
-                        if self.prefix_cache is not None:
-                            self.prefix_cache.clear()
                     if self._policy is None:
                         self._admit()
                     if self._rows:

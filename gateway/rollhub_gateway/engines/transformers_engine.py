@@ -153,12 +153,6 @@ class TransformersBackend(SamplingBackend):
         if is_module(policy):
             self.model = policy
 
-    def expect_policy(self) -> None:
-        """Free the prefix cache once the batch is empty: its states belong to the weights
-        about to be replaced, and the trainer sharing this process uses the memory."""
-        if self.engine is not None:
-            self.engine.drop_reusable_states()
-
     def set_weight_version(self, version: int | None) -> None:
         """The weights held now carry ``version`` too (a step that trained nothing)."""
         if self.engine is not None:

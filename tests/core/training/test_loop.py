@@ -178,19 +178,13 @@ async def test_bounded_staleness(tmp_path, window):
     try:
         cfg = _config(tmp_path, epochs=1, experiment={"max_staleness": window, "n_samples": 2})
         hub = make_hub(cfg, _Plugin(), run_dir=tmp_path / "run")
-        expected: list[int] = []  # how many steps the trainer had taken at each call
         async with hub:
-            trainer = hub.trainer
-            setattr(hub, "expect_policy", lambda: expected.append(len(trainer.batches)))  # noqa: B010
             await TrainingLoop(hub, _payloads(8, tmp_path / "log"), run_dir=tmp_path / "run").run()
             batches = hub.trainer.batches
     finally:
         RecordingTrainer.step_delay = 0.0
     lags = [b.weight_version - e.weight_version for b in batches for e in b.episodes]
     assert max(lags) == window
-    # on-policy, the sampling side hears before each step that nothing samples until
-    # the step's policy comes (an engine frees its stale reusable states for the trainer)
-    assert expected == (list(range(len(batches))) if window == 0 else [])
     assert min(lags) >= 0
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert max(r["staleness_max"] for r in rows) == window

@@ -84,27 +84,6 @@ async def test_an_idle_engine_holds_no_key_value_slots(smollm: TransformersBacke
     assert [g.token_ids for g in again] == [g.token_ids for g in first]
 
 
-async def test_expecting_a_policy_frees_the_prefix_cache(
-    smollm: TransformersBackend, chat_ids
-) -> None:
-    # on-policy training: once a step's episodes are in, the cached states are of weights
-    # about to be replaced, and the trainer in this process needs the memory
-    params = SamplingParams(max_tokens=8, temperature=0.0)
-    prompts = [chat_ids(q) for q in QUESTIONS[:3]]
-    first = await asyncio.gather(*(smollm.generate(p, params) for p in prompts))
-    engine = smollm.engine
-    assert engine is not None and engine.prefix_cache is not None
-    assert engine.prefix_cache.tokens > 0
-    smollm.expect_policy()
-    deadline = time.monotonic() + 5
-    while engine.prefix_cache.tokens and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)  # the engine thread owns the cache and empties it
-    assert engine.prefix_cache.tokens == 0 and len(engine.prefix_cache) == 0
-    again = await asyncio.gather(*(smollm.generate(p, params) for p in prompts))
-    assert [g.token_ids for g in again] == [g.token_ids for g in first]
-    assert engine.prefix_cache.tokens > 0  # filled again by the next requests
-
-
 async def test_stream_yields_tokens_before_the_generation_ends(
     smollm: TransformersBackend, chat_ids
 ) -> None:
