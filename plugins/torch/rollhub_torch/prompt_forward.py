@@ -2,8 +2,10 @@
 
 The samples of a GRPO group share their prompt token for token; the trainer forwards it
 once (with autograd, the top layers' part of it is trained too) and then the responses,
-``max_rows`` at a time, on its key/value states. Only the sampled tokens' log-probabilities
-come out (:mod:`rollhub_torch.token_logprobs`), at the sampling temperature.
+``max_rows`` at a time, on its key/value states, the trained layers' activations
+recomputed in the backward pass (:mod:`rollhub_torch.recompute`). Only the sampled
+tokens' log-probabilities come out (:mod:`rollhub_torch.token_logprobs`), at the sampling
+temperature.
 """
 
 from __future__ import annotations
@@ -36,25 +38,30 @@ class PromptForward:
         return cls(model, model.get_decoder()(input_ids=prompt, use_cache=True), cache_kw)
 
     def token_logprobs(self, group: PromptGroup, ids: torch.Tensor, trained: torch.Tensor,
-                       temperature: float) -> torch.Tensor:
+                       temperature: float, *, recompute: bool = True) -> torch.Tensor:
         """Log-probabilities (at ``temperature``) of the sampled tokens where ``trained``,
-        the responses ``ids`` forwarded as a batch on the prompt's states."""
-        import torch
-        from transformers import DynamicCache
+        the responses ``ids`` forwarded as a batch on the prompt's states (the trained
+        layers' activations recomputed in the backward pass unless ``recompute`` is false)."""
+        from contextlib import nullcontext
 
-        from rollhub_torch.token_logprobs import sampled_logprobs  # imports torch
+        import torch
+
+        from rollhub_torch.recompute import ReplayableCache, recomputed  # imports torch
+        from rollhub_torch.token_logprobs import sampled_logprobs
 
         n = len(group.responses)
-        expanded = DynamicCache(ddp_cache_data=[
+        expanded = ReplayableCache([
             (layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1))
             for layer in self.states.layers
         ])
         valid = (torch.arange(ids.shape[1]).unsqueeze(0)
                  < torch.tensor([len(r.token_ids) for r in group.responses]).unsqueeze(1))
         mask = torch.cat([torch.ones((n, self.length), dtype=torch.long), valid.long()], 1)
-        hidden = self.model.get_decoder()(
-            input_ids=ids, attention_mask=mask, use_cache=True, **{self.cache_kw: expanded}
-        ).last_hidden_state
+        decoder = self.model.get_decoder()
+        with recomputed(decoder.layers) if recompute else nullcontext():
+            hidden = decoder(
+                input_ids=ids, attention_mask=mask, use_cache=True, **{self.cache_kw: expanded}
+            ).last_hidden_state
         # position j of a response is predicted by the state before it: the prompt's last
         # for j = 0, the response's own j - 1 after that
         before = torch.cat(

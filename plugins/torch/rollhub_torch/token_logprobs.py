@@ -26,8 +26,9 @@ import torch.nn.functional as F
 
 __all__ = ["sampled_logprobs"]
 
-#: tokens whose logits exist at once (~50 MB of float32 logits at SmolLM2's vocabulary)
-CHUNK = 256
+#: tokens whose logits exist at once (~12 MB of float32 logits at SmolLM2's vocabulary; a
+#: chunk's few temporaries of that size are the peak of a response batch's forward pass)
+CHUNK = 64
 
 
 def sampled_logprobs(

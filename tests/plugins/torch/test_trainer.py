@@ -109,12 +109,14 @@ def trainer_tail_ids(episodes: list[Episode]) -> list[int]:
     return [t for t, m in zip(record.response_ids, record.response_mask, strict=True) if not m]
 
 
-@pytest.mark.parametrize("max_rows", [16, 4, 1])
+@pytest.mark.parametrize(("max_rows", "recompute"), [(16, True), (4, True), (1, True), (4, False)])
 def test_grouped_forward_gives_the_gradient_of_whole_records(
-    episodes: list[Episode], max_rows: int
+    episodes: list[Episode], max_rows: int, recompute: bool
 ) -> None:
-    # 16: the six responses in one batch; 4 and 1: in parts, on one forward of the prompt
-    trainer = _trainer(learning_rate=0.0, grad_clip_norm=0.0, max_rows=max_rows)  # clipping would rescale
+    # 16: the six responses in one batch; 4 and 1: in parts, on one forward of the prompt;
+    # the trained layers' activations recomputed in the backward pass, or kept
+    trainer = _trainer(learning_rate=0.0, grad_clip_norm=0.0, max_rows=max_rows,
+                       recompute=recompute)  # clipping would rescale
     pairs = [(e, 1.0 if e.reward else -1.0) for e in episodes]
     groups, stats = prompt_groups(pairs)
     trainer._train(groups, stats.trained_tokens)
