@@ -136,6 +136,7 @@ def bare(batch: int, threads: int, new: int) -> None:
     decoder = Decoder(model.eval())
     longest = max(len(p) for p in prompts) + 2 * new + len(suffix) + 2
     slots = SlotCache(decoder.shape, batch, longest, decoder.dtype)
+    slots.reserve(longest, 0, batch)
     generator = torch.Generator().manual_seed(0)
     lengths = [0] * batch
     decode_s = decode_cpu = 0.0
@@ -145,8 +146,7 @@ def bare(batch: int, threads: int, new: int) -> None:
         for _turn in range(2):
             step = Pass(tokens=[], positions=[], rows=0)
             for b, feed in enumerate(feeds):
-                step.chunks.append(Chunk(len(step.tokens), len(feed), slots.keys[:, b],
-                                         slots.values[:, b], lengths[b]))
+                step.chunks.append(Chunk(len(step.tokens), len(feed), *slots.layers(b), lengths[b]))
                 step.tokens += feed
                 step.positions += range(lengths[b], lengths[b] + len(feed))
                 lengths[b] += len(feed)
@@ -429,6 +429,7 @@ def gil(batch: int, threads: int, new: int, duty: float = 0.2,
     prompt = prompts[0]
     span = Span.empty(decoder.shape, len(prompt), decoder.dtype)
     slots = SlotCache(decoder.shape, batch, new + 1, decoder.dtype)
+    slots.reserve(new + 1, 0, batch)
 
     def steps() -> float:
         start = time.perf_counter()

@@ -278,7 +278,7 @@ class BatchEngine:
                 slot = self._rows.index(row)
                 row.span, row.span_len = hit.span, hit.span_len
                 if hit.tail is not None:
-                    self.slots.reserve(hit.tail_len + new, self._filled())
+                    self.slots.reserve(hit.tail_len + new, self._filled(), len(self._rows))
                     tail = hit.tail
                     self.slots.write(
                         slot, 0, tail.keys[:, :, : hit.tail_len], tail.values[:, :, : hit.tail_len]
@@ -343,7 +343,9 @@ class BatchEngine:
         """This step's pass (:func:`.step_plan.plan_pass`); completed builds are cached
         and their rows start on their spans."""
         rows = self._rows
-        self.slots.reserve(max(r.private + len(r.feed) + 1 for r in rows), self._filled())
+        self.slots.reserve(
+            max(r.private + len(r.feed) + 1 for r in rows), self._filled(), len(rows)
+        )
         step, done = plan_pass(rows, self._builds, self.slots, PREFILL_BUDGET)
         self.stats["prefill_tokens"] += done.prefill_tokens
         self.stats["prefills"] += done.tails_done + len(done.built)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
 
-    from .kv_store import SlotCache, Span
+    from .kv_store import SlotCache, SlotLayers, Span
 
 __all__ = ["Chunk", "Decoder", "Group", "Pass", "check_model"]
 
@@ -93,8 +93,8 @@ class Chunk:
 
     start: int
     count: int
-    keys: torch.Tensor
-    values: torch.Tensor
+    keys: torch.Tensor | SlotLayers
+    values: torch.Tensor | SlotLayers
     write: int
     span: Span | None = None
     span_len: int = 0

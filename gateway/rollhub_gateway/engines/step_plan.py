@@ -129,7 +129,7 @@ def plan_pass(
         if not row.feed or budget <= 0:
             continue
         take = row.feed[:budget]
-        keys, values = slots.keys[:, slot], slots.values[:, slot]
+        keys, values = slots.layers(slot)
         step.chunks.append(
             Chunk(len(step.tokens), len(take), keys, values, row.private, row.span, row.span_len)
         )

@@ -77,7 +77,7 @@ def test_every_kind_of_pass_matches_the_hf_forward(kind: str, extra: dict) -> No
             tokens=b[25:],
             positions=list(range(25, len(b))),
             rows=0,
-            chunks=[Chunk(0, 9, slots.keys[:, 1], slots.values[:, 1], 0, span, 25)],
+            chunks=[Chunk(0, 9, *slots.layers(1), 0, span, 25)],
             sample=[8],
         )
         logits = decoder.forward(step, slots)
@@ -89,7 +89,7 @@ def test_every_kind_of_pass_matches_the_hf_forward(kind: str, extra: dict) -> No
             tokens = list(nxt)
             chunks, sample = [], [0, 1]
             if turn == 1:  # a third row prefills in slot 2 while the two decode
-                chunks = [Chunk(2, len(c), slots.keys[:, 2], slots.values[:, 2], 0)]
+                chunks = [Chunk(2, len(c), *slots.layers(2), 0)]
                 tokens += c
                 sample.append(2 + len(c) - 1)
             step = Pass(
@@ -136,4 +136,22 @@ def test_released_slots_hold_nothing_and_come_back_at_their_initial_capacity() -
     slots.reserve(5, 0)
     assert slots.capacity == 8 and slots.nbytes == 2 * 2 * 3 * 1 * 8 * 4 * 4
     slots.write(1, 0, torch.ones(2, 1, 5, 4), torch.ones(2, 1, 5, 4))
-    assert float(slots.keys[:, 1, :, :5].sum()) == 2 * 5 * 4
+    assert sum(float(k[1, :, :5].sum()) for k in slots.keys) == 2 * 5 * 4
+
+
+def test_slots_are_allocated_for_the_rows_present_and_growth_keeps_their_states() -> None:
+    slots = SlotCache((2, 1, 4), 32, 8, torch.float32)
+    slots.reserve(5, 0, rows=3)
+    assert (slots.slots, slots.capacity) == (8, 8)  # a multiple of 8 rows, not all 32
+    slots.write(2, 0, torch.full((2, 1, 5, 4), 2.0), torch.full((2, 1, 5, 4), 3.0))
+    slots.reserve(20, 5, rows=3)  # a long row grows every slot present: 3 rows' worth
+    assert (slots.slots, slots.capacity) == (8, 32)
+    slots.reserve(20, 5, rows=17)  # more rows joined
+    assert (slots.slots, slots.capacity) == (24, 32)
+    assert slots.nbytes == 2 * 2 * 24 * 1 * 32 * 4 * 4
+    keys, values = slots.layers(2)
+    for layer in range(2):
+        assert torch.equal(keys[layer][:, :5], torch.full((1, 5, 4), 2.0))
+        assert torch.equal(values[layer][:, :5], torch.full((1, 5, 4), 3.0))
+    span = slots.span(2, 5)
+    assert span.keys.shape == (2, 1, 5, 4) and float(span.values.sum()) == 3.0 * 2 * 5 * 4
