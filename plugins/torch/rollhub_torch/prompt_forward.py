@@ -2,8 +2,8 @@
 
 The samples of a GRPO group share their prompt token for token; the trainer forwards it
 once (with autograd, the top layers' part of it is trained too) and then the responses,
-``max_rows`` at a time, on its key/value states, the trained layers' activations
-recomputed in the backward pass (:mod:`rollhub_torch.recompute`). Only the sampled
+``max_rows`` at a time, on its key/value states, optionally recomputing the trained
+layers' activations in the backward pass (:mod:`rollhub_torch.recompute`). Only the sampled
 tokens' log-probabilities come out (:mod:`rollhub_torch.token_logprobs`), at the sampling
 temperature.
 """
@@ -38,10 +38,10 @@ class PromptForward:
         return cls(model, model.get_decoder()(input_ids=prompt, use_cache=True), cache_kw)
 
     def token_logprobs(self, group: PromptGroup, ids: torch.Tensor, trained: torch.Tensor,
-                       temperature: float, *, recompute: bool = True) -> torch.Tensor:
+                       temperature: float, *, recompute: bool = False) -> torch.Tensor:
         """Log-probabilities (at ``temperature``) of the sampled tokens where ``trained``,
-        the responses ``ids`` forwarded as a batch on the prompt's states (the trained
-        layers' activations recomputed in the backward pass unless ``recompute`` is false)."""
+        the responses ``ids`` forwarded as a batch on the prompt's states (with ``recompute``,
+        the trained layers' activations are recomputed in the backward pass, not kept)."""
         from contextlib import nullcontext
 
         import torch

@@ -1,4 +1,5 @@
-"""The trained layers' activations are recomputed in the backward pass, not kept.
+"""With ``recompute``, the trained layers' activations are recomputed in the backward
+pass, not kept.
 
 The gradient itself is checked against whole-record forward passes in
 ``test_trainer.py::test_grouped_forward_gives_the_gradient_of_whole_records``; here, what a
@@ -51,7 +52,7 @@ def test_a_response_batch_keeps_only_the_trained_layers_inputs(trainer: TorchTra
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        logprobs = prompt.token_logprobs(group, ids, trained, T)
+        logprobs = prompt.token_logprobs(group, ids, trained, T, recompute=True)
     # the MLP's intermediates (the largest activations) would be kept for every trained layer
     assert not [s for s in kept if s and s[-1] == config.intermediate_size], kept
     # each trained layer's input is
