@@ -64,17 +64,29 @@ def check_run_config(cfg: RollhubConfig, host: PluginHost | None = None) -> Plug
 
 
 def load_payloads(cfg: RollhubConfig) -> list[dict[str, Any]]:
-    """The dataset's payloads (every line checked, ``max_prompts`` applied)."""
+    """The dataset's payloads (every line checked, ``max_prompts`` applied; with
+    ``training.stratify``, every payload has that field)."""
     if not cfg.experiment.dataset:
         raise ConfigError(
             "experiment.dataset is not set; point it at a JSONL file of prompts",
             field="experiment.dataset",
         )
-    return load_jsonl_dataset(
+    payloads = load_jsonl_dataset(
         cfg.path(cfg.experiment.dataset),
         id_field=cfg.experiment.id_field,
         limit=cfg.experiment.max_prompts,
     )
+    field = cfg.training.stratify
+    missing = [p for p in payloads if field and field not in p]
+    if missing:
+        raise ConfigError(
+            f"training.stratify = {field!r}, but {len(missing)} prompt(s) of "
+            f"{cfg.experiment.dataset} have no {field!r} field (the first: "
+            f"{cfg.experiment.id_field} {missing[0].get(cfg.experiment.id_field)!r}); give "
+            "every prompt one, or drop training.stratify",
+            field="training.stratify",
+        )
+    return payloads
 
 
 def load_held_out(cfg: RollhubConfig) -> list[dict[str, Any]]:

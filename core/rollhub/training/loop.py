@@ -76,6 +76,13 @@ def schedule(
 
     :raises UsageError: a prompt lacks the ``stratify`` field.
     """
+    missing = [i for i, p in enumerate(payloads) if stratify and stratify not in p]
+    if missing:
+        raise UsageError(
+            f"training.stratify = {stratify!r}, but prompt {missing[0]} of the dataset (of "
+            f"{len(missing)}) has no {stratify!r} field; give every prompt one, or drop "
+            "training.stratify"
+        )
     order: list[Mapping[str, Any]] = []
     for epoch in range(epochs):
         items = list(payloads)
@@ -89,12 +96,7 @@ def _spread(items: list[Mapping[str, Any]], field: str) -> list[Mapping[str, Any
     """``items`` reordered so each ``field`` value's j-th of n items sits at (j + ½)/n of
     the way through: every window holds each value in proportion (ties: first seen)."""
     strata: dict[Any, list[Mapping[str, Any]]] = {}
-    for i, item in enumerate(items):
-        if field not in item:
-            raise UsageError(
-                f"training.stratify = {field!r}, but prompt {i} (id {item.get('id')!r}) has no "
-                f"{field!r} field; give every prompt one, or drop training.stratify"
-            )
+    for item in items:
         strata.setdefault(item[field], []).append(item)
     placed = [
         ((j + 0.5) / len(members), rank, j, item)

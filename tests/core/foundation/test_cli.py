@@ -48,3 +48,17 @@ def test_run_without_dataset_is_a_config_error(tmp_path, capsys):
     cfg.write_text("[experiment]\nname = 'x'\n")
     assert main(["run", str(cfg)]) == 2
     assert "experiment.dataset is not set" in capsys.readouterr().err
+
+
+def test_a_prompt_without_the_stratify_field_is_refused_before_the_run_starts(tmp_path, capsys):
+    data = tmp_path / "prompts.jsonl"
+    data.write_text('{"id": "a", "split": "x"}\n{"id": "b"}\n{"id": "c", "split": "y"}\n')
+    cfg = tmp_path / "rollhub.toml"
+    cfg.write_text(
+        "[experiment]\nname = 'x'\ndataset = 'prompts.jsonl'\nid_field = 'id'\n"
+        f"output_dir = '{tmp_path / 'runs'}'\n[training]\nstratify = 'split'\n"
+    )
+    assert main(["run", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "training.stratify = 'split'" in err and "id 'b'" in err, err
+    assert not (tmp_path / "runs").exists()  # refused before a run directory was made

@@ -123,7 +123,7 @@ def test_the_loop_trains_in_the_configured_stratified_order(tmp_path):
 
 def test_stratify_names_the_missing_field():
     items = [*_depths()[:3], {"id": "odd"}]
-    with pytest.raises(UsageError, match=r"training.stratify = 'split'.*'odd'.*no 'split' field"):
+    with pytest.raises(UsageError, match=r"training.stratify = 'split'.*prompt 3 .*no 'split' field"):
         schedule(items, epochs=1, shuffle=True, seed=1, stratify="split")
 
 
