@@ -14,9 +14,9 @@ A row's context is at most two pieces, both allocated ahead of the steps that fi
 Rows occupy slots ``0 .. rows - 1`` in order: a row that leaves is replaced by the last
 one (its few private positions are copied over), so a decoding step reads one contiguous
 block of slots. The capacity grows by doubling when a row needs more positions, for the
-rows present, one layer at a time; when the batch empties the slots are given back and the next row allocates the initial capacity
-again, so neither a long generation nor an idle engine (on-policy training runs while the
-engine waits) holds the memory.
+rows present, one layer at a time; when the batch empties the slots are given back and the
+next row allocates the initial capacity again, so neither a long generation nor an idle
+engine (on-policy training runs while the engine waits) holds the memory.
 """
 
 from __future__ import annotations
