@@ -5,7 +5,9 @@ once (with autograd, the top layers' part of it is trained too) and then the res
 ``max_rows`` at a time, on its key/value states, optionally recomputing the trained
 layers' activations in the backward pass (:mod:`rollhub_torch.recompute`). Only the sampled
 tokens' log-probabilities come out (:mod:`rollhub_torch.token_logprobs`), at the sampling
-temperature.
+temperature. The prompts of a step's groups usually share their start too (a system prompt,
+the tools' schema): the trainer forwards that once a step and each prompt's rest on it
+(:meth:`PromptForward.extend`).
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ __all__ = ["PromptForward"]
 class PromptForward:
     """A prompt forwarded once; its responses are forwarded as batches on its states."""
 
-    def __init__(self, model: PreTrainedModel, out: Any, cache_kw: str) -> None:
+    def __init__(
+        self, model: PreTrainedModel, out: Any, cache_kw: str, before: int = 0
+    ) -> None:
         self.model, self.out, self.cache_kw = model, out, cache_kw
         self.states = getattr(out, cache_kw)
-        self.length = int(out.last_hidden_state.shape[1])
+        # tokens in the states: those forwarded here after ``before`` already held
+        self.length = before + int(out.last_hidden_state.shape[1])
 
     @classmethod
     def run(cls, model: PreTrainedModel, prompt_ids: tuple[int, ...], cache_kw: str) -> PromptForward:
@@ -36,6 +41,23 @@ class PromptForward:
 
         prompt = torch.tensor([prompt_ids], dtype=torch.long)
         return cls(model, model.get_decoder()(input_ids=prompt, use_cache=True), cache_kw)
+
+    def extend(self, suffix_ids: tuple[int, ...]) -> PromptForward:
+        """This prompt followed by ``suffix_ids``, forwarded on its states (which stay as
+        they are: other prompts may extend the same prefix)."""
+        if not suffix_ids:
+            return self
+        import torch
+        from transformers import DynamicCache
+
+        states = DynamicCache(
+            ddp_cache_data=[(layer.keys, layer.values) for layer in self.states.layers]
+        )
+        out = self.model.get_decoder()(
+            input_ids=torch.tensor([suffix_ids], dtype=torch.long), use_cache=True,
+            **{self.cache_kw: states},
+        )
+        return PromptForward(self.model, out, self.cache_kw, before=self.length)
 
     def token_logprobs(self, group: PromptGroup, ids: torch.Tensor, trained: torch.Tensor,
                        temperature: float, *, recompute: bool = False) -> torch.Tensor:

@@ -15,7 +15,7 @@ retokenised: the ids are the ones the sampler saw and produced.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -27,7 +27,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PromptGroup", "Response", "SequenceStats", "prompt_groups", "response_tensors",
+    "shared_prefix",
 ]
+
+#: a prefix the prompts share is forwarded once a step when it is at least this long
+MIN_SHARED = 32
 
 #: what the conversion did; the core's statistics of fitting (records, tokens, cuts)
 SequenceStats = FitStats
@@ -94,3 +98,16 @@ def response_tensors(
         sampler[j, :k] = torch.tensor(r.logprobs)
     advantage = torch.tensor([r.advantage for r in rows]).unsqueeze(1).expand(n, width)
     return ids, trained, sampler, advantage
+
+
+def shared_prefix(prompts: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+    """The tokens all of several ``prompts`` start with (a system prompt, the tools'
+    schema), when there are at least :data:`MIN_SHARED`; else ``()``."""
+    if len(prompts) < 2:
+        return ()
+    first, n = prompts[0], min(len(p) for p in prompts)
+    for i in range(n):
+        if any(p[i] != first[i] for p in prompts[1:]):
+            n = i
+            break
+    return tuple(first[:n]) if n >= MIN_SHARED else ()

@@ -54,7 +54,7 @@ from rollhub.training import PolicyTrainer, StepResult, TrainerOptions, Training
 
 from rollhub_torch.losses import LossFn, reference_penalty, token_loss
 from rollhub_torch.prompt_forward import PromptForward
-from rollhub_torch.sequences import PromptGroup, prompt_groups
+from rollhub_torch.sequences import PromptGroup, prompt_groups, shared_prefix
 from rollhub_torch.sequences import response_tensors as _response_tensors
 from rollhub_torch.shared_weights import copy_trained
 
@@ -222,8 +222,11 @@ class TorchTrainer(PolicyTrainer):
 
         self.optimizer.zero_grad(set_to_none=True)
         totals: defaultdict[str, float] = defaultdict(float)
-        for group in groups:
-            self._backward(group, tokens, totals)
+        shared = shared_prefix([g.prompt_ids for g in groups])
+        # forwarded once a step; its graph is kept until the last group's backward pass
+        start = PromptForward.run(self.model, shared, self._cache_kw) if shared else None
+        for i, group in enumerate(groups):
+            self._backward(group, tokens, totals, start=start, last=i == len(groups) - 1)
         params = list(self.trained.values())
         clip = self.options.grad_clip_norm
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf)
@@ -240,23 +243,32 @@ class TorchTrainer(PolicyTrainer):
             metrics["reference_kl"] = totals["ref_kl"] / n
         return metrics
 
-    def _backward(self, group: PromptGroup, tokens: int, totals: defaultdict[str, float]) -> None:
-        """Forward one prompt, then its responses ``max_rows`` at a time on its states, and
-        backpropagate each part's share of the loss (its sums added to ``totals``). The
-        prompt's graph is kept until the last part: it is forwarded once however many parts
-        there are, and only one part's activations exist at a time."""
+    def _backward(
+        self, group: PromptGroup, tokens: int, totals: defaultdict[str, float], *,
+        start: PromptForward | None = None, last: bool = True,
+    ) -> None:
+        """Forward one prompt (the rest of it after ``start``, the step's shared prefix),
+        then its responses ``max_rows`` at a time on its states, and backpropagate each
+        part's share of the loss (its sums added to ``totals``). The prompt's graph is kept
+        until the last part (and ``start``'s until the step's ``last`` group): it is
+        forwarded once however many parts there are, and only one part's activations exist
+        at a time."""
         import torch
 
         opts = self.options
-        prompt = PromptForward.run(self.model, group.prompt_ids, self._cache_kw)
+        prompt = (
+            start.extend(group.prompt_ids[start.length :]) if start is not None
+            else PromptForward.run(self.model, group.prompt_ids, self._cache_kw)
+        )
         reference = None
         if self.reference is not None:
             with torch.no_grad():
                 reference = PromptForward.run(self.reference, group.prompt_ids, self._cache_kw)
         rows = group.responses
         starts = range(0, len(rows), opts.max_rows)
-        for start in starts:
-            part = PromptGroup(group.prompt_ids, rows[start : start + opts.max_rows])
+        keep = start is not None and not last  # the shared prefix's graph outlives this group
+        for begin in starts:
+            part = PromptGroup(group.prompt_ids, rows[begin : begin + opts.max_rows])
             ids, trained, sampler, advantage = _response_tensors(part)
             old, adv = sampler[trained], advantage[trained]
             learner = prompt.token_logprobs(
@@ -274,7 +286,7 @@ class TorchTrainer(PolicyTrainer):
                 per_token = per_token + opts.kl_coef * penalty
                 ref_kl = penalty.detach().sum()
             loss = per_token.sum() / max(tokens, 1)
-            loss.backward(retain_graph=start != starts[-1])
+            loss.backward(retain_graph=keep or begin != starts[-1])
             drift = old - learner.detach()
             totals["loss"] += float(loss.detach())
             totals["kl"] += float(drift.sum())
