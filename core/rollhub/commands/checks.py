@@ -22,6 +22,7 @@ from rollhub.errors import ConfigError, RollhubError
 from rollhub.plugin_host.settings import check_config
 from rollhub.plugins import PluginHost, build_host
 from rollhub.registry import build_options
+from rollhub.training.loop import check_stratify
 
 log = logging.getLogger(__name__)
 
@@ -76,16 +77,8 @@ def load_payloads(cfg: RollhubConfig) -> list[dict[str, Any]]:
         id_field=cfg.experiment.id_field,
         limit=cfg.experiment.max_prompts,
     )
-    field = cfg.training.stratify
-    missing = [p for p in payloads if field and field not in p]
-    if missing:
-        raise ConfigError(
-            f"training.stratify = {field!r}, but {len(missing)} prompt(s) of "
-            f"{cfg.experiment.dataset} have no {field!r} field (the first: "
-            f"{cfg.experiment.id_field} {missing[0].get(cfg.experiment.id_field)!r}); give "
-            "every prompt one, or drop training.stratify",
-            field="training.stratify",
-        )
+    if cfg.training.stratify:
+        check_stratify(payloads, cfg.training.stratify, id_field=cfg.experiment.id_field)
     return payloads
 
 

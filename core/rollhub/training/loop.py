@@ -36,7 +36,7 @@ from typing import Any
 from rollhub.config import RollhubConfig
 from rollhub.dataset import group_id_of
 from rollhub.episode import EpisodeGroup
-from rollhub.errors import UsageError
+from rollhub.errors import ConfigError, UsageError
 from rollhub.hubs.async_hub import AsyncHub
 from rollhub.policies import effective_staleness
 from rollhub.scoring.group_rewards import group_reward_metrics
@@ -74,15 +74,10 @@ def schedule(
     evenly over the epoch, so every stretch of the schedule (a step's batch) holds the
     values in the dataset's proportions instead of whatever mix the shuffle dealt.
 
-    :raises UsageError: a prompt lacks the ``stratify`` field.
+    :raises ConfigError: a prompt lacks the ``stratify`` field.
     """
-    missing = [i for i, p in enumerate(payloads) if stratify and stratify not in p]
-    if missing:
-        raise UsageError(
-            f"training.stratify = {stratify!r}, but prompt {missing[0]} of the dataset (of "
-            f"{len(missing)}) has no {stratify!r} field; give every prompt one, or drop "
-            "training.stratify"
-        )
+    if stratify:
+        check_stratify(payloads, stratify)
     order: list[Mapping[str, Any]] = []
     for epoch in range(epochs):
         items = list(payloads)
@@ -90,6 +85,22 @@ def schedule(
             random.Random(seed + epoch).shuffle(items)
         order.extend(_spread(items, stratify) if stratify else items)
     return order
+
+
+def check_stratify(
+    payloads: Sequence[Mapping[str, Any]], field: str, *, id_field: str = "id"
+) -> None:
+    """Raise a :class:`ConfigError` naming the first prompt without ``field``."""
+    missing = [i for i, p in enumerate(payloads) if field not in p]
+    if missing:
+        first = missing[0]
+        raise ConfigError(
+            f"training.stratify = {field!r}, but {len(missing)} prompt(s) have no {field!r} "
+            f"field (the first: prompt {first} of the dataset, {id_field} "
+            f"{payloads[first].get(id_field)!r}); give every prompt one, or drop "
+            "training.stratify",
+            field="training.stratify",
+        )
 
 
 def _spread(items: list[Mapping[str, Any]], field: str) -> list[Mapping[str, Any]]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from rollhub import hookimpl
-from rollhub.errors import UsageError
+from rollhub.errors import ConfigError, UsageError
 from rollhub.testing import make_hub
 from rollhub.training import PolicyTrainer, StepResult, TrainingBatch
 from rollhub.training.loop import TrainingLoop, schedule
@@ -123,7 +123,7 @@ def test_the_loop_trains_in_the_configured_stratified_order(tmp_path):
 
 def test_stratify_names_the_missing_field():
     items = [*_depths()[:3], {"id": "odd"}]
-    with pytest.raises(UsageError, match=r"training.stratify = 'split'.*prompt 3 .*no 'split' field"):
+    with pytest.raises(ConfigError, match=r"training.stratify = 'split'.*no 'split'.*prompt 3 .*'odd'"):
         schedule(items, epochs=1, shuffle=True, seed=1, stratify="split")
 
 
