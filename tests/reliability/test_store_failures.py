@@ -6,6 +6,7 @@ else a store whose writes fail with ENOSPC), with callbacks and without.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import subprocess
 import time
@@ -150,3 +151,35 @@ modules = ["full_store"]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["by_status"] == {"store_error": 6}
     assert "No space left on device" in json.dumps(summary)
+
+
+@aio
+async def test_store_failure_seen_while_the_submit_answer_is_late_frees_the_slot(tmp_path) -> None:
+    """The app fails to store and the liveness poll reports it before the client has read
+    the worker's answer to ``POST /invocations`` (a loaded client): the slot must still be
+    freed, not re-taken by the late answer and held for the worker's whole life."""
+    root = tmp_path / "not-a-dir"
+    root.write_text("x")
+    store = FileResultStore(root, fsync=False)
+    rt = make_runtime(workers=1, ping_interval_s=0.1)
+    async with rt, AsyncRolloutClient(rt, store, exp_id="late", callbacks=False) as client:
+        http = rt._http
+        real = http.request
+
+        posts = 0
+
+        async def late_answer(method, port, path, **kw):
+            nonlocal posts
+            response = await real(method, port, path, **kw)
+            if method == "POST" and path == "/invocations":
+                posts += 1
+                if posts > 1:  # the first is read at once, so the poll lists the worker's
+                    await asyncio.sleep(1.0)  # sessions while the others' answers wait
+            return response
+
+        http.request = late_answer
+        outs = [await f for f in [client.invoke({"x": i}, timeout=30) for i in range(4)]]
+        await asyncio.sleep(0.5)  # a few more polls: nothing left to free by then
+        load = sum(rt.load().values())
+    assert [o.status for o in outs] == ["store_error"] * 4
+    assert load == 0

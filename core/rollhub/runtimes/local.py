@@ -178,7 +178,11 @@ class LocalRuntime(Runtime):
         if response.status_code != 200:
             self._forget(sid)
             raise refusal_error(response, sid)
-        worker.sessions[sid] = time.monotonic()
+        # The session may have ended and been freed while this answer was on its way (a
+        # liveness poll saw its store failure, or a cancel came): taking the slot back then
+        # would hold it for the worker's whole life.
+        if self._where.get(sid) is worker:
+            worker.sessions[sid] = time.monotonic()
         body = response.json()
         return SubmitReceipt(
             session_id=sid,
