@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from rollhub.errors import GatewayError
 
 from .batch_sampling import Draw, sample_rows
+from .cpu_threads import engine_threads, set_thread_count
 from .decoder import Decoder, Pass
 from .kv_store import SlotCache, Span
 from .policy_tensors import Policy, checked_policy, is_module
@@ -168,8 +169,7 @@ class BatchEngine:
     def _run(self) -> None:
         import torch
 
-        if self.threads:
-            torch.set_num_threads(self.threads)
+        set_thread_count(engine_threads(self.threads))
         with torch.inference_mode():
             while True:
                 with self._cond:

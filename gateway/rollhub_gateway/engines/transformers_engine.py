@@ -49,7 +49,11 @@ class TransformersOptions(SamplingBackendOptions):
     device: Literal["cpu"] = Field("cpu", description="only the CPU is supported")
     max_batch_size: int = Field(16, ge=1, description="rows decoded together per forward pass")
     max_new_tokens: int = Field(4096, ge=1, description="cap on any request's max_tokens")
-    threads: int | None = Field(None, ge=1, description="torch intra-op threads (None: torch's)")
+    threads: int | None = Field(
+        None, ge=1,
+        description="torch intra-op threads of the decoding steps (None: every core but one, "
+        "which the gateway and the agents keep)",
+    )
     logprobs_mode: LogprobsMode = Field(
         "sampling",
         description="which distribution a logprob refers to: 'sampling' = log_softmax(logits/T), "
@@ -97,12 +101,9 @@ class TransformersBackend(SamplingBackend):
                 await asyncio.to_thread(self._load)
 
     def _load(self) -> None:
-        import torch
 
         tune_allocator()
         opts = self.options
-        if opts.threads:
-            torch.set_num_threads(opts.threads)
         log.info("loading %s for the transformers engine", opts.model)
         model, tokenizer = load_causal_lm(opts.model, dtype=opts.dtype, field="model")
         model.eval()

@@ -109,7 +109,9 @@ class TrlTrainerOptions(TrainerOptions):
     use_vllm: bool = Field(
         False, description="GPU: TRL's vLLM generates (behind the gateway's vllm engine)"
     )
-    threads: int | None = Field(None, ge=1, description="torch intra-op threads")
+    threads: int | None = Field(
+        None, ge=1, description="torch intra-op threads of training (None: every core)"
+    )
     args: dict[str, Any] = Field(
         default_factory=dict, description="more GRPOConfig fields, passed to TRL as given"
     )
@@ -171,7 +173,7 @@ class TrlTrainer(LoopDriver):
             hub.set_weight_version(start)
         try:
             await asyncio.to_thread(
-                trl_trainer.train, resume_from_checkpoint=True if run.resume else None
+                self._train, trl_trainer, resume_from_checkpoint=True if run.resume else None
             )
         except BaseException:
             rollout.stopping = True  # a cancelled run: TRL's thread stops at its next batch
@@ -186,14 +188,23 @@ class TrlTrainer(LoopDriver):
             "model": str(final),
         }
 
+    def _use_threads(self) -> None:
+        """Give this thread's torch work its cores (threads keep their own count; see
+        :mod:`rollhub_gateway.engines.cpu_threads`)."""
+        from rollhub_gateway.engines.cpu_threads import set_thread_count, usable_cores
+
+        set_thread_count(self.options.threads or usable_cores())
+
+    def _train(self, trl_trainer: Any, **kwargs: Any) -> None:
+        self._use_threads()
+        trl_trainer.train(**kwargs)
+
     def _load_model(
         self, cfg: RollhubConfig
     ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-        import torch
         from rollhub_gateway.models import load_causal_lm, train_top_layers
 
-        if self.options.threads:
-            torch.set_num_threads(self.options.threads)
+        self._use_threads()
         name = self.options.model or _engine_model(cfg)
         model, tokenizer = load_causal_lm(name, field="trainer.model")
         train_top_layers(model, self.options.train_layers)
