@@ -5,7 +5,8 @@ rollhub's training loop drives it (the "rollhub drives" shape). Per step:
 1. the batch's trainable episodes become prompt groups (:mod:`rollhub_torch.sequences`):
    exact sampled ids, the loss mask (tool results and prompts are 0) and the sampler's
    logprobs;
-2. each prompt is forwarded once and its responses, ``max_rows`` at a time, as batches on
+2. each prompt is forwarded once and its responses, at most ``max_rows`` at a time (parts
+   of similar lengths, :func:`~rollhub_torch.sequences.response_parts`), as batches on
    its key/value states; logits are computed only where a token was sampled, a chunk at a
    time, and not kept for the backward pass (:mod:`rollhub_torch.token_logprobs`);
 3. the loss (``importance_sampling``: −min(ratio, ``tis_cap``)·advantage per sampled
@@ -51,10 +52,11 @@ from rollhub.config import RollhubConfig
 from rollhub.errors import ConfigError, RollhubError
 from rollhub.registry import ComponentContext
 from rollhub.training import PolicyTrainer, StepResult, TrainerOptions, TrainingBatch
+from rollhub_gateway.engines.cpu_threads import set_thread_count, usable_cores
 
 from rollhub_torch.losses import LossFn, reference_penalty, token_loss
 from rollhub_torch.prompt_forward import PromptForward
-from rollhub_torch.sequences import PromptGroup, prompt_groups, shared_prefix
+from rollhub_torch.sequences import PromptGroup, prompt_groups, response_parts, shared_prefix
 from rollhub_torch.sequences import response_tensors as _response_tensors
 from rollhub_torch.shared_weights import copy_trained
 
@@ -115,13 +117,17 @@ class TorchTrainerOptions(TrainerOptions):
     max_length: int | None = Field(
         None, ge=2, description="tokens per record; longer records are cut (and counted)"
     )
-    max_rows: int = Field(16, ge=1, description="responses forwarded together on one prompt")
+    max_rows: int = Field(
+        16, ge=1, description="most responses forwarded together on one prompt"
+    )
     recompute: bool = Field(
         False, description="recompute the trained layers' activations in the backward pass "
         "(about 0.5 MB less memory a response token at SmolLM2's size, for one more forward "
         "of those layers, ~10% of a step's training time)",
     )
-    threads: int | None = Field(None, ge=1, description="torch intra-op threads")
+    threads: int | None = Field(
+        None, ge=1, description="torch intra-op threads of a training step (None: every core)"
+    )
     seed: int = Field(0, description="torch's seed")
 
 
@@ -157,8 +163,7 @@ class TorchTrainer(PolicyTrainer):
         from rollhub_gateway.models import load_causal_lm, train_top_layers
 
         tune_allocator()
-        if self.options.threads:
-            torch.set_num_threads(self.options.threads)
+        self._use_threads()
         torch.manual_seed(self.options.seed)
         model, _ = load_causal_lm(self.model_name, field="trainer.model")
         model.train()
@@ -217,16 +222,26 @@ class TorchTrainer(PolicyTrainer):
         metrics["time_publish_s"] = round(time.perf_counter() - t1, 3)
         return StepResult(batch.weight_version + 1, metrics, policy)
 
+    def _use_threads(self) -> None:
+        """Give this thread's torch work its cores. Threads keep their own count, and the
+        ones ``asyncio.to_thread`` runs take the last count set anywhere (the engine's,
+        which leaves a core to the gateway): set it where the work runs, every step."""
+        set_thread_count(self.options.threads or usable_cores())
+
     def _train(self, groups: list[PromptGroup], tokens: int) -> dict[str, float]:
         import torch
 
+        self._use_threads()
         self.optimizer.zero_grad(set_to_none=True)
         totals: defaultdict[str, float] = defaultdict(float)
         shared = shared_prefix([g.prompt_ids for g in groups])
-        # forwarded once a step; its graph is kept until the last group's backward pass
-        start = PromptForward.run(self.model, shared, self._cache_kw) if shared else None
-        for i, group in enumerate(groups):
-            self._backward(group, tokens, totals, start=start, last=i == len(groups) - 1)
+        # forwarded once a step; the groups' gradients gather on its cut and go back
+        # through its graph once, after the last group
+        start = PromptForward.run(self.model, shared, self._cache_kw).cut() if shared else None
+        for group in groups:
+            self._backward(group, tokens, totals, start=start)
+        if start is not None:
+            start.backward()
         params = list(self.trained.values())
         clip = self.options.grad_clip_norm
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf)
@@ -245,30 +260,27 @@ class TorchTrainer(PolicyTrainer):
 
     def _backward(
         self, group: PromptGroup, tokens: int, totals: defaultdict[str, float], *,
-        start: PromptForward | None = None, last: bool = True,
+        start: PromptForward | None = None,
     ) -> None:
         """Forward one prompt (the rest of it after ``start``, the step's shared prefix),
-        then its responses ``max_rows`` at a time on its states, and backpropagate each
-        part's share of the loss (its sums added to ``totals``). The prompt's graph is kept
-        until the last part (and ``start``'s until the step's ``last`` group): it is
-        forwarded once however many parts there are, and only one part's activations exist
-        at a time."""
+        then its responses in parts of at most ``max_rows`` on its states (by length:
+        :func:`~rollhub_torch.sequences.response_parts`), and backpropagate each part's
+        share of the loss (its sums added to ``totals``). The parts see the prompt cut from
+        its graph (:meth:`PromptForward.cut`), which their gradients go back through once,
+        after the last; only one part's activations exist at a time."""
         import torch
 
         opts = self.options
         prompt = (
             start.extend(group.prompt_ids[start.length :]) if start is not None
             else PromptForward.run(self.model, group.prompt_ids, self._cache_kw)
-        )
+        ).cut()
         reference = None
         if self.reference is not None:
             with torch.no_grad():
                 reference = PromptForward.run(self.reference, group.prompt_ids, self._cache_kw)
-        rows = group.responses
-        starts = range(0, len(rows), opts.max_rows)
-        keep = start is not None and not last  # the shared prefix's graph outlives this group
-        for begin in starts:
-            part = PromptGroup(group.prompt_ids, rows[begin : begin + opts.max_rows])
+        for rows in response_parts(group.responses, opts.max_rows):
+            part = PromptGroup(group.prompt_ids, rows)
             ids, trained, sampler, advantage = _response_tensors(part)
             old, adv = sampler[trained], advantage[trained]
             learner = prompt.token_logprobs(
@@ -286,13 +298,14 @@ class TorchTrainer(PolicyTrainer):
                 per_token = per_token + opts.kl_coef * penalty
                 ref_kl = penalty.detach().sum()
             loss = per_token.sum() / max(tokens, 1)
-            loss.backward(retain_graph=keep or begin != starts[-1])
+            loss.backward()
             drift = old - learner.detach()
             totals["loss"] += float(loss.detach())
             totals["kl"] += float(drift.sum())
             totals["abs_diff"] += float(drift.abs().sum())
             totals["clipped"] += float(clipped)
             totals["ref_kl"] += float(ref_kl)
+        prompt.backward()
 
     async def save_state(self, directory: Path) -> dict[str, Any]:
         """The trained parameters (``policy.safetensors``) and Adam's state."""

@@ -8,7 +8,13 @@ import asyncio
 
 import pytest
 import torch
-from rollhub_torch.sequences import MIN_SHARED, PromptGroup, Response, shared_prefix
+from rollhub_torch.sequences import (
+    MIN_SHARED,
+    PromptGroup,
+    Response,
+    response_parts,
+    shared_prefix,
+)
 from rollhub_torch.trainer import TorchTrainer, TorchTrainerOptions
 
 pytestmark = pytest.mark.slow
@@ -70,3 +76,35 @@ def test_groups_on_a_shared_prefix_give_the_gradient_of_whole_records(recompute:
             (loss / tokens).backward()
     for name, grad in shared.items():
         assert torch.allclose(grad, trainer.trained[name].grad, atol=1e-5, rtol=1e-3), name
+
+
+def test_the_prompts_go_back_through_their_graph_once_a_step() -> None:
+    """Each part's backward pass stops at the prompt's states; their sum goes back through
+    the shared start once a step and through each prompt's own rest once."""
+    trainer = TorchTrainer(TorchTrainerOptions(
+        temperature=T, threads=1, learning_rate=0.0, grad_clip_norm=0.0, max_rows=1,
+    ))
+    asyncio.run(trainer.start())
+    top = trainer.model.get_decoder().layers[-1].mlp.down_proj
+    lengths: list[int] = []
+    top.register_full_backward_hook(lambda _m, _gi, go: lengths.append(go[0].shape[1]))
+    groups = _groups()  # 3 prompts on a 48-token start, 3 responses each, one per part
+    tokens = sum(sum(r.mask) for g in groups for r in g.responses)
+    trainer._train(groups, tokens)
+    assert lengths.count(48) == 1  # the start: once (the code before: once per group)
+    assert lengths.count(7) == 1 and lengths.count(12) == 1  # each prompt's rest: once
+    assert sorted(n for n in lengths if n not in (7, 12, 48)) == [5, 5, 5, 8, 8, 8, 11, 11, 11]
+
+
+def test_responses_are_parted_by_length_at_most_max_rows_each() -> None:
+    def response(n: int) -> Response:
+        return Response([1] * n, [1] * n, [0.0] * n, 1.0, f"e{n}")
+
+    lengths = [40, 7, 134, 60, 60, 35, 40, 40]
+    parts = response_parts([response(n) for n in lengths], max_rows=4)
+    assert sorted(len(r.token_ids) for p in parts for r in p) == sorted(lengths)
+    assert all(1 <= len(p) <= 4 for p in parts)
+    padded = sum(len(p) * max(len(r.token_ids) for r in p) for p in parts)
+    assert padded < 4 * 134 + 4 * 60  # in order: 776 padded tokens
+    assert [len(r.token_ids) for r in parts[-1]] == [134]  # the long one alone
+    assert response_parts([response(5)] * 3, max_rows=4) == [[response(5)] * 3]
