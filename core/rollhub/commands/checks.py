@@ -22,7 +22,7 @@ from rollhub.errors import ConfigError, RollhubError
 from rollhub.plugin_host.settings import check_config
 from rollhub.plugins import PluginHost, build_host
 from rollhub.registry import build_options
-from rollhub.training.schedule import check_stratify
+from rollhub.training.loop import check_stratify
 
 log = logging.getLogger(__name__)
 

@@ -42,29 +42,18 @@ async def train(
     held_out = load_held_out(cfg) if cfg.eval.dataset else []
     await hub.start()
     try:
-        base_eval = None
         if held_out and cfg.eval.before_training and not resume:
+            print(f"evaluating the base policy on {len(held_out)} held-out prompts", flush=True)
             hub.set_weight_version(0)  # the base weights are version 0 of the run
-
-            async def base_eval() -> None:
-                evals["before"] = await evaluate(hub, held_out, cfg.eval.n_samples, label="base")
-
-        driven = role_of(type(hub.trainer)) is TrainerRole.LOOP_DRIVER
-        if base_eval is not None:
-            beside = "" if driven else " beside the first step"
-            print(f"evaluating the base policy on {len(held_out)} held-out prompts{beside}",
-                  flush=True)  # fmt: skip
-            if driven:  # its loop is the trainer's own: score the base weights first
-                await base_eval()
+            evals["before"] = await evaluate(hub, held_out, cfg.eval.n_samples, label="base")
         sinks = build_sinks(hub, run_dir)
         progress = None if cfg.experiment.progress else False
         try:
-            if driven:
+            if role_of(type(hub.trainer)) is TrainerRole.LOOP_DRIVER:
                 summary, history = await _drive(hub, payloads, run_dir, sinks, resume, progress)
             else:
                 loop = TrainingLoop(
-                    hub, payloads, run_dir=run_dir, sinks=sinks, resume=resume, progress=progress,
-                    beside_first_step=base_eval,
+                    hub, payloads, run_dir=run_dir, sinks=sinks, resume=resume, progress=progress
                 )
                 summary = await loop.run()
                 history = loop.history

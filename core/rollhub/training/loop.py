@@ -11,9 +11,10 @@ One step::
              trained)
     save     a checkpoint every training.checkpoint_every steps (and after the last)
 
-Prompts are laid out once as a schedule (:mod:`rollhub.training.schedule`), and step ``s``
-trains on schedule entries ``[s·B, (s+1)·B)``, so a resumed run continues exactly where the
-checkpoint was taken.
+Prompts are laid out once as a schedule (``epochs`` passes, each shuffled with
+``experiment.seed + epoch``, optionally stratified so every batch holds a field's values in
+proportion: ``training.stratify``), and step ``s`` trains on schedule entries
+``[s·B, (s+1)·B)``, so a resumed run continues exactly where the checkpoint was taken.
 
 Bounded staleness: with ``experiment.max_staleness = k`` the groups of step ``s`` may be
 submitted once ``s - k`` steps are done, i.e. sampled by weights at most ``k`` versions
@@ -25,14 +26,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
+import random
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rollhub.config import RollhubConfig
 from rollhub.dataset import group_id_of
 from rollhub.episode import EpisodeGroup
-from rollhub.errors import UsageError
+from rollhub.errors import ConfigError, UsageError
 from rollhub.hubs.async_hub import AsyncHub
 from rollhub.policies import effective_staleness
 from rollhub.scoring.group_rewards import group_reward_metrics
@@ -47,7 +51,6 @@ from rollhub.training.checkpoint import (
 from rollhub.training.plot import read_metrics
 from rollhub.training.recorder import StepRecorder
 from rollhub.training.roles import TrainerRole, role_of
-from rollhub.training.schedule import planned_steps, schedule
 from rollhub.training.sinks import MetricSink
 from rollhub.training.step import StepResult, TrainingBatch
 from rollhub.training.trainer import Trainer
@@ -55,6 +58,71 @@ from rollhub.training.trainer import Trainer
 __all__ = ["TrainingLoop", "batch_metrics", "planned_steps", "schedule"]
 
 log = logging.getLogger(__name__)
+
+
+def schedule(
+    payloads: Sequence[Mapping[str, Any]],
+    *,
+    epochs: int,
+    shuffle: bool,
+    seed: int,
+    stratify: str | None = None,
+) -> list[Mapping[str, Any]]:
+    """Every prompt of every epoch in training order (each epoch its own permutation).
+
+    With ``stratify`` (a payload field, e.g. ``"split"``) each value's prompts are spread
+    evenly over the epoch, so every stretch of the schedule (a step's batch) holds the
+    values in the dataset's proportions instead of whatever mix the shuffle dealt.
+
+    :raises ConfigError: a prompt lacks the ``stratify`` field.
+    """
+    if stratify:
+        check_stratify(payloads, stratify)
+    order: list[Mapping[str, Any]] = []
+    for epoch in range(epochs):
+        items = list(payloads)
+        if shuffle:
+            random.Random(seed + epoch).shuffle(items)
+        order.extend(_spread(items, stratify) if stratify else items)
+    return order
+
+
+def check_stratify(
+    payloads: Sequence[Mapping[str, Any]], field: str, *, id_field: str = "id"
+) -> None:
+    """Raise a :class:`ConfigError` naming the first prompt without ``field``."""
+    missing = [i for i, p in enumerate(payloads) if field not in p]
+    if missing:
+        first = missing[0]
+        raise ConfigError(
+            f"training.stratify = {field!r}, but {len(missing)} prompt(s) have no {field!r} "
+            f"field (the first: prompt {first} of the dataset, {id_field} "
+            f"{payloads[first].get(id_field)!r}); give every prompt one, or drop "
+            "training.stratify",
+            field="training.stratify",
+        )
+
+
+def _spread(items: list[Mapping[str, Any]], field: str) -> list[Mapping[str, Any]]:
+    """``items`` reordered so each ``field`` value's j-th of n items sits at (j + ½)/n of
+    the way through: every window holds each value in proportion (ties: first seen)."""
+    strata: dict[Any, list[Mapping[str, Any]]] = {}
+    for item in items:
+        strata.setdefault(item[field], []).append(item)
+    placed = [
+        ((j + 0.5) / len(members), rank, j, item)
+        for rank, members in enumerate(strata.values())
+        for j, item in enumerate(members)
+    ]
+    placed.sort(key=lambda p: p[:3])
+    return [item for *_, item in placed]
+
+
+def planned_steps(config: RollhubConfig, prompts: int) -> int:
+    """Steps a run trains: ``training.steps``, or every prompt of every epoch once."""
+    tr = config.training
+    total = math.ceil(prompts * tr.epochs / tr.batch_groups)
+    return min(total, tr.steps) if tr.steps else total
 
 
 class TrainingLoop:
@@ -67,10 +135,6 @@ class TrainingLoop:
     :param sinks: extra metric sinks (``metrics.jsonl`` is always written).
     :param resume: continue from the run directory's latest checkpoint.
     :param progress: draw a progress bar (None: only on a terminal).
-    :param beside_first_step: sampling on the weights the run starts from (the base
-        evaluation), started once they are published and run beside the first step, whose
-        update waits for it: its tails fill the engine's batch while the step's last
-        sessions finish, and the step's training runs while it finishes.
     """
 
     def __init__(
@@ -82,11 +146,8 @@ class TrainingLoop:
         sinks: Sequence[MetricSink] = (),
         resume: bool = False,
         progress: bool | None = None,
-        beside_first_step: Callable[[], Awaitable[Any]] | None = None,
     ) -> None:
         self.hub = hub
-        self.beside_first_step = beside_first_step
-        self._beside: asyncio.Future[Any] | None = None
         self.config = hub.config
         self.payloads = list(payloads)
         self.run_dir = run_dir
@@ -127,8 +188,6 @@ class TrainingLoop:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         await self._restore(trainer)
         await self.hub.publish_policy(await trainer.initial_policy(), self.weight_version)
-        if self.beside_first_step is not None:
-            self._beside = asyncio.ensure_future(self.beside_first_step())
         self.recorder = StepRecorder(
             self.hub,
             self.run_dir,
@@ -140,23 +199,14 @@ class TrainingLoop:
         try:
             with self.recorder:
                 await self._steps(trainer, time.monotonic())
-            await self._beside_done()  # a run with no step left still finishes it
         finally:
             self.history = self.recorder.history
-            if self._beside is not None and not self._beside.done():
-                self._beside.cancel()
-                await asyncio.gather(self._beside, return_exceptions=True)
         return {
             "steps": self.steps_done,
             "total_steps": self.total_steps,
             "weight_version": self.weight_version,
             "last": self.history[-1] if self.history else None,
         }
-
-    async def _beside_done(self) -> None:
-        if self._beside is not None:
-            beside, self._beside = self._beside, None
-            await beside
 
     async def _restore(self, trainer: Trainer) -> None:
         if not self.resume:
@@ -214,7 +264,6 @@ class TrainingLoop:
                 batch = self._batch(s, groups)
                 result = await trainer.step(batch)
                 _check_result(result, batch)
-                await self._beside_done()  # it samples the weights this update replaces
                 await self.hub.publish_policy(result.policy, result.weight_version)
                 t_end = time.monotonic()
                 wall = max(t_end - t_last, 1e-9)

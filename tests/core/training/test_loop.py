@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -284,35 +283,3 @@ def test_the_idle_clock_counts_only_time_with_nothing_in_flight(monkeypatch) -> 
     # windows come in order, one per step
     assert clock.idle_between(100.0, 102.5) == pytest.approx(2.5)
     assert clock.idle_between(102.5, 110.0) == pytest.approx(0.5 + 3.0)
-
-
-async def test_the_base_evaluation_runs_beside_the_first_step_whose_update_waits(tmp_path):
-    """``beside_first_step`` samples the starting weights while step 1 samples and trains;
-    the first update is published only once it has finished."""
-    from rollhub.runs.evaluation import evaluate
-
-    hub = make_hub(_config(tmp_path, epochs=1, steps=2), _Plugin(), run_dir=tmp_path / "run")
-    marks: dict[str, Any] = {}
-    kept: list[Any] = []
-    async with hub:
-        async def beside() -> None:
-            held_out = [{"id": f"e{i}", "delay": 2.0} for i in range(2)]
-            marks["report"] = await evaluate(hub, held_out, 2, label="base", keep=kept)
-            marks["done"], marks["version_when_done"] = time.monotonic(), hub.weight_version
-
-        trainer = hub.trainer
-        real_step = trainer.step
-
-        async def step(batch: TrainingBatch) -> StepResult:
-            marks.setdefault("first_step", time.monotonic())
-            return await real_step(batch)
-
-        trainer.step = step
-        loop = TrainingLoop(hub, _payloads(4, tmp_path / "log"), run_dir=tmp_path / "run",
-                            beside_first_step=beside)  # fmt: skip
-        summary = await loop.run()
-    assert marks["first_step"] < marks["done"]  # step 1 sampled and trained beside it
-    assert marks["version_when_done"] == 0  # and its update waited for it
-    assert summary["weight_version"] == 2
-    assert len(kept) == 4 and {e.weight_version for e in kept} == {0}
-    assert marks["report"].weight_version == 0
