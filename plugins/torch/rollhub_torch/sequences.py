@@ -106,7 +106,7 @@ def response_tensors(
 
 
 def response_parts(responses: Sequence[Response], max_rows: int) -> list[list[Response]]:
-    """``responses`` as parts of at most ``max_rows`` forwarded together, cheapest first.
+    """``responses`` as parts of at most ``max_rows`` forwarded together, shortest first.
 
     A part is padded to its longest response, so a 130-token response beside three of 10
     tokens costs four of 130. The responses are taken by length and cut where the padded
