@@ -17,7 +17,7 @@ prompt's graph once (on the main job, the shared start's backward ran ~28 times 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rollhub_torch.sequences import PromptGroup
 
@@ -47,9 +47,9 @@ class PromptForward:
 
     @classmethod
     def _from_output(
-        cls, model: PreTrainedModel, out: object, cache_kw: str, before: int
+        cls, model: PreTrainedModel, out: Any, cache_kw: str, before: int
     ) -> PromptForward:
-        hidden = out.last_hidden_state  # type: ignore[attr-defined]
+        hidden = out.last_hidden_state
         cache = getattr(out, cache_kw)
         states = [(layer.keys, layer.values) for layer in cache.layers]
         return cls(model, states, hidden[:, -1], cache_kw, before + int(hidden.shape[1]))
