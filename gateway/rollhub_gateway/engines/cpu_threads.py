@@ -6,8 +6,9 @@ its own count. The embedded engine shares its process with the gateway's event l
 decoding steps take every core, those preempt one of its threads and each step waits for
 the slowest. On the main job (two cores) the engine's forward passes took ~19 s of a step
 with two threads and ~16 s with one (a decoding step of 1-4 rows 123 against 98 ms, of 32
-rows 224 against 195 ms). Training runs alone (between sampling phases) and takes every
-core.
+rows 224 against 195 ms). An on-policy trainer runs between sampling phases and takes every
+core; with ``max_staleness > 0`` it trains while the engine samples, and ``[trainer]
+threads`` (e.g. one less) keeps the two off each other's cores.
 """
 
 from __future__ import annotations
