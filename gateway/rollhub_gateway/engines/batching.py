@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from rollhub.errors import GatewayError
 
+from .allocator import release_free_memory
 from .batch_sampling import Draw, sample_rows
 from .cpu_threads import engine_threads, set_thread_count
 from .decoder import Decoder, Pass
@@ -191,8 +192,9 @@ class BatchEngine:
                         self._admit()
                     if self._rows:
                         self._step()
-                    if not self._rows:
+                    if not self._rows and self.slots.capacity:
                         self.slots.release()
+                        release_free_memory()
                     self.stats["busy_s"] += time.perf_counter() - busy
                 except Exception as exc:  # a failed pass fails its rows, not the engine
                     log.exception("engine step failed")
@@ -378,6 +380,7 @@ class BatchEngine:
                 self._keep_states(row, slot)
             else:
                 self._finish(row, reason)
+            row.span = row.build = None  # the cache holds what is kept; the caller's row not
             last = len(self._rows) - 1
             if slot != last:
                 self.slots.move(last, slot, self._rows[last].private)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Literal
 
@@ -230,9 +231,14 @@ class TransformersBackend(SamplingBackend):
             try:
                 loop.call_soon_threadsafe(queue.put_nowait, item)
             except RuntimeError:  # the caller's loop is gone: nobody reads this row
-                row.aborted = True
+                gone = this()
+                if gone is not None:
+                    gone.aborted = True
 
         row = self._row(prompt_ids, params, emit)
+        # weakly: the row holds ``emit``, and a cycle would keep a finished row (and what
+        # it references) alive until the cycle collector ran
+        this = weakref.ref(row)
         self.engine.submit(row)
         finished = False
         try:

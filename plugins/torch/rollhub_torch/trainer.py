@@ -52,6 +52,7 @@ from rollhub.config import RollhubConfig
 from rollhub.errors import ConfigError, RollhubError
 from rollhub.registry import ComponentContext
 from rollhub.training import PolicyTrainer, StepResult, TrainerOptions, TrainingBatch
+from rollhub_gateway.engines.allocator import release_free_memory
 from rollhub_gateway.engines.cpu_threads import set_thread_count, usable_cores
 
 from rollhub_torch.losses import LossFn, reference_penalty, token_loss
@@ -246,6 +247,7 @@ class TorchTrainer(PolicyTrainer):
         clip = self.options.grad_clip_norm
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else math.inf)
         self.optimizer.step()
+        release_free_memory()  # the step's activations were freed in holes of the arenas
         n = max(tokens, 1)
         metrics = {
             "loss": totals["loss"],

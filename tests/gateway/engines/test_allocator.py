@@ -46,3 +46,43 @@ def test_weight_sized_blocks_are_returned_when_freed(tuned: bool) -> None:
         assert returned >= 350, returned  # MiB back to the system
     else:
         assert returned < 100, returned  # what the default thresholds keep resident
+
+
+HOLES = """
+import torch
+from pathlib import Path
+from rollhub_gateway.engines.allocator import release_free_memory, tune_allocator
+
+def rss():
+    line = [x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmRSS")]
+    return int(line[0].split()[1]) // 1024
+
+tune_allocator()
+blocks = [torch.ones(128 * 1024 // 4) for _ in range(2400)]  # 300 MiB under the threshold
+kept = blocks[19::20]  # live blocks between the freed ones: holes, not a free top
+held = rss()
+del blocks
+freed = rss()
+print(held - freed, release_free_memory(), freed - rss())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+@pytest.mark.parametrize("tuned", [True, False])
+def test_holes_between_live_blocks_are_returned_on_release(tuned: bool) -> None:
+    env = {**os.environ, "ROLLHUB_MALLOC_TUNING": "1" if tuned else "0"}
+    out = subprocess.run(
+        [sys.executable, "-c", HOLES],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.split()
+    on_free, released, on_release = int(out[0]), out[1], int(out[2])
+    assert on_free < 50, on_free  # freeing alone keeps the holes resident
+    assert released == str(tuned)
+    if tuned:
+        assert on_release >= 250, on_release  # MiB back to the system
+    else:
+        assert on_release < 50, on_release  # turned off: nothing asked of malloc

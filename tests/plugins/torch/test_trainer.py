@@ -18,6 +18,7 @@ from rollhub.sampling import SamplingParams
 from rollhub.trace import TraceRecord
 from rollhub.training import TrainingBatch
 from rollhub_gateway.engines.transformers_engine import TransformersBackend, TransformersOptions
+from rollhub_torch import trainer as trainer_module
 from rollhub_torch.sequences import prompt_groups
 from rollhub_torch.trainer import TorchTrainer, TorchTrainerOptions
 
@@ -140,7 +141,11 @@ def test_grouped_forward_gives_the_gradient_of_whole_records(
         assert torch.allclose(grad, ref, atol=1e-5, rtol=1e-3), name
 
 
-def test_one_step_moves_good_samples_up_and_bad_ones_down(episodes: list[Episode]) -> None:
+def test_one_step_moves_good_samples_up_and_bad_ones_down(
+    episodes: list[Episode], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    released: list[int] = []  # the step's freed activations go back to the system
+    monkeypatch.setattr(trainer_module, "release_free_memory", lambda: released.append(1) or True)
     trainer = _trainer(learning_rate=2e-4)
     advantages = {e.episode_id: (1.0 if e.reward else -1.0) for e in episodes}
     before = {e.episode_id: _sequence_logprob(trainer, e.traces[0]) for e in episodes}
@@ -160,6 +165,7 @@ def test_one_step_moves_good_samples_up_and_bad_ones_down(episodes: list[Episode
     down = [after[k] - before[k] for k, a in advantages.items() if a < 0]
     assert sum(up) / len(up) > 0 > sum(down) / len(down)
     assert result.metrics["datums"] == 6 and result.metrics["masked_tokens"] > 0
+    assert released == [1]
 
 
 def test_learning_rate_zero_changes_nothing_and_publishes_nothing(episodes: list[Episode]) -> None:
