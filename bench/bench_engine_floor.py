@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import subprocess
 import sys
 import tarfile
@@ -65,10 +66,24 @@ def build_llama_server(where: Path) -> tuple[str, float]:
                     "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_TESTS=OFF",
                     "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF",
                     "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
-                    "-DLLAMA_OPENSSL=OFF", "-DGGML_NATIVE=ON"], check=True)
+                    "-DLLAMA_OPENSSL=OFF", "-DGGML_NATIVE=ON", *no_amx_flags()], check=True)
     subprocess.run(["cmake", "--build", str(where / "build"), "--target", "llama-server",
                     "-j", str(os.cpu_count() or 2)], check=True)
     return str(binary), time.perf_counter() - start
+
+
+def no_amx_flags() -> list[str]:
+    """Compiler flags that keep ggml's AMX kernels out of a native x86 build.
+
+    A CPU may list AMX while the kernel has not granted the process its tile state (a
+    virtual machine often does not); ggml's AMX matrix kernels then stop the server with
+    SIGILL at the first multiplication (``tilezero``, seen on a 2-core Xeon VM). The AVX-512
+    paths stay.
+    """
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return []
+    off = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    return [f"-DCMAKE_C_FLAGS={off}", f"-DCMAKE_CXX_FLAGS={off}"]
 
 
 def export_baseline(revision: str, into: Path) -> Path:
