@@ -13,9 +13,8 @@ pre-allocated memory (:mod:`.kv_store`): each step writes one position per row i
   span (a :class:`Build`) that every such row then reads; the span is cached, so the
   group's next samples and the sessions' next turns find it. A prompt that shares a long
   prefix with a span still being built waits for that build rather than repeat its work.
-- **Leaving.** A finished row's states (its span prefix and its private tail) go to the
-  prefix cache; the last row takes its slot. What a row emits and when it ends is
-  :mod:`.row_output`.
+- **Leaving.** A finished row's states (span prefix, private tail) go to the prefix cache;
+  the last row takes its slot. What a row emits and when it ends is :mod:`.row_output`.
 - **Sampling.** Each row draws from its own ``torch.Generator``, so a row's tokens depend
   on its seed, not on which rows share its batch. Tokens reach each caller through a
   callback that hands them to the caller's event loop; the thread never touches an event
