@@ -28,18 +28,20 @@ print(held - rss())
 """
 
 
+def run_probe(code: str, tuned: bool) -> list[str]:
+    """What ``code`` prints, run in a fresh interpreter with the tuning on or off."""
+    env = {**os.environ, "ROLLHUB_MALLOC_TUNING": "1" if tuned else "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+        check=True,
+    )
+    return done.stdout.split()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 @pytest.mark.parametrize("tuned", [True, False])
 def test_weight_sized_blocks_are_returned_when_freed(tuned: bool) -> None:
-    env = {**os.environ, "ROLLHUB_MALLOC_TUNING": "1" if tuned else "0"}
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout.split()
+    out = run_probe(PROBE, tuned)
     assert out[0] == str(tuned)
     returned = int(out[1])
     if tuned:
@@ -70,15 +72,7 @@ print(held - freed, release_free_memory(), freed - rss())
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
 @pytest.mark.parametrize("tuned", [True, False])
 def test_holes_between_live_blocks_are_returned_on_release(tuned: bool) -> None:
-    env = {**os.environ, "ROLLHUB_MALLOC_TUNING": "1" if tuned else "0"}
-    out = subprocess.run(
-        [sys.executable, "-c", HOLES],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout.split()
+    out = run_probe(HOLES, tuned)
     on_free, released, on_release = int(out[0]), out[1], int(out[2])
     assert on_free < 50, on_free  # freeing alone keeps the holes resident
     assert released == str(tuned)
