@@ -379,7 +379,7 @@ class BatchEngine:
                 self._keep_states(row, slot)
             else:
                 self._finish(row, reason)
-            row.span = row.build = None  # the cache holds what is kept; the caller's row not
+            row.span = row.build = None  # kept states are the cache's; a row still referenced holds none
             last = len(self._rows) - 1
             if slot != last:
                 self.slots.move(last, slot, self._rows[last].private)
