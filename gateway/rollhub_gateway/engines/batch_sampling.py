@@ -69,18 +69,24 @@ def exact() -> bool:
 def _winners(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """``argmax(probs / q)`` per row, ``q = float(-log1p(-u))``, computing ``q`` only
     where it can win: ``q >= u``, so an id whose ``probs / q`` reaches a value already
-    seen has ``u <= probs / value``. The value seen is the most likely id's."""
+    seen has ``u <= probs / value``. The value seen is the most likely id's; it is a
+    candidate itself, so every row has one."""
     import torch
 
-    top = torch.argmax(probs, dim=-1, keepdim=True)
-    seen = probs.gather(1, top) / (-torch.log1p(-uniforms.gather(1, top))).float()
-    best = seen.max(dim=-1).values
+    top_p, top = probs.max(dim=-1, keepdim=True)  # max(dim) is ~3x faster than argmax
+    best = (top_p / (-torch.log1p(-uniforms.gather(1, top))).float())[:, 0]
     # in float32, with a relative margin far above its rounding: every possible winner
     scale = (1 + 1e-4) / best[:, None]
     rows, cols = torch.nonzero(uniforms.float() <= probs * scale, as_tuple=True)
-    values = torch.full(probs.shape, -math.inf)
-    values[rows, cols] = probs[rows, cols] / (-torch.log1p(-uniforms[rows, cols])).float()
-    return torch.argmax(values, dim=-1)
+    values = probs[rows, cols] / (-torch.log1p(-uniforms[rows, cols])).float()
+    # the largest value per row, and of the ids reaching it the first, as argmax picks
+    peak = torch.full((probs.shape[0],), -math.inf).scatter_reduce(0, rows, values, "amax")
+    reach = values == peak[rows]
+    first = torch.full((probs.shape[0],), probs.shape[1], dtype=cols.dtype)
+    first = first.scatter_reduce(0, rows[reach], cols[reach], "amin")
+    if bool((first == probs.shape[1]).any()):  # only a row with NaN has no candidate
+        raise ValueError("probability tensor contains NaN: the logits are not finite")
+    return first
 
 
 def sample_rows(
@@ -105,9 +111,10 @@ def sample_rows(
         else:
             by_temperature.setdefault(d.temperature, []).append(i)
     for temperature, rows in by_temperature.items():
-        index = torch.tensor(rows)
+        # every row in order (a decoding step at one temperature) needs no gathered copy
+        picked = logits if rows == list(range(logits.shape[0])) else logits[torch.tensor(rows)]
         # a python-float divisor, as sample_token uses: the same kernel, the same bits
-        scaled = logits[index] / temperature
+        scaled = picked / temperature
         processed = scaled
         if any(draws[i].top_k > 0 or draws[i].top_p < 1.0 for i in rows):
             processed = torch.stack(
@@ -122,7 +129,7 @@ def sample_rows(
         if mode == "processed":
             source = processed
         elif mode == "raw":
-            source = logits[index]
+            source = picked
         else:
             source = scaled
         logprobs = torch.log_softmax(source, dim=-1).gather(1, tokens[:, None])[:, 0]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rollhub_gateway.engines.batch_sampling import Draw, exact, sample_rows
+from rollhub_gateway.engines.batch_sampling import Draw, _winners, exact, sample_rows
 from rollhub_gateway.engines.token_sampling import sample_token
 
 SETTINGS = [  # (temperature, top_k, top_p)
@@ -58,3 +58,38 @@ def test_the_batched_draws_are_each_rows_own(mode: str) -> None:
                 ref = torch.Generator().manual_seed(s)
                 torch.empty(49152).exponential_(generator=ref)
                 assert torch.equal(g.get_state(), ref.get_state())
+
+
+def _plain_winners(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """What ``torch.multinomial`` computes from the same uniforms, every id at once."""
+    return torch.argmax(probs / (-torch.log1p(-uniforms)).float(), dim=-1)
+
+
+def test_the_candidates_winner_is_the_whole_rows_winner() -> None:
+    """Flat, peaked and one-hot rows: the winner among the candidates is the argmax of
+    every id's value."""
+    gen = torch.Generator().manual_seed(7)
+    for sharpness in (0.1, 1.0, 4.0, 30.0):
+        logits = torch.randn((64, 49152), generator=gen) * sharpness
+        probs = torch.softmax(logits, -1)
+        uniforms = torch.empty(probs.shape, dtype=torch.float64).uniform_(generator=gen)
+        assert torch.equal(_winners(probs, uniforms), _plain_winners(probs, uniforms))
+
+
+def test_a_tie_goes_to_the_first_id_as_argmax_breaks_it() -> None:
+    probs = torch.full((2, 6), 0.1)
+    probs[:, 4] = 0.5
+    uniforms = torch.full((2, 6), 0.999, dtype=torch.float64)
+    uniforms[0, [1, 3]] = 0.02  # ids 1 and 3 reach the same value, above id 4's
+    uniforms[1, [5, 2]] = 0.01
+    want = _plain_winners(probs, uniforms)
+    assert want.tolist() == [1, 2]
+    assert torch.equal(_winners(probs, uniforms), want)
+
+
+def test_non_finite_logits_are_an_error_not_a_token() -> None:
+    logits = torch.zeros((2, 100))
+    logits[1, 3] = float("nan")
+    draws = [Draw(0.7, -1, 1.0, torch.Generator().manual_seed(i)) for i in range(2)]
+    with pytest.raises(ValueError, match="NaN"):
+        sample_rows(logits, draws)
