@@ -62,6 +62,8 @@ def sample_token(
     import torch
 
     if temperature <= 0.0:
+        if bool(torch.isnan(logits).any()):  # argmax would pick the NaN's id
+            raise ValueError("logits contain NaN: no token can be picked")
         token = int(torch.argmax(logits))
         if mode == "processed":
             return token, 0.0

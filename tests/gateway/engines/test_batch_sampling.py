@@ -90,6 +90,7 @@ def test_a_tie_goes_to_the_first_id_as_argmax_breaks_it() -> None:
 def test_non_finite_logits_are_an_error_not_a_token() -> None:
     logits = torch.zeros((2, 100))
     logits[1, 3] = float("nan")
-    draws = [Draw(0.7, -1, 1.0, torch.Generator().manual_seed(i)) for i in range(2)]
-    with pytest.raises(ValueError, match="NaN"):
-        sample_rows(logits, draws)
+    for temperature in (0.7, 0.0):  # drawn, and greedy (argmax would pick the NaN's id)
+        draws = [Draw(temperature, -1, 1.0, torch.Generator().manual_seed(i)) for i in range(2)]
+        with pytest.raises(ValueError, match="NaN"):
+            sample_rows(logits, draws)
