@@ -330,3 +330,23 @@ async def test_rows_joining_and_leaving_at_any_step_sample_what_a_bare_loop_samp
         ids, logprobs = bare_decode(smollm, prompt, params)
         assert gen.token_ids == ids
         assert max(abs(a - b) for a, b in zip(gen.logprobs, logprobs, strict=True)) < 1e-3
+
+
+async def test_nan_weights_fail_the_requests_and_the_engine_serves_on(
+    smollm: TransformersBackend, chat_ids
+) -> None:
+    """A bad weight copy gives errors naming the NaN, greedy or drawn, never tokens."""
+    prompt = chat_ids(QUESTIONS[1])
+    name = "model.norm.weight"
+    good = dict(smollm.model.named_parameters())[name].detach().clone()
+    version = smollm.engine.weight_version
+    smollm.update_policy({name: torch.full_like(good, float("nan"))}, 7)
+    try:
+        for temperature in (0.0, 0.7):
+            with pytest.raises(GatewayError, match="NaN"):
+                params = SamplingParams(max_tokens=4, temperature=temperature, seed=1)
+                await smollm.generate(prompt, params)
+    finally:
+        smollm.update_policy({name: good}, version)
+    ok = await smollm.generate(prompt, SamplingParams(max_tokens=4, temperature=0.0))
+    assert len(ok.token_ids) == 4
