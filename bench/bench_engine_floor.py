@@ -97,8 +97,12 @@ def export_baseline(revision: str, into: Path) -> Path:
     return into / "gateway"
 
 
-def measure(kind: str, spec: dict[str, Any], path: Path | None = None) -> dict[str, Any]:
-    """Run one system in its own process; its RESULT row plus the load around it."""
+def measure(
+    kind: str, spec: dict[str, Any], path: Path | None = None, revision: str = ""
+) -> dict[str, Any]:
+    """Run one system in its own process; its RESULT row plus the load around it. The
+    engine's source is named relative to the repository (``revision:`` first for the
+    baseline exported to ``path``)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     if path is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")])
@@ -111,6 +115,9 @@ def measure(kind: str, spec: dict[str, Any], path: Path | None = None) -> dict[s
         return {"system": spec.get("label", kind), "error": done.returncode}
     row: dict[str, Any] = json.loads(rows[-1])
     row["load_before"], row["load_after"] = round(load, 2), round(os.getloadavg()[0], 2)
+    if "source" in row:
+        tree = ROOT if path is None else path.parent
+        row["source"] = f"{revision}:" * bool(revision) + os.path.relpath(row["source"], tree)
     if "tokens" in row:
         row["tokens_per_s"] = round(row["tokens"] / row["wall_s"], 1)
     if row.get("cpu_s"):
@@ -135,7 +142,8 @@ def main() -> None:
     binary, build_s = args.llama_server, None
     if binary is None and args.build_llama_server and "llama_server" not in args.skip:
         binary, build_s = build_llama_server(args.build_llama_server.expanduser())
-        rows.append({"system": "llama_server_build", "seconds": round(build_s, 1)})
+        built = {"seconds": round(build_s, 1)} if build_s else {"cached": True}
+        rows.append({"system": "llama_server_build", **built})
         print(json.dumps(rows[-1]), flush=True)
     common = {"threads": args.threads}
     with tempfile.TemporaryDirectory() as tmp:
@@ -156,7 +164,7 @@ def main() -> None:
                 plan.append(("llama_server", {**spec, "binary": binary}, None))
             for kind, s, path in plan:
                 if s.get("label", kind) not in args.skip:
-                    rows.append(measure(kind, s, path))
+                    rows.append(measure(kind, s, path, args.baseline if path else ""))
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
     print_tables(rows, args.sessions)
