@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_floor_systems import TEMPERATURE, workload
 
 BOUND = 1e-4
-#: variant name: (linear layers computed in bfloat16 math, or a whole-model mode)
+#: bf16-math variants: name -> which linear layers (by module name) take bfloat16 math
 SUBSETS: dict[str, Callable[[str], bool]] = {
     "bf16 math, every linear layer": lambda name: True,
     "bf16 math, all but the output layer": lambda name: name != "lm_head",
@@ -107,7 +107,7 @@ def bf16_math(model: Any, pick: Callable[[str], bool]) -> Iterator[float]:
 
 
 def step_linears_s(model: Any, batch: int = 32) -> float:
-    """CPU seconds of one decoding step's linear layers at ``batch`` rows (best of 3)."""
+    """CPU seconds of one decoding step's linear layers at ``batch`` rows (best of 4)."""
     import torch
     import torch.nn.functional as F
 
