@@ -1,6 +1,7 @@
 """How far the engine's sampling distribution drifts from a float32 learner's, per precision.
 
-    .venv/bin/python bench/bench_sampler_kl.py --out docs/benchmarks/sampler-kl.json
+    .venv/bin/python bench/bench_sampler_kl.py --seed 0 --out docs/benchmarks/sampler-kl.json
+    .venv/bin/python bench/bench_sampler_kl.py --seed 1 --out docs/benchmarks/sampler-kl-seed1.json
 
 On-policy training assumes the engine samples from the distribution the trainer scores.
 The trainer computes in float32 (Hugging Face's forward); this bench samples calculator
@@ -50,13 +51,15 @@ SUBSETS: dict[str, Callable[[str], bool]] = {
 }
 
 
-def sequences(model: Any, problems: int, samples: int, new: int) -> list[tuple[list[int], int]]:
+def sequences(
+    model: Any, problems: int, samples: int, new: int, seed: int
+) -> list[tuple[list[int], int]]:
     """(token ids, prompt length) of ``samples`` float32 samples of ``problems`` prompts."""
     import torch
 
     prompts, _, _ = workload(problems * 8)
     out = []
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     with torch.inference_mode():
         for prompt in prompts[::8][:problems]:
             ids = torch.tensor([prompt] * samples)
@@ -161,6 +164,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--new", type=int, default=40)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed of the turns")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
@@ -171,7 +175,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model, _ = load_causal_lm("smollm2-135m-instruct")
     model.eval()
-    seqs = sequences(model, args.problems, args.samples, args.new)
+    seqs = sequences(model, args.problems, args.samples, args.new, args.seed)
     with torch.inference_mode():
         learner = [model(torch.tensor([s])).logits[0, n - 1 : -1].float() for s, n in seqs]
     sampled = [torch.tensor(s[n:]) for s, n in seqs]
@@ -208,7 +212,7 @@ def main() -> None:
               f"| {r['max_logprob_gap']:.3f} | {r['bf16_share']:.0%} "
               f"| {r['linears_speedup']:.2f}x | {'yes' if r['within_bound'] else 'no'} |")
     if args.out:
-        meta = {"torch": torch.__version__, "threads": args.threads,
+        meta = {"torch": torch.__version__, "threads": args.threads, "seed": args.seed,
                 "temperature": TEMPERATURE, "bound": BOUND}
         args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
 
