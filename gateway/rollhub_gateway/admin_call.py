@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rollhub.errors import TokenRetrievalError
+from rollhub.errors import CaptureLost, TokenRetrievalError
 
 if TYPE_CHECKING:
     import aiohttp
@@ -35,7 +35,9 @@ async def admin_call(
 
     :param who: how messages name the gateway (``gateway http://…``, ``gateway replica 1 …``).
     :param context: added to the error's context (e.g. ``replica``, ``session_id``).
-    :raises TokenRetrievalError: the gateway answered with an error status; context
+    :raises CaptureLost: the gateway answered 410: the session's capture is lost (the
+        engine failed under it, or its journal could not rebuild it).
+    :raises TokenRetrievalError: the gateway answered another error status; context
         ``status`` and ``context``.
     """
     async with http.request(method, f"{url}{path}", json=json) as resp:
@@ -44,7 +46,8 @@ async def admin_call(
         body = await resp.json(content_type=None)
         if resp.status >= 400:
             message = (body or {}).get("error", {}).get("message", str(body))
-            raise TokenRetrievalError(
+            error = CaptureLost if resp.status == 410 else TokenRetrievalError
+            raise error(
                 f"{who} answered {resp.status} to {method} {path}: {message}",
                 status=resp.status,
                 **context,

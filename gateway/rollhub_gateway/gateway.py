@@ -126,7 +126,12 @@ class Gateway:
         return session
 
     def traces(self, session_id: str) -> list[TraceRecord]:
-        """The open session's records (every answered call is in them)."""
+        """The open session's records (every answered call is in them).
+
+        These three raise :class:`~rollhub_gateway.sessions.SessionError` with reason
+        ``engine_failed`` for a session the engine failed under (closing it all the same):
+        its agent's outcome is the infrastructure's.
+        """
         return self.sessions.traces(session_id)
 
     def finish_session(self, session_id: str) -> list[TraceRecord]:

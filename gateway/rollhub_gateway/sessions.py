@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
-from rollhub.errors import ConfigError, GatewayError
+from rollhub.errors import CaptureLost, ConfigError, GatewayError, TokenRetrievalError
 from rollhub.rollout import validate_key_part
 from rollhub.trace import TraceRecord
 
@@ -35,7 +35,7 @@ from rollhub_gateway.config import SessionPolicy
 from rollhub_gateway.journal import JournalCorruptError, SessionJournal
 from rollhub_gateway.turns import ChatModel, Conversation
 
-__all__ = ["KEY_PREFIX", "Session", "SessionError", "SessionManager"]
+__all__ = ["KEY_PREFIX", "Session", "SessionError", "SessionManager", "retrieval_error"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,9 @@ class Session:
     #: ``(route's adapter name, WireRequest.known)`` of the last call: the next call on
     #: that route takes its unchanged messages from it instead of parsing them again
     last_parse: tuple[str, Any] | None = None
+    #: the first engine failure under one of its calls: the agent saw an error the
+    #: infrastructure caused, so reading or closing the session reports the capture lost
+    engine_failure: str | None = None
 
 
 class SessionManager:
@@ -243,12 +246,25 @@ class SessionManager:
     # Ending ---------------------------------------------------------------------------------
 
     def traces(self, session_id: str) -> list[TraceRecord]:
-        """The records of an open session so far (complete for every returned call)."""
-        return self.get(session_id).conversation.traces()
+        """The records of an open session so far (complete for every returned call).
+
+        :raises SessionError: (reason ``engine_failed``) the engine failed under one of
+            its calls.
+        """
+        session = self.get(session_id)
+        _raise_engine_failure(session)
+        return session.conversation.traces()
 
     def finish(self, session_id: str) -> list[TraceRecord]:
-        """Close a session and return its records; its key stops working."""
+        """Close a session and return its records; its key stops working.
+
+        :raises SessionError: (reason ``engine_failed``, the session closed all the same)
+            the engine failed under one of its calls.
+        """
         session = self._remove(session_id)
+        if session.engine_failure is not None:
+            self._discard(session)
+            _raise_engine_failure(session)
         finish = getattr(session.conversation, "finish", None)
         # finish() returns the records: building them a second time is the costliest part
         records = finish() if callable(finish) else session.conversation.traces()
@@ -257,7 +273,11 @@ class SessionManager:
 
     def drop(self, session_id: str, *, how: str = "dropped") -> None:
         """Close a session and discard its records (also a journal session that cannot be
-        recovered: its id can then start afresh)."""
+        recovered: its id can then start afresh).
+
+        :raises SessionError: (reason ``engine_failed``, the session dropped all the same)
+            the engine failed under one of its calls.
+        """
         journal = self._journal()
         if session_id not in self._by_id and journal is not None:
             try:
@@ -268,6 +288,11 @@ class SessionManager:
                 journal.discard(session_id)
                 return
         session = self._remove(session_id)
+        self._discard(session, how)
+        _raise_engine_failure(session)
+
+    def _discard(self, session: Session, how: str = "dropped") -> None:
+        """Discard the records of a session already taken out of the manager."""
         discard = getattr(session.conversation, "discard", None)
         if callable(discard):
             discard()
@@ -317,7 +342,7 @@ class SessionManager:
             log.warning(
                 "session %s expired after %.0f s idle; its turns are discarded", sid, self.ttl_s
             )
-            self.drop(sid, how="expired")
+            self._discard(self._remove(sid), "expired")  # nobody reads an expiry's outcome
         return expired
 
     def start_reaper(self) -> None:
@@ -340,3 +365,21 @@ class SessionManager:
                 self.reap()
             except Exception:  # a failing discard must not stop expiry of the others
                 log.exception("session reaper failed")
+
+
+def _raise_engine_failure(session: Session) -> None:
+    if session.engine_failure is not None:
+        raise SessionError(
+            f"session {session.session_id!r}: the engine failed under one of its calls "
+            f"({session.engine_failure}); its agent's outcome is the engine's, not its own",
+            reason="engine_failed",
+            session_id=session.session_id,
+        )
+
+
+def retrieval_error(exc: GatewayError, session_id: str) -> TokenRetrievalError:
+    """What a token source raises for ``exc`` on reading or closing ``session_id``: a
+    session the engine failed under is lost to the infrastructure (:class:`CaptureLost`:
+    the hub runs its rollout again, or ends it ``infra_error``), any other a plain one."""
+    lost = exc.context.get("reason") == "engine_failed"
+    return (CaptureLost if lost else TokenRetrievalError)(str(exc), session_id=session_id)

@@ -35,6 +35,7 @@ from rollhub.trace import TraceRecord
 from rollhub_gateway.admin_call import admin_call
 from rollhub_gateway.config import GatewayConfig, PoolSection, SessionPolicy
 from rollhub_gateway.policies.serving import served_policies
+from rollhub_gateway.sessions import retrieval_error
 
 if TYPE_CHECKING:
     from rollhub_gateway.gateway import Gateway
@@ -239,8 +240,8 @@ class GatewayTokenSource(TokenSource):
     async def fetch_traces(self, session_id: str) -> list[TraceRecord]:
         """The session's records, complete for every call the agent got an answer to.
 
-        :raises TokenRetrievalError: unknown session; with a pool, also its replica died
-            (:class:`~rollhub_gateway.pool.ReplicaDied`, naming the replica and the cause).
+        :raises TokenRetrievalError: unknown session; :class:`~rollhub.errors.CaptureLost`
+            when the engine failed under it, or (pool) its replica died.
         """
         self._require()
         if self.pool is not None:
@@ -249,14 +250,15 @@ class GatewayTokenSource(TokenSource):
             try:
                 return self.gateway.traces(session_id)
             except GatewayError as exc:
-                raise TokenRetrievalError(str(exc), session_id=session_id) from exc
+                raise retrieval_error(exc, session_id) from exc
         data = await self._call("GET", f"/sessions/{session_id}/traces")
         return [TraceRecord.model_validate(r) for r in data["traces"]]
 
     async def close_session(self, session_id: str, *, drop: bool = False) -> None:
         """Finish (or discard) a session; its key stops working. Unknown ids are ignored.
 
-        :raises ReplicaDied: (pool) the session's replica died; the session is forgotten.
+        :raises CaptureLost: the engine failed under the session, or (pool) its replica
+            died; the session is closed or forgotten all the same.
         """
         self._require()
         if self.pool is not None:
@@ -265,10 +267,10 @@ class GatewayTokenSource(TokenSource):
         if self.gateway is not None:
             if session_id not in self.gateway.sessions:
                 return
-            if drop:
-                self.gateway.drop_session(session_id)
-            else:
-                self.gateway.finish_session(session_id)
+            try:
+                (self.gateway.drop_session if drop else self.gateway.finish_session)(session_id)
+            except GatewayError as exc:
+                raise retrieval_error(exc, session_id) from exc
             return
         method, path = (
             ("DELETE", f"/sessions/{session_id}")

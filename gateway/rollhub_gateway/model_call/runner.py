@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollhub.errors import GatewayError
 from rollhub.sampling import Generation, SamplingBackend, TokenChunk
@@ -22,6 +22,9 @@ from rollhub_gateway.protocols.logprob_texts import token_texts, top_logprobs
 from rollhub_gateway.stop_sequences import StopHoldback, cut_at_stop
 from rollhub_gateway.trajectory.record import stamped_version
 from rollhub_gateway.turns import ChatModel, StreamingParser
+
+if TYPE_CHECKING:
+    from rollhub_gateway.sessions import Session
 
 __all__ = ["ClientGone", "TurnRunner", "TurnStream"]
 
@@ -57,7 +60,7 @@ class TurnRunner:
                     plan.prepared.prompt_ids, plan.params, turn=plan.turn
                 )
             except Exception as exc:
-                raise self._engine_error(exc) from exc
+                raise self._engine_error(exc, plan.session) from exc
             engine_ms = (time.perf_counter() - t_engine) * 1000
             parser = self.chat_model.new_parser(plan.prepared)
             parser.feed(list(gen.token_ids))
@@ -78,10 +81,14 @@ class TurnRunner:
         """A stream of this call's output (call :meth:`TurnStream.start` first)."""
         return TurnStream(self, plan)
 
-    def _engine_error(self, exc: BaseException) -> WireError:
+    def _engine_error(self, exc: BaseException, session: Session) -> WireError:
+        """A 502 for the agent; the session keeps the failure, so the hub reading or
+        closing it learns the capture is lost to the engine, not to the agent."""
         self.metrics.engine_error()
         log.warning("engine %s failed: %s: %s", self.backend.name, type(exc).__name__, exc)
-        return WireError("engine", f"sampling backend {self.backend.name!r} failed: {exc}")
+        message = f"sampling backend {self.backend.name!r} failed: {exc}"
+        session.engine_failure = session.engine_failure or message
+        return WireError("engine", message)
 
     def _commit(
         self, plan: TurnPlan, parser: StreamingParser, gen: Generation, engine_ms: float
@@ -96,7 +103,7 @@ class TurnRunner:
                 plan.prepared, gen, parsed, weight_version=plan.turn.weight_version
             )
         except GatewayError as exc:  # e.g. ids and logprobs of different lengths
-            raise self._engine_error(exc) from exc
+            raise self._engine_error(exc, plan.session) from exc
         plan.session.turns += 1
         opts = plan.request.options
         result = TurnResult(
@@ -166,10 +173,12 @@ class TurnStream:
             self._first = await self._agen.__anext__()
         except StopAsyncIteration as exc:
             await self.aclose()
-            raise self.runner._engine_error(RuntimeError("stream ended without output")) from exc
+            raise self.runner._engine_error(
+                RuntimeError("stream ended without output"), self.plan.session
+            ) from exc
         except Exception as exc:
             await self.aclose()
-            raise self.runner._engine_error(exc) from exc
+            raise self.runner._engine_error(exc, self.plan.session) from exc
 
     async def events(
         self, is_closed: Callable[[], bool] | None = None
@@ -208,9 +217,11 @@ class TurnStream:
         except (WireError, ClientGone):
             raise
         except Exception as exc:
-            raise self.runner._engine_error(exc) from exc
+            raise self.runner._engine_error(exc, self.plan.session) from exc
         if gen is None:
-            raise self.runner._engine_error(RuntimeError("stream ended without a final generation"))
+            raise self.runner._engine_error(
+                RuntimeError("stream ended without a final generation"), self.plan.session
+            )
         self._done = True
         engine_ms = (time.perf_counter() - self._t_engine) * 1000
         result = self.runner._commit(plan, parser, gen, engine_ms)

@@ -218,7 +218,8 @@ async def body_json(request: web.Request, *, allow_empty: bool = False) -> dict[
 
 
 def _session_error(exc: SessionError, kind: str, *, param: str | None = None) -> WireError:
-    """410 for a journal session that cannot be recovered exactly, else ``kind``."""
-    if exc.context.get("reason") == "unrecoverable":
+    """410 for a session whose capture is lost (a journal session that cannot be
+    recovered exactly, one the engine failed under), else ``kind``."""
+    if exc.context.get("reason") in ("unrecoverable", "engine_failed"):
         return WireError("gone", str(exc), param="session_id")
     return WireError(kind, str(exc), param=param)

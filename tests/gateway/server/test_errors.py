@@ -13,6 +13,7 @@ from rollhub.sampling import Generation, SamplingParams, TokenChunk
 from rollhub_gateway.config import GatewayConfig
 from rollhub_gateway.engines.scripted import ScriptedBackend
 from rollhub_gateway.gateway import Gateway
+from rollhub_gateway.sessions import SessionError
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -102,7 +103,15 @@ async def test_engine_failure_is_502(gateway, proto, stream):
     assert info.value.status_code == 502
     assert_format(proto, info.value.body, "api_error")
     assert "sampling backend 'scripted' failed" in str(info.value)
-    assert gateway.traces("s1") == []
+    assert_lost_with_nothing_recorded(gateway)
+
+
+def assert_lost_with_nothing_recorded(gw: Gateway) -> None:
+    """The failed call left no turn, and reading the session says the engine failed."""
+    assert gw.sessions.get("s1").conversation.traces() == []
+    with pytest.raises(SessionError, match="engine failed") as info:
+        gw.traces("s1")
+    assert info.value.context["reason"] == "engine_failed"
 
 
 class FailsMidStream(ScriptedBackend):
@@ -129,7 +138,7 @@ async def test_engine_failure_mid_stream_is_an_error_event(chat_model, config, p
             with pytest.raises(err) as info:
                 await call(proto, gw, s.key, stream=True)
             assert "GPU fell off the bus" in str(info.value)
-        assert gw.traces("s1") == []
+        assert_lost_with_nothing_recorded(gw)
     finally:
         await gw.close()
 
@@ -212,7 +221,7 @@ async def test_engine_output_that_cannot_be_recorded_is_502(chat_model, config):
         with pytest.raises(anthropic.InternalServerError) as info:
             await call("anthropic", gw, s.key)
         assert info.value.status_code == 502 and "logprobs" in str(info.value)
-        assert gw.traces("s1") == []
+        assert_lost_with_nothing_recorded(gw)
     finally:
         await gw.close()
 

@@ -163,3 +163,72 @@ async def test_relative_paths_resolve_against_the_config_file(tmp_path, tools_te
         assert (tmp_path / "j.sqlite").exists()
     finally:
         await source.close()
+
+
+def _engine_down(prompt_ids: list[int]) -> list[int]:
+    raise RuntimeError("engine down")  # what a failing sampling backend raises
+
+
+async def test_a_session_the_engine_failed_under_is_lost_to_the_infrastructure(
+    scripted, chat_model, config, ids
+):
+    """The agent saw a 502 the engine caused: reading or closing its session says the
+    capture is lost (the hub then runs the rollout again, or ends it ``infra_error``), even
+    when a retry of the call succeeded; a streamed call counts the same; other sessions and
+    expiry are untouched."""
+    from rollhub.errors import CaptureLost
+
+    source = GatewayTokenSource(gateway=Gateway(scripted, chat_model, config))
+    await source.start()
+    try:
+        clients = {}
+        for sid in ("s1", "s2", "s3"):
+            cap = await source.open_session(sid)
+            clients[sid] = openai.AsyncOpenAI(
+                base_url=cap.base_url, api_key=cap.api_key, max_retries=0
+            )
+        scripted.add(_engine_down, ids("retried"))
+        with pytest.raises(openai.APIStatusError) as failed:
+            await clients["s1"].chat.completions.create(model="m", messages=USER)
+        assert failed.value.status_code == 502
+        await clients["s1"].chat.completions.create(model="m", messages=USER)  # the retry
+        scripted.add(_engine_down)
+        with pytest.raises(openai.APIStatusError, match="engine down"):
+            await clients["s2"].chat.completions.create(model="m", messages=USER, stream=True)
+        scripted.add(ids("fine"))
+        await clients["s3"].chat.completions.create(model="m", messages=USER)
+
+        with pytest.raises(CaptureLost, match="engine failed under one of its calls"):
+            await source.fetch_traces("s1")
+        with pytest.raises(CaptureLost, match="engine down"):
+            await source.close_session("s1", drop=True)
+        with pytest.raises(CaptureLost, match="engine failed"):
+            await source.close_session("s2")  # finishing it: lost all the same
+        assert [len(t.turns) for t in await source.fetch_traces("s3")] == [1]
+        await source.close_session("s3")
+        assert len(source.gateway.sessions) == 0  # the lost ones are closed too
+        assert source.gateway.metrics.sessions_closed == {"dropped": 2, "finished": 1}
+    finally:
+        await source.close()
+
+
+async def test_a_remote_gateway_reports_an_engine_failure_as_a_lost_capture(
+    gateway, scripted, ids
+):
+    from rollhub.errors import CaptureLost
+
+    source = GatewayTokenSource(GatewaySourceOptions(url=gateway.url, admin_token="admin-secret"))
+    await source.start()
+    try:
+        cap = await source.open_session("r1")
+        client = openai.AsyncOpenAI(base_url=cap.base_url, api_key=cap.api_key, max_retries=0)
+        scripted.add(_engine_down)
+        with pytest.raises(openai.APIStatusError):
+            await client.chat.completions.create(model=cap.model_id, messages=USER)
+        with pytest.raises(CaptureLost, match=r"410.*engine down"):
+            await source.fetch_traces("r1")
+        with pytest.raises(CaptureLost, match="410"):
+            await source.close_session("r1", drop=True)
+        assert len(gateway.sessions) == 0
+    finally:
+        await source.close()
