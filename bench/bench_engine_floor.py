@@ -110,10 +110,14 @@ def measure(
     done = subprocess.run([sys.executable, str(SYSTEMS), kind, json.dumps(spec)], env=env,
                           capture_output=True, text=True, cwd=ROOT)
     rows = [line[7:] for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode or not rows:
+    if not rows:
         print(done.stdout[-2000:], done.stderr[-4000:], file=sys.stderr)
         return {"system": spec.get("label", kind), "error": done.returncode}
     row: dict[str, Any] = json.loads(rows[-1])
+    if done.returncode:  # measured, then failed on the way out (the old engine's thread
+        # at interpreter exit: "terminate called without an active exception")
+        row["exit_code"] = done.returncode
+        print(done.stderr[-1000:], file=sys.stderr)
     row["load_before"], row["load_after"] = round(load, 2), round(os.getloadavg()[0], 2)
     if "source" in row:
         tree = ROOT if path is None else path.parent

@@ -1,20 +1,25 @@
-"""Keep glibc's malloc from holding on to freed tensor memory.
+"""Keep glibc's malloc from holding on to freed tensor memory, without faulting in fresh
+pages for every tensor a step allocates.
 
 torch allocates CPU tensors with malloc. glibc maps large blocks on their own and returns
 them when freed, but it raises that threshold to the size of each mapped block freed (up
-to 32 MiB), so after a model load most weight- and activation-sized blocks come from its
-arenas, one per thread that allocates (the engine's, the trainer's, the event loop's), and
-freed ones stay resident. In the main job (engine, trainer and gateway in one process)
-that retained about 0.8 GB. A fixed threshold of 256 KiB (which also stops the raising)
-and two arenas return it; mapping and unmapping a block costs a few page faults, small
-beside the work done on it.
+to 32 MiB), and keeps one arena per thread that allocates (the engine's, the trainer's,
+the event loop's): in the main job (engine, trainer and gateway in one process) freed
+tensors kept about 0.8 GB resident. Two arenas and a fixed threshold (which also stops the
+raising) bound that.
 
-Blocks under the threshold (tensor metadata, small tensors, the interpreter's objects)
-still come from the arenas, and their free space grows in holes between live blocks (43 →
-179 MB over 4 steps of the main job), which trimming the top of a heap never returns.
-:func:`release_free_memory` hands those pages back (``malloc_trim(0)``, ~10 ms; 40-170 MB
-at the end of a main-job step); the engine calls it when its batch empties, the trainer
-after each step.
+The threshold is 16 MiB, not smaller: every tensor a decoding step or a prefill chunk
+allocates (activations, attention scores, 32 rows of logits, the draw's 12 MiB of
+uniforms) is under it, so a freed one is reused by the next step from the arena. Mapped
+anew, each such block costs its pages' faults every time: with a 256 KiB threshold the
+engine took 19.2-19.8 s against 16.1-17.0 s for 32 sessions of the calculator workload
+(the ``engine`` system of ``bench/bench_engine_floor.py``, runs interleaved), and the main
+job 6 min 18 s against 5 min 34 s, its peak resident memory 2.05 against 2.17 GB.
+The top of a heap is given back once 32 MiB of it is free.
+
+Free space left inside the arenas (between live blocks, and the top below that bound) is
+what :func:`release_free_memory` hands back (``malloc_trim(0)``, ~10 ms); the engine calls
+it when its batch empties, the trainer after each step.
 
 ``ROLLHUB_MALLOC_TUNING=0`` leaves the allocator as it is.
 """
@@ -34,8 +39,8 @@ log = logging.getLogger(__name__)
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
-MMAP_THRESHOLD = 256 * 1024
-TRIM_THRESHOLD = 1024 * 1024
+MMAP_THRESHOLD = 16 * 1024 * 1024
+TRIM_THRESHOLD = 32 * 1024 * 1024
 ARENAS = 2
 
 _done = False
