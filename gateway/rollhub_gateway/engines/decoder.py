@@ -314,7 +314,12 @@ class _GroupPlan:
         self.size = len(group.slots)
         self.width = max(group.lengths)
         self.covers = group.slots == list(range(rows))
-        self.index: torch.Tensor | slice = slice(None) if self.covers else torch.tensor(group.slots)
+        lo = group.slots[0]
+        # adjacent slots (a group admitted together) index as a view: a copy, not a scatter
+        adjacent = group.slots == list(range(lo, lo + self.size))
+        self.index: torch.Tensor | slice = (
+            slice(lo, lo + self.size) if adjacent else torch.tensor(group.slots)
+        )
         lengths = torch.tensor(group.lengths)[:, None]
         hidden = torch.arange(self.width)[None, :] >= lengths
         self.mask = _additive(hidden, dtype)

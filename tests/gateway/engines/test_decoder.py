@@ -113,6 +113,60 @@ def test_every_kind_of_pass_matches_the_hf_forward(kind: str, extra: dict) -> No
             nxt = [int(x) for x in logits[:2].argmax(-1)]
 
 
+@pytest.mark.parametrize(
+    "order",
+    [["a", "a", "b", "b"], ["a", "b", "a", "b"]],
+    ids=["adjacent slots, indexed as views", "interleaved slots, gathered"],
+)
+def test_rows_of_two_spans_decode_right_wherever_their_slots_are(order: list[str]) -> None:
+    model = tiny("llama")
+    decoder = Decoder(model)
+    g = torch.Generator().manual_seed(2)
+    prompts = {
+        name: torch.randint(0, 97, (n,), generator=g).tolist() for name, n in (("a", 30), ("b", 21))
+    }
+    spans = {}
+    with torch.inference_mode():
+        for name, ids in prompts.items():
+            span = spans[name] = Span.empty(decoder.shape, len(ids), decoder.dtype)
+            step = Pass(
+                tokens=ids,
+                positions=list(range(len(ids))),
+                rows=0,
+                chunks=[Chunk(0, len(ids), span.keys, span.values, 0)],
+                sample=[0],
+            )
+            decoder.forward(step, None)
+            span.length = len(ids)
+        slots = SlotCache(decoder.shape, len(order), 8, decoder.dtype)
+        slots.reserve(8, 0, rows=len(order))
+        seqs = [list(prompts[name]) for name in order]
+        nxt = [11 + slot for slot in range(len(order))]  # a different token in every row
+        for turn in range(3):
+            step = Pass(
+                tokens=list(nxt),
+                positions=[len(s) for s in seqs],
+                rows=len(order),
+                decode_slots=list(range(len(order))),
+                decode_write=[turn] * len(order),
+                slot_len=[turn + 1] * len(order),
+                groups=[
+                    Group(
+                        spans[name],
+                        [i for i, o in enumerate(order) if o == name],
+                        [len(prompts[name])] * order.count(name),
+                    )
+                    for name in ("a", "b")
+                ],
+                sample=list(range(len(order))),
+            )
+            logits = decoder.forward(step, slots)
+            for i, seq in enumerate(seqs):
+                seq.append(nxt[i])
+                torch.testing.assert_close(logits[i], reference(model, seq), atol=TOL, rtol=0)
+            nxt = [int(x) for x in logits.argmax(-1)]
+
+
 def test_other_architectures_are_refused_naming_the_field() -> None:
     with pytest.raises(ConfigError, match="gpt2") as err:
         check_model(tiny_gpt2())
