@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from rollhub.errors import ConfigError
 
-from .engines.allocator import release_free_memory
-
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -145,9 +143,6 @@ def _load_causal_lm(model: str, dtype: str) -> tuple[PreTrainedModel, PreTrained
     lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, **kwargs)
     if cache is not None:
         _save_converted(lm, tokenizer, cache)
-    # the conversion's freed buffers (dequantized tensors under the allocator's mapping
-    # threshold) would otherwise stay resident through the run
-    release_free_memory()
     return (lm if dtype == "float32" else lm.to(torch_dtype)), tokenizer
 
 
