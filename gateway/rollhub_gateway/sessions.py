@@ -35,9 +35,19 @@ from rollhub_gateway.config import SessionPolicy
 from rollhub_gateway.journal import JournalCorruptError, SessionJournal
 from rollhub_gateway.turns import ChatModel, Conversation
 
-__all__ = ["KEY_PREFIX", "Session", "SessionError", "SessionManager", "retrieval_error"]
+__all__ = [
+    "ENGINE_FAILED",
+    "KEY_PREFIX",
+    "Session",
+    "SessionError",
+    "SessionManager",
+    "retrieval_error",
+]
 
 log = logging.getLogger(__name__)
+
+#: the ``reason`` of a :class:`SessionError` for a session the engine failed under
+ENGINE_FAILED = "engine_failed"
 
 KEY_PREFIX = "rh-"
 
@@ -372,7 +382,7 @@ def _raise_engine_failure(session: Session) -> None:
         raise SessionError(
             f"session {session.session_id!r}: the engine failed under one of its calls "
             f"({session.engine_failure}); its agent's outcome is the engine's, not its own",
-            reason="engine_failed",
+            reason=ENGINE_FAILED,
             session_id=session.session_id,
         )
 
@@ -381,5 +391,5 @@ def retrieval_error(exc: GatewayError, session_id: str) -> TokenRetrievalError:
     """What a token source raises for ``exc`` on reading or closing ``session_id``: a
     session the engine failed under is lost to the infrastructure (:class:`CaptureLost`:
     the hub runs its rollout again, or ends it ``infra_error``), any other a plain one."""
-    lost = exc.context.get("reason") == "engine_failed"
+    lost = exc.context.get("reason") == ENGINE_FAILED
     return (CaptureLost if lost else TokenRetrievalError)(str(exc), session_id=session_id)

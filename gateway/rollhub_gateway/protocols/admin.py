@@ -17,7 +17,7 @@ from rollhub.trace import TraceRecord
 from rollhub_gateway.admission import parse_body, read_body
 from rollhub_gateway.protocols.base import WireError, error_response
 from rollhub_gateway.protocols.openai_chat import OpenAIChat
-from rollhub_gateway.sessions import Session, SessionError, SessionManager
+from rollhub_gateway.sessions import ENGINE_FAILED, Session, SessionError, SessionManager
 from rollhub_gateway.turns import ChatModel
 
 if TYPE_CHECKING:
@@ -220,6 +220,6 @@ async def body_json(request: web.Request, *, allow_empty: bool = False) -> dict[
 def _session_error(exc: SessionError, kind: str, *, param: str | None = None) -> WireError:
     """410 for a session whose capture is lost (a journal session that cannot be
     recovered exactly, one the engine failed under), else ``kind``."""
-    if exc.context.get("reason") in ("unrecoverable", "engine_failed"):
+    if exc.context.get("reason") in ("unrecoverable", ENGINE_FAILED):
         return WireError("gone", str(exc), param="session_id")
     return WireError(kind, str(exc), param=param)
