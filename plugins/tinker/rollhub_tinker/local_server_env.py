@@ -97,6 +97,11 @@ class ServerEnvironment:
         return self.env_dir / "models" / MODEL_NAME
 
     @property
+    def compilation_cache_dir(self) -> Path:
+        """JAX's persistent compilation cache, shared by every server started from here."""
+        return self.env_dir / "jax-cache"
+
+    @property
     def base_model(self) -> str:
         """The ``base_model`` string clients pass: the model directory (same machine)."""
         return str(self.model_dir)
@@ -147,6 +152,8 @@ class ServerEnvironment:
         venv = self.env_dir / "venv"
         (venv / _STAMP).unlink(missing_ok=True)
         shutil.rmtree(venv, ignore_errors=True)
+        # compiled by the JAX being replaced: its entries would never be read again
+        shutil.rmtree(self.compilation_cache_dir, ignore_errors=True)
         pins = self.requirements.read_text().splitlines()
         torch_pin = next((line for line in pins if line.startswith("torch==")), None)
         with open(log_path, "w") as out:
@@ -199,4 +206,11 @@ class ServerEnvironment:
         # Everything is local: no hub look-ups, JAX on the CPU, logs as they happen.
         env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", JAX_PLATFORMS="cpu")
         env["PYTHONUNBUFFERED"] = "1"
+        # Each server would otherwise compile the same XLA programs again (model set-up,
+        # each padded length of sampling and training): ~5 s of every start and most of a
+        # first sample. JAX keys entries by program, JAX version and machine. The set-up's
+        # programs compile in well under JAX's default 1 s minimum but are many, hence 0.
+        # What the user set is left as it is.
+        env.setdefault("JAX_COMPILATION_CACHE_DIR", str(self.compilation_cache_dir))
+        env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
         return env

@@ -77,6 +77,21 @@ def test_an_empty_directory_is_not_set_up(tmp_path: Path) -> None:
     assert server.base_model == str(tmp_path / "models" / "smollm2-135m-instruct")
 
 
+def test_servers_share_a_compilation_cache_unless_the_user_chose_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    monkeypatch.delenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", raising=False)
+    env = LocalTinkerServer(tmp_path)._server_env()
+    assert env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "jax-cache")
+    assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "mine"))
+    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "2")
+    env = LocalTinkerServer(tmp_path)._server_env()
+    assert env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "mine")
+    assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "2"
+
+
 def test_a_missing_python_is_a_config_error(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -141,6 +156,11 @@ def test_serves_on_loopback_only(server: LocalTinkerServer) -> None:
     assert ready_file.exists()
     # The checkpoints and the database sit in the state directory, nowhere else.
     assert (server.state_dir / "tinker.db").exists()
+    # JAX was told the shared compilation cache, and has written its programs there.
+    environ = Path(f"/proc/{server.pid}/environ").read_bytes().split(b"\0")
+    cache = server.compilation_cache_dir
+    assert f"JAX_COMPILATION_CACHE_DIR={cache}".encode() in environ
+    assert any(cache.glob("*-cache")), f"no compiled program in {cache}"
 
 
 @pytest.mark.slow
