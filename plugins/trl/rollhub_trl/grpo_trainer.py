@@ -28,7 +28,7 @@ def grpo_trainer_class() -> type[GRPOTrainer]:
     - Sampler check: the learner's logprobs of the batch's sampled tokens, before the
       update, against the ones the engine reported (``sampler_learner_kl``,
       ``sampler_learner_abs_diff``): a broken hand-over of TRL's weights to the engine
-      shows there.
+      shows there. They are taken from the loss's own forward pass, not computed again.
     """
     from trl import GRPOTrainer
 
@@ -36,10 +36,16 @@ def grpo_trainer_class() -> type[GRPOTrainer]:
         #: the last generation batch as TRL's loss consumes it, and its episodes in order
         last_scored: dict[str, Any] | None = None
         rollout_order: list[str | None] = []
+        #: the batch's rows awaiting the learner's logprobs, and where to report them
+        _check: _SamplerCheck | None = None
+        #: the rows of the micro-batch whose loss is being computed
+        _loss_rows: Any = None
 
         def _generate_and_score_completions(
             self, inputs: list[dict[str, Any]]
         ) -> dict[str, Any]:
+            import torch
+
             out = super()._generate_and_score_completions(inputs)
             self.last_scored = out
             rollout = self.rollout_func
@@ -56,36 +62,73 @@ def grpo_trainer_class() -> type[GRPOTrainer]:
                     [trained.get(eid, 0.0) for eid in ids]
                 )
                 by_id: dict[str | None, Episode] = {e.episode_id: e for e in pending.batch.episodes}
-                pending.metrics.update(self._sampler_check(out, [by_id.get(i) for i in ids]))
+                # TRL shuffles the rows and splits them into micro-batches: each carries
+                # its index here, so the loss's logprobs can be matched to its episode.
+                out[ROW_FIELD] = torch.arange(len(ids))
+                self._check = _SamplerCheck([by_id.get(i) for i in ids], pending.metrics)
             return out
 
-        def _sampler_check(
-            self, out: dict[str, Any], episodes: list[Episode | None]
-        ) -> dict[str, float]:
-            import torch
+        def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+            self._loss_rows = inputs.get(ROW_FIELD)
+            try:
+                return super()._compute_loss(model, inputs)
+            finally:
+                self._loss_rows = None
 
-            completion = out["completion_ids"]
-            ids = torch.cat([out["prompt_ids"], completion], dim=1)
-            attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
-            with torch.no_grad():
-                learner = self._get_per_token_logps_and_entropies(
-                    self.model, ids, attention, completion.size(1),
-                    batch_size=completion.size(0),
-                )[0]
-            diffs = []
-            for i, episode in enumerate(episodes):
-                if episode is None or not episode.trainable or not episode.traces:
-                    continue
-                rec = episode.traces[-1]
-                for j, (lp, m) in enumerate(zip(rec.response_logprobs, rec.response_mask,
-                                                strict=True)):
-                    if m and j < learner.size(1):
-                        diffs.append(float(lp) - float(learner[i, j]))
-            if not diffs:
-                return {}
-            return {
-                "sampler_learner_kl": sum(diffs) / len(diffs),
-                "sampler_learner_abs_diff": sum(abs(d) for d in diffs) / len(diffs),
-            }
+        def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
+            out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            rows, check = self._loss_rows, self._check
+            if rows is not None and check is not None:
+                # The loss's own forward, before the optimizer step (one generation batch
+                # is one step): the learner's logprobs at no extra forward pass.
+                self._loss_rows = None
+                check.add(rows.tolist(), out[0].detach())
+                if check.complete:
+                    self._check = None
+            return out
 
     return RollhubGRPOTrainer
+
+
+#: the column of TRL's generation batch that holds each row's index in it
+ROW_FIELD = "rollhub_row"
+
+
+class _SamplerCheck:
+    """The learner's logprobs of one batch's sampled tokens against the engine's.
+
+    Fed by the loss's micro-batches; when every row has been seen, it writes
+    ``sampler_learner_kl`` (mean sampler − learner logprob over the trained tokens) and
+    ``sampler_learner_abs_diff`` into the step's metrics.
+    """
+
+    def __init__(self, episodes: list[Episode | None], metrics: dict[str, Any]) -> None:
+        self.episodes = episodes
+        self.metrics = metrics
+        self.seen: set[int] = set()
+        self.diffs: list[float] = []
+
+    @property
+    def complete(self) -> bool:
+        return len(self.seen) == len(self.episodes)
+
+    def add(self, rows: list[int], learner: Any) -> None:
+        """The learner's per-token logprobs of ``rows`` (one row of ``learner`` each)."""
+        for k, i in enumerate(rows):
+            if i in self.seen:
+                continue
+            self.seen.add(i)
+            episode = self.episodes[i]
+            if episode is None or not episode.trainable or not episode.traces:
+                continue
+            rec = episode.traces[-1]
+            logps = learner[k].tolist()
+            for j, (lp, m) in enumerate(zip(rec.response_logprobs, rec.response_mask,
+                                            strict=True)):
+                if m and j < len(logps):
+                    self.diffs.append(float(lp) - logps[j])
+        if self.complete and self.diffs:
+            self.metrics["sampler_learner_kl"] = sum(self.diffs) / len(self.diffs)
+            self.metrics["sampler_learner_abs_diff"] = (
+                sum(abs(d) for d in self.diffs) / len(self.diffs)
+            )
