@@ -98,7 +98,9 @@ class Breakdown:
             "rss_mb": round(status("VmRSS")),
             "engine_own_weights_mb": round(nbytes(engine_only)),
             "trainer_model_mb": round(nbytes(trainer.model.parameters())),
-            "gradients_mb": round(nbytes(p.grad for p in trainer.trained.values())),
+            "gradients_mb": round(
+                nbytes(p.grad for p in trainer.trained.values() if p.grad is not None)
+            ),
             "adam_state_mb": round(nbytes(state)),
             "kv_slots_mb": round(engine.slots.nbytes / MB),
             "prefix_cache_mb": round(sum(s.nbytes for s in spans) / MB),

@@ -166,6 +166,8 @@ def test_one_step_moves_good_samples_up_and_bad_ones_down(
     assert sum(up) / len(up) > 0 > sum(down) / len(down)
     assert result.metrics["datums"] == 6 and result.metrics["masked_tokens"] > 0
     assert released == [1]
+    # the gradients are not held until the next step (through its sampling)
+    assert all(p.grad is None for p in trainer.trained.values())
 
 
 def test_learning_rate_zero_changes_nothing_and_publishes_nothing(episodes: list[Episode]) -> None:
