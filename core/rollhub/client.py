@@ -232,7 +232,8 @@ class AsyncRolloutClient:
         return run_batch_async(self, payloads, **options)
 
     async def settle(self) -> None:
-        """Wait until cancelled rollouts have ended (their runtime sessions stopped)."""
+        """Wait until cancelled rollouts have ended (their runtime sessions stopped) and
+        finished ones have handed their runtime slots back."""
         await self._watch.settle()
 
     async def close(self) -> None:
@@ -335,7 +336,8 @@ class RolloutClient:
         return portal.iterate(agen)
 
     def settle(self) -> None:
-        """Wait until cancelled rollouts have ended (their runtime sessions stopped)."""
+        """Wait until cancelled rollouts have ended (their runtime sessions stopped) and
+        finished ones have handed their runtime slots back."""
         self._portal().run(self._async.settle())
 
     def close(self) -> None:
