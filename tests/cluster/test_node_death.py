@@ -13,10 +13,11 @@ import time
 from rollhub.config import parse_config
 from rollhub.hubs.async_hub import AsyncHub
 from rollhub.plugins import build_host
+from rollhub.runtimes.ray import RayRuntime
 from rollhub.training.loop import TrainingLoop
 
 from tests.cluster import recording_trainer
-from tests.cluster.cluster_config import cluster_config, ray
+from tests.cluster.cluster_config import CHAT_AGENT, WORKER, cluster_config, ray
 
 VICTIM = "worker-1"
 
@@ -56,7 +57,11 @@ async def test_a_worker_node_dies_mid_run_and_nothing_is_lost(cluster, model_dir
         assert victim.dead is None and victim.restarts_done == 1 and victim.node == "worker-2"
         assert _ray_restarts(victim) == 1
         assert pool.status()[victim.index]["restarts"] == 1
-        assert runtime.placement() == {"worker-2": 2}
+        # the rollout actor there too, replaced on the live node (seen by a rollout's failed
+        # call, or, if none ran there when it died, by the runtime's look at Ray's node table)
+        while runtime.placement() != {"worker-2": 2}:
+            assert time.monotonic() < deadline, runtime.placement()
+            await asyncio.sleep(0.1)
 
         # the node comes back and rejoins: a rollout actor and a gateway replica move to it
         await asyncio.to_thread(cluster.wait_node_gone, VICTIM)
@@ -104,6 +109,28 @@ async def test_a_worker_node_dies_mid_run_and_nothing_is_lost(cluster, model_dir
     assert all(m["episodes_by_node"] == {"worker-2": 4} for m in metrics[step + 2 :])
     assert all(m["episodes_failed"] == m["episodes_infra_failed"] == 0 for m in metrics)
     assert killed["live"] >= 2
+
+
+async def test_an_idle_actor_on_a_dead_node_is_replaced_before_a_rollout_meets_it(cluster):
+    """No rollout runs on the node when it dies: the runtime still sees the node go (Ray's
+    node table), replaces its actor on a live node, and sends nothing to the dead one."""
+    runtime = RayRuntime(app=f"{CHAT_AGENT}:app", address=cluster.address, actors=2,
+                         resources=WORKER, start_timeout_s=30, head_timeout_s=5)  # fmt: skip
+    async with runtime:
+        assert runtime.placement() == {"worker-1": 1, "worker-2": 1}
+        await asyncio.to_thread(cluster.kill_node, VICTIM)
+        deadline = time.monotonic() + 30
+        while runtime.placement() != {"worker-2": 2}:
+            assert time.monotonic() < deadline, runtime.placement()
+            await asyncio.sleep(0.1)
+        assert runtime.actors_started == 3
+        # the node comes back and gets its actor back
+        await asyncio.to_thread(cluster.wait_node_gone, VICTIM)
+        await asyncio.to_thread(cluster.start_node, VICTIM)
+        deadline = time.monotonic() + 60
+        while runtime.placement() != {"worker-1": 1, "worker-2": 1}:
+            assert time.monotonic() < deadline, runtime.placement()
+            await asyncio.sleep(0.2)
 
 
 def _ray_restarts(replica) -> int:

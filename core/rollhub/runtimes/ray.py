@@ -11,7 +11,8 @@ Placement: with ``spread`` each actor starts on the eligible node with the fewes
 
 Faults: a rollout whose actor dies (its process is killed, its node is lost) is reported
 lost (the client runs it again on another actor), the actor's node is avoided until Ray
-declares it dead or it proves alive, and a replacement starts on a live node. A node that
+declares it dead or it proves alive, and a replacement starts on a live node; an idle
+actor is replaced once Ray's node table calls its node dead. A node that
 joins (or comes back) while another holds two or more actors gets one: a new actor starts
 there and an actor of the busiest node stops taking sessions and is retired once its
 rollouts end. The head is probed every second; when it has not answered for
@@ -29,7 +30,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from rollhub.errors import ClusterLost, ConfigError, SubmissionError
 from rollhub.rollout import RolloutRequest, SubmitReceipt
@@ -42,7 +43,6 @@ from rollhub.runtimes.ray_options import RayRuntimeOptions
 __all__ = ["RayRuntime", "RayRuntimeOptions"]
 
 log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 
 #: the actors' concurrency group for start and cancel calls, and its size
 CONTROL = "control"
@@ -172,9 +172,7 @@ class RayRuntime(Runtime):
                 scheduling_strategy=strategy,
             ).remote(self.app_ref)
             try:
-                info = await asyncio.wait_for(
-                    _await(handle.ready.remote()), self.options.start_timeout_s
-                )
+                info = await asyncio.wait_for(handle.ready.remote(), self.options.start_timeout_s)
             except Exception as exc:
                 with contextlib.suppress(Exception):
                     ray.kill(handle)
@@ -288,7 +286,7 @@ class RayRuntime(Runtime):
             log.error("replacing ray actor %d failed: %s", actor.index, exc)
 
     async def _watch_nodes(self) -> None:
-        """Every second, while the head answers: did a node join (or come back)?"""
+        """Every second, while the head answers: did a node die, join or come back?"""
         assert self._head is not None
         while self._started:
             await asyncio.sleep(WATCH_INTERVAL_S)
@@ -299,6 +297,9 @@ class RayRuntime(Runtime):
             except Exception as exc:
                 log.debug("reading ray's node table failed: %s", exc)
                 continue
+            # an idle actor has no call to fail: its node's death is seen here instead
+            for actor in [a for a in self._actors if a.alive and self.nodes.gone(a.node_id)]:
+                self._track(self._replace(actor))
             for node in joined:
                 await self._rebalance(node.node_id)
             self._retire_drained()
@@ -392,7 +393,3 @@ class RayRuntime(Runtime):
         if self._inited_ray:
             self._inited_ray = False
             await ray_nodes.shutdown_ray()
-
-
-async def _await(ref: Awaitable[_T]) -> _T:
-    return await ref

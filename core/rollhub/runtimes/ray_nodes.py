@@ -96,6 +96,13 @@ class NodeTable:
         info = self.nodes.get(node_id)
         return info.name if info is not None else node_id[:12]
 
+    def gone(self, node_id: str | None) -> bool:
+        """Whether Ray's node table calls the node dead (or no longer lists it)."""
+        if node_id is None or not self.nodes:
+            return False
+        info = self.nodes.get(node_id)
+        return info is None or not info.alive
+
     def suspect(self, node_id: str | None) -> None:
         """An actor on this node died unexpectedly: send nothing new there for a while."""
         if node_id is not None and node_id not in self._suspect:
