@@ -1,11 +1,14 @@
 """The rollhub config the cluster tests run on the three-node Ray cluster, and what it
-names: the chat agent, the pool's engine factory and the resource only worker nodes offer.
+names: the chat agent, the pool's engine factory and the resource only worker nodes offer;
+and the guard of a test that kills a worker node.
 
 Importing this skips the importing test module when Ray is not installed.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,3 +49,16 @@ def cluster_config(
     for name, values in sections.items():
         cfg[name] = {**cfg.get(name, {}), **values}
     return cfg
+
+
+@contextlib.contextmanager
+def back_up_if_failed(cluster: LocalRayCluster, name: str) -> Iterator[None]:
+    """Around a test that kills node ``name`` and starts it again: should the test fail
+    before that, the node is started here, so the tests after it get the whole cluster."""
+    try:
+        yield
+    except BaseException:
+        if not cluster.nodes[name].alive:
+            cluster.wait_node_gone(name)
+            cluster.start_node(name)
+        raise

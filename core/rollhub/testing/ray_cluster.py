@@ -214,12 +214,22 @@ class LocalRayCluster:
 
     # Faults ---------------------------------------------------------------------------------
 
-    def kill_node(self, name: str) -> int:
-        """SIGKILL node ``name``'s raylet, as a preempted machine loses it: its ``ray
-        start`` then ends the rest of the node. Returns the raylet's pid."""
+    def kill_node(self, name: str, *, at_once: bool = False) -> int:
+        """SIGKILL node ``name``'s raylet: its ``ray start`` then ends the rest of the
+        node, whose workers may finish what they were doing for up to a second or so. With
+        ``at_once``, every process of the node is SIGKILLed together, as when a machine
+        loses power: nothing on it answers again. Returns the raylet's pid."""
         node = self.nodes[name]
         pid = node.raylet_pid()
-        os.kill(pid, signal.SIGKILL)
+        if not at_once:
+            os.kill(pid, signal.SIGKILL)
+            return pid
+        pids = node.pids()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(node.proc.pid, signal.SIGKILL)
+        for other in pids:  # any that left the node's process group
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(other, signal.SIGKILL)
         return pid
 
     def wait_node_gone(self, name: str, timeout: float = 30.0) -> None:
