@@ -1,9 +1,10 @@
 """Which engine a run's config has its gateway sample with, read as typed options.
 
-A trainer that must train the very model the gateway samples (the torch trainer) reads
-the ``[token_source]`` section through :func:`gateway_options` and
-:func:`transformers_options` instead of walking its option dictionaries: the same models
-validate them here as when the gateway is built, so a misspelt key fails the same way.
+A trainer that must train the very model the gateway samples (the torch and TRL trainers)
+reads the ``[token_source]`` section through :func:`engine_model`, :func:`gateway_options`
+and :func:`transformers_options` instead of walking its option dictionaries: the same
+models validate them here as when the gateway is built, so a misspelt key fails the same
+way.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from rollhub_gateway.token_source import GatewaySourceOptions
 
 from .transformers_engine import TransformersOptions
 
-__all__ = ["gateway_options", "in_process", "transformers_options"]
+__all__ = ["engine_model", "gateway_options", "in_process", "transformers_options"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -48,6 +49,25 @@ def transformers_options(options: GatewaySourceOptions) -> TransformersOptions |
     if options.engine.name != "transformers":
         return None
     return _validated(TransformersOptions, options.engine.options, "token_source.engine.options")
+
+
+def engine_model(config: RollhubConfig | None) -> str:
+    """The model ``config``'s gateway samples, which a trainer of this process trains: the
+    ``transformers`` engine's ``model``, another engine's ``model`` option where it has
+    one, else SmolLM2 (also without a config or a gateway).
+
+    :raises ConfigError: the gateway's or the ``transformers`` engine's options do not
+        validate.
+    """
+    from rollhub_gateway.models import SMOLLM2
+
+    gateway = gateway_options(config)
+    if gateway is None:
+        return SMOLLM2
+    engine = transformers_options(gateway)
+    if engine is not None:
+        return engine.model
+    return str(gateway.engine.options.get("model") or SMOLLM2)
 
 
 def _validated(model: type[M], options: dict[str, Any], section: str) -> M:

@@ -144,8 +144,10 @@ class TorchTrainer(PolicyTrainer):
         context: ComponentContext | None = None, run_dir: Path | None = None,
         exp_id: str | None = None, **kw: object,
     ) -> None:
+        from rollhub_gateway.engines.configured import engine_model
+
         super().__init__(options, context=context, run_dir=run_dir, exp_id=exp_id, **kw)
-        self.model_name = self.options.model or _engine_model(self.context.config)
+        self.model_name = self.options.model or engine_model(self.context.config)
         self.temperature = self.options.temperature or _sampling_temperature(self.context.config)
         self.model: Any = None
         self.optimizer: Any = None
@@ -376,14 +378,6 @@ def _engine_shares(config: RollhubConfig | None, model: str) -> bool:
         return False
     engine = _transformers(config)
     return engine is not None and engine.dtype == "float32" and engine.model == model
-
-
-def _engine_model(config: RollhubConfig | None) -> str:
-    """The model the gateway's transformers engine loads (the trainer must train it)."""
-    from rollhub_gateway.models import SMOLLM2
-
-    engine = _transformers(config)
-    return engine.model if engine is not None else SMOLLM2
 
 
 def _transformers(config: RollhubConfig | None) -> TransformersOptions | None:

@@ -202,10 +202,11 @@ class TrlTrainer(LoopDriver):
     def _load_model(
         self, cfg: RollhubConfig
     ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+        from rollhub_gateway.engines.configured import engine_model
         from rollhub_gateway.models import load_causal_lm, train_top_layers
 
         self._use_threads()
-        name = self.options.model or _engine_model(cfg)
+        name = self.options.model or engine_model(cfg)
         model, tokenizer = load_causal_lm(name, field="trainer.model")
         train_top_layers(model, self.options.train_layers)
         if tokenizer.pad_token_id is None:
@@ -345,14 +346,3 @@ class _StepCallback:
         metrics["time_step_s"] = round(now - self.t_step, 3)
         metrics["time_train_s"] = round(max(0.0, metrics["time_step_s"] - metrics["time_sample_s"]), 3)
         self._on_loop(self.run.recorder.record(pending.batch, metrics))
-
-
-def _engine_model(config: RollhubConfig) -> str:
-    """The model the gateway's transformers engine loads (TRL must train that one)."""
-    from rollhub_gateway.models import SMOLLM2
-
-    options = dict(getattr(getattr(config, "token_source", None), "options", None) or {})
-    engine = options.get("engine") or {}
-    engine_options = (engine.get("options") or {}) if isinstance(engine, dict) else {}
-    return str(engine_options.get("model") or SMOLLM2)
-

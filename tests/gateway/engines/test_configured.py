@@ -7,7 +7,12 @@ import tomllib
 import pytest
 from rollhub.config import RollhubConfig, parse_config
 from rollhub.errors import ConfigError
-from rollhub_gateway.engines.configured import gateway_options, in_process, transformers_options
+from rollhub_gateway.engines.configured import (
+    engine_model,
+    gateway_options,
+    in_process,
+    transformers_options,
+)
 
 
 def _config(toml: str) -> RollhubConfig:
@@ -58,3 +63,21 @@ def test_a_misspelt_option_names_its_field() -> None:
     with pytest.raises(ConfigError, match="prot") as err:
         gateway_options(_config('[token_source]\nname = "gateway"\nprot = 1\n'))
     assert err.value.field == "token_source.prot"
+
+
+def test_the_model_a_trainer_in_this_process_must_train() -> None:
+    def model_of(engine: str) -> str:
+        return engine_model(_config(f'[token_source]\nname = "gateway"\nengine = {engine}\n'))
+
+    assert model_of('{ name = "transformers", options = { model = "/models/m" } }') == "/models/m"
+    assert model_of('{ name = "transformers" }') == "smollm2-135m-instruct"
+    # another engine names its model in its own options
+    assert model_of('{ name = "vllm", options = { model = "/models/v" } }') == "/models/v"
+    assert model_of('{ name = "scripted" }') == "smollm2-135m-instruct"
+    assert engine_model(_config('[token_source]\nname = "none"\n')) == "smollm2-135m-instruct"
+    assert engine_model(None) == "smollm2-135m-instruct"
+    # a misspelt key of the transformers engine fails here as it would in the gateway,
+    # instead of training the default model beside an engine that never starts
+    with pytest.raises(ConfigError, match="modle") as err:
+        model_of('{ name = "transformers", options = { modle = "/models/m" } }')
+    assert err.value.field == "token_source.engine.options.modle"
