@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rollhub.testing.process_tree import command_name, descendants
+
 __all__ = ["HEAD", "LocalRayCluster", "RayClusterError", "RayNode"]
 
 log = logging.getLogger(__name__)
@@ -81,15 +83,15 @@ class RayNode:
 
     def pids(self) -> list[int]:
         """Its ``ray start`` process and every process below it."""
-        return [self.proc.pid, *_descendants(self.proc.pid)]
+        return [self.proc.pid, *descendants(self.proc.pid)]
 
     def raylet_pid(self) -> int:
         """The node's raylet.
 
         :raises RayClusterError: it is not running.
         """
-        for pid in _descendants(self.proc.pid):
-            if _comm(pid) == "raylet":
+        for pid in descendants(self.proc.pid):
+            if command_name(pid) == "raylet":
                 return pid
         raise RayClusterError(f"node {self.name} has no raylet running")
 
@@ -206,7 +208,7 @@ class LocalRayCluster:
         for node in nodes:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(node.proc.pid, signal.SIGKILL)
-            for pid in [*left[node.name], *_descendants(node.proc.pid)]:
+            for pid in [*left[node.name], *descendants(node.proc.pid)]:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -240,7 +242,7 @@ class LocalRayCluster:
         node = self.nodes[name]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not node.alive and not _descendants(node.proc.pid):
+            if not node.alive and not descendants(node.proc.pid):
                 return
             time.sleep(0.1)
         raise RayClusterError(f"node {name} still runs {timeout:g}s after it was killed")
@@ -355,35 +357,6 @@ def _read_from(path: Path, offset: int) -> str:
             return fh.read().decode(errors="replace")
     except FileNotFoundError:
         return ""
-
-
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _descendants(root: int) -> list[int]:
-    """Every live process below ``root`` (from /proc; zombies left out)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] == "Z":
-            continue
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
-    out, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
