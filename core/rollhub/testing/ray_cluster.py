@@ -206,11 +206,7 @@ class LocalRayCluster:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 node.proc.wait(max(0.0, deadline - time.monotonic()))
         for node in nodes:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(node.proc.pid, signal.SIGKILL)
-            for pid in [*left[node.name], *descendants(node.proc.pid)]:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+            _sigkill(node, [*left[node.name], *descendants(node.proc.pid)])
             with contextlib.suppress(subprocess.TimeoutExpired):
                 node.proc.wait(5)
 
@@ -226,12 +222,7 @@ class LocalRayCluster:
         if not at_once:
             os.kill(pid, signal.SIGKILL)
             return pid
-        pids = node.pids()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(node.proc.pid, signal.SIGKILL)
-        for other in pids:  # any that left the node's process group
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(other, signal.SIGKILL)
+        _sigkill(node, node.pids())
         return pid
 
     def wait_node_gone(self, name: str, timeout: float = 30.0) -> None:
@@ -337,6 +328,15 @@ class LocalRayCluster:
                 for n in self.nodes.values()
             },
         }
+
+
+def _sigkill(node: RayNode, pids: list[int]) -> None:
+    """SIGKILL the node's process group, and ``pids`` (any that left the group)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(node.proc.pid, signal.SIGKILL)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _ray_executable() -> str:
