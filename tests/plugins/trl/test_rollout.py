@@ -251,3 +251,21 @@ def test_rollhub_plugins_lists_the_trl_trainer_and_its_options(capsys) -> None:
     assert "rollhub plugins trainer " in capsys.readouterr().err
     assert main(["plugins", "trainer", "nosuch"]) == 2
     assert "nosuch" in capsys.readouterr().err
+
+
+def test_a_misspelt_engine_option_is_refused_not_trained_past() -> None:
+    """TRL trains the model the gateway samples; a misspelt engine option used to be read
+    past (SmolLM2 trained beside a gateway that refused the config), now it names the key."""
+    import tomllib
+    from pathlib import Path
+
+    from rollhub.config import parse_config
+
+    root = Path(__file__).resolve().parents[3]
+    raw = tomllib.loads((root / "examples" / "math" / "train-trl.toml").read_text())
+    raw["token_source"]["engine"]["options"]["modle"] = "/models/other"
+    cfg = parse_config(raw, env={}, base_dir=root / "examples" / "math")
+    trainer = TrlTrainer(TrlTrainerOptions(), context=ComponentContext(exp_id="x", config=cfg))
+    with pytest.raises(ConfigError, match="modle") as err:
+        trainer._load_model(cfg)
+    assert err.value.field == "token_source.engine.options.modle"
