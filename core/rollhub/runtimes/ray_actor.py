@@ -5,7 +5,8 @@ module never imports Ray). Each actor loads the app once and runs rollouts throu
 app's own :class:`~rollhub.app.runner.RolloutRunner`: the same handler call, the same
 result document, the same store write and completion notice as ``POST /invocations``.
 ``start`` returns once the rollout runs (like the HTTP 200), ``wait`` ends when its result
-is stored (the runtime watches it for liveness), ``cancel`` stores a cancelled result.
+is stored (the runtime watches it for liveness), ``cancel`` stores a cancelled result, and
+``lifeline`` never returns: its failure tells the runtime this actor died.
 """
 
 from __future__ import annotations
@@ -78,6 +79,11 @@ class RolloutActor:
         return await self.app.runner.cancel(
             session_id, reason=f"rollout {session_id} cancelled by the client"
         )
+
+    async def lifeline(self) -> None:
+        """Never return: the runtime holds this call open (in the ``control`` group) and
+        learns from its failure that this actor's process is gone."""
+        await asyncio.Event().wait()
 
     def running(self) -> list[str]:
         """Session ids running in this actor."""

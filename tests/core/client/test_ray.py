@@ -131,3 +131,27 @@ async def test_dead_actor_loses_its_sessions_and_is_replaced(ray_client, ray_run
         await asyncio.sleep(0.1)
     assert ray_runtime.actors_started == started + 1
     assert len(ray_runtime.load()) == 2
+
+
+async def test_an_idle_actor_whose_process_dies_is_replaced_before_a_rollout_meets_it(
+    ray_runtime,
+) -> None:
+    # A worker killed by the kernel (out of memory, a crash) on a node that lives on: no
+    # call of a rollout fails and Ray's node table has nothing to say, yet the pool must
+    # not keep counting the actor.
+    import signal
+
+    deadline = time.monotonic() + 30
+    while not (idle := [a for a in ray_runtime.pool.actors if not a.sessions]):
+        assert time.monotonic() < deadline, "no actor went idle"
+        await asyncio.sleep(0.05)
+    actor = idle[0]
+    pid = (await actor.handle.ready.remote())["pid"]
+    started = ray_runtime.actors_started
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while ray_runtime.actors_started == started and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert ray_runtime.actors_started == started + 1, "the dead actor was not replaced"
+    assert actor not in ray_runtime.pool.actors
+    assert len(ray_runtime.load()) == 2
