@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from rollhub import hookimpl
-from rollhub.training import StepResult, Trainer, TrainingBatch
+from rollhub.training import PolicyTrainer, StepResult, TrainingBatch
 
 
-class RecordingTrainer(Trainer):
+class RecordingTrainer(PolicyTrainer):
     """Trains nothing; records every trainable episode of every step."""
 
     name = "recording"
-    trains = True
 
     def __init__(self, options: Any = None, *, run_dir: Path | None = None, **kw: Any) -> None:
         super().__init__(options, run_dir=run_dir, **kw)

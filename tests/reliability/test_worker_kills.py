@@ -173,11 +173,10 @@ class _RecordingTrainer:
 
     @staticmethod
     def make():
-        from rollhub.training import StepResult, Trainer
+        from rollhub.training import PolicyTrainer, StepResult
 
-        class Recording(Trainer):
+        class Recording(PolicyTrainer):
             name = "recording"
-            trains = True
             steps: list = []
 
             async def step(self, batch):

@@ -18,12 +18,11 @@ TRAINER_PLUGIN = '''
 import asyncio, json
 from pathlib import Path
 from rollhub import hookimpl
-from rollhub.training import StepResult, Trainer
+from rollhub.training import PolicyTrainer, StepResult
 
 
-class SlowTrainer(Trainer):
+class SlowTrainer(PolicyTrainer):
     name = "slow"
-    trains = True
 
     def __init__(self, options=None, *, run_dir=None, **kw):
         super().__init__(options, run_dir=run_dir, **kw)
