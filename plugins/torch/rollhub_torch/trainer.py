@@ -61,9 +61,8 @@ from rollhub_torch.sequences import PromptGroup, prompt_groups, response_parts, 
 from rollhub_torch.sequences import response_tensors as _response_tensors
 from rollhub_torch.shared_weights import copy_trained
 
-if TYPE_CHECKING:  # the engine module is imported where a config is read, not at import
+if TYPE_CHECKING:
     import torch
-    from rollhub_gateway.engines.transformers_engine import TransformersOptions
 
 __all__ = ["TorchTrainer", "TorchTrainerOptions", "TorchTrainingError"]
 
@@ -371,21 +370,17 @@ class TorchTrainer(PolicyTrainer):
 def _engine_shares(config: RollhubConfig | None, model: str) -> bool:
     """Whether the token source is an in-process gateway whose ``transformers`` engine
     samples ``model`` in float32: it can then share this trainer's frozen parameters."""
-    from rollhub_gateway.engines.configured import gateway_options, in_process
+    from rollhub_gateway.engines.configured import (
+        gateway_options,
+        in_process,
+        transformers_options,
+    )
 
     gateway = gateway_options(config)
     if gateway is None or not in_process(gateway):
         return False
-    engine = _transformers(config)
+    engine = transformers_options(gateway)
     return engine is not None and engine.dtype == "float32" and engine.model == model
-
-
-def _transformers(config: RollhubConfig | None) -> TransformersOptions | None:
-    """The options of the gateway's ``transformers`` engine, if the run samples with one."""
-    from rollhub_gateway.engines.configured import gateway_options, transformers_options
-
-    gateway = gateway_options(config)
-    return transformers_options(gateway) if gateway is not None else None
 
 
 def _sampling_temperature(config: RollhubConfig | None) -> float:
