@@ -219,6 +219,8 @@ class RayRuntime(Runtime):
         if not actor.alive or not self._started:
             return
         self.pool.remove(actor)
+        # an actor Ray called unavailable may still run: it must not outlive its sessions
+        self.pool.kill(actor)
         if not self.nodes.gone(actor.node_id):  # its node may be going: start nothing there
             self.nodes.suspect(actor.node_id)
         if actor.draining:  # it was leaving anyway
