@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the names __getattr__ loads on first use, for type checkers
     from rollhub.episode import Episode as Episode
     from rollhub.episode import EpisodeGroup as EpisodeGroup
     from rollhub.episode import ErrorInfo as ErrorInfo
+    from rollhub.errors import AgentRewardError as AgentRewardError
     from rollhub.errors import CaptureLost as CaptureLost
     from rollhub.errors import ClusterLost as ClusterLost
     from rollhub.errors import ConfigError as ConfigError
@@ -65,6 +66,7 @@ __version__ = "0.1.0"
 
 #: public name -> module that defines it
 _LAZY: dict[str, str] = {
+    "AgentRewardError": "rollhub.errors",
     "AsyncHub": "rollhub.hubs.async_hub",
     "AsyncRolloutClient": "rollhub.client",
     "BatchItem": "rollhub.batch",

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar, cast, overload
 
+from rollhub.errors import AgentRewardError, RewardError, TokenRetrievalError
+
 # the status and error types live with the outcome; they stay importable from here
 from rollhub.submission.outcome import TERMINAL_STATUSES as TERMINAL_STATUSES
 from rollhub.submission.outcome import ErrorInfo, RolloutOutcome, Status
@@ -167,6 +169,24 @@ class Episode:
     def infra_failed(self) -> bool:
         """True when the infrastructure, not the agent, ended the rollout (``infra_error``)."""
         return self.status == "infra_error"
+
+    def fail(self, exc: BaseException) -> None:
+        """End the episode failed by ``exc``, raised once its rollout had returned.
+
+        An ``ok`` episode whose tokens could not be read, or whose reward could not be
+        computed, ends ``infra_error``: the agent did its part, so it is never trained nor
+        given an imputed reward. A bad reward in the agent's own result
+        (:class:`~rollhub.errors.AgentRewardError`) or an unexpected error ends it
+        ``agent_error``. Another status stays; the error is recorded either way.
+        """
+        if self.status == "ok":
+            not_the_agents = isinstance(exc, TokenRetrievalError | RewardError)
+            if isinstance(exc, AgentRewardError) or not not_the_agents:
+                self.status = "agent_error"
+            else:
+                self.status = "infra_error"
+        self.error = ErrorInfo.from_exception(exc)
+        self.finished_at = self.finished_at or time.time()
 
     @property
     def elapsed(self) -> float | None:

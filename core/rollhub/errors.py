@@ -11,7 +11,8 @@ The tree::
     │   ├── SubmissionError                  the runtime refused or could not take the rollout
     │   ├── TokenRetrievalError              traces could not be read from the token source
     │   │   └── CaptureLost                  the capture session went with the infrastructure
-    │   ├── RewardError                      a reward hook failed or returned bad values
+    │   ├── RewardError                      a reward could not be computed (infra_error)
+    │   │   └── AgentRewardError             the agent's result holds a bad reward (agent_error)
     │   ├── RolloutTimeout (+TimeoutError)   no result within the deadline
     │   └── SessionError                     a rollout session's setup, run or teardown failed
     ├── ClusterLost                          the runtime's cluster is gone (its head died)
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = [
+    "AgentRewardError",
     "CaptureLost",
     "ClusterLost",
     "ConfigError",
@@ -123,7 +125,16 @@ class CaptureLost(TokenRetrievalError):
 
 
 class RewardError(RolloutFailed):
-    """A reward hook failed or returned something that is not a finite number."""
+    """A reward could not be computed: a reward hook failed (a judge that timed out, a
+    sandbox that is gone, a bug) or returned something that is not a finite number. The
+    agent did its part, so its episode ends ``infra_error``: never trained, never given an
+    imputed reward."""
+
+
+class AgentRewardError(RewardError):
+    """The agent's own result holds a reward that is not one (``rewards`` empty, not a
+    number, not finite): the agent's failure, so its episode ends ``agent_error`` and
+    ``[rewards] on_failure`` applies to it."""
 
 
 class RolloutTimeout(RolloutFailed, TimeoutError):

@@ -10,7 +10,7 @@ import math
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING
 
-from rollhub.errors import RewardError
+from rollhub.errors import AgentRewardError
 from rollhub.plugin_host.markers import hookimpl
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def rollhub_collect_rewards(episode: Episode) -> Mapping[str, float] | None:
     value = result["rewards"]
     if isinstance(value, Mapping):
         if not value:
-            raise RewardError("result 'rewards' is an empty mapping; name at least one reward")
+            raise AgentRewardError("result 'rewards' is an empty mapping; name at least one reward")
         return {str(name): reward_from_result(v) for name, v in value.items()}
     return {"result": reward_from_result(value)}
 
@@ -51,10 +51,10 @@ def reward_from_result(value: object) -> float:
     """The scalar reward of a result's ``rewards`` field: a number or a list of numbers."""
     if isinstance(value, list):
         if not value:
-            raise RewardError("result 'rewards' is an empty list; return a number or a non-empty list")
+            raise AgentRewardError("result 'rewards' is an empty list; return a number or a non-empty list")
         value = value[-1]
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RewardError(f"result 'rewards' must be a number or a list of numbers, got {value!r}")
+        raise AgentRewardError(f"result 'rewards' must be a number or a list of numbers, got {value!r}")
     if not math.isfinite(value):
-        raise RewardError(f"result 'rewards' is not finite: {value!r}")
+        raise AgentRewardError(f"result 'rewards' is not finite: {value!r}")
     return float(value)

@@ -35,7 +35,7 @@ from pluggy import HookRelay
 from rollhub.client import AsyncRolloutClient
 from rollhub.config import RollhubConfig
 from rollhub.dataset import group_id_of
-from rollhub.episode import Episode, EpisodeGroup, ErrorInfo
+from rollhub.episode import Episode, EpisodeGroup
 from rollhub.errors import RollhubError, UsageError
 from rollhub.hubs.attempts import end_attempt, next_attempt, take_outcome, time_left
 from rollhub.hubs.capture_sessions import (
@@ -329,9 +329,7 @@ class AsyncHub:
                 log.warning("episode %s failed: %s", rollout.session_id, exc)
             else:
                 log.exception("episode %s failed unexpectedly", rollout.session_id)
-            episode.status = "agent_error" if episode.status == "ok" else episode.status
-            episode.error = ErrorInfo.from_exception(exc)
-            episode.finished_at = episode.finished_at or time.time()
+            episode.fail(exc)
         finally:
             if capture_open:
                 await close_capture(self.token_source, episode)

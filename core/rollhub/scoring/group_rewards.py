@@ -6,8 +6,8 @@ group. Each implementation returns components per episode id; they are merged in
 episode's components (a name the episode already has is an error) and its reward is
 recomputed with ``[rewards] weights``. Only episodes that ended ``ok`` are scored. A hook
 that fails makes every ``ok`` episode of the group a reward failure (status
-``agent_error``, a :class:`~rollhub.errors.RewardError`): the group has no trustworthy
-reward, and the failure policy then keeps it out of training.
+``infra_error``, a :class:`~rollhub.errors.RewardError`): the group has no trustworthy
+reward, and it is kept out of training whatever the failure policy.
 
 What scoring costs goes in ``group.metrics`` (``{"judge": {"calls": 1, "s": 0.8, …}}``);
 :func:`group_reward_metrics` sums it per step (``judge_calls``, ``judge_s``, …).
@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from rollhub.episode import EpisodeGroup, ErrorInfo
+from rollhub.episode import EpisodeGroup
 from rollhub.errors import RewardError
 from rollhub.plugin_host.hook_calls import call_all
 
@@ -51,7 +51,7 @@ async def collect_group_rewards(hub: HubView, group: EpisodeGroup) -> None:
         log.warning("group %s: %s", group.group_id, err)
         for e in group.episodes:
             if e.ok:
-                e.status, e.error = "agent_error", ErrorInfo.from_exception(err)
+                e.fail(err)
 
 
 def apply_group_rewards(

@@ -17,9 +17,10 @@ from tests.fixture_plugins import everything
 AGENT = Path(__file__).parent / "agents" / "echo_agent.py"
 
 
-def config(tmp_path: Path, **experiment):
+def config(tmp_path: Path, rewards: dict | None = None, **experiment):
     return parse_config(
         {
+            "rewards": rewards or {},
             "experiment": {
                 "name": "hubtest",
                 "n_samples": 3,
@@ -229,9 +230,55 @@ async def test_a_crashing_reward_plugin_fails_its_episodes_not_the_run(tmp_path,
     async with hub:
         groups = {g.group_id: g async for g in hub.iter_groups([{"id": "bad"}, {"id": "good"}])}
     bad = groups["bad"].episodes
-    assert [e.status for e in bad] == ["agent_error"] * 2
+    # the scorer failed, not the agent: the episodes are the infrastructure's loss
+    assert [e.status for e in bad] == ["infra_error"] * 2
     assert bad[0].error.type == "RewardError" and "verifier crashed" in bad[0].error.message
     assert [e.status for e in groups["good"].episodes] == ["ok"] * 2
+
+
+class JudgeTimesOut:
+    """A reward plugin whose judge times out on each group's first sample."""
+
+    @hookimpl
+    async def rollhub_collect_rewards(self, episode):
+        if episode.sample_index == 0:
+            raise TimeoutError("judge API timed out")
+        return None
+
+
+async def test_a_failed_reward_hook_never_imputes_a_reward_to_the_agent(tmp_path, host):
+    # zero_reward trains the agent's own failures at 0; a reward that could not be computed
+    # for a rollout that went well is no failure of the agent and must never train at 0
+    host.register(JudgeTimesOut(), name="judge")
+    cfg = config(tmp_path, rewards={"on_failure": "zero_reward"}, n_samples=3)
+    async with AsyncHub(cfg, host=host, run_dir=tmp_path / "run") as hub:
+        groups = {g.group_id: g async for g in hub.iter_groups(
+            [{"id": "good", "reward": 1.0}])}  # fmt: skip
+    first, *rest = groups["good"].episodes
+    assert first.status == "infra_error" and first.error.type == "RewardError"
+    assert "judge API timed out" in first.error.message
+    assert first.reward is None and not first.trainable
+    assert "reward_imputed" not in first.metrics
+    assert [(e.status, e.reward_components["result"], e.trainable) for e in rest] == [
+        ("ok", 1.0, True)] * 2  # fmt: skip
+
+
+class GroupJudgeDown:
+    """A group reward plugin whose judge cannot be reached."""
+
+    @hookimpl
+    async def rollhub_collect_group_rewards(self, group):
+        raise ConnectionError("judge endpoint refused the connection")
+
+
+async def test_a_failed_group_reward_hook_leaves_the_group_out_as_an_infra_loss(tmp_path, host):
+    host.register(GroupJudgeDown(), name="group-judge")
+    cfg = config(tmp_path, rewards={"on_failure": "zero_reward"}, n_samples=2)
+    async with AsyncHub(cfg, host=host, run_dir=tmp_path / "run") as hub:
+        (group,) = [g async for g in hub.iter_groups([{"id": "a", "reward": 1.0}])]
+    assert [e.status for e in group.episodes] == ["infra_error"] * 2
+    assert not any(e.trainable or e.metrics.get("reward_imputed") for e in group.episodes)
+    assert group.dropped and "judge endpoint refused" in group.episodes[0].error.message
 
 
 async def test_an_episode_holds_the_outcome_its_future_resolved_with(tmp_path, host):
@@ -256,4 +303,4 @@ async def test_an_episode_holds_the_outcome_its_future_resolved_with(tmp_path, h
     assert good.result is good.outcome.result and good.finished_at == good.outcome.finished_at
     # the reward failed after the rollout ended ok: the episode says so, its outcome stays
     bad = groups["bad"].episodes[0]
-    assert bad.status == "agent_error" and bad.outcome.status == "ok"
+    assert bad.status == "infra_error" and bad.outcome.status == "ok"

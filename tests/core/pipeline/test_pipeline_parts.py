@@ -11,7 +11,7 @@ import pytest
 from rollhub.builtin.pipeline import reward_from_result
 from rollhub.dataset import group_id_of
 from rollhub.episode import Episode, EpisodeGroup, ErrorInfo, group_stats, pass_at_k
-from rollhub.errors import RewardError
+from rollhub.errors import AgentRewardError, CaptureLost, RewardError, TokenRetrievalError
 from rollhub.export import episode_from_row, episode_to_row, read_episodes, read_rows, write_rows
 from rollhub.hubs.staleness import StalenessGate
 from rollhub.runs.report import summarize
@@ -52,8 +52,31 @@ def test_reward_from_result_accepts_numbers_and_lists():
     assert reward_from_result(1) == 1.0
     assert reward_from_result([0.0, 0.5]) == 0.5
     for bad in ([], "1", True, float("nan"), [float("inf")]):
-        with pytest.raises(RewardError):
+        with pytest.raises(AgentRewardError):  # the agent's result is wrong, not the scorer
             reward_from_result(bad)
+
+
+@pytest.mark.parametrize(
+    ("status", "exc", "ends"),
+    [
+        ("ok", RewardError("a reward hook failed: judge API timed out"), "infra_error"),
+        ("ok", TokenRetrievalError("gateway unreachable"), "infra_error"),
+        ("ok", CaptureLost("replica gone"), "infra_error"),
+        ("ok", AgentRewardError("result 'rewards' must be a number"), "agent_error"),
+        ("ok", ValueError("a bug"), "agent_error"),
+        ("timeout", RewardError("judge down"), "timeout"),
+    ],
+)
+def test_a_failure_after_the_rollout_is_the_agents_only_when_it_is(status, exc, ends):
+    episode = ep(0, status=status)
+    episode.fail(exc)
+    assert episode.status == ends
+    assert episode.error.type == type(exc).__name__ and episode.error.message == str(exc)
+    group = EpisodeGroup("g1", {}, [episode, ep(1), ep(2)])
+    apply_failure_policy(group, "zero_reward")
+    # zero_reward imputes 0 to the agent's failures only; a scorer's failure never trains
+    assert episode.trainable is (ends != "infra_error")
+    assert episode.metrics.get("reward_imputed", False) is (ends != "infra_error")
 
 
 def test_merge_rejects_duplicates_and_non_finite():
