@@ -346,6 +346,21 @@ def parse_config(
     return cfg
 
 
+def changed_settings(
+    before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = ""
+) -> dict[str, tuple[object, object]]:
+    """Settings that differ between two resolved configs (``to_toml_dict()``), by dotted
+    key: ``{"training.steps": (1, 2)}``; a key one side lacks is None there."""
+    changed: dict[str, tuple[object, object]] = {}
+    for key in sorted(set(before) | set(after)):
+        old, new = before.get(key), after.get(key)
+        if isinstance(old, Mapping) and isinstance(new, Mapping):
+            changed.update(changed_settings(old, new, f"{prefix}{key}."))
+        elif old != new:
+            changed[f"{prefix}{key}"] = (old, new)
+    return changed
+
+
 def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
     for var, raw in sorted(env.items()):
         if not var.startswith(ENV_PREFIX) or "__" not in var:

@@ -30,7 +30,7 @@ from typing import Any, cast
 from rollhub.commands.checks import check_run_config, load_payloads
 from rollhub.commands.run_training import train
 from rollhub.commands.store_watch import StoreWatch
-from rollhub.config import RollhubConfig, load_config
+from rollhub.config import RollhubConfig, changed_settings, load_config, parse_config
 from rollhub.episode import Episode
 from rollhub.errors import ClusterLost, UsageError
 from rollhub.hubs.async_hub import AsyncHub
@@ -74,9 +74,11 @@ def run(args: argparse.Namespace) -> int:
     is created, so a rejected config leaves nothing behind.
     """
     config_path = _config_path(args)
-    cfg = load_config(config_path)
+    cfg = _load_config(args, config_path)
     _apply_overrides(cfg, args)
     _configure_logging(cfg, getattr(args, "log_level", None))
+    if args.resume:
+        _say_changes(RunDir(args.resume), cfg)
     host = check_run_config(cfg)
     payloads = load_payloads(cfg)
     manifest = build_manifest(cfg, config_file=config_path)
@@ -178,6 +180,31 @@ def _config_path(args: argparse.Namespace) -> str:
     if not run_dir.is_dir():
         raise UsageError(f"--resume {run_dir}: no such run directory")
     return RunDir(run_dir).config_source()
+
+
+def _load_config(args: argparse.Namespace, config_path: str) -> RollhubConfig:
+    """The run's config; resumed without a config file, the one the run started with."""
+    if args.resume and not args.config:
+        started = RunDir(args.resume).read_json(RunDir.CONFIG)
+        if isinstance(started, dict):
+            # environment overrides included: a control started with
+            # ROLLHUB_TRAINER__LEARNING_RATE=0 stays one when resumed without it
+            return parse_config(
+                started,
+                base_dir=Path(config_path).resolve().parent,
+                source=str(Path(args.resume) / RunDir.CONFIG),
+            )
+    return load_config(config_path)
+
+
+def _say_changes(layout: RunDir, cfg: RollhubConfig) -> None:
+    """Name every setting a resumed run changes (an override, or an edited config file)."""
+    started = layout.read_json(RunDir.CONFIG)
+    if not isinstance(started, dict):
+        return
+    for key, (before, now) in changed_settings(started, cfg.to_toml_dict()).items():
+        print(f"--resume: {key}: {before!r} when the run started, {now!r} now; the run goes "
+              f"on with the new value", file=sys.stderr)  # fmt: skip
 
 
 async def run_experiment(

@@ -209,3 +209,28 @@ def test_kill_mid_run_then_resume(tmp_path):
     # no worker outlived either run
     ps = subprocess.run(["pgrep", "-f", str(AGENT)], capture_output=True, text=True)
     assert ps.stdout.strip() == ""
+
+
+def test_resume_keeps_the_settings_the_run_started_with(tmp_path):
+    # a learning-rate-0 control or a short run is made with environment overrides; resumed
+    # without them, it must go on with the same settings, not the file's
+    cfg = _setup(tmp_path, 6)  # 3 steps of 2 groups in the file
+    run = tmp_path / "run"
+    env = {**os.environ, "ROLLHUB_TRAINING__STEPS": "1"}
+    out, _ = _rollhub("run", str(cfg), "--run-dir", str(run), cwd=tmp_path, env=env).communicate(
+        timeout=240)  # fmt: skip
+    assert "trained 1/1 steps" in out, out
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("ROLLHUB_")}
+    proc = _rollhub("run", "--resume", str(run), cwd=tmp_path, env=plain)
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out
+    assert "step 2/" not in out and "trained 1/1 steps" in out, out
+    assert len((run / "trained.jsonl").read_text().splitlines()) == 1
+    # a setting changed on purpose when resuming is taken, and said
+    env = {**plain, "ROLLHUB_TRAINING__STEPS": "2"}
+    proc = _rollhub("run", "--resume", str(run), cwd=tmp_path, env=env)
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out
+    assert "training.steps: 1 when the run started, 2 now" in out, out
+    assert "trained 2/2 steps" in out, out
+    assert [json.loads(x)["step"] for x in (run / "trained.jsonl").read_text().splitlines()] == [0, 1]
