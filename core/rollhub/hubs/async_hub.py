@@ -342,7 +342,11 @@ class AsyncHub:
         future = await self.client.submit_request_async(
             request, timeout=time_left(request, self.config.experiment.timeout_s)
         )
-        return await future.result_async()
+        try:
+            return await future.result_async()
+        except asyncio.CancelledError:  # the session must not run on to its deadline
+            future.cancel()
+            raise
 
     async def _new_capture(self, old: RolloutRequest, new: RolloutRequest) -> None:
         """A rollout goes to a new runtime session: see :func:`replace_capture`."""

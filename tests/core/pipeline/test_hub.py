@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -304,3 +305,29 @@ async def test_an_episode_holds_the_outcome_its_future_resolved_with(tmp_path, h
     # the reward failed after the rollout ended ok: the episode says so, its outcome stays
     bad = groups["bad"].episodes[0]
     assert bad.status == "infra_error" and bad.outcome.status == "ok"
+
+
+async def test_cancelling_an_episode_stops_its_rollout(tmp_path, host):
+    # trainers that drive (slime, verl) cancel the episodes they no longer need: the agent's
+    # session must stop, not run on until its deadline holding a worker and a sandbox
+    hub = AsyncHub(config(tmp_path, n_samples=1, timeout_s=600), host=host, run_dir=tmp_path / "run")
+    async with hub:
+        task = asyncio.create_task(hub.run_episode({"id": "s", "mode": "stall"}, "s", 0))
+        deadline = asyncio.get_running_loop().time() + 30
+        while hub.client._watch.live == 0:
+            assert asyncio.get_running_loop().time() < deadline, "the rollout never started"
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # running in the worker
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        while hub.client._watch.live:
+            assert asyncio.get_running_loop().time() < deadline, "the rollout still runs"
+            await asyncio.sleep(0.05)
+        # the worker stopped the session and stored why
+        docs = []
+        while not docs:
+            docs = [json.loads(p.read_text()) for p in (tmp_path / "store").rglob("*.json")]
+            assert asyncio.get_running_loop().time() < deadline, "no result was stored"
+            await asyncio.sleep(0.05)
+        assert docs[0]["_rollhub"]["error"]["type"] == "CancelledError"
