@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -89,7 +90,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Callable[[argparse.Namespace], int] = args._run
     try:
         return run(args)
-    except (ConfigError, UsageError, PluginError) as exc:
+    except ConfigError as exc:  # a component's options too: say when a variable set it
+        from rollhub.config import env_note
+
+        note = env_note(exc.context.get("field"), os.environ)
+        _report(exc if note in str(exc) else ConfigError(f"{exc}{note}"), args.debug)
+        return EXIT_USAGE
+    except (UsageError, PluginError) as exc:
         _report(exc, args.debug)
         return EXIT_USAGE
     except RollhubError as exc:
@@ -99,8 +106,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("rollhub: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into `head` and the like: not an error
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except Exception as exc:  # an unexpected failure: one line, the traceback with --debug

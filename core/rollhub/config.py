@@ -336,11 +336,14 @@ def parse_config(
     source: str = "config",
 ) -> RollhubConfig:
     """Validate config data (a parsed TOML document), after environment overrides."""
-    merged = _apply_env(copy.deepcopy(dict(data)), os.environ if env is None else env)
+    env = os.environ if env is None else env
+    merged = _apply_env(copy.deepcopy(dict(data)), env)
     try:
         cfg = RollhubConfig.model_validate(merged)
     except ValidationError as exc:
-        raise ConfigError(explain(exc, RollhubConfig, source), field=first_loc(exc)) from None
+        field = first_loc(exc)
+        message = explain(exc, RollhubConfig, source) + env_note(field, env)
+        raise ConfigError(message, field=field) from None
     if base_dir is not None:
         cfg.base_dir = base_dir
     return cfg
@@ -361,11 +364,28 @@ def changed_settings(
     return changed
 
 
+def env_note(field: str | None, env: Mapping[str, str]) -> str:
+    """`` (set by ROLLHUB_A__B in the environment)`` when a ``ROLLHUB_*`` variable set the
+    dotted key ``field`` or a key above it; else ``""``. An error then blames the variable,
+    not the file, which may not hold the key at all."""
+    for var in sorted(env) if field else ():
+        path = ".".join(_env_parts(var))
+        if path and (field == path or str(field).startswith(f"{path}.")):
+            return f" (set by {var} in the environment)"
+    return ""
+
+
+def _env_parts(var: str) -> list[str]:
+    if not var.startswith(ENV_PREFIX) or "__" not in var:
+        return []
+    return [p.lower() for p in var[len(ENV_PREFIX) :].split("__")]
+
+
 def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
     for var, raw in sorted(env.items()):
-        if not var.startswith(ENV_PREFIX) or "__" not in var:
+        parts = _env_parts(var)
+        if not parts:
             continue
-        parts = [p.lower() for p in var[len(ENV_PREFIX) :].split("__")]
         node = data
         for part in parts[:-1]:
             child = node.get(part)

@@ -8,6 +8,7 @@ register it). :class:`~rollhub.registry.ComponentRegistry` raises it as an
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 
 from rollhub.errors import PluginLoadError
@@ -78,7 +79,7 @@ def unknown_component_message(
         else:
             msg += f"; it ships in {dist}: pip install '{dist}'"
         return msg
-    close = [n for n in components.get(kind, {}) if _similar(n, name)]
+    close = difflib.get_close_matches(name, list(components.get(kind, {})), n=1, cutoff=0.6)
     if close:
         msg += f"; did you mean {close[0]!r}?"
     if load_failures:
@@ -105,9 +106,3 @@ def _installed(distribution: str) -> bool:
     except metadata.PackageNotFoundError:
         return False
     return True
-
-
-def _similar(a: str, b: str) -> bool:
-    import difflib
-
-    return difflib.SequenceMatcher(None, a, b).ratio() >= 0.6

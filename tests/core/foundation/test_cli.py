@@ -27,6 +27,16 @@ def test_usage_errors_exit_2(capsys, tmp_path):
     assert "experiment.n_samples" in err and "Traceback" not in err
 
 
+def test_a_component_option_set_by_a_variable_names_the_variable(capsys, tmp_path, monkeypatch):
+    cfg = tmp_path / "rollhub.toml"
+    cfg.write_text('[experiment]\nname = "x"\n')
+    monkeypatch.setenv("ROLLHUB_TRAINER__LEARNING_RATE", "0")  # the export trainer has none
+    assert main(["config", "check", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "trainer.learning_rate" in err
+    assert "set by ROLLHUB_TRAINER__LEARNING_RATE in the environment" in err
+
+
 def test_runtime_failure_exits_1_with_one_line(capsys, tmp_path, monkeypatch):
     from rollhub.commands import plugins as plugins_cmd
 

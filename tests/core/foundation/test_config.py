@@ -210,3 +210,22 @@ def test_config_error_pickles():
     err = ConfigError("x: bad", field="x")
     again = pickle.loads(pickle.dumps(err))
     assert type(again) is ConfigError and again.field == "x" and str(again) == "x: bad"
+
+
+def test_the_closest_name_is_suggested_not_the_first_registered():
+    reg = ComponentRegistry()
+    for word in ("export", "print"):  # a built-in first, then a plugin's
+        reg.add_runtime(type(f"_{word}", (), {"name": word, "Options": _Opts}))
+    with pytest.raises(UnknownComponentError, match=r"did you mean 'print'\?"):
+        reg.get("runtime", "prnt", field="runtime.name")
+
+
+def test_an_error_from_an_environment_override_names_the_variable():
+    # the key is not in the file: the message must say where it came from
+    with pytest.raises(ConfigError) as ei:
+        parse_config({"experiment": {"name": "x"}}, env={"ROLLHUB_EXPERIMENT__N_SAMPLE": "3"},
+                     source="rollhub.toml")  # fmt: skip
+    assert "experiment.n_sample" in str(ei.value)
+    assert "ROLLHUB_EXPERIMENT__N_SAMPLE" in str(ei.value)
+    with pytest.raises(ConfigError, match="ROLLHUB_EXPERIMENT__CONCURRENCY"):
+        parse_config({}, env={"ROLLHUB_EXPERIMENT__CONCURRENCY": "0"})
