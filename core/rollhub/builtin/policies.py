@@ -43,6 +43,13 @@ def rollhub_check_config(config: RollhubConfig, registry: ComponentRegistry) -> 
                 f"policy starts from the served model: drop weights, or set trainable = false",
                 field=f"policies.{policy.name}.weights",
             )
+        if policy.weights and not config.path(policy.weights).expanduser().is_file():
+            raise ConfigError(
+                f"policies[{i}] ({policy.name!r}): weights = {policy.weights!r} does not exist "
+                f"(paths are relative to the config file's directory); point it at a "
+                f"checkpoint's policy.safetensors",
+                field=f"policies.{policy.name}.weights",
+            )
     cls = registry.get("trainer", config.trainer.name, field="trainer.name")
     role = role_of(cls)
     refusal = getattr(cls, "policies_refusal", None)

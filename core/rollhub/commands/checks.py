@@ -56,6 +56,12 @@ def check_run_config(cfg: RollhubConfig, host: PluginHost | None = None) -> Plug
     app = getattr(runtime_opts, "app", None)
     if isinstance(app, str):
         check_app_ref(app, cfg.base_dir, field="runtime.app")
+    elif cfg.runtime.name == "local":  # its options allow none so a bare config parses
+        raise ConfigError(
+            "the local runtime needs runtime.app: the RolloutApp to serve, e.g. "
+            "app = 'agent.py:app' (relative to the config file) or 'mypkg.agent:app'",
+            field="runtime.app",
+        )
     _check_writable_dir(cfg.path(cfg.experiment.output_dir), "experiment.output_dir")
     if cfg.eval.dataset:
         load_held_out(cfg)

@@ -11,6 +11,7 @@ import argparse
 
 from rollhub.commands.checks import check_run_config, load_payloads
 from rollhub.config import load_config
+from rollhub.training.roles import TrainerRole, role_of
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,9 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; return the exit code (errors are raised as rollhub errors)."""
     cfg = load_config(args.file)
-    check_run_config(cfg)
+    host = check_run_config(cfg)
     dataset = ""
-    if cfg.experiment.dataset:
+    trainer = host.registry.get("trainer", cfg.trainer.name, field="trainer.name")
+    # a launched backend (verl, slime) brings its own prompts; everything else reads these
+    if cfg.experiment.dataset or role_of(trainer) is not TrainerRole.LAUNCHED_BACKEND:
         dataset = f", dataset={len(load_payloads(cfg))} prompts"
     print(
         f"{args.file}: ok (runtime={cfg.runtime.name}, store={cfg.store.url}, "

@@ -55,7 +55,8 @@ def test_runtime_failure_exits_1_with_one_line(capsys, tmp_path, monkeypatch):
 
 def test_run_without_dataset_is_a_config_error(tmp_path, capsys):
     cfg = tmp_path / "rollhub.toml"
-    cfg.write_text("[experiment]\nname = 'x'\n")
+    (tmp_path / "agent.py").write_text("app = None\n")
+    cfg.write_text("[experiment]\nname = 'x'\n[runtime]\napp = 'agent.py:app'\n")
     assert main(["run", str(cfg)]) == 2
     assert "experiment.dataset is not set" in capsys.readouterr().err
 
@@ -67,7 +68,9 @@ def test_a_prompt_without_the_stratify_field_is_refused_before_the_run_starts(tm
     cfg.write_text(
         "[experiment]\nname = 'x'\ndataset = 'prompts.jsonl'\nid_field = 'id'\n"
         f"output_dir = '{tmp_path / 'runs'}'\n[training]\nstratify = 'split'\n"
+        "[runtime]\napp = 'agent.py:app'\n"
     )
+    (tmp_path / "agent.py").write_text("app = None\n")
     assert main(["run", str(cfg)]) == 2
     err = capsys.readouterr().err
     assert "training.stratify = 'split'" in err and "id 'b'" in err, err

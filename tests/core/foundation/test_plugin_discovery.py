@@ -48,7 +48,10 @@ def test_installed_plugin_is_listed_and_selectable(install_plugin, tmp_path):
     assert rows["counting"]["components"] == ["trainer:counting"]
 
     cfg = tmp_path / "rollhub.toml"
-    cfg.write_text('[trainer]\nname = "counting"\n')
+    (tmp_path / "agent.py").write_text("app = None\n")
+    (tmp_path / "data.jsonl").write_text('{"id": "a"}\n')
+    cfg.write_text('[experiment]\ndataset = "data.jsonl"\n[runtime]\napp = "agent.py:app"\n'
+                   '[trainer]\nname = "counting"\n')  # fmt: skip
     ok = run_cli(["config", "check", str(cfg)], env)
     assert ok.returncode == 0, ok.stderr
     assert "trainer=counting" in ok.stdout

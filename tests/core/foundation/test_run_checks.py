@@ -148,3 +148,23 @@ def test_config_check_passes_a_good_project_and_counts_its_prompts(tmp_path, cap
     cfg = make_project(tmp_path)
     assert main(["config", "check", str(cfg)]) == 0
     assert "dataset=2 prompts" in capsys.readouterr().out
+
+
+def test_config_check_refuses_what_run_would_refuse(tmp_path, capsys):
+    from rollhub.cli import main
+
+    (tmp_path / "data.jsonl").write_text('{"id": "a"}\n')
+    cases = {
+        # a local runtime with no app to serve
+        '[experiment]\nname = "x"\ndataset = "data.jsonl"\n': "runtime.app",
+        # no prompts for a trainer the core's loop (or one pass) feeds
+        '[experiment]\nname = "x"\n[runtime]\napp = "agent.py:app"\n': "experiment.dataset",
+    }
+    (tmp_path / "agent.py").write_text("app = None\n")
+    for text, field in cases.items():
+        cfg = tmp_path / "rollhub.toml"
+        cfg.write_text(text)
+        assert main(["config", "check", str(cfg)]) == 2, text
+        err = capsys.readouterr().err
+        assert field in err, (text, err)
+        assert not (tmp_path / "runs").exists()

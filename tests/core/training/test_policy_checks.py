@@ -102,3 +102,15 @@ def test_the_judge_must_be_a_frozen_policy(tmp_path):
     check_run_config(_config(tmp_path, judge={"policy": "judge"}))
     with pytest.raises(ConfigError, match=r"either policy .* or base_url"):
         parse_config({"judge": {"policy": "judge", "base_url": "http://x/v1"}}, env={})
+
+
+def test_a_frozen_policys_weights_file_must_exist(tmp_path):
+    # said at config check, not when the gateway loads it after the run directory exists
+    policies = [*POLICIES[:2], {"name": "critic", "trainable": False, "weights": "gone.safetensors"}]
+    with pytest.raises(ConfigError) as err:
+        check_run_config(_config(tmp_path, policies=policies))
+    assert err.value.context["field"] == "policies.critic.weights"
+    assert "gone.safetensors" in str(err.value) and "does not exist" in str(err.value)
+    (tmp_path / "here.safetensors").write_bytes(b"")
+    policies[2]["weights"] = str(tmp_path / "here.safetensors")
+    check_run_config(_config(tmp_path, policies=policies))

@@ -15,7 +15,11 @@ from rollhub.training import launch_settings
 from rollhub_verl.launch import build_command
 from rollhub_verl.settings import verl_settings
 
-HEAD = '[token_source]\nname = "gateway"\n[trainer]\nname = "verl"\n'
+# verl's agent loop runs the agents through this runtime: config check wants its app
+HEAD = (
+    '[runtime]\napp = "agent.py:app"\n[token_source]\nname = "gateway"\n'
+    '[trainer]\nname = "verl"\n'
+)
 NEW = HEAD + """
 [plugins.verl]
 reward_source = "verl"
@@ -39,6 +43,7 @@ def _verl_and_fresh_warnings(monkeypatch):
 
 
 def write(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "agent.py").write_text("app = None\n")
     path = tmp_path / "rollhub.toml"
     path.write_text(text)
     return path
