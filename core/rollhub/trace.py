@@ -38,6 +38,7 @@ Schema version 1. Fields are only ever added; a reader checks ``schema_version``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -46,7 +47,14 @@ SCHEMA_VERSION = 1
 
 DriftKind = Literal["append", "rerender", "fork"]
 
-__all__ = ["SCHEMA_VERSION", "DriftKind", "TraceRecord", "TurnCall", "TurnSpan"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "DriftKind",
+    "TraceRecord",
+    "TurnCall",
+    "TurnSpan",
+    "last_call_index",
+]
 
 
 class TurnSpan(BaseModel):
@@ -152,3 +160,25 @@ class TraceRecord(BaseModel):
                 )
             )
         return out
+
+
+def last_call_index(records: Sequence[TraceRecord]) -> int | None:
+    """Position of the record holding a session's last model call that produced tokens:
+    what a trainer taking one completion per episode (TRL, verl's v0 collation) trains.
+
+    Records come in the order their branches were created, not the order turns finished: a
+    main agent that hands work to a sub-agent and then answers has its final answer in the
+    first record. ``TurnSpan.turn_index`` counts calls across the whole session, so the
+    record with the highest index among its token-producing turns holds the last one (a
+    tie, only possible without turn spans, goes to the later record). Records without a
+    response token are never chosen; None when no record has one.
+    """
+    best: int | None = None
+    best_key = (-2, -1)
+    for pos, rec in enumerate(records):
+        if not rec.response_ids:
+            continue
+        key = (max((t.turn_index for t in rec.turns if t.end > t.start), default=-1), pos)
+        if key > best_key:
+            best, best_key = pos, key
+    return best

@@ -19,6 +19,12 @@ When any episode forked into several samples, every group of the step becomes
 flattens by looking at the first element only. Rewards then need
 :func:`rollhub_slime.rewards.post_process_rewards` (``--custom-reward-post-process-path``),
 which the launch helper sets.
+
+Counts. Every rollout of a chosen group gives at least one sample, a failed one a
+placeholder that slime does not learn from (:mod:`rollhub_slime.samples`), so a step hands
+slime ``rollout_batch_size × n_samples_per_prompt`` rollouts as its own loop does: slime
+builds its optimizer steps from that count (``num_steps = samples // global_batch_size``,
+asserted ≥ 1) and drops what does not fill a step.
 """
 
 from __future__ import annotations
@@ -37,8 +43,9 @@ from rollhub.hubs.async_hub import AsyncHub
 
 from rollhub_slime.eval_data import eval_groups
 from rollhub_slime.eval_options import check_eval_datasets, eval_sampling, generate_eval_sampling
+from rollhub_slime.launch import REWARD_POST_PROCESS
 from rollhub_slime.runner import process_hub
-from rollhub_slime.samples import episode_to_samples, payload_of
+from rollhub_slime.samples import episode_to_samples, is_placeholder, payload_of
 from rollhub_slime.settings import SlimeOptions
 from rollhub_slime.slime_types import DataSource, Sample, SampleT
 from rollhub_slime.step_hooks import StepHooks, check_slime_flags, filter_decision
@@ -49,6 +56,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["eval_rollout", "generate", "generate_rollout", "train_rollout"]
+
+_warned: set[str] = set()
 
 
 def generate_rollout(
@@ -119,14 +128,14 @@ async def train_rollout(
     groups; each finished group passes ``--dynamic-sampling-filter-path`` or is dropped
     (and more are fetched), until ``--rollout-batch-size`` groups are chosen. Groups still
     running then are cancelled. A group whose every rollout failed is chosen without
-    filtering and yields no samples, so a failing agent cannot make the step fetch forever.
+    filtering (as placeholders only), so a failing agent cannot make the step fetch forever.
     The chosen groups are sorted by index; ``--rollout-sample-filter-path`` and
     ``--rollout-all-samples-process-path`` then run as in slime.
 
     :param data_source: slime's data source (``get_samples(k) -> list[list[Sample]]``).
     :param hooks: the step arguments, loaded (default: from ``args``).
     :returns: ``RolloutFnTrainOutput``.
-    :raises RolloutFailed: no rollout of the step produced a trainable token.
+    :raises RolloutFailed: no rollout of the step produced a token to train on.
     """
     from slime.rollout.base_types import RolloutFnTrainOutput
 
@@ -159,7 +168,7 @@ async def train_rollout(
                 finished.append(item)
                 if len(chosen) >= hooks.rollout_batch_size:
                     continue
-                if item.shaped():
+                if not item.failed():
                     keep, reason = filter_decision(hooks, args, item.shaped(), remaining=remaining)
                     if not keep:
                         remaining -= 1
@@ -174,12 +183,12 @@ async def train_rollout(
 
     chosen.sort(key=_Finished.index)
     fanned = any(item.forked() for item in chosen)
-    batch = [item.shaped(nested=fanned) for item in chosen if item.shaped()]
+    batch = [item.shaped(nested=fanned) for item in chosen]
     metrics = _metrics([c.group for c in chosen], [c.per_episode for c in chosen])
     metrics["rollhub/groups_run"] = len(finished) + len(pending)
     metrics["rollhub/filtered"] = sum(drops.values())
     metrics.update({f"rollout/dynamic_filter/drop_{r}": n for r, n in drops.items() if r})
-    if not batch:
+    if all(item.failed() for item in chosen):
         first = next((e.error for c in finished for e in c.group.episodes if e.error), None)
         raise RolloutFailed(
             f"no rollout of step {rollout_id} produced tokens to train on "
@@ -190,8 +199,10 @@ async def train_rollout(
     if hooks.sample_filter is not None:
         hooks.sample_filter(args, batch)
     if hooks.all_samples_process is not None:
-        every = sorted((item for item in finished if item.shaped()), key=_Finished.index)
+        every = sorted(finished, key=_Finished.index)
         hooks.all_samples_process(args, [item.shaped() for item in every], data_source)
+    if metrics["rollhub/dropped"]:
+        _warn_default_post_process(args)
     return RolloutFnTrainOutput(samples=batch, metrics=metrics)
 
 
@@ -209,12 +220,15 @@ class _Finished:
     def forked(self) -> bool:
         return any(len(s) > 1 for s in self.per_episode)
 
+    def failed(self) -> bool:
+        """Every rollout of the group is a placeholder: nothing in it trains."""
+        return all(is_placeholder(s) for samples in self.per_episode for s in samples)
+
     def shaped(self, nested: bool | None = None) -> list[Sample] | list[list[Sample]]:
         """The group as slime's loop holds it: ``list[Sample]``, or one list per rollout
-        when a rollout forked (``nested``: force either); failed rollouts left out."""
-        kept = [s for s in self.per_episode if s]
+        when a rollout forked (``nested``: force either); every rollout is in it."""
         nest = self.forked() if nested is None else nested
-        return kept if nest else [s[0] for s in kept]
+        return list(self.per_episode) if nest else [s[0] for s in self.per_episode]
 
 
 async def eval_rollout(
@@ -276,10 +290,21 @@ async def _run_group(
 
 
 def _samples(episode: Episode, base: Sample, options: SlimeOptions) -> list[Sample]:
-    samples = episode_to_samples(episode, base, response_field=options.response_field)
-    if options.drop_empty:
-        samples = [s for s in samples if s.response_length > 0]
-    return samples
+    return episode_to_samples(episode, base, response_field=options.response_field)
+
+
+def _warn_default_post_process(args: Namespace) -> None:
+    """Placeholders went to slime, whose default reward post-processing counts them."""
+    path = getattr(args, "custom_reward_post_process_path", None)
+    if path == REWARD_POST_PROCESS or "post_process" in _warned:
+        return
+    _warned.add("post_process")
+    log.warning(
+        "failed rollouts reach slime as placeholders (remove_sample, loss mask 0), but "
+        "--custom-reward-post-process-path is %s: slime's own normalisation counts their "
+        "reward in the group mean and std, moving the other rollouts' advantages; set it "
+        "to %s (python -m rollhub_slime.launch does)", path, REWARD_POST_PROCESS,
+    )
 
 
 def _group_id(payload: dict[str, Any], hub: AsyncHub, sample: Sample) -> str:
@@ -303,7 +328,9 @@ def _metrics(finished: list[EpisodeGroup], per_group: list[list[list[Sample]]]) 
         "rollhub/failed": sum(1 for e in episodes if not e.ok),
         "rollhub/forked": sum(1 for e in episodes if len(e.traces) > 1),
         "rollhub/samples": len(kept),
-        "rollhub/dropped": sum(1 for group in per_group for s in group if not s),
+        "rollhub/dropped": sum(
+            1 for group in per_group for s in group if all(is_placeholder(x) for x in s)
+        ),
         "rollhub/turns_mean": sum(e.num_turns for e in episodes) / max(len(episodes), 1),
     }
     if rewards:  # slime hands metrics to its trackers, which take numbers only

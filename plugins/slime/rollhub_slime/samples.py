@@ -13,6 +13,17 @@ records and fans out into several samples. They share one ``rollout_id`` (slime 
 for siblings, so the loss counts the rollout once) and each carries the episode's full
 reward, as slime's own trajectory code does.
 
+A rollout that gives slime nothing to learn from (it failed before any model call, or every
+record came back without a response token) still becomes one sample: slime's step
+scheduler (``slime/utils/dp_schedule.py``) asserts at least ``global_batch_size`` samples
+per step and slime's own loop always hands over ``n_samples_per_prompt`` per prompt, so
+leaving it out would crash the step or make slime drop trailing rollouts. The placeholder
+follows slime's own (``examples/coding_agent_rl/generate.py::_abort_result``): tokens
+``[0, 0]``, ``response_length`` 1, ``loss_mask`` ``[0]``, ``remove_sample`` set (slime
+zeroes its loss mask; :func:`rollhub_slime.rewards.post_process_rewards` leaves it out of
+its group's mean and std). Records without a response token are left out of an episode
+that has others.
+
 Samples are built by copying the prompt ``Sample`` that slime's data source handed out, so
 its ``group_index``, ``index``, ``prompt``, ``label`` and ``metadata`` carry through and the
 ``Sample`` class is whatever slime defines: nothing here imports slime.
@@ -33,7 +44,17 @@ from rollhub_slime.slime_types import Sample, SampleT
 
 log = logging.getLogger(__name__)
 
-__all__ = ["episode_to_samples", "payload_of", "sample_status", "turn_versions"]
+__all__ = [
+    "PLACEHOLDER_TOKEN",
+    "episode_to_samples",
+    "is_placeholder",
+    "payload_of",
+    "sample_status",
+    "turn_versions",
+]
+
+#: token id of a placeholder's two tokens (masked out; slime's own placeholders use 0)
+PLACEHOLDER_TOKEN = 0
 
 #: record finish reason → ``Sample.Status`` member name (anything else: COMPLETED)
 _FINISH_STATUS = {"length": "TRUNCATED", "abort": "ABORTED", "error": "FAILED"}
@@ -108,11 +129,12 @@ def episode_to_samples(
     :param keep_missing_reward: leave ``reward`` None when a finished episode has no reward,
         so slime's own reward model scores it (custom generate path). Otherwise a missing
         reward is 0.0 on a sample that is removed from the loss.
-    :returns: one sample per record, in branch order. An episode without records (it failed
-        before any model call, or its traces were not captured) gives one sample with no
-        tokens, ``remove_sample`` set and its status and errors filled in.
+    :returns: one sample per record with a response token, in branch order. An episode
+        without such a record (it failed before any model call, its traces were not
+        captured, or every call returned no token) gives one placeholder sample (see the
+        module doc) with ``remove_sample`` set and its status and errors filled in.
     """
-    records = sorted(episode.traces, key=lambda r: r.branch_id)
+    records = sorted((r for r in episode.traces if r.response_ids), key=lambda r: r.branch_id)
     rid = rollout_id if rollout_id is not None else getattr(base, "index", None)
     reward, trainable = _reward(episode, keep_missing_reward)
     text = None
@@ -129,7 +151,8 @@ def episode_to_samples(
             s.rollout_log_probs = list(record.response_logprobs)
             s.weight_versions = turn_versions(record)
         else:
-            s.tokens, s.response_length, s.loss_mask, s.rollout_log_probs = [], 0, [], []
+            s.tokens = [PLACEHOLDER_TOKEN, PLACEHOLDER_TOKEN]
+            s.response_length, s.loss_mask, s.rollout_log_probs = 1, [0], [0.0]
             s.weight_versions = []
         s.status = type(base).Status[sample_status(episode, record)]
         s.reward = reward
@@ -141,6 +164,13 @@ def episode_to_samples(
         s.metadata = {**(getattr(base, "metadata", None) or {}), "rollhub": _meta(episode, record)}
         out.append(s)
     return out
+
+
+def is_placeholder(sample: Sample) -> bool:
+    """Whether ``sample`` stands for a rollout with nothing to train on (see the module doc)."""
+    meta = getattr(sample, "metadata", None) or {}
+    rollhub = meta.get("rollhub") if isinstance(meta, Mapping) else None
+    return bool(isinstance(rollhub, Mapping) and rollhub.get("placeholder"))
 
 
 def _reward(episode: Episode, keep_missing: bool) -> tuple[float | None, bool]:
@@ -162,6 +192,7 @@ def _meta(episode: Episode, record: TraceRecord | None) -> dict[str, Any]:
         "reward_components": dict(episode.reward_components),
         "num_records": len(episode.traces),
         "errors": [episode.error.to_dict()] if episode.error is not None else [],
+        "placeholder": record is None,
     }
     if episode.metrics.get("reward_imputed"):
         meta["reward_imputed"] = True

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from rollhub.training import TrainerOptions
 from rollhub.training.launch_settings import launch_settings
 
@@ -44,8 +44,25 @@ class SlimeOptions(TrainerOptions):
         "where some rollouts fork still has one shape",
     )
     drop_empty: bool = Field(
-        True, description="leave out samples of rollouts that produced no tokens (failed)"
+        False,
+        description="kept so older configs load; only false is accepted (failed rollouts "
+        "reach slime as placeholders it does not learn from)",
     )
+
+    @field_validator("drop_empty")
+    @classmethod
+    def _keep_every_rollout(cls, value: bool) -> bool:
+        # slime builds its optimizer steps from the sample count (dp_schedule.py asserts
+        # samples // global_batch_size >= 1 and drops the remainder): a step short of
+        # rollout_batch_size x n_samples_per_prompt crashes or loses rollouts
+        if value:
+            raise ValueError(
+                "drop_empty = true is no longer supported: leaving out failed rollouts makes "
+                "slime's step short of rollout_batch_size x n_samples_per_prompt samples, so "
+                "slime's scheduler asserts or drops rollouts; failed rollouts now reach slime "
+                "as placeholders with remove_sample set. Remove drop_empty"
+            )
+        return value
 
 
 def slime_settings(config: RollhubConfig) -> SlimeOptions:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from rollhub.episode import Episode
 
-from rollhub_trl.rollout import EPISODE_FIELD, HubRollout
+from rollhub_trl.rollout import EPISODE_FIELD, HubRollout, final_record
 
 if TYPE_CHECKING:
     from trl import GRPOTrainer
@@ -119,9 +119,10 @@ class _SamplerCheck:
                 continue
             self.seen.add(i)
             episode = self.episodes[i]
-            if episode is None or not episode.trainable or not episode.traces:
+            rec = final_record(episode.traces) if episode is not None else None
+            # the rows episode_sample trained: its record, or a filler that has nothing to check
+            if episode is None or not episode.trainable or not episode.ok or rec is None:
                 continue
-            rec = episode.traces[-1]
             logps = learner[k].tolist()
             for j, (lp, m) in enumerate(zip(rec.response_logprobs, rec.response_mask,
                                             strict=True)):

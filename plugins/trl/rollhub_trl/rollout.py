@@ -21,9 +21,10 @@ budget, so every token is kept) and :func:`trl_sample` converts the fitted recor
   policy) gets reward None (TRL leaves it out of the group baseline and gives it
   advantage 0) and an all-zero ``env_mask``: it never contributes a gradient.
 
-An episode with several records (the agent forked its conversation: a record per branch)
-gives TRL its last record, the one that ended the episode; the others are dropped and
-counted (``trl_records_dropped``), since TRL takes exactly one completion per sample.
+An episode with several records (the agent forked its conversation, or a sub-agent ran: a
+record per branch) gives TRL the record holding the episode's last model call that produced
+tokens (:func:`final_record`); the others are dropped and counted
+(``trl_records_dropped``), since TRL takes exactly one completion per sample.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from rollhub.episode import Episode, EpisodeGroup
 from rollhub.errors import RollhubError
+from rollhub.trace import TraceRecord, last_call_index
 from rollhub.training import TrainingBatch
 from rollhub.training.advantages import group_advantages
 from rollhub.training.fitting import FittedRecord, fit_record
@@ -47,7 +49,9 @@ if TYPE_CHECKING:
     import torch
     from rollhub.hubs.view import HubView
 
-__all__ = ["HubRollout", "Sample", "episode_sample", "rollhub_reward", "trl_sample"]
+__all__ = [
+    "HubRollout", "Sample", "episode_sample", "final_record", "rollhub_reward", "trl_sample"
+]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +73,13 @@ class Sample:
     records_dropped: int = 0
 
 
+def final_record(records: Sequence[TraceRecord]) -> TraceRecord | None:
+    """The record TRL trains: the one holding the episode's last model call that produced
+    tokens (:func:`rollhub.trace.last_call_index`), or None."""
+    index = last_call_index(records)
+    return None if index is None else records[index]
+
+
 def episode_sample(episode: Episode, filler_id: int, *, advantage: float = 0.0) -> Sample:
     """The TRL sample of one episode (see the module doc for the rules).
 
@@ -76,7 +87,7 @@ def episode_sample(episode: Episode, filler_id: int, *, advantage: float = 0.0) 
         prompt and completion, masked out): TRL needs a completion for every sample.
     :param advantage: the episode's advantage, kept on the fitted record.
     """
-    record = episode.traces[-1] if episode.traces else None
+    record = final_record(episode.traces)
     if not episode.trainable or not episode.ok or record is None or not record.response_ids:
         reward = episode.reward if episode.trainable else None
         return Sample([filler_id], [filler_id], [0.0], [0], reward)

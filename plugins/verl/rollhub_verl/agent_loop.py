@@ -16,6 +16,9 @@ writes) and awaits ``run(sampling_params, **row)``. The loop:
 Failed episodes follow ``[rewards] on_failure`` applied to the episode on its own (its
 siblings run in other calls): ``exclude_episode`` and ``drop_group`` leave it out (v1) or
 make it a no-gradient placeholder (v0); ``zero_reward`` keeps it at reward 0.0.
+Under v0 that placeholder's 0.0 still enters verl's GRPO baseline of its group, which
+verl cannot leave a row out of: the first v0 run with another policy than ``zero_reward``
+warns (:func:`rollhub_verl.outputs.warn_v0_baseline`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,12 @@ from rollhub.scoring.rewards import apply_failure_policy
 from verl.experimental.agent_loop import agent_loop as verl_agent_loop
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 
-from rollhub_verl.outputs import Budget, episode_parts, to_agent_loop_outputs
+from rollhub_verl.outputs import (
+    Budget,
+    episode_parts,
+    to_agent_loop_outputs,
+    warn_v0_baseline,
+)
 from rollhub_verl.settings import verl_settings
 from rollhub_verl.verl_types import VerlConfig
 from rollhub_verl.worker_hub import hub_for, verl_sampling
@@ -102,6 +110,7 @@ class RollhubAgentLoop(AgentLoopBase):
                 EpisodeGroup(group_id, payload, [episode]), hub.config.rewards.on_failure
             )
         collation: Literal["v1", "v0"] = "v1" if self.config.trainer.get("use_v1", True) else "v0"
+        warn_v0_baseline(collation, hub.config.rewards.on_failure)
         parts = episode_parts(
             episode,
             self.budget,

@@ -16,30 +16,53 @@ prompt is:
 The cutting is the core's (:mod:`rollhub.training.fitting`), as for every backend; this
 module only lays fitted records out as verl's outputs.
 
-Multi-record episodes (a fork): verl's v1 collation takes a list of outputs per session, so
-every record becomes an output in order (verl broadcasts the last one's advantage to the
-others). The v0 collation needs exactly one output per row: the last record is used and
-the others are counted in ``rollhub_dropped_records``.
+Multi-record episodes (a fork, a sub-agent): verl's v1 collation takes a list of outputs
+per session, so every record with a response token becomes an output in order (verl
+broadcasts the last one's advantage to the others; every output carries the reward). The
+v0 collation needs exactly one output per row: the record holding the episode's last model
+call that produced tokens (:func:`rollhub.trace.last_call_index`; records are in branch-creation order, not
+the order turns finished) is used and the others are counted in
+``rollhub_dropped_records``. A record without a response token (a call that returned no
+token, e.g. aborted at a weight sync) is never an output: verl puts the reward on the last
+response token (``AgentLoopOutput.as_dict``), which it does not have. An episode whose
+records all lack one is handled as a failed episode.
 
 Episodes that must not train (failed, no reward, or every sampled token cut) become no
 output in v1 (verl drops the session) and, in v0, one placeholder output whose response
 is a single end-of-sequence token with mask 0: no gradient, reward 0.0 (None when verl
 scores). The
 ``zero_reward`` failure policy makes that placeholder count in v1 too.
+
+v0 and the GRPO baseline: verl averages every row sharing a ``uid``
+(``compute_grpo_outcome_advantage``) and has no way to leave a row out, so a v0
+placeholder's 0.0 moves its siblings' baseline as if the failure had scored 0. Under
+``exclude_episode`` and ``drop_group`` that is not what the policy says:
+:func:`warn_v0_baseline` says so once per process; v1 leaves the session out instead.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rollhub.episode import Episode
-from rollhub.trace import TraceRecord
+from rollhub.trace import TraceRecord, last_call_index
 from rollhub.training.fitting import FittedRecord
 from rollhub.training.fitting import fit_record as fit_core
 
-__all__ = ["Budget", "OutputParts", "episode_parts", "fit_record", "to_agent_loop_outputs"]
+__all__ = [
+    "Budget",
+    "OutputParts",
+    "episode_parts",
+    "fit_record",
+    "to_agent_loop_outputs",
+    "warn_v0_baseline",
+]
+
+log = logging.getLogger(__name__)
+_warned: set[str] = set()
 
 Collation = Literal["v1", "v0"]
 
@@ -78,6 +101,25 @@ def fit_record(record: TraceRecord, budget: Budget) -> FittedRecord:
     return fitted
 
 
+def warn_v0_baseline(collation: Collation, on_failure: str) -> bool:
+    """Warn (once per process) that v0 placeholders enter verl's GRPO baseline at 0.0.
+
+    :returns: whether this combination is affected (v0 with ``on_failure`` other than
+        ``zero_reward``).
+    """
+    affected = collation == "v0" and on_failure != "zero_reward"
+    if affected and on_failure not in _warned:
+        _warned.add(on_failure)
+        log.warning(
+            "verl's v0 collation (trainer.use_v1=false) needs one row per rollout, so a "
+            "failed episode becomes a placeholder with reward 0.0, and verl's GRPO averages "
+            "it into its group's baseline: with [rewards] on_failure = %r the siblings' "
+            "advantages move as if the failure had scored 0. Use trainer.use_v1=true (the "
+            "session is then left out) or on_failure = 'zero_reward'", on_failure,
+        )
+    return affected
+
+
 def episode_parts(
     episode: Episode,
     budget: Budget,
@@ -97,7 +139,9 @@ def episode_parts(
     """
     records = list(episode.traces)
     fitted = [fit_record(rec, budget) for rec in records]
-    sampled = sum(sum(f.response_mask) for f in fitted)
+    # as_dict() puts the reward on response[-1]: an empty response would raise there
+    kept = [i for i, f in enumerate(fitted) if records[i].response_ids and f.response_ids]
+    sampled = sum(sum(fitted[i].response_mask) for i in kept)
     reward = episode.reward
     if reward is not None and not math.isfinite(reward):
         reward = None
@@ -113,11 +157,11 @@ def episode_parts(
             return []
         score = 0.0 if reward_source == "rollhub" else None
         return [_placeholder(episode, budget, fallback_prompt_ids, eos_token_id, base, score)]
-    chosen = list(enumerate(zip(records, fitted, strict=True)))
-    dropped = 0
-    if collation == "v0" and len(chosen) > 1:
-        dropped = len(chosen) - 1
-        chosen = chosen[-1:]
+    if collation == "v0":
+        last = last_call_index([records[i] for i in kept])
+        kept = [kept[last]] if last is not None else []
+    chosen = [(i, (records[i], fitted[i])) for i in kept]
+    dropped = len(records) - len(chosen)
     parts = []
     for i, (rec, fit) in chosen:
         extra = dict(base)

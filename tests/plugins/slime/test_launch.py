@@ -93,3 +93,15 @@ def test_a_bad_slime_setting_fails_before_slime_starts(tmp_path: Path):
         write_launch_files(path, tmp_path / "out")
     assert info.value.field == "plugins.slime.drop_empty"
     assert not (tmp_path / "out" / CUSTOM_CONFIG_NAME).exists()
+
+
+def test_drop_empty_is_refused_as_it_would_break_slimes_step(tmp_path: Path):
+    # slime builds its optimizer steps from the sample count: leaving failed rollouts out
+    # makes a step short of rollout_batch_size x n (dp_schedule asserts, or drops some)
+    path = tmp_path / "rollhub.toml"
+    path.write_text(CONFIG + "\n[plugins.slime]\ndrop_empty = true\n")
+    with pytest.raises(ConfigError, match=r"drop_empty = true is no longer supported") as info:
+        write_launch_files(path, tmp_path / "out")
+    assert info.value.field == "plugins.slime.drop_empty"
+    path.write_text(CONFIG + "\n[plugins.slime]\ndrop_empty = false\n")  # older configs load
+    assert "--rollout-function-path" in write_launch_files(path, tmp_path / "out")

@@ -24,12 +24,17 @@ def test_registers_trainer_and_backend():
     assert registry.get("sampling_backend", "slime-router") is SlimeRouterBackend
 
 
+#: slime's rollout function runs the agents through this runtime: config check wants its app
+APP = '[runtime]\napp = "agent.py:app"\n'
+
+
 def test_config_check_accepts_the_slime_trainer(tmp_path, capsys):
     from rollhub.cli import main
 
     path = tmp_path / "rollhub.toml"
+    (tmp_path / "agent.py").write_text("app = None\n")
     path.write_text(
-        '[token_source]\nname = "gateway"\nengine = { name = "slime-router" }\n'
+        APP + '[token_source]\nname = "gateway"\nengine = { name = "slime-router" }\n'
         '[trainer]\nname = "slime"\n[plugins.slime]\nprompt_field = "question"\n'
     )
     assert main(["config", "check", str(path)]) == 0
@@ -47,7 +52,8 @@ def test_the_older_trainer_spelling_warns_once_and_reads_the_same(tmp_path, monk
 
     monkeypatch.setattr(launch_settings, "_warned", set())
     path = tmp_path / "rollhub.toml"
-    path.write_text('[trainer]\nname = "slime"\nprompt_field = "question"\n')
+    (tmp_path / "agent.py").write_text("app = None\n")
+    path.write_text(APP + '[trainer]\nname = "slime"\nprompt_field = "question"\n')
     with pytest.warns(FutureWarning, match=r"move them to \[plugins\.slime\]") as caught:
         assert main(["config", "check", str(path)]) == 0
         assert slime_settings(load_config(path)).prompt_field == "question"
@@ -61,7 +67,7 @@ def test_the_older_trainer_spelling_warns_once_and_reads_the_same(tmp_path, monk
 
 def test_trainer_options_and_refusal():
     trainer = SlimeTrainer(SlimeOptions(label_field="answer"))
-    assert trainer.options.label_field == "answer" and trainer.options.drop_empty is True
+    assert trainer.options.label_field == "answer" and trainer.options.drop_empty is False
     with pytest.raises(UsageError, match=r"--rollout-function-path rollhub_slime\.rollout"):
         run_sync(trainer.consume(EpisodeGroup("g", {}, [])))
     with pytest.raises(ValueError, match="extra"):

@@ -184,9 +184,12 @@ def test_train_step_with_fork_failure_truncation_and_abort(args, module_sglang):
         make_args(**{**vars(args), "rollout_batch_size": 4}), 5, ListDataSource(prompts, 2)
     )
 
-    # a fork anywhere makes every group list[list[Sample]]; the failed group is left out
-    assert len(out.samples) == 3
-    fork, long, abort = out.samples
+    # a fork anywhere makes every group list[list[Sample]]; the failed group is kept as
+    # placeholders, so slime gets rollout_batch_size x n rollouts
+    assert len(out.samples) == 4
+    fork, fail, long, abort = out.samples
+    for [s] in fail:
+        assert s.remove_sample and s.loss_mask == [0] and s.tokens == [0, 0]
     assert all(isinstance(ep, list) for g in out.samples for ep in g)
     assert [len(ep) for ep in fork] == [2, 2]
     for ep in fork:
@@ -200,13 +203,13 @@ def test_train_step_with_fork_failure_truncation_and_abort(args, module_sglang):
     for [s] in abort:
         assert s.status is Sample.Status.ABORTED and s.response_length == 3
     assert out.metrics["rollhub/failed"] == 2 and out.metrics["rollhub/dropped"] == 2
-    assert out.metrics["rollhub/forked"] == 2 and out.metrics["rollhub/samples"] == 8
+    assert out.metrics["rollhub/forked"] == 2 and out.metrics["rollhub/samples"] == 10
 
     flat = flatten_like_slime(out.samples)
-    assert len(flat) == 8
+    assert len(flat) == 10 and len({s.rollout_id for s in flat}) == 8
     raw, rewards = post_process_rewards(args, flat)
-    assert raw == [1.0] * 4 + [0.0] * 4
-    assert rewards == [0.0] * 8  # every group agreed with itself: no advantage anywhere
+    assert raw == [1.0] * 4 + [0.0] * 6
+    assert rewards == [0.0] * 10  # every group agreed with itself: no advantage anywhere
     module_sglang.abort_marker = None
 
 
@@ -361,7 +364,7 @@ def test_custom_generate_function_from_slimes_own_loop(args, module_sglang):
     assert (s.group_index, s.index, s.rollout_id) == (40, 80, 80)
     assert 0 in s.loss_mask and s.weight_versions == ["3", "3"]
     [f] = failed
-    assert f.status is Sample.Status.FAILED and f.remove_sample and f.tokens == []
+    assert f.status is Sample.Status.FAILED and f.remove_sample and f.tokens == [0, 0]
 
 
 def test_one_hub_per_process(args):

@@ -176,7 +176,9 @@ def test_aborted_by_the_engine_and_cancelled():
     cancelled = episode(status="cancelled", reward=None, result=None)
     [c] = episode_to_samples(cancelled, base_sample())
     assert c.status is Sample.Status.ABORTED
-    assert (c.tokens, c.response_length, c.loss_mask, c.rollout_log_probs) == ([], 0, [], [])
+    assert (c.tokens, c.response_length, c.loss_mask, c.rollout_log_probs) == (
+        [0, 0], 1, [0], [0.0]
+    )
     assert c.remove_sample is True and c.reward == 0.0
 
 
@@ -192,7 +194,10 @@ def test_failed_episode_without_tokens():
     failed.trainable = False
     [s] = episode_to_samples(failed, base_sample())
     assert s.status is Sample.Status.FAILED
-    assert (s.tokens, s.response_length, s.loss_mask, s.rollout_log_probs) == ([], 0, [], [])
+    # slime's own placeholder: two tokens, one of response, nothing learnt
+    assert (s.tokens, s.response_length, s.loss_mask, s.rollout_log_probs) == (
+        [0, 0], 1, [0], [0.0]
+    )
     assert s.reward == 0.0 and s.remove_sample is True
     assert s.response == "" and s.weight_versions == []
     assert (s.group_index, s.index, s.rollout_id) == (7, 15, 15)

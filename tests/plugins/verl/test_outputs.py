@@ -111,3 +111,47 @@ def test_non_finite_reward_never_reaches_verl():
 def test_verl_scores_when_reward_source_is_verl():
     (p,) = parts(episode([record([1], [2], [1])], reward=None), reward_source="verl")
     assert p.reward_score is None
+
+
+def test_v0_trains_the_record_with_the_last_model_call_not_the_last_branch():
+    # main agent (turn 0), sub-agent in a new branch (turn 1), main agent's answer (turn 2):
+    # the gateway lists records in branch-creation order, so the answer is in the first
+    main = record([1, 2], [3, 4, 5, 6], [1, 1, 0, 1], versions=(2, 2))
+    main.turns[1].turn_index, main.turns[0].end = 2, 2
+    main.turns[1].start = 3
+    sub = record([8, 9], [42], [1], branch=1)
+    sub.turns[0].turn_index = 1
+    (v0,) = parts(episode([main, sub]), collation="v0")
+    assert v0.response_ids == [3, 4, 5, 6] and v0.extra_fields["rollhub_record"] == 0
+    assert v0.extra_fields["rollhub_dropped_records"] == 1
+
+
+def test_a_record_without_response_tokens_is_never_an_output():
+    # a sub-agent's first call aborted with 0 tokens: verl's as_dict() would index
+    # rm_scores[-1] of an empty response
+    empty = TraceRecord(session_id="s", branch_id=1, prompt_ids=[7, 8], response_ids=[],
+                        response_mask=[], response_logprobs=[],
+                        turns=[TurnSpan(turn_index=1, start=0, end=0, finish_reason="abort")])
+    ok = record([1, 2, 3], [4, 5], [1, 1])
+    v1 = parts(episode([ok, empty]))
+    assert [p.response_ids for p in v1] == [[4, 5]] and v1[-1].reward_score == 1.0
+    (v0,) = parts(episode([ok, empty]), collation="v0")
+    assert v0.response_ids == [4, 5]
+    # every record empty: handled as a failed episode
+    assert parts(episode([empty])) == []
+    (p,) = parts(episode([empty]), collation="v0")
+    assert p.response_ids == [99] and p.response_mask == [0]
+
+
+def test_v0_with_a_policy_that_excludes_failures_warns_once(caplog):
+    import logging
+
+    from rollhub_verl import outputs
+
+    outputs._warned.clear()
+    with caplog.at_level(logging.WARNING, logger="rollhub_verl.outputs"):
+        assert outputs.warn_v0_baseline("v0", "exclude_episode")
+        assert outputs.warn_v0_baseline("v0", "exclude_episode")
+        assert not outputs.warn_v0_baseline("v0", "zero_reward")
+        assert not outputs.warn_v0_baseline("v1", "drop_group")
+    assert len(caplog.records) == 1 and "use_v1=true" in caplog.text
