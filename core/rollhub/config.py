@@ -59,6 +59,7 @@ __all__ = [
     "TokenSourceSection",
     "TrainerSection",
     "TrainingConfig",
+    "env_note",
     "load_config",
     "parse_config",
 ]
@@ -347,21 +348,6 @@ def parse_config(
     if base_dir is not None:
         cfg.base_dir = base_dir
     return cfg
-
-
-def changed_settings(
-    before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = ""
-) -> dict[str, tuple[object, object]]:
-    """Settings that differ between two resolved configs (``to_toml_dict()``), by dotted
-    key: ``{"training.steps": (1, 2)}``; a key one side lacks is None there."""
-    changed: dict[str, tuple[object, object]] = {}
-    for key in sorted(set(before) | set(after)):
-        old, new = before.get(key), after.get(key)
-        if isinstance(old, Mapping) and isinstance(new, Mapping):
-            changed.update(changed_settings(old, new, f"{prefix}{key}."))
-        elif old != new:
-            changed[f"{prefix}{key}"] = (old, new)
-    return changed
 
 
 def env_note(field: str | None, env: Mapping[str, str]) -> str:

@@ -30,7 +30,7 @@ from typing import Any, cast
 from rollhub.commands.checks import check_run_config, load_payloads
 from rollhub.commands.run_training import train
 from rollhub.commands.store_watch import StoreWatch
-from rollhub.config import RollhubConfig, changed_settings, load_config, parse_config
+from rollhub.config import RollhubConfig, load_config, parse_config
 from rollhub.episode import Episode
 from rollhub.errors import ClusterLost, UsageError
 from rollhub.hubs.async_hub import AsyncHub
@@ -39,7 +39,7 @@ from rollhub.plugins import PluginHost
 from rollhub.registry import build_options
 from rollhub.rollout import RolloutRequest
 from rollhub.runs.manifest import build_manifest
-from rollhub.runs.run_dir import RunDir
+from rollhub.runs.run_dir import RunDir, changed_settings
 from rollhub.training.roles import LaunchedBackend, TrainerRole, role_of
 
 log = logging.getLogger(__name__)

@@ -19,12 +19,13 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rollhub.errors import UsageError
 
-__all__ = ["RunDir"]
+__all__ = ["RunDir", "changed_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -164,3 +165,18 @@ class RunDir:
         """``manifest.json``, or {} for a run that predates manifests."""
         value = self.read_json(self.MANIFEST)
         return value if isinstance(value, dict) else {}
+
+
+def changed_settings(
+    before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = ""
+) -> dict[str, tuple[object, object]]:
+    """Settings that differ between two resolved configs (``to_toml_dict()``), by dotted
+    key: ``{"training.steps": (1, 2)}``; a key one side lacks is None there."""
+    changed: dict[str, tuple[object, object]] = {}
+    for key in sorted(set(before) | set(after)):
+        old, new = before.get(key), after.get(key)
+        if isinstance(old, Mapping) and isinstance(new, Mapping):
+            changed.update(changed_settings(old, new, f"{prefix}{key}."))
+        elif old != new:
+            changed[f"{prefix}{key}"] = (old, new)
+    return changed
