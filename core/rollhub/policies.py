@@ -56,7 +56,8 @@ __all__ = [
     "policy_models",
 ]
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# \Z, not $: $ also matches before a final newline, and a name makes a folder
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 
 
 class PolicyConfig(BaseModel):

@@ -46,12 +46,13 @@ ROLLOUT_KEY = "_rollout"
 #: Reserved key under which the app stores its metadata next to the agent's result.
 RESULT_META_KEY = "_rollhub"
 
-_KEY_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:=@+-]{0,199}$")
+# Used with fullmatch: a `$` anchor would also match before a final newline ("abc\n").
+_KEY_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:=@+-]{0,199}")
 
 
 def validate_key_part(value: str, field_name: str) -> str:
     """Check one component of a result key: no slashes, no ``..``, no NUL, ≤ 200 chars."""
-    if not isinstance(value, str) or not _KEY_PART.match(value) or ".." in value:
+    if not isinstance(value, str) or not _KEY_PART.fullmatch(value) or ".." in value:
         raise ValueError(
             f"{field_name}={value!r} is not a valid key part: use 1-200 characters of "
             f"letters, digits and . _ : = @ + - (not starting with a symbol, no '..', no '/')"
@@ -78,7 +79,9 @@ class RolloutConfig(BaseModel):
     shorthand for ``result_store="s3://<bucket>"``.
     """
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    # NaN and infinities pass float parsing but no JSON writer takes them: refused here, a
+    # non-finite deadline_at would make the result unstorable after the rollout ran.
+    model_config = ConfigDict(extra="allow", populate_by_name=True, allow_inf_nan=False)
 
     exp_id: str = Field(description="experiment id; first part of the result key")
     input_id: str = Field(description="prompt id; samples of one prompt share it (GRPO group)")
@@ -121,6 +124,12 @@ class RolloutConfig(BaseModel):
         if "://" not in value:
             raise ValueError(
                 f"result_store={value!r} is not a URL; use file:///abs/dir or s3://bucket/prefix"
+            )
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):
+            # A NUL cannot reach a file name: the rollout would run and its result be lost.
+            raise ValueError(
+                f"result_store={value!r} contains a control character; name a plain "
+                f"directory or bucket"
             )
         return value
 

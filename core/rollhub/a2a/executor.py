@@ -2,10 +2,13 @@
 
 The first message of a task runs :meth:`SessionExecutor.setup_task` and parks the task at
 ``input-required``; the second runs :meth:`SessionExecutor.run_task` and completes the
-task with the ``rollout`` artifact (see :mod:`rollhub.a2a.wire`). Work runs in a task of
-its own per A2A task, so a cancel stops it (an async handler is cancelled where it
-awaits) and ``/ping`` goes back to Healthy once it stopped. An exception that is not the
-agent's (a message without the task input) fails the task with its traceback as text.
+task with the ``rollout`` artifact (see :mod:`rollhub.a2a.wire`). A task runs once: a
+further run message is refused, so racing messages cannot run a rollout twice. Work runs
+in a task of its own per A2A task, so a cancel stops it (an async handler is cancelled
+where it awaits) and ``/ping`` goes back to Healthy once it stopped. An exception that is
+not the agent's (a message without the task input) fails the task with its traceback as
+text; a result that is not JSON ends the rollout as an ``InvalidResultError`` naming the
+key path.
 
 :class:`RolloutAppExecutor` serves any :class:`~rollhub.app.RolloutApp`: setup runs the
 app's ``@app.rollout_setup`` handler (none: nothing to prepare), run its
@@ -26,17 +29,22 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import Part, Task, TaskState, TaskStatus
+from a2a.utils.errors import UnsupportedOperationError
 from pydantic import ValidationError
 
 from rollhub.a2a.wire import ARTIFACT_NAME, data_part, dump_to_data, read_task_input
 from rollhub.app.context import PingStatus, RolloutContext, takes_context
 from rollhub.app.runner import RolloutRunner
+from rollhub.results.document import InvalidResultError, validate_result
 from rollhub.rollout import ROLLOUT_KEY, RolloutConfig
 from rollhub.sessions.base import SessionDump
 
 __all__ = ["RolloutAppExecutor", "ServedApp", "SessionExecutor"]
 
 log = logging.getLogger(__name__)
+
+#: Task ids remembered as run; a task older than this many runs is long over.
+MAX_REMEMBERED_RUNS = 65_536
 
 
 class SessionExecutor(AgentExecutor, ABC):
@@ -50,6 +58,8 @@ class SessionExecutor(AgentExecutor, ABC):
         #: task id -> set once cancel() has reported the task canceled
         self._cancels: dict[str, asyncio.Event] = {}
         self._cancel_wait_s = cancel_wait_s
+        #: ids of tasks whose run has started (insertion order: oldest first)
+        self._runs: dict[str, None] = {}
 
     @abstractmethod
     async def setup_task(self, task_input: dict[str, Any], session_id: str) -> None:
@@ -82,6 +92,8 @@ class SessionExecutor(AgentExecutor, ABC):
                     status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
                 )
             )
+        else:
+            self._claim_run(task_id)  # no await before it: racing messages cannot both pass
         await updater.start_work()
         try:
             task_input = read_task_input(context.message)
@@ -115,8 +127,34 @@ class SessionExecutor(AgentExecutor, ABC):
             await updater.requires_input(message=updater.new_agent_message([Part(text="ready")]))
             return
         assert isinstance(value, SessionDump)
-        await updater.add_artifact([data_part(dump_to_data(value))], name=ARTIFACT_NAME)
+        try:
+            data = dump_to_data(value)
+        except (TypeError, ValueError) as exc:
+            # The agent's result, not the task, is at fault: the client gets a rollout that
+            # failed with the key path, as the HTTP app stores it.
+            why = _unsendable(value, exc)
+            log.warning("rollout of task %s returned a result that is not JSON: %s", task_id, why)
+            data = dump_to_data(SessionDump.failed("InvalidResultError", why))
+        await updater.add_artifact([data_part(data)], name=ARTIFACT_NAME)
         await updater.complete()
+
+    def _claim_run(self, task_id: str) -> None:
+        """Record that ``task_id``'s run starts; raise when it started before.
+
+        The SDK queues a task's messages: a second run message is executed once the first
+        run ended, and the task it then sees is no longer new. Without this record it would
+        run the rollout again and add a second ``rollout`` artifact.
+        """
+        if task_id in self._runs:
+            log.warning("task %s: refused a second run message", task_id)
+            raise UnsupportedOperationError(
+                message=f"task {task_id} runs its rollout once and it has already run; "
+                f"start a new task (setup, then run) for another rollout"
+            )
+        self._runs[task_id] = None
+        while len(self._runs) > MAX_REMEMBERED_RUNS:
+            # The oldest tasks ended long ago; the SDK refuses messages to ended tasks.
+            self._runs.pop(next(iter(self._runs)))
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Stop the task's work (waiting up to ``cancel_wait_s``) and mark it canceled."""
@@ -201,3 +239,13 @@ def _args(
                      ROLLOUT_KEY)  # fmt: skip
     sid = rollout.session_id if rollout is not None else session_id
     return (task_input, RolloutContext(session_id=sid, rollout=rollout))
+
+
+def _unsendable(dump: SessionDump, exc: Exception) -> str:
+    """Why ``dump`` cannot be sent: the key path of the culprit when the result holds it."""
+    if isinstance(dump.result, dict):
+        try:
+            validate_result(dump.result)
+        except InvalidResultError as named:
+            return str(named)
+    return f"the rollout's result is not JSON: {exc}"

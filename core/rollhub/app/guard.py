@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 #: Comma-separated store URL prefixes an app accepts when none are passed in code.
 ALLOWED_STORES_ENV = "ROLLHUB_ALLOWED_STORES"
+FILE_SCHEME = "file://"
 
 
 def is_loopback(host: str | None) -> bool:
@@ -98,13 +99,23 @@ class RequestGuard:
         url = raw.get("callback_url") if isinstance(raw, dict) else None
         if not isinstance(url, str):
             return None
-        host = (urlsplit(url).hostname or "").lower()
+        field = f"{ROLLOUT_KEY}.callback_url"
+        try:
+            host = (urlsplit(url).hostname or "").lower()
+        except ValueError as exc:  # an unclosed '[' and the like: no host can be read
+            return JSONResponse(
+                {
+                    "error": f"{field}: {url!r} is not a valid URL ({exc}); send an http(s) "
+                    f"URL such as http://127.0.0.1:8900/rollhub/callback",
+                    "field": field,
+                },
+                status_code=400,
+            )
         peer = (request.client.host if request.client else "") or ""
         if host == peer.lower() or host in self.callback_hosts:
             return None
         if is_loopback(host) and is_loopback(peer):
             return None
-        field = f"{ROLLOUT_KEY}.callback_url"
         return JSONResponse(
             {
                 "error": f"{field}: completion notices only go back to the client that "
@@ -119,17 +130,36 @@ class RequestGuard:
 
     def store_refusal(self, url: str) -> str | None:
         """Why the app refuses to write to ``url`` (None: it may)."""
+        if "\x00" in url:  # no file name holds one; realpath would raise
+            return f"{url!r} contains a NUL byte; name a plain directory or bucket"
         _scheme, _, rest = url.partition("://")
         segments = unquote(rest).split("/")
         if ".." in segments:
             return f"{url!r} climbs out of its directory with '..'; name the directory itself"
         if self.allowed_stores is None:
             return None
+        real = _real_dir(url)
         for prefix in self.allowed_stores:
-            if url.rstrip("/") == prefix or url.startswith(prefix + "/"):
+            real_prefix = _real_dir(prefix)
+            if real is not None and real_prefix is not None:
+                # Directories compare where they really are: a link named as the store
+                # (allowed/link -> ../outside) must not carry writes out of the prefix.
+                if real == real_prefix or real.startswith(real_prefix.rstrip("/") + "/"):
+                    return None
+            elif url.rstrip("/") == prefix or url.startswith(prefix + "/"):
                 return None
         allowed = ", ".join(self.allowed_stores)
+        where = f" (it resolves to {real!r})" if real is not None else ""
         return (
-            f"{url!r} is not a store this app writes to; it accepts {allowed} "
+            f"{url!r}{where} is not a store this app writes to; it accepts {allowed} "
             f"(set RolloutApp(allowed_stores=[...]) or {ALLOWED_STORES_ENV})"
         )
+
+
+def _real_dir(url: str) -> str | None:
+    """The directory a ``file://`` URL names once links are resolved (None: not file://)."""
+    if not url.startswith(FILE_SCHEME):
+        return None
+    path = url[len(FILE_SCHEME) :]
+    # As FileResultStore opens it: relative to the working directory, ~ expanded.
+    return os.path.realpath(os.path.expanduser(path or "."))

@@ -26,7 +26,6 @@ import contextlib
 import json
 import logging
 import os
-import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
@@ -52,6 +51,7 @@ from rollhub.app.rollout_payload import (
 )
 from rollhub.app.rollout_payload import parse_rollout
 from rollhub.app.runner import RolloutRunner, RunningRollout
+from rollhub.app.sweeper import TempSweeper
 from rollhub.errors import RollhubError
 from rollhub.registry import ComponentLookup
 from rollhub.rollout import ROLLOUT_KEY
@@ -128,6 +128,7 @@ class RolloutApp(HealthState, Starlette):
         self._registry = registry
         self._store_options = dict(store_options or {})
         self._stores: dict[str, ResultStore] = {}
+        self._sweeper = TempSweeper()
         self._cancel_wait_s = cancel_wait_s
         self._shutdown_wait_s = shutdown_wait_s
         self.runner = RolloutRunner(
@@ -192,10 +193,7 @@ class RolloutApp(HealthState, Starlette):
                 self._registry = default_registry()
             store = open_store(url, self._registry, **self._store_options)
             self._stores[url] = store
-            clean = getattr(store, "clean_temp", None)
-            if callable(clean):
-                # Leftovers of writers killed mid-write; off the loop, the tree may be big.
-                threading.Thread(target=clean, name="rollhub-clean-temp", daemon=True).start()
+            self._sweeper.submit(store)  # leftovers of writers killed mid-write
         return store
 
     # HTTP handlers -----------------------------------------------------------------------
@@ -220,6 +218,9 @@ class RolloutApp(HealthState, Starlette):
             payload = json.loads(raw)
         except json.JSONDecodeError as exc:
             return JSONResponse({"error": "Invalid JSON", "details": str(exc)}, status_code=400)
+        except RecursionError:
+            details = "arrays or objects nested too deeply to parse"
+            return JSONResponse({"error": "Invalid JSON", "details": details}, status_code=400)
         except UnicodeDecodeError as exc:
             return JSONResponse({"error": "Invalid encoding", "details": str(exc)}, status_code=400)
         plain = self.handlers.get("main")

@@ -41,8 +41,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SERVICE = "bedrock-agentcore"
+# \Z, not $: $ also matches before a final newline
 _ARN = re.compile(
-    r"^arn:aws[a-z-]*:bedrock-agentcore:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):runtime/(?P<name>[A-Za-z0-9_-]+)$"
+    r"^arn:aws[a-z-]*:bedrock-agentcore:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):runtime/(?P<name>[A-Za-z0-9_-]+)\Z"
 )
 
 #: error codes a retry may fix; every other service error is permanent.

@@ -5,7 +5,10 @@ flushed to disk, then renamed over the key with :func:`os.replace`. A reader the
 sees either no file or the whole document, never a partial one. A process killed
 mid-write leaves its temporary file behind; :meth:`FileResultStore.clean_temp` removes
 those older than a few minutes (a live write takes milliseconds), and the agent app runs
-it when it opens the store.
+it when it opens the store. Temporary files are named ``.tmp-rollhub-<16 hex>.json`` and
+the sweep removes only names of that form, only in the directories result keys
+(``exp/input/session.json``) write to: a store URL may name a directory holding other
+programs' files, which are never touched.
 
 Writes never go through a symbolic link inside the root: a link planted there (to
 ``/etc`` or another run) would otherwise carry results out of the store.
@@ -16,9 +19,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
+import secrets
 import stat
-import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,9 +35,18 @@ __all__ = ["FileResultStore"]
 
 log = logging.getLogger(__name__)
 
+#: What :meth:`FileResultStore.list` hides (any program's temporary files, rollhub's too).
 _TMP_PREFIX = ".tmp-"
+#: rollhub's own temporary files; the sweep removes nothing else.
+_OWN_TMP_PREFIX = ".tmp-rollhub-"
+_OWN_TMP = re.compile(r"\.tmp-rollhub-[0-9a-f]{16}(?:\.[A-Za-z0-9]{1,16})?")
+_SUFFIX = re.compile(r"\.[A-Za-z0-9]{1,16}")
 #: Age after which a temporary file is certainly not a write in progress.
 TEMP_MAX_AGE_S = 600.0
+#: Parts of a result key (``exp/input/session.json``): temporary files sit beside the key.
+RESULT_KEY_PARTS = 3
+#: Directories one sweep may look into; a store URL naming ``/`` stays a bounded scan.
+SWEEP_MAX_DIRS = 20_000
 
 
 class FileResultStore(ResultStore):
@@ -81,7 +95,7 @@ class FileResultStore(ResultStore):
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             self._refuse_links(target, key)
-            fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, suffix=".json", dir=target.parent)
+            fd, tmp = _create_temp(target)
             try:
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(data)
@@ -115,27 +129,49 @@ class FileResultStore(ResultStore):
                     key=key,
                 )
 
-    def clean_temp(self, max_age_s: float = TEMP_MAX_AGE_S) -> int:
-        """Remove temporary files older than ``max_age_s`` (left by killed writers).
+    def clean_temp(
+        self, max_age_s: float = TEMP_MAX_AGE_S, *, key_parts: int = RESULT_KEY_PARTS
+    ) -> int:
+        """Remove rollhub's temporary files older than ``max_age_s`` (left by killed writers).
+
+        Only names this store gives its temporary files, only in the directories keys of
+        ``key_parts`` parts write to, never through a symbolic link: the root may be a
+        directory other programs use too.
 
         :returns: how many were removed.
         """
-        if not self.root.is_dir():
-            return 0
         cutoff = time.time() - max_age_s
         removed = 0
-        for dirpath, _dirs, files in os.walk(self.root):
-            for fname in files:
-                if not fname.startswith(_TMP_PREFIX):
-                    continue
-                path = os.path.join(dirpath, fname)
-                with contextlib.suppress(OSError):
-                    if os.lstat(path).st_mtime < cutoff:
-                        os.unlink(path)
-                        removed += 1
+        for directory in self._key_dirs(key_parts - 1):
+            with contextlib.suppress(OSError), os.scandir(directory) as entries:
+                for entry in entries:
+                    if not _OWN_TMP.fullmatch(entry.name):
+                        continue
+                    with contextlib.suppress(OSError):
+                        info = entry.stat(follow_symlinks=False)
+                        if stat.S_ISREG(info.st_mode) and info.st_mtime < cutoff:
+                            os.unlink(entry.path)
+                            removed += 1
         if removed:
             log.info("removed %d stale temporary files from %s", removed, self.url)
         return removed
+
+    def _key_dirs(self, depth: int) -> Iterator[str]:
+        """Real directories exactly ``depth`` levels below the root (at most SWEEP_MAX_DIRS)."""
+        level = [str(self.root)] if self.root.is_dir() else []
+        visited = 0
+        for _ in range(depth):
+            below: list[str] = []
+            for directory in level:
+                visited += 1
+                if visited > SWEEP_MAX_DIRS:
+                    log.warning("%s: stopped looking for stale temporary files after %d "
+                                "directories", self.url, SWEEP_MAX_DIRS)  # fmt: skip
+                    return
+                with contextlib.suppress(OSError), os.scandir(directory) as entries:
+                    below.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
+            level = below
+        yield from level[: max(0, SWEEP_MAX_DIRS - visited)]
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The document at ``key``, or None when there is none."""
@@ -184,6 +220,19 @@ class FileResultStore(ResultStore):
 
     def __repr__(self) -> str:
         return f"FileResultStore({self.url!r})"
+
+
+def _create_temp(target: Path) -> tuple[int, str]:
+    """Create (exclusively) a temporary file beside ``target``: its descriptor and path."""
+    match = _SUFFIX.fullmatch(target.suffix)
+    suffix = match.group(0) if match else ""
+    while True:
+        path = target.with_name(f"{_OWN_TMP_PREFIX}{secrets.token_hex(8)}{suffix}")
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+            return os.open(path, flags, 0o600), str(path)
+        except FileExistsError:  # 64 random bits: a clash means retry, not a problem
+            continue
 
 
 def _encode(document: dict[str, Any], key: str) -> bytes:

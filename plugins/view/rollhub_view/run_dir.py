@@ -162,9 +162,20 @@ def safe_path(root: Path, relative: str) -> Path:
     if not relative or Path(relative).is_absolute() or ".." in parts or "\x00" in relative:
         raise UsageError(f"{relative!r} is not a path inside the run directory")
     base = root.resolve()
-    target = (base / relative).resolve()
-    if not target.is_relative_to(base):
+    try:
+        target = (base / relative).resolve()
+        outside = not target.is_relative_to(base)
+        is_file = not outside and target.is_file()
+    except (OSError, RuntimeError):
+        # A name too long for the file system, a symlink loop (RuntimeError before 3.13):
+        # the request names no file, the client's mistake. The message keeps the server's
+        # own paths (the exception's text) to itself.
+        raise NotFound(
+            f"{relative!r} is not a file of the run directory (a name too long or a "
+            f"symbolic link loop)"
+        ) from None
+    if outside:
         raise UsageError(f"{relative!r} leads out of the run directory")
-    if not target.is_file():
+    if not is_file:
         raise NotFound(f"{relative!r} is not a file of the run directory")
     return target
