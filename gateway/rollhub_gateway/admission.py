@@ -180,6 +180,11 @@ def parse_body(raw: bytes, *, allow_empty: bool = False) -> dict[str, Any]:
         return {}
     try:
         body = _loads(raw)
+    except RecursionError as exc:
+        raise WireError(
+            "invalid_request",
+            "request body is nested too deeply to decode; send a flatter JSON object",
+        ) from exc
     except ValueError as exc:
         raise WireError("invalid_request", f"request body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
@@ -193,4 +198,27 @@ def _loads(raw: bytes) -> object:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass  # what orjson refuses (NaN, lone surrogates, huge ints) json may accept
-    return json.loads(raw)
+    value = json.loads(raw)
+    _refuse_lone_surrogates(value)
+    return value
+
+
+def _refuse_lone_surrogates(value: object) -> None:
+    """json decodes ``"\\ud800"`` into a string no UTF-8 codec (tokenizer, journal,
+    response) can encode: refuse it here, as a bad request, not fail later."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ValueError(
+                    f"a string holds a lone UTF-16 surrogate ({item[exc.start]!r} at "
+                    f"position {exc.start}); send valid Unicode text"
+                ) from exc

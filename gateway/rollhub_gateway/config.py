@@ -55,8 +55,10 @@ class SessionPolicy(_Strict):
     and to what is left of ``max_context_tokens``.
     """
 
-    temperature: float = Field(1.0, ge=0, description="default sampling temperature")
-    top_p: float = Field(1.0, gt=0, le=1, description="default nucleus mass")
+    temperature: float = Field(
+        1.0, ge=0, allow_inf_nan=False, description="default sampling temperature"
+    )
+    top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False, description="default nucleus mass")
     top_k: int = Field(-1, description="default top-k (-1: off)")
     seed: int | None = Field(None, description="default sampling seed")
     max_tokens: int = Field(1024, ge=1, description="output tokens when the agent sets none")

@@ -9,6 +9,9 @@ and ``q = -log1p(-u)`` is computed for all rows together: the same numbers, bit 
 and the generator left in the same state (each row's draw still depends only on its own
 seed, never on the rows beside it). :func:`exact` checks that equivalence once on the
 running torch; where it does not hold, every draw goes through ``torch.multinomial``.
+
+A row that cannot be drawn (NaN logits, or settings that leave no probability to draw
+from) gets an error in its place; the rows beside it are drawn as if it were not there.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from .token_sampling import LogprobsMode, sample_token, truncate
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Draw", "exact", "sample_rows"]
+__all__ = ["Draw", "exact", "sample_rows", "undrawable"]
 
 log = logging.getLogger(__name__)
 
@@ -89,25 +92,38 @@ def _winners(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return first
 
 
+def undrawable(draw: Draw, cause: object = "") -> ValueError:
+    """The error of a row no token can be drawn for."""
+    return ValueError(
+        f"probability tensor contains NaN: no token can be drawn with temperature="
+        f"{draw.temperature}, top_k={draw.top_k}, top_p={draw.top_p} (non-finite logits or "
+        f"settings){f': {cause}' if cause else ''}"
+    )
+
+
 def sample_rows(
     logits: torch.Tensor, draws: Sequence[Draw], mode: LogprobsMode = "sampling"
-) -> list[tuple[int, float]]:
+) -> list[tuple[int, float] | ValueError]:
     """``(id, logprob)`` per row of float32 ``logits`` ``[rows, vocab]``, each row exactly
-    what :func:`sample_token` draws for it."""
+    what :func:`sample_token` draws for it, or the :func:`undrawable` error of a row that
+    cannot be drawn (the other rows are drawn all the same)."""
     import torch
 
-    results: list[tuple[int, float] | None] = [None] * len(draws)
+    results: list[tuple[int, float] | ValueError | None] = [None] * len(draws)
     by_temperature: dict[float, list[int]] = {}
     for i, d in enumerate(draws):
         if d.temperature <= 0.0 or d.generator is None or not exact():
-            results[i] = sample_token(
-                logits[i],
-                temperature=d.temperature,
-                top_k=d.top_k,
-                top_p=d.top_p,
-                generator=d.generator,
-                mode=mode,
-            )
+            try:
+                results[i] = sample_token(
+                    logits[i],
+                    temperature=d.temperature,
+                    top_k=d.top_k,
+                    top_p=d.top_p,
+                    generator=d.generator,
+                    mode=mode,
+                )
+            except (ValueError, RuntimeError) as exc:  # multinomial refuses NaN: RuntimeError
+                results[i] = undrawable(d, exc)
         else:
             by_temperature.setdefault(d.temperature, []).append(i)
     for temperature, rows in by_temperature.items():
@@ -121,6 +137,17 @@ def sample_rows(
                 [truncate(scaled[j], draws[i].top_k, draws[i].top_p) for j, i in enumerate(rows)]
             )
         probs = torch.softmax(processed, dim=-1)
+        # softmax makes a whole row NaN when any logit is NaN or +inf, or when all are
+        # -inf: one column tells which rows cannot be drawn
+        bad = torch.isnan(probs[:, 0])
+        if bool(bad.any()):
+            for j in bad.nonzero().flatten().tolist():
+                results[rows[j]] = undrawable(draws[rows[j]])
+            keep = (~bad).nonzero().flatten()
+            rows = [rows[j] for j in keep.tolist()]
+            if not rows:
+                continue
+            picked, scaled, processed, probs = (t[keep] for t in (picked, scaled, processed, probs))
         # the uniforms exponential_ would consume, one row per generator
         uniforms = torch.empty(probs.shape, dtype=torch.float64)
         for j, i in enumerate(rows):

@@ -44,7 +44,7 @@ from .decoder import Decoder, Pass
 from .kv_store import SlotCache, Span
 from .policy_tensors import Policy, checked_policy, is_module
 from .prefix_cache import PrefixCache, waits_for_prefill
-from .row_output import final_generation, take_token
+from .row_output import engine_error, final_generation, take_token
 from .step_plan import Build, Row, plan_pass
 from .token_sampling import LogprobsMode
 
@@ -197,10 +197,7 @@ class BatchEngine:
                     self.stats["busy_s"] += time.perf_counter() - busy
                 except Exception as exc:  # a failed pass fails its rows, not the engine
                     log.exception("engine step failed")
-                    err = GatewayError(
-                        f"transformers engine step failed: {exc}", engine="transformers"
-                    )
-                    err.__cause__ = exc
+                    err = engine_error("step", exc)
                     rows, self._rows, self._builds = self._rows, [], []
                     if self.prefix_cache is not None:
                         self.prefix_cache.clear()  # may hold states the pass never wrote
@@ -332,11 +329,13 @@ class BatchEngine:
         ]
         rows_logits = logits[[i for _, i in drawing]] if drawing else logits[:0]
         done: list[Row] = []
-        for (row, _), (token, logprob) in zip(
+        for (row, _), drawn in zip(
             drawing, sample_rows(rows_logits, draws, self.logprobs_mode), strict=True
         ):
             row.max_batch = max(row.max_batch, batch)
-            if self._take(row, token, logprob):
+            if isinstance(drawn, ValueError):  # its settings or logits: it fails alone
+                self._drop([row], engine_error("sampling", drawn))
+            elif self._take(row, *drawn):
                 done.append(row)
         self._drop(done, None)
 
@@ -368,8 +367,8 @@ class BatchEngine:
         self._finish(row, reason)
         return True
 
-    def _drop(self, rows: list[Row], reason: str | None) -> None:
-        """Remove finished or aborted rows; the last row moves into each freed slot."""
+    def _drop(self, rows: list[Row], reason: str | GatewayError | None) -> None:
+        """Remove finished (None: states kept), aborted or failed rows; the last takes a slot."""
         if not rows:
             return
         gone = {id(r) for r in rows}
@@ -396,5 +395,6 @@ class BatchEngine:
         tail = self.slots.span(slot, row.private) if row.private else None
         cache.store(tokens, row.span, row.span_len, tail)
 
-    def _finish(self, row: Row, reason: str) -> None:
-        row.emit(final_generation(row, reason, self.weight_version))
+    def _finish(self, row: Row, reason: str | GatewayError) -> None:
+        end = reason if isinstance(reason, GatewayError) else None
+        row.emit(end or final_generation(row, str(reason), self.weight_version))

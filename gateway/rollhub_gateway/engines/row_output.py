@@ -1,6 +1,6 @@
 """A batch row's output: each drawn token kept and sent to the row's caller, the checks
-that end the row (a stop id, a stop string, ``max_tokens``), and the generation it ends
-with.
+that end the row (a stop id, a stop string, ``max_tokens``), and the generation or the
+error it ends with.
 
 The engine's worker thread calls these for every token it draws; they touch only the row,
 so the batch's slots and states stay the engine's business (:mod:`.batching`).
@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import time
 
+from rollhub.errors import GatewayError
 from rollhub.sampling import Generation, TokenChunk
 
 from .step_plan import Row
 
-__all__ = ["final_generation", "take_token"]
+__all__ = ["engine_error", "final_generation", "take_token"]
 
 
 def take_token(row: Row, token: int, logprob: float) -> str | None:
@@ -31,8 +32,11 @@ def take_token(row: Row, token: int, logprob: float) -> str | None:
     row.emit(TokenChunk([token], [logprob]))
     if token in row.stop_ids:
         return "stop"
-    if p.stop and row.decode is not None and any(s in row.decode(row.token_ids) for s in p.stop):
-        return "stop"
+    if p.stop and row.decode is not None:
+        text = row.decode(row.token_ids)
+        # "" is in every text: never a stop (the gateway refuses it; its cut skips it too)
+        if any(s and s in text for s in p.stop):
+            return "stop"
     if len(row.token_ids) >= row.max_tokens:
         return "length"
     return None
@@ -50,3 +54,10 @@ def final_generation(row: Row, reason: str, weight_version: int | None) -> Gener
         "max_batch": row.max_batch,
     }
     return Generation(list(row.token_ids), list(row.logprobs), reason, weight_version, metrics)
+
+
+def engine_error(what: str, exc: BaseException) -> GatewayError:
+    """The error a row's caller gets when ``what`` failed with ``exc``."""
+    err = GatewayError(f"transformers engine {what} failed: {exc}", engine="transformers")
+    err.__cause__ = exc
+    return err

@@ -42,8 +42,10 @@ def truncate(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     if top_p < 1.0:
         sorted_logits, order = torch.sort(out, descending=True)
         cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
-        # drop ids whose preceding mass already reaches top_p; the first id always stays
+        # drop ids whose preceding mass already reaches top_p; the first id always stays,
+        # even for top_p <= 0 (an empty nucleus would leave nothing to draw)
         drop_sorted = (cum - torch.softmax(sorted_logits, dim=-1)) >= top_p
+        drop_sorted[0] = False
         drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
         out = out.masked_fill(drop, -math.inf)
     return out

@@ -237,8 +237,11 @@ class FastPathProtocol(asyncio.Protocol):
             end = buf.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES)
             if end < 0:
                 lead = bytes(buf[:8])
-                if len(buf) >= MAX_HEAD_BYTES or not any(
-                    p.startswith(lead) or lead.startswith(p) for p in _PREFIXES
+                if (
+                    len(buf) >= MAX_HEAD_BYTES
+                    or not any(p.startswith(lead) or lead.startswith(p) for p in _PREFIXES)
+                    # a line ended by a bare LF: the CRLF CRLF waited for may never come
+                    or buf.count(b"\n") != buf.count(b"\r\n")
                 ):
                     self._hand_off()
                 return

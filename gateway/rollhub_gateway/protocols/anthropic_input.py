@@ -14,7 +14,6 @@ from rollhub_gateway.protocols.base import (
     WireError,
     WireRequest,
     function_call,
-    function_tool,
 )
 from rollhub_gateway.protocols.fields import (
     json_text,
@@ -22,9 +21,11 @@ from rollhub_gateway.protocols.fields import (
     opt_float,
     opt_int,
     opt_stop,
+    opt_str,
     require,
 )
 from rollhub_gateway.protocols.known_prefix import KnownPrefix, reusable_prefix
+from rollhub_gateway.protocols.tool_fields import checked_tool, checked_tool_choice
 from rollhub_gateway.turns import ChatTurn, ToolChoice
 
 __all__ = ["parse_request"]
@@ -169,7 +170,15 @@ def _tools(tools: object) -> list[dict[str, Any]] | None:
                 f"tools[{i}] is a server tool ({t.get('type')!r}); only custom tools are supported",
                 param=f"tools[{i}].type",
             )
-        out.append(function_tool(t["name"], t.get("input_schema"), t.get("description")))
+        out.append(
+            checked_tool(
+                t["name"],
+                t.get("input_schema"),
+                t.get("description"),
+                where=f"tools[{i}]",
+                schema="input_schema",
+            )
+        )
     return out or None
 
 
@@ -213,17 +222,20 @@ def parse_request(
             messages = [{"role": "system", "content": _text_blocks(system, "system")}]
         ends = [len(messages)]
     _messages(items, messages, ends, start)
-    turn = ChatTurn(messages, _tools(body.get("tools")), _tool_choice(body.get("tool_choice")))
+    tools = _tools(body.get("tools"))
+    turn = ChatTurn(
+        messages, tools, checked_tool_choice(_tool_choice(body.get("tool_choice")), tools)
+    )
     return WireRequest(
         turn=turn,
         sampling=RequestedSampling(
             max_tokens=max_tokens,
             temperature=opt_float(body, "temperature", minimum=0, maximum=1),
-            top_p=opt_float(body, "top_p", minimum=0, maximum=1),
+            top_p=opt_float(body, "top_p", above=0, maximum=1),
             top_k=opt_int(body, "top_k", minimum=1),
             stop=opt_stop(body, "stop_sequences"),
         ),
         stream=bool(opt_bool(body, "stream")),
-        model=body.get("model"),
+        model=opt_str(body, "model"),
         known=None if count_only else KnownPrefix(system, items or [], ends, turn),
     )

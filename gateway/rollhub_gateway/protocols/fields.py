@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any, TypeVar, overload
 
 from rollhub_gateway.protocols.base import WireError
 
-__all__ = ["json_text", "opt_bool", "opt_float", "opt_int", "opt_stop", "require"]
+__all__ = ["json_text", "opt_bool", "opt_float", "opt_int", "opt_stop", "opt_str", "require"]
 
 log = logging.getLogger(__name__)
 
@@ -61,17 +62,34 @@ def opt_float(
     *,
     minimum: float | None = None,
     maximum: float | None = None,
+    above: float | None = None,
 ) -> float | None:
-    """An optional number field within bounds."""
+    """An optional finite number field within ``[minimum, maximum]`` (``above``: a lower
+    bound the value must exceed, as ``top_p > 0``)."""
     value = body.get(name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise WireError("invalid_request", f"field {name!r} must be a number", param=name)
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+    # NaN passes every comparison below unnoticed, and one row's NaN or infinity would
+    # reach the sampler of a batch other sessions share
+    if isinstance(value, float) and not math.isfinite(value):
         raise WireError(
             "invalid_request",
-            f"field {name!r}={value} is outside [{minimum}, {maximum}]",
+            f"field {name!r} must be a finite number, got {value}; send a number such as 1.0",
+            param=name,
+        )
+    low = above if above is not None else minimum
+    if (
+        (minimum is not None and value < minimum)
+        or (above is not None and value <= above)
+        or (maximum is not None and value > maximum)
+    ):
+        left = "(" if above is not None else "["
+        raise WireError(
+            "invalid_request",
+            f"field {name!r}={value} is outside {left}{low}, {maximum}]; send a value in "
+            "that range",
             param=name,
         )
     return float(value)
@@ -88,16 +106,35 @@ def opt_bool(body: Mapping[str, Any], name: str) -> bool | None:
 
 
 def opt_stop(body: Mapping[str, Any], name: str) -> tuple[str, ...] | None:
-    """An optional stop field: a string or a list of strings."""
+    """An optional stop field: a non-empty string or a list of them."""
     value = body.get(name)
     if value is None:
         return None
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, list) and all(isinstance(s, str) for s in value):
-        return tuple(value)
+    stops = (value,) if isinstance(value, str) else value
+    if not isinstance(stops, list | tuple) or not all(isinstance(s, str) for s in stops):
+        raise WireError(
+            "invalid_request", f"field {name!r} must be a string or list of strings", param=name
+        )
+    # "" occurs in every text: an engine would stop after the first token
+    if "" in stops:
+        raise WireError(
+            "invalid_request",
+            f"field {name!r} holds an empty string, which would end every output at its "
+            "first token; remove it",
+            param=name,
+        )
+    return tuple(stops)
+
+
+def opt_str(body: Mapping[str, Any], name: str) -> str | None:
+    """An optional string field."""
+    value = body.get(name)
+    if value is None or isinstance(value, str):
+        return value
     raise WireError(
-        "invalid_request", f"field {name!r} must be a string or list of strings", param=name
+        "invalid_request",
+        f"field {name!r} must be a string, got {type(value).__name__}",
+        param=name,
     )
 
 

@@ -18,7 +18,6 @@ from rollhub_gateway.protocols.base import (
     WireError,
     WireRequest,
     function_call,
-    function_tool,
     new_id,
 )
 from rollhub_gateway.protocols.fields import (
@@ -27,8 +26,10 @@ from rollhub_gateway.protocols.fields import (
     opt_float,
     opt_int,
     opt_stop,
+    opt_str,
     require,
 )
+from rollhub_gateway.protocols.tool_fields import checked_tool, checked_tool_choice
 from rollhub_gateway.turns import ChatTurn
 
 __all__ = ["content_text", "parse_messages", "parse_request", "parse_tools"]
@@ -226,7 +227,16 @@ def parse_tools(
                 f"{field}[{i}].function.name is required",
                 param=f"{field}[{i}].function.name",
             )
-        out.append(function_tool(fn["name"], fn.get("parameters"), fn.get("description")))
+        where = f"{field}[{i}].function"
+        out.append(
+            checked_tool(
+                fn["name"],
+                fn.get("parameters"),
+                fn.get("description"),
+                where=where,
+                schema="parameters",
+            )
+        )
     return out or None
 
 
@@ -242,6 +252,13 @@ def parse_request(body: Mapping[str, Any], *, known: ChatTurn | None = None) -> 
             "invalid_request",
             f"n={n} is not supported: this gateway returns one choice (n=1); send n separate requests",
             param="n",
+        )
+    if body.get("logit_bias"):  # the engines sample without it: a silently other distribution
+        raise WireError(
+            "invalid_request",
+            "'logit_bias' is not supported: the engine samples from the model's own "
+            "distribution, which a trainer's logprobs must match; remove it",
+            param="logit_bias",
         )
     messages = parse_messages(
         require(body, "messages", list), known=known.messages if known else None
@@ -269,23 +286,20 @@ def parse_request(body: Mapping[str, Any], *, known: ChatTurn | None = None) -> 
             "'tool_choice' must be 'none', 'auto', 'required' or a function object",
             param="tool_choice",
         )
-    turn = ChatTurn(
-        messages,
-        parse_tools(body.get("tools"), known=known.tools if known else None),
-        tool_choice,
-    )
+    tools = parse_tools(body.get("tools"), known=known.tools if known else None)
+    turn = ChatTurn(messages, tools, checked_tool_choice(tool_choice, tools))
     return WireRequest(
         turn=turn,
         sampling=RequestedSampling(
             max_tokens=max_tokens,
             temperature=opt_float(body, "temperature", minimum=0, maximum=2),
-            top_p=opt_float(body, "top_p", minimum=0, maximum=1),
+            top_p=opt_float(body, "top_p", above=0, maximum=1),
             top_k=opt_int(body, "top_k"),
             seed=opt_int(body, "seed"),
             stop=opt_stop(body, "stop"),
         ),
         stream=stream,
-        model=body.get("model"),
+        model=opt_str(body, "model"),
         options={
             "logprobs": bool(opt_bool(body, "logprobs")) or bool(top_logprobs),
             "include_usage": bool(stream_options.get("include_usage")),

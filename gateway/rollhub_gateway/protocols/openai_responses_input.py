@@ -13,11 +13,11 @@ from rollhub_gateway.protocols.base import (
     WireError,
     WireRequest,
     function_call,
-    function_tool,
 )
-from rollhub_gateway.protocols.fields import json_text, opt_bool, opt_float, opt_int
+from rollhub_gateway.protocols.fields import json_text, opt_bool, opt_float, opt_int, opt_str
 from rollhub_gateway.protocols.known_prefix import KnownPrefix, reusable_prefix
 from rollhub_gateway.protocols.openai_chat_input import content_text
+from rollhub_gateway.protocols.tool_fields import checked_tool, checked_tool_choice
 from rollhub_gateway.turns import ChatTurn, ToolChoice
 
 __all__ = ["parse_input", "parse_request", "parse_tool_choice", "parse_tools"]
@@ -145,7 +145,15 @@ def parse_tools(tools: object) -> list[dict[str, Any]] | None:
             raise WireError(
                 "invalid_request", f"tools[{i}].name is required", param=f"tools[{i}].name"
             )
-        out.append(function_tool(t["name"], t.get("parameters"), t.get("description")))
+        out.append(
+            checked_tool(
+                t["name"],
+                t.get("parameters"),
+                t.get("description"),
+                where=f"tools[{i}]",
+                schema="parameters",
+            )
+        )
     return out or None
 
 
@@ -195,8 +203,9 @@ def parse_request(body: Mapping[str, Any], *, known: KnownPrefix | None = None) 
         messages = [] if instructions is None else [{"role": "system", "content": instructions}]
         ends = [len(messages)]
     parse_input(items, messages, ends, start)
+    tools = parse_tools(body.get("tools"))
     turn = ChatTurn(
-        messages, parse_tools(body.get("tools")), parse_tool_choice(body.get("tool_choice"))
+        messages, tools, checked_tool_choice(parse_tool_choice(body.get("tool_choice")), tools)
     )
     # OpenAI's range, checked like Chat's (Responses output carries no alternatives)
     opt_int(body, "top_logprobs", minimum=0, maximum=20)
@@ -205,10 +214,10 @@ def parse_request(body: Mapping[str, Any], *, known: KnownPrefix | None = None) 
         sampling=RequestedSampling(
             max_tokens=opt_int(body, "max_output_tokens", minimum=1),
             temperature=opt_float(body, "temperature", minimum=0, maximum=2),
-            top_p=opt_float(body, "top_p", minimum=0, maximum=1),
+            top_p=opt_float(body, "top_p", above=0, maximum=1),
         ),
         stream=bool(opt_bool(body, "stream")),
-        model=body.get("model"),
+        model=opt_str(body, "model"),
         known=KnownPrefix(instructions, items, ends, turn) if isinstance(items, list) else None,
         options={
             "body": {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from rollhub_gateway.engines.batch_sampling import Draw, _winners, exact, sample_rows
-from rollhub_gateway.engines.token_sampling import sample_token
+from rollhub_gateway.engines.token_sampling import sample_token, truncate
 
 SETTINGS = [  # (temperature, top_k, top_p)
     (0.7, -1, 1.0),
@@ -87,10 +87,43 @@ def test_a_tie_goes_to_the_first_id_as_argmax_breaks_it() -> None:
     assert torch.equal(_winners(probs, uniforms), want)
 
 
-def test_non_finite_logits_are_an_error_not_a_token() -> None:
-    logits = torch.zeros((2, 100))
+def test_non_finite_logits_are_an_error_not_a_token_and_fail_only_their_row() -> None:
+    """A row that cannot be drawn (NaN logits, or a NaN temperature that reached the
+    engine) gets an error; the rows beside it get exactly their own draw, generators
+    moved as if alone."""
+    logits = torch.randn((3, 100), generator=torch.Generator().manual_seed(3))
     logits[1, 3] = float("nan")
     for temperature in (0.7, 0.0):  # drawn, and greedy (argmax would pick the NaN's id)
-        draws = [Draw(temperature, -1, 1.0, torch.Generator().manual_seed(i)) for i in range(2)]
-        with pytest.raises(ValueError, match="NaN"):
-            sample_rows(logits, draws)
+        draws = [Draw(temperature, -1, 1.0, torch.Generator().manual_seed(i)) for i in range(3)]
+        draws.append(Draw(float("nan"), -1, 1.0, torch.Generator().manual_seed(3)))
+        got = sample_rows(torch.cat([logits, logits[:1]]), draws)
+        assert isinstance(got[1], ValueError) and "NaN" in str(got[1])
+        assert isinstance(got[3], ValueError) and "NaN" in str(got[3])
+        for i in (0, 2):
+            alone = sample_token(
+                logits[i],
+                temperature=temperature,
+                top_k=-1,
+                top_p=1.0,
+                generator=torch.Generator().manual_seed(i),
+            )
+            assert got[i] == pytest.approx(alone)
+            ref = torch.Generator().manual_seed(i)
+            if temperature > 0:
+                torch.empty(100).exponential_(generator=ref)
+            assert torch.equal(draws[i].generator.get_state(), ref.get_state())
+
+
+@pytest.mark.parametrize("top_p", [0.0, 1e-9, -1.0])
+def test_a_nucleus_smaller_than_the_top_id_keeps_the_top_id(top_p: float) -> None:
+    logits = torch.randn(1000, generator=torch.Generator().manual_seed(5)) * 3
+    kept = torch.isfinite(truncate(logits, -1, top_p)).nonzero().flatten().tolist()
+    assert kept == [int(torch.argmax(logits))]
+    for t in (0.7, 2.0):
+        token, logprob = sample_token(
+            logits, temperature=t, top_k=-1, top_p=top_p,
+            generator=torch.Generator().manual_seed(1), mode="processed",
+        )  # fmt: skip
+        assert token == int(torch.argmax(logits)) and logprob == 0.0
+        draws = [Draw(t, -1, top_p, torch.Generator().manual_seed(1))]
+        assert sample_rows(logits[None], draws, "processed") == [(token, 0.0)]

@@ -350,3 +350,28 @@ async def test_nan_weights_fail_the_requests_and_the_engine_serves_on(
         smollm.update_policy({name: good}, version)
     ok = await smollm.generate(prompt, SamplingParams(max_tokens=4, temperature=0.0))
     assert len(ok.token_ids) == 4
+
+
+async def test_a_row_that_cannot_be_drawn_fails_alone(
+    smollm: TransformersBackend, chat_ids
+) -> None:
+    """Settings no token can be drawn with (here a NaN temperature, which the gateway
+    refuses, sent to the engine directly) fail that request only: the row sharing its
+    passes samples exactly what it samples alone."""
+    good = (chat_ids(QUESTIONS[2]), SamplingParams(max_tokens=12, temperature=0.8, seed=21))
+
+    async def bad(delay: float) -> Generation:
+        await asyncio.sleep(delay)
+        return await smollm.generate(
+            chat_ids(QUESTIONS[3]), SamplingParams(max_tokens=4, temperature=float("nan"))
+        )
+
+    for delay in (0.0, 0.1):  # drawing its first token beside the other, or decoding
+        gen, failed = await asyncio.gather(
+            smollm.generate(*good), bad(delay), return_exceptions=True
+        )
+        assert isinstance(gen, Generation) and gen.metrics["max_batch"] >= 2
+        assert isinstance(failed, GatewayError) and "temperature=nan" in str(failed)
+        ids, logprobs = bare_decode(smollm, *good)
+        assert gen.token_ids == ids
+        assert max(abs(a - b) for a, b in zip(gen.logprobs, logprobs, strict=True)) < 1e-3

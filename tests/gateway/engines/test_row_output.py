@@ -48,6 +48,13 @@ def test_a_stop_id_a_stop_string_or_max_tokens_ends_the_row():
     assert take_token(row, 4, -1.0) == "length"
 
 
+def test_an_empty_stop_string_ends_nothing_as_the_gateways_cut_skips_it():
+    row = _row(max_tokens=3, stop=("", "t9"))
+    assert take_token(row, 4, -1.0) is None
+    assert take_token(row, 5, -1.0) is None
+    assert take_token(row, 9, -1.0) == "stop"
+
+
 def test_the_final_generation_holds_the_tokens_the_reason_and_the_version():
     row = _row()
     take_token(row, 4, -0.25)

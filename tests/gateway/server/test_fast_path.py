@@ -352,3 +352,25 @@ async def test_a_request_arriving_in_pieces_is_read_once_whole(
     assert status == 200 and json.loads(body)["choices"][0]["message"]["content"] == "whole"
     assert fast(gateway).served == 1 and fast(gateway).handed_off == 0
     writer.close()
+
+
+@pytest.mark.parametrize("where", ["every line", "a header line"])
+async def test_a_head_with_bare_lf_line_ends_is_aiohttps_to_answer_at_once(
+    gateway: Gateway, where: str
+) -> None:
+    """A head the fast path cannot frame (it waits for CRLF CRLF) goes to aiohttp, which
+    answers it, rather than hold the connection until the client gives up."""
+    session = gateway.open_session("lf")
+    request = chat_request(session.key)
+    head, _, body = request.partition(b"\r\n\r\n")
+    if where == "every line":
+        head = head.replace(b"\r\n", b"\n") + b"\n\n"
+    else:
+        head = head.replace(b"\r\nHost: gw", b"\nHost: gw", 1) + b"\r\n\r\n"
+    reader, writer = await connect(gateway)
+    writer.write(head + body)
+    status, _, _ = await asyncio.wait_for(read_response(reader), 5)
+    assert status == 400
+    assert fast(gateway).served == 0 and fast(gateway).handed_off == 1
+    assert gateway.sessions.get("lf").turns == 0
+    writer.close()
