@@ -39,8 +39,11 @@ def rollhub_register_components(registry: ComponentRegistry) -> None:
 
 
 @hookimpl
-def rollhub_check_config(config: RollhubConfig) -> None:
-    """``[[policies]]`` with gateway settings that cannot serve them are refused."""
+def rollhub_check_config(config: RollhubConfig, registry: ComponentRegistry) -> None:
+    """An engine the gateway could not build, and ``[[policies]]`` with gateway settings
+    that cannot serve them, are refused."""
+    from rollhub_gateway.engines.configured import check_engine
     from rollhub_gateway.policies.serving import check_policy_serving
 
+    check_engine(config, registry)
     check_policy_serving(config)

@@ -14,13 +14,20 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from rollhub.config import RollhubConfig
 from rollhub.errors import ConfigError
+from rollhub.registry import ComponentRegistry, build_options
 from rollhub.validation import explain, first_loc
 
 from rollhub_gateway.token_source import GatewaySourceOptions
 
 from .transformers_engine import TransformersOptions
 
-__all__ = ["engine_model", "gateway_options", "in_process", "transformers_options"]
+__all__ = [
+    "check_engine",
+    "engine_model",
+    "gateway_options",
+    "in_process",
+    "transformers_options",
+]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -68,6 +75,37 @@ def engine_model(config: RollhubConfig | None) -> str:
     if engine is not None:
         return engine.model
     return str(gateway.engine.options.get("model") or SMOLLM2)
+
+
+def check_engine(config: RollhubConfig, registry: ComponentRegistry) -> None:
+    """Refuse, before anything runs, an engine the gateway could not build: an unknown
+    sampling backend, options it does not take, a model that is not on disk. A remote
+    gateway's engine is its own business.
+
+    :raises ConfigError: naming ``token_source.…`` and the fix.
+    """
+    from rollhub_gateway.models import resolve_model
+
+    gateway = gateway_options(config)
+    if gateway is None or gateway.url is not None:
+        return
+    name = gateway.engine.name
+    cls = registry.get("sampling_backend", name, field="token_source.engine.name")
+    options = dict(gateway.engine.options)
+    if "model" in getattr(getattr(cls, "Options", None), "model_fields", {}):
+        options.setdefault("model", gateway.model)  # as the gateway fills it in
+    build_options(registry, "sampling_backend", name, options,
+                  section="token_source.engine.options")  # fmt: skip
+    # the gateway's model is its tokenizer, always read from disk; the transformers engine
+    # loads its own from disk too (a remote engine's model is only a name it serves)
+    models = {"token_source.model": gateway.model}
+    if name == "transformers":
+        models["token_source.engine.options.model"] = str(options["model"])
+    for field, model in models.items():
+        try:
+            resolve_model(model)
+        except ConfigError as exc:
+            raise ConfigError(f"{field}: {exc}", field=field) from None
 
 
 def _validated(model: type[M], options: dict[str, Any], section: str) -> M:

@@ -6,7 +6,7 @@ import tomllib
 
 import pytest
 from rollhub.config import RollhubConfig, parse_config
-from rollhub.errors import ConfigError
+from rollhub.errors import ConfigError, UnknownComponentError
 from rollhub_gateway.engines.configured import (
     engine_model,
     gateway_options,
@@ -81,3 +81,43 @@ def test_the_model_a_trainer_in_this_process_must_train() -> None:
     with pytest.raises(ConfigError, match="modle") as err:
         model_of('{ name = "transformers", options = { modle = "/models/m" } }')
     assert err.value.field == "token_source.engine.options.modle"
+
+
+@pytest.mark.parametrize(
+    ("token_source", "field", "words"),
+    [
+        ('engine = { name = "transformer" }', "token_source.engine.name", "did you mean"),
+        ('engine = { name = "transformers", options = { max_batch = 8 } }',
+         "token_source.engine.options.max_batch", "unknown key"),
+        ('model = "smollm2-135m-instrct"', "token_source.model", "neither"),
+        ('engine = { name = "transformers", options = { model = "/no/such/model" } }',
+         "token_source.engine.options.model", "neither"),
+    ],
+)
+def test_config_check_refuses_an_engine_the_gateway_could_not_build(
+    tmp_path, token_source, field, words
+) -> None:
+    # said by `rollhub config check`, not by `rollhub run` after its run directory exists
+    from rollhub.commands.checks import check_run_config
+
+    (tmp_path / "agent.py").write_text("app = None\n")
+    cfg = _config(
+        f'[experiment]\noutput_dir = "{tmp_path / "runs"}"\n'
+        f'[runtime]\napp = "{tmp_path / "agent.py"}:app"\n'
+        f'[token_source]\nname = "gateway"\n{token_source}\n'
+    )
+    with pytest.raises((ConfigError, UnknownComponentError)) as err:
+        check_run_config(cfg)
+    assert field in str(err.value) and words in str(err.value), str(err.value)
+
+
+def test_config_check_leaves_a_remote_gateways_engine_to_it(tmp_path) -> None:
+    from rollhub.commands.checks import check_run_config
+
+    (tmp_path / "agent.py").write_text("app = None\n")
+    check_run_config(_config(
+        f'[experiment]\noutput_dir = "{tmp_path / "runs"}"\n'
+        f'[runtime]\napp = "{tmp_path / "agent.py"}:app"\n'
+        '[token_source]\nname = "gateway"\nurl = "http://127.0.0.1:9"\n'
+        'engine = { name = "vllm", options = { model = "served-name" } }\n'
+    ))  # fmt: skip
