@@ -127,6 +127,17 @@ class TrlTrainerOptions(TrainerOptions):
             raise ValueError(
                 "num_iterations must be 1: rollhub records one step per generation batch"
             )
+        if args:  # said at config check, not once TRL builds its config after the run starts
+            import dataclasses
+            import difflib
+
+            from trl import GRPOConfig
+
+            fields = [f.name for f in dataclasses.fields(GRPOConfig)]
+            for key in sorted(set(args) - set(fields)):
+                close = difflib.get_close_matches(key, fields, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(f"{key} is not a field of TRL's GRPOConfig{hint}")
         return args
 
 

@@ -170,6 +170,8 @@ def test_the_rollout_function_runs_groups_on_the_hubs_loop_from_trls_thread() ->
         ("learning_rate = 1.0", "learning_rate is set by rollhub from trainer.learning_rate"),
         ('output_dir = "/tmp/x"', "output_dir is set by rollhub from the run directory"),
         ("num_iterations = 2", "num_iterations must be 1"),
+        # caught at the check, not when TRL builds its GRPOConfig after the run directory
+        ("los_type = 1", "los_type is not a field of TRL's GRPOConfig (did you mean 'loss_type'?)"),
     ],
 )
 def test_config_check_refuses_what_rollhub_sets_in_trainer_args(
@@ -217,11 +219,14 @@ def test_the_grpo_config_follows_the_rollhub_config(tmp_path) -> None:
 
 def test_an_argument_trl_refuses_names_trainer_args(tmp_path) -> None:
     cfg = _cfg()
-    trainer = TrlTrainer(TrlTrainerOptions(args={"no_such_field": 1}),
+    trainer = TrlTrainer(TrlTrainerOptions(args={"lr_scheduler_type": "nope"}),
                          context=ComponentContext(exp_id="x", config=cfg))
-    with pytest.raises(ConfigError, match="no_such_field") as err:
+    with pytest.raises(ConfigError, match="nope is not a valid SchedulerType") as err:
         trainer.grpo_config(cfg, tmp_path, total_steps=1)
     assert err.value.field == "trainer.args"
+    # a key that is no field at all is refused with the options, before anything runs
+    with pytest.raises(ValueError, match="no_such_field is not a field of TRL's GRPOConfig"):
+        TrlTrainerOptions(args={"no_such_field": 1})
 
 
 def test_a_group_of_one_is_refused(tmp_path) -> None:
