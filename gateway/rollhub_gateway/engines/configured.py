@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from rollhub.config import RollhubConfig
 from rollhub.errors import ConfigError
 from rollhub.registry import ComponentRegistry, build_options
+from rollhub.training.roles import TrainerRole, role_of
 from rollhub.validation import explain, first_loc
 
 from rollhub_gateway.token_source import GatewaySourceOptions
@@ -79,8 +80,8 @@ def engine_model(config: RollhubConfig | None) -> str:
 
 def check_engine(config: RollhubConfig, registry: ComponentRegistry) -> None:
     """Refuse, before anything runs, an engine the gateway could not build: an unknown
-    sampling backend, options it does not take, a model that is not on disk. A remote
-    gateway's engine is its own business.
+    sampling backend, options it does not take, a model that is not on disk (unless a
+    launched backend supplies the model). A remote gateway's engine is its own business.
 
     :raises ConfigError: naming ``token_source.…`` and the fix.
     """
@@ -96,6 +97,9 @@ def check_engine(config: RollhubConfig, registry: ComponentRegistry) -> None:
         options.setdefault("model", gateway.model)  # as the gateway fills it in
     build_options(registry, "sampling_backend", name, options,
                   section="token_source.engine.options")  # fmt: skip
+    trainer = registry.get("trainer", config.trainer.name, field="trainer.name")
+    if role_of(trainer) is TrainerRole.LAUNCHED_BACKEND:
+        return  # verl and slime hand the gateway their own checkpoint as its model
     # the gateway's model is its tokenizer, always read from disk; the transformers engine
     # loads its own from disk too (a remote engine's model is only a name it serves)
     models = {"token_source.model": gateway.model}

@@ -121,3 +121,16 @@ def test_config_check_leaves_a_remote_gateways_engine_to_it(tmp_path) -> None:
         '[token_source]\nname = "gateway"\nurl = "http://127.0.0.1:9"\n'
         'engine = { name = "vllm", options = { model = "served-name" } }\n'
     ))  # fmt: skip
+
+
+def test_a_launched_backend_brings_the_gateways_model(tmp_path) -> None:
+    # slime and verl give the gateway their --hf-checkpoint: the config's model is not read
+    from rollhub.commands.checks import check_run_config
+
+    (tmp_path / "agent.py").write_text("app = None\n")
+    check_run_config(_config(
+        f'[experiment]\noutput_dir = "{tmp_path / "runs"}"\n'
+        f'[runtime]\napp = "{tmp_path / "agent.py"}:app"\n'
+        '[token_source]\nname = "gateway"\nmodel = "/not/on/this/machine"\n'
+        'engine = { name = "slime-router" }\n[trainer]\nname = "slime"\n'
+    ))  # fmt: skip
