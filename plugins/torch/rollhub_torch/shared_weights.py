@@ -29,11 +29,10 @@ ModelT = TypeVar("ModelT", bound="torch.nn.Module")
 def copy_trained(model: ModelT, trained: Mapping[str, torch.Tensor]) -> ModelT:
     """A frozen (eval, no gradients) copy of ``model`` that owns copies of the parameters
     named in ``trained`` and shares every other parameter with ``model``."""
-    shared = {
-        id(p): p
-        for name, p in model.named_parameters(remove_duplicate=False)
-        if name not in trained
-    }
+    # by tensor, not by name: a tied output layer is the embedding's tensor under a name
+    # ``trained`` (de-duplicated) does not list, and it must be copied with the embedding
+    trained_ids = {id(t) for t in trained.values()}
+    shared = {id(p): p for p in model.parameters() if id(p) not in trained_ids}
     clone = copy.deepcopy(model, memo=dict(shared))  # deepcopy maps a memo hit to itself
     clone.eval()
     for name, param in clone.named_parameters():
