@@ -92,6 +92,7 @@ def evaluated_config(cfg: RollhubConfig, args: argparse.Namespace) -> tuple[Roll
         return cfg, args.model_id
     if args.checkpoint:
         ckpt = resolve_checkpoint(args.checkpoint)
+        _check_trained_model(cfg, ckpt)
         options = dict(cfg.token_source.options)
         engine = dict(options.get("engine") or {})
         if cfg.token_source.name != "gateway" or engine.get("name", "transformers") != "transformers":
@@ -111,6 +112,28 @@ def evaluated_config(cfg: RollhubConfig, args: argparse.Namespace) -> tuple[Roll
     for policy in cfg.policies:
         policy.trainable = False  # served as they are: nothing trains here
     return cfg, "base"
+
+
+def _check_trained_model(cfg: RollhubConfig, ckpt: Path) -> None:
+    """Refuse a checkpoint trained on another model than the engine would serve: its
+    trained layers would be loaded over a model nobody trained (same shapes, no error)."""
+    from rollhub_gateway.engines.configured import engine_model
+
+    try:
+        trained = str(json.loads((ckpt / "trainer" / "model.json").read_text())["model"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # a checkpoint that does not say (an older one, another trainer's)
+    served = engine_model(cfg)
+    if trained == served or (
+        Path(trained).expanduser().exists()
+        and Path(trained).expanduser().resolve() == Path(served).expanduser().resolve()
+    ):
+        return
+    raise ConfigError(
+        f"--checkpoint {ckpt} trained {trained!r}, but the engine would serve {served!r}; "
+        f"evaluate with the config the run trained with (its model)",
+        field="token_source.engine.options.model",
+    )
 
 
 def _policy_weights(ckpt: Path) -> dict[str, Path]:

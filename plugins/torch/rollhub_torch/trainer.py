@@ -338,6 +338,10 @@ class TorchTrainer(PolicyTrainer):
 
     async def load_state(self, directory: Path, state: dict[str, Any]) -> None:
         """Restore what :meth:`save_state` wrote."""
+        if state.get("model", self.model_name) != self.model_name:
+            raise ConfigError(f"checkpoint {directory} trained {state['model']!r}, the config's "
+                              f"model is {self.model_name!r}; resume with the same model",
+                              field="trainer.model")  # fmt: skip
         if state.get("train_layers", self.options.train_layers) != self.options.train_layers:
             raise ConfigError(
                 f"checkpoint {directory} trained train_layers={state.get('train_layers')}, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import tomllib
 
 import pytest
@@ -138,6 +139,25 @@ def test_eval_of_a_checkpoint_loads_its_weights_into_the_engine(tmp_path) -> Non
     assert engine["options"]["weights"] == str(step / "trainer" / "policy.safetensors")
     with pytest.raises(UsageError, match="no trained parameters"):
         resolve_checkpoint(tmp_path)
+
+
+def test_a_checkpoint_of_another_model_is_refused(tmp_path) -> None:
+    # trained layers of one model loaded over another of the same shape would score a
+    # model nobody trained
+    from rollhub.training.checkpoint import Checkpoint, write_checkpoint
+
+    async def save(directory):
+        (directory / "policy.safetensors").write_bytes(b"x")
+        (directory / "model.json").write_text(json.dumps({"model": str(tmp_path / "other")}))
+        return {"steps_done": 1}
+
+    asyncio.run(write_checkpoint(tmp_path / "run" / "checkpoints", Checkpoint(1, 1, "1:a"), save))
+    with pytest.raises(ConfigError, match="trained") as err:
+        evaluated_config(_config(tmp_path), _args(checkpoint=str(tmp_path / "run")))
+    assert str(tmp_path / "other") in str(err.value) and "smollm2-135m-instruct" in str(err.value)
+    (tmp_path / "run" / "checkpoints" / "step-000001" / "trainer" / "model.json").write_text(
+        json.dumps({"model": "smollm2-135m-instruct"}))  # fmt: skip
+    evaluated_config(_config(tmp_path), _args(checkpoint=str(tmp_path / "run")))
 
 
 def test_only_the_newest_checkpoints_are_kept_and_eval_finds_the_last(tmp_path) -> None:

@@ -196,6 +196,10 @@ def test_a_checkpoint_restores_weights_and_optimizer(tmp_path, episodes: list[Ep
     other = _trainer(learning_rate=1e-4, train_layers=4)
     with pytest.raises(ConfigError, match="train_layers"):
         asyncio.run(other.load_state(tmp_path, state))
+    # a checkpoint of another model (same shapes) is not loaded over this one
+    with pytest.raises(ConfigError, match="resume with the same model") as err:
+        asyncio.run(fresh.load_state(tmp_path, {**state, "model": "/models/another"}))
+    assert err.value.field == "trainer.model"
 
 
 def test_the_engine_loads_a_checkpoint_policy(tmp_path, episodes: list[Episode]) -> None:
