@@ -202,8 +202,8 @@ def report_table(report: dict[str, Any]) -> Table:
             return "-"
         return f"{value:.3f} [{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else f"{value:.3f}"
 
-    table = Table(title=f"eval: {report['label']}  (95% intervals: Wilson for pass@1, "
-                  "bootstrap over prompts for reward)")
+    table = Table(title=f"eval: {report['label']}  (95% intervals, resampling prompts; for "
+                  "pass@1 never narrower than Wilson's over samples)")
     for name in ("split", "prompts", "samples", "pass@1", f"pass@{report['k']}", "reward",
                  "tool-call rate", "failures"):
         table.add_column(name, justify="left" if name in ("split", "failures") else "right")

@@ -19,7 +19,7 @@ from rollhub.hubs.view import HubView
 from rollhub.policies import PolicyConfig, policy_episode
 from rollhub.runs.intervals import bootstrap_mean, wilson
 
-__all__ = ["EvalReport", "evaluate", "summarize_episodes"]
+__all__ = ["EvalReport", "evaluate", "pass_at_1_interval", "summarize_episodes"]
 
 
 @dataclass
@@ -28,7 +28,7 @@ class EvalReport:
 
     :param label: what was evaluated ("base", "step 12", a checkpoint path, a model name).
     :param k: the samples per prompt; ``pass_at_k`` is pass@k for this k.
-    :param pass_at_1_ci: the 95% Wilson interval of pass@1 over every sample scored.
+    :param pass_at_1_ci: the 95% interval of pass@1 (:func:`pass_at_1_interval`).
     :param reward_mean_ci: the 95% bootstrap interval of the mean reward, resampling prompts.
     :param failures: episodes that did not end ``ok``, counted by cause (status, error type).
     :param splits: the same figures per split (the prompts' ``[eval] split_field``), when
@@ -62,6 +62,22 @@ class EvalReport:
         return asdict(self)
 
 
+def pass_at_1_interval(solved: Sequence[Sequence[int]]) -> tuple[float, float]:
+    """The 95% interval of pass@1 from each prompt's solved samples (1/0 per sample).
+
+    A prompt's samples are not independent of each other (an easy prompt is solved by most
+    of them), so the interval resamples prompts (:func:`bootstrap_mean`); with a handful of
+    prompts that understates the spread, so it is never narrower than the Wilson interval
+    over the samples.
+    """
+    flat = [x for g in solved for x in g]
+    lo, hi = wilson(sum(flat), len(flat))
+    if sum(1 for g in solved if g) < 2:
+        return lo, hi
+    b_lo, b_hi = bootstrap_mean(solved)
+    return min(lo, b_lo), max(hi, b_hi)
+
+
 def _figures(
     by_prompt: Mapping[str, Sequence[Episode]], k: int, success_threshold: float
 ) -> dict[str, Any]:
@@ -78,7 +94,9 @@ def _figures(
     failures = Counter(
         f"{e.status}:{e.error.type}" if e.error else str(e.status) for e in episodes if not e.ok
     )
-    lo, hi = wilson(sum(solved.values()), len(episodes))
+    lo, hi = pass_at_1_interval(
+        [[int(e.solved(success_threshold)) for e in g] for g in by_prompt.values()]
+    )
     reward_ci = bootstrap_mean(rewards) if flat else None
     return {
         "prompts": len(by_prompt),

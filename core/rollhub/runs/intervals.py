@@ -1,7 +1,8 @@
 """95% intervals for the figures a run reports about a policy.
 
-- :func:`wilson`: a proportion (pass@1 over every sample scored). Unlike the normal
-  approximation it stays inside [0, 1] and is honest at 0 and 1 successes.
+- :func:`wilson`: a proportion of independent trials. Unlike the normal approximation it
+  stays inside [0, 1] and is honest at 0 and 1 successes; pass@1 uses it as the floor of
+  its prompt-resampled interval (:func:`rollhub.runs.evaluation.pass_at_1_interval`).
 - :func:`bootstrap_mean`: a mean over prompts' samples, resampling *prompts* (the samples
   of one prompt are not independent of each other).
 - :func:`bootstrap_difference`: the difference of a figure between two runs scored on the

@@ -75,7 +75,8 @@ def test_batch_metrics_count_success_tool_calls_turns_and_masked_tokens() -> Non
     eps = [_episode(0, 1.0, tool=True), _episode(1, 0.0), _episode(2, None, status="timeout")]
     batch = TrainingBatch(0, [EpisodeGroup("g", {}, eps)], {"e0": 1.0, "e1": -1.0}, 0)
     m = batch_metrics(batch)
-    assert m["success_rate"] == 0.5 and m["tool_call_rate"] == 0.5 and m["turns_mean"] == 1.5
+    # the timeout counts as not solved (as in evaluation); tool calls and turns: ok episodes
+    assert m["success_rate"] == 0.3333 and m["tool_call_rate"] == 0.5 and m["turns_mean"] == 1.5
     assert m["masked_tokens"] == 3  # the tool reply of e0
 
 
@@ -217,3 +218,20 @@ def test_reports_carry_95_percent_intervals_and_per_split_figures() -> None:
                                       "rewards": [1.0, 1.0, 1.0, 0.0]}
     # no split field: no splits
     assert summarize_episodes("x", by_prompt, k=4, split_field=None).splits == {}
+
+
+def test_pass_at_1_intervals_resample_prompts_not_samples() -> None:
+    from rollhub.runs.evaluation import pass_at_1_interval
+    from rollhub.runs.intervals import wilson
+
+    # 3 prompts every sample solves, 7 none solves: 100 samples, but only 10 prompts'
+    # worth of evidence; an interval over independent samples would claim far more
+    clustered = [[1] * 10] * 3 + [[0] * 10] * 7
+    lo, hi = pass_at_1_interval(clustered)
+    w_lo, w_hi = wilson(30, 100)
+    assert lo <= w_lo and hi >= w_hi
+    assert hi - lo > 2 * (w_hi - w_lo)
+    # independent-looking samples: the bootstrap is no wider, Wilson's interval stands
+    mixed = [[1, 0, 1, 0, 0, 1, 0, 0, 0, 0]] * 10
+    assert pass_at_1_interval(mixed) == pytest.approx(wilson(30, 100))
+    assert pass_at_1_interval([[1, 0, 1]]) == wilson(2, 3)  # one prompt: nothing to resample
