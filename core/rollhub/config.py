@@ -94,7 +94,7 @@ class ExperimentConfig(_Strict):
     seed: int = 0
     sampling: dict[str, Any] = Field(
         default_factory=dict,
-        description="sampling defaults sent to agents (temperature, max_tokens…)",
+        description="sampling defaults sent to agents (temperature, max_tokens…; not seed)",
     )
     max_staleness: int | None = Field(
         None, ge=0, description="stop submitting when the oldest rollout lags this many versions"
@@ -103,6 +103,14 @@ class ExperimentConfig(_Strict):
     store_stall_warn_s: float = Field(
         30.0, gt=0, description="warn when the result store does not answer for this long"
     )
+
+    @field_validator("sampling")
+    @classmethod
+    def _no_fixed_seed(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if "seed" in value:
+            raise ValueError("experiment.sampling.seed would draw the same tokens for every "
+                             "sample of a prompt; set experiment.seed (one seed per episode)")
+        return value
 
     @property
     def resolved_exp_id(self) -> str:

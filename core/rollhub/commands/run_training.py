@@ -4,6 +4,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +18,7 @@ from rollhub.commands.checks import load_held_out
 from rollhub.errors import UsageError
 from rollhub.hubs.async_hub import AsyncHub
 from rollhub.registry import build_options
-from rollhub.runs.evaluation import evaluate
+from rollhub.runs.evaluation import EvalReport, evaluate
 from rollhub.runs.report import can_plot
 from rollhub.runs.run_dir import RunDir
 from rollhub.training.before_after import before_after_rows
@@ -27,6 +31,8 @@ from rollhub.training.trainer import DrivenRun
 
 __all__ = ["build_sinks", "train"]
 
+log = logging.getLogger(__name__)
+
 
 async def train(
     hub: AsyncHub,
@@ -38,6 +44,9 @@ async def train(
 ) -> dict[str, Any]:
     """The training loop over ``payloads``; leaves metrics, checkpoints and training.png."""
     cfg = hub.config
+    # on resume, the scores an earlier process of the run saved ("before" of the base
+    # weights): kept, so resuming never loses or replaces them
+    saved = _saved_evals(run_dir) if resume else {}
     evals: dict[str, Any] = {}
     held_out = load_held_out(cfg) if cfg.eval.dataset else []
     await hub.start()
@@ -46,6 +55,8 @@ async def train(
             print(f"evaluating the base policy on {len(held_out)} held-out prompts", flush=True)
             hub.set_weight_version(0)  # the base weights are version 0 of the run
             evals["before"] = await evaluate(hub, held_out, cfg.eval.n_samples, label="base")
+            # saved now: a run killed during training still has its base scores
+            _write_evals(run_dir, {"before": evals["before"].as_dict()})
         sinks = build_sinks(hub, run_dir)
         progress = None if cfg.experiment.progress else False
         try:
@@ -68,9 +79,9 @@ async def train(
     finally:
         (outputs if outputs is not None else {}).update(await hub.close())
     if evals:
-        summary["eval"] = {k: v.as_dict() for k, v in evals.items()}
-        RunDir(run_dir).write_json(RunDir.EVAL, summary["eval"])
-    _print_before_after(history, evals)
+        summary["eval"] = {**saved, **{k: v.as_dict() for k, v in evals.items()}}
+        _write_evals(run_dir, summary["eval"])
+    _print_before_after(history, {**_reports(saved), **evals})
     last = summary["last"] or {}
     print(
         f"trained {summary['steps']}/{summary['total_steps']} steps; weight version "
@@ -106,6 +117,37 @@ async def _drive(
     finally:
         history = recorder.history
     return summary, history
+
+
+def _saved_evals(run_dir: Path) -> dict[str, Any]:
+    """``eval.json`` of the run as saved so far (empty when there is none)."""
+    saved = RunDir(run_dir).read_json(RunDir.EVAL)
+    if saved is not None and not isinstance(saved, dict):
+        log.warning("%s is not a JSON object; its scores are not kept", run_dir / RunDir.EVAL)
+    return saved if isinstance(saved, dict) else {}
+
+
+def _write_evals(run_dir: Path, evals: dict[str, Any]) -> None:
+    """Write ``eval.json`` whole or not at all: a temporary file renamed over it, so a kill
+    mid-write never leaves half a report in place of the saved one."""
+    path = run_dir / RunDir.EVAL
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(evals, indent=2))
+    os.replace(tmp, path)
+
+
+def _reports(saved: dict[str, Any]) -> dict[str, EvalReport]:
+    """The saved reports as :class:`EvalReport` again (for the before/after table); a report
+    of another shape is left out of the table, not an error."""
+    names = {f.name for f in dataclasses.fields(EvalReport)}
+    reports = {}
+    for key, value in saved.items():
+        try:
+            reports[key] = EvalReport(**{k: v for k, v in value.items() if k in names})
+        except (AttributeError, TypeError):
+            log.warning("eval.json's %r is not an eval report; not shown", key)
+    return reports
 
 
 def _print_before_after(history: list[dict[str, Any]], evals: dict[str, Any]) -> None:

@@ -13,7 +13,14 @@ __all__ = ["batch_metrics"]
 
 
 def batch_metrics(batch: TrainingBatch, success_threshold: float = 1.0) -> dict[str, Any]:
-    """Reward, token, failure and staleness figures of one batch (trainer-neutral)."""
+    """Reward, token, failure and staleness figures of one batch (trainer-neutral).
+
+    ``success_rate`` is the share of the batch's episodes that solved their task, over
+    every episode but those the infrastructure lost (``infra_error``): an episode the agent
+    failed (an error, a timeout) counts as not solved, as in evaluation and ``rollhub
+    compare``. ``reward_*``, ``tool_call_rate`` and ``turns_mean`` are over ``ok``
+    episodes only (a failed episode has no reward or turns to count).
+    """
     episodes = batch.episodes
     ok = [e for e in episodes if e.ok and e.reward is not None]
     rewards = [float(e.reward) for e in ok if e.reward is not None]
@@ -33,12 +40,14 @@ def batch_metrics(batch: TrainingBatch, success_threshold: float = 1.0) -> dict[
         lags.extend(batch.weight_version - v for v in known)
     flat = sum(1 for g in batch.groups if len({e.reward for e in g.episodes if e.trainable}) <= 1)
     n_ok = len(ok) or 1
+    # an infra_error says nothing about the policy; every other failure is a miss
+    scored = [e for e in episodes if not e.infra_failed]
     traced = any(e.traces for e in ok)  # without token capture nothing says how turns ended
     return {
         "reward_mean": mean,
         "reward_std": std,
-        "success_rate": round(sum(e.solved(success_threshold) for e in ok) / n_ok, 4)
-        if ok
+        "success_rate": round(sum(e.solved(success_threshold) for e in scored) / len(scored), 4)
+        if scored
         else None,
         "tool_call_rate": round(sum(e.num_tool_call_turns > 0 for e in ok) / n_ok, 4)
         if traced

@@ -4,7 +4,8 @@ Layout inside the run directory::
 
     checkpoints/
       step-000010/
-        state.json      steps done, weight version, dataset fingerprint, trainer state
+        state.json      steps done, weight version, dataset fingerprint, trainer state,
+                        episode-seed rounds
         trainer/        whatever the trainer's save_state wrote (weights, optimizer)
       latest            the name of the newest complete checkpoint
 
@@ -44,6 +45,9 @@ class Checkpoint:
     :param weight_version: the policy version after those steps.
     :param dataset: fingerprint of the prompts (a different dataset cannot resume).
     :param trainer: the trainer's own JSON state (from ``save_state``).
+    :param seed_rounds: the hub's episode-seed rounds as the next step begins
+        (:meth:`rollhub.seeding.EpisodeSeeds.rounds`); None in checkpoints written before
+        they were kept.
     :param directory: where it lives (set when loaded).
     """
 
@@ -51,6 +55,7 @@ class Checkpoint:
     weight_version: int
     dataset: str
     trainer: dict[str, Any] = field(default_factory=dict)
+    seed_rounds: dict[str, list[int]] | None = None
     directory: Path | None = None
 
     @property

@@ -11,10 +11,11 @@ One step::
              trained)
     save     a checkpoint every training.checkpoint_every steps (and after the last)
 
-Prompts are laid out once as a schedule (``epochs`` passes, each shuffled with
-``experiment.seed + epoch``, optionally stratified so every batch holds a field's values in
-proportion: ``training.stratify``), and step ``s`` trains on schedule entries
-``[s·B, (s+1)·B)``, so a resumed run continues exactly where the checkpoint was taken.
+Prompts are laid out once as a schedule (:mod:`rollhub.training.schedule`: ``epochs``
+passes, each its own shuffle of ``experiment.seed``, optionally stratified), and step ``s``
+trains on schedule entries ``[s·B, (s+1)·B)``, so a resumed run continues exactly where
+the checkpoint was taken: the checkpoint also keeps the hub's seed rounds, so the resumed
+steps sample with the seeds the uninterrupted run would have used.
 
 Bounded staleness: with ``experiment.max_staleness = k`` the groups of step ``s`` may be
 submitted once ``s - k`` steps are done, i.e. sampled by weights at most ``k`` versions
@@ -27,7 +28,7 @@ import asyncio
 import functools
 import logging
 import math
-import random
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,10 +37,11 @@ from typing import Any
 from rollhub.config import RollhubConfig
 from rollhub.dataset import group_id_of
 from rollhub.episode import EpisodeGroup
-from rollhub.errors import ConfigError, UsageError
+from rollhub.errors import UsageError
 from rollhub.hubs.async_hub import AsyncHub
 from rollhub.policies import effective_staleness
 from rollhub.scoring.group_rewards import group_reward_metrics
+from rollhub.seeding import hub_seeds
 from rollhub.training.advantages import group_advantages
 from rollhub.training.batch_metrics import batch_metrics
 from rollhub.training.checkpoint import (
@@ -51,71 +53,14 @@ from rollhub.training.checkpoint import (
 from rollhub.training.plot import read_metrics
 from rollhub.training.recorder import StepRecorder
 from rollhub.training.roles import TrainerRole, role_of
+from rollhub.training.schedule import advance_rounds, check_stratify, schedule
 from rollhub.training.sinks import MetricSink
 from rollhub.training.step import StepResult, TrainingBatch
 from rollhub.training.trainer import Trainer
 
-__all__ = ["TrainingLoop", "batch_metrics", "planned_steps", "schedule"]
+__all__ = ["TrainingLoop", "batch_metrics", "check_stratify", "planned_steps", "schedule"]
 
 log = logging.getLogger(__name__)
-
-
-def schedule(
-    payloads: Sequence[Mapping[str, Any]],
-    *,
-    epochs: int,
-    shuffle: bool,
-    seed: int,
-    stratify: str | None = None,
-) -> list[Mapping[str, Any]]:
-    """Every prompt of every epoch in training order (each epoch its own permutation).
-
-    With ``stratify`` (a payload field, e.g. ``"split"``) each value's prompts are spread
-    evenly over the epoch, so every stretch of the schedule (a step's batch) holds the
-    values in the dataset's proportions instead of whatever mix the shuffle dealt.
-
-    :raises ConfigError: a prompt lacks the ``stratify`` field.
-    """
-    if stratify:
-        check_stratify(payloads, stratify)
-    order: list[Mapping[str, Any]] = []
-    for epoch in range(epochs):
-        items = list(payloads)
-        if shuffle:
-            random.Random(seed + epoch).shuffle(items)
-        order.extend(_spread(items, stratify) if stratify else items)
-    return order
-
-
-def check_stratify(
-    payloads: Sequence[Mapping[str, Any]], field: str, *, id_field: str = "id"
-) -> None:
-    """Raise a :class:`ConfigError` naming the first prompt without ``field``."""
-    missing = [i for i, p in enumerate(payloads) if field not in p]
-    if missing:
-        first = missing[0]
-        raise ConfigError(
-            f"training.stratify = {field!r}, but {len(missing)} prompt(s) have no {field!r} "
-            f"field (the first: prompt {first} of the dataset, {id_field} "
-            f"{payloads[first].get(id_field)!r}); give every prompt one, or drop "
-            "training.stratify",
-            field="training.stratify",
-        )
-
-
-def _spread(items: list[Mapping[str, Any]], field: str) -> list[Mapping[str, Any]]:
-    """``items`` reordered so each ``field`` value's j-th of n items sits at (j + ½)/n of
-    the way through: every window holds each value in proportion (ties: first seen)."""
-    strata: dict[Any, list[Mapping[str, Any]]] = {}
-    for item in items:
-        strata.setdefault(item[field], []).append(item)
-    placed = [
-        ((j + 0.5) / len(members), rank, j, item)
-        for rank, members in enumerate(strata.values())
-        for j, item in enumerate(members)
-    ]
-    placed.sort(key=lambda p: p[:3])
-    return [item for *_, item in placed]
 
 
 def planned_steps(config: RollhubConfig, prompts: int) -> int:
@@ -167,6 +112,7 @@ class TrainingLoop:
         self.weight_version = 0
         self.history: list[dict[str, Any]] = []
         self._sampling = IdleClock()
+        self._rounds_from: tuple[int, dict[str, list[int]] | None] = (0, None)
 
     def batch_payloads(self, step: int) -> list[Mapping[str, Any]]:
         """The prompts step ``step`` trains on."""
@@ -187,6 +133,10 @@ class TrainingLoop:
             )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         await self._restore(trainer)
+        seeds = hub_seeds(self.hub)
+        # the seed rounds as the first step of this process begins: each checkpoint adds
+        # the steps trained since (not the live counts, which include steps sampled ahead)
+        self._rounds_from = (self.steps_done, seeds.rounds() if seeds else None)
         await self.hub.publish_policy(await trainer.initial_policy(), self.weight_version)
         self.recorder = StepRecorder(
             self.hub,
@@ -228,6 +178,19 @@ class TrainingLoop:
             )
         await trainer.load_state(ckpt.trainer_dir, ckpt.trainer)
         self.steps_done, self.weight_version = ckpt.steps_done, ckpt.weight_version
+        rounds = ckpt.seed_rounds
+        if rounds is None:  # a checkpoint written before the seed rounds were kept
+            tr = self.config.training
+            log.warning("checkpoint %s predates seed rounds: resuming with the schedule and "
+                        "seed rounds it implies", ckpt.directory)
+            self.order = schedule(  # the epoch order that run started with
+                self.payloads, epochs=tr.epochs, shuffle=tr.shuffle,
+                seed=self.config.experiment.seed, stratify=tr.stratify, legacy_epochs=True,
+            )
+            rounds = self._rounds_at(ckpt.steps_done, 0, {})
+        seeds = hub_seeds(self.hub)
+        if seeds is not None:
+            seeds.restore(rounds)
         self._truncate(ckpt.steps_done)
         log.info("resuming at step %d, weight version %d", ckpt.steps_done, ckpt.weight_version)
 
@@ -310,8 +273,22 @@ class TrainingLoop:
             advantages.update(group_advantages(g, self.config.training.advantage))
         return TrainingBatch(step, groups, advantages, self.weight_version)
 
+    def _rounds_at(
+        self, step: int, first: int, rounds: dict[str, list[int]]
+    ) -> dict[str, list[int]]:
+        """The seed rounds at the start of ``step``, given ``rounds`` at the start of
+        ``first``: every prompt of the steps between ran ``n_samples`` samples once."""
+        ids = self.config.experiment.id_field
+        b = self.config.training.batch_groups
+        done = (group_id_of(p, ids) for p in self.order[first * b : step * b])
+        return advance_rounds(rounds, done, self.config.experiment.n_samples)
+
     async def _checkpoint(self, trainer: Trainer) -> None:
-        ckpt = Checkpoint(self.steps_done, self.weight_version, self.fingerprint)
+        first, rounds = self._rounds_from
+        ckpt = Checkpoint(
+            self.steps_done, self.weight_version, self.fingerprint,
+            seed_rounds=None if rounds is None else self._rounds_at(self.steps_done, first, rounds),
+        )
         await write_checkpoint(
             self.run_dir / "checkpoints",
             ckpt,
@@ -321,15 +298,22 @@ class TrainingLoop:
 
 
 def _keep_steps_before(path: Path, step: int) -> list[dict[str, Any]]:
-    """Rewrite a JSONL file of per-step rows with only the rows of steps before ``step``."""
+    """Rewrite a JSONL file of per-step rows with only the rows of steps before ``step``.
+
+    The rows kept go to a temporary file that then replaces ``path`` in one rename, so a
+    kill during the rewrite leaves the old file whole (a rewrite in place lost rows)."""
     from rollhub.export import JsonlAppender
 
     kept = [r for r in read_metrics(path) if r.get("step", -1) < step]
     if path.exists():
-        rewritten = JsonlAppender(path)  # truncates, then writes back the rows kept
-        for row in kept:
-            rewritten.write(row)
-        rewritten.close()
+        tmp = path.with_name(f".{path.name}.rewrite")
+        rewritten = JsonlAppender(tmp)
+        try:
+            for row in kept:
+                rewritten.write(row)
+        finally:
+            rewritten.close()
+        os.replace(tmp, path)
     return kept
 
 

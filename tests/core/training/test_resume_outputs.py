@@ -1,0 +1,138 @@
+"""What a killed or resumed training run keeps: the base policy's held-out scores
+(``eval.json``'s "before") and every row logged before the checkpoint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rollhub.commands import run_training
+from rollhub.config import parse_config
+from rollhub.export import JsonlAppender
+from rollhub.runs.evaluation import EvalReport
+from rollhub.training.loop import _keep_steps_before
+from rollhub.training.roles import TrainerRole
+
+
+def _report(label: str, pass_at_1: float) -> EvalReport:
+    return EvalReport(label=label, prompts=2, samples=4, k=2, pass_at_1=pass_at_1,
+                      pass_at_k=pass_at_1, reward_mean=pass_at_1, tool_call_rate=0.0,
+                      turns_mean=1.0)
+
+
+class _Hub:
+    """What ``train`` asks of a hub, and no more."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        held_out = tmp_path / "held_out.jsonl"
+        held_out.write_text('{"id": "h0"}\n{"id": "h1"}\n')
+        self.config = parse_config({"eval": {"dataset": str(held_out)}}, env={})
+        self.trainer = object()
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> dict[str, Any]:
+        return {}
+
+    def set_weight_version(self, version: int) -> None:
+        pass
+
+
+def _as_hub(tmp_path: Path) -> Any:
+    """A :class:`_Hub` where ``train`` expects an AsyncHub (it uses only these parts)."""
+    return _Hub(tmp_path)
+
+
+class _Killed(Exception):
+    pass
+
+
+def _patch(monkeypatch: pytest.MonkeyPatch, *, steps: int | None) -> None:
+    """A training loop that trains ``steps`` steps (None: is killed), evals that score."""
+
+    class Loop:
+        history: list[dict[str, Any]] = []
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        async def run(self) -> dict[str, Any]:
+            if steps is None:
+                raise _Killed
+            return {"steps": steps, "total_steps": steps, "weight_version": steps, "last": None}
+
+    async def evaluate(hub: Any, held_out: Any, n: int, *, label: str) -> EvalReport:
+        return _report(label, 0.25 if label == "base" else 0.75)
+
+    monkeypatch.setattr(run_training, "TrainingLoop", Loop)
+    monkeypatch.setattr(run_training, "evaluate", evaluate)
+    monkeypatch.setattr(run_training, "role_of", lambda cls: TrainerRole.POLICY_TRAINER)
+    monkeypatch.setattr(run_training, "build_sinks", lambda hub, run_dir: [])
+    monkeypatch.setattr(run_training, "can_plot", lambda: False)
+
+
+def _eval_json(run: Path) -> dict[str, Any]:
+    return json.loads((run / "eval.json").read_text())
+
+
+async def test_a_run_killed_during_training_has_saved_its_base_scores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _patch(monkeypatch, steps=None)
+    run = tmp_path / "run"
+    run.mkdir()
+    with pytest.raises(_Killed):
+        await run_training.train(_as_hub(tmp_path), [], run, resume=False)
+    saved = _eval_json(run)
+    assert set(saved) == {"before"} and saved["before"]["label"] == "base"
+
+
+async def test_a_resumed_run_keeps_before_and_writes_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    # a finished run: before and after of its 2 steps
+    base = _report("base", 0.25).as_dict()
+    (run / "eval.json").write_text(json.dumps({"before": base,
+                                               "after": _report("step 2", 0.5).as_dict()}))
+    _patch(monkeypatch, steps=4)  # resumed to train 2 more
+    summary = await run_training.train(_as_hub(tmp_path), [], run, resume=True)
+    saved = _eval_json(run)
+    assert json.loads(json.dumps(saved["before"])) == json.loads(json.dumps(base))
+    assert saved["after"]["label"] == "step 4" and saved["after"]["pass_at_1"] == 0.75
+    assert summary["eval"]["before"]["label"] == "base"
+    assert not list(run.glob(".*"))  # no temporary file left behind
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_a_kill_while_dropping_rows_on_resume_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "loss": s / 10}) + "\n" for s in range(4)))
+    real_write = JsonlAppender.write
+    written: list[dict[str, Any]] = []
+
+    def killed_after_one(self: JsonlAppender, row: dict[str, Any]) -> None:
+        if written:
+            raise _Killed  # the process dies mid-rewrite
+        written.append(row)
+        real_write(self, row)
+
+    monkeypatch.setattr(JsonlAppender, "write", killed_after_one)
+    with pytest.raises(_Killed):
+        _keep_steps_before(path, 2)
+    assert [r["step"] for r in _rows(path)] == [0, 1, 2, 3]  # the file is whole
+    monkeypatch.setattr(JsonlAppender, "write", real_write)
+    kept = _keep_steps_before(path, 2)  # the resume that follows
+    assert [r["step"] for r in kept] == [r["step"] for r in _rows(path)] == [0, 1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
+    assert _keep_steps_before(tmp_path / "absent.jsonl", 2) == []
+    assert not (tmp_path / "absent.jsonl").exists()
