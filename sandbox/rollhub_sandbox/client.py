@@ -96,7 +96,9 @@ class AsyncSandbox:
         """Run ``command`` with ``/bin/sh -c``; its failure or timeout is the result.
 
         :param cwd: directory to run in (relative to :attr:`workdir`); if it cannot be
-            entered the command does not run and the result's exit code is 2.
+            entered the command does not run and the result's exit code is 2. Where file
+            paths are confined (``local``), a cwd outside the workspace is a
+            :class:`~rollhub_sandbox.errors.SandboxPathError`.
         :param env: extra environment variables (names must be shell identifiers).
         :param timeout: seconds; at the deadline the command's whole process tree is
             killed and ``timed_out`` is set. Default: the provider's ``default_timeout``.
@@ -109,7 +111,9 @@ class AsyncSandbox:
         check_command(command)
         values = check_env(env)
         limit = check_timeout(timeout if timeout is not None else self._provider.options.default_timeout)
-        run_in = self.workdir if cwd is None else join_remote(self.workdir, cwd, confine=False)
+        # Confined like file paths: on the local provider a cwd outside the workspace would
+        # run the command in a host directory.
+        run_in = self.workdir if cwd is None else self._path(cwd)
         cap = self._provider.options.max_output if max_output is None else max_output
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
             raise SandboxArgumentError(f"max_output={max_output!r} must be an int >= 0",
@@ -138,6 +142,23 @@ class AsyncSandbox:
             raise SandboxArgumentError(f"local_dir={str(local_dir)!r} is not a directory",
                                        field="local_dir", value=str(local_dir))
         await self._inner.upload(src, self._path(remote_dir))
+
+    async def replace(self, local_dir: str | Path, remote_dir: str) -> None:
+        """Make ``remote_dir`` an exact copy of ``local_dir``: what was there is deleted first.
+
+        Nothing left at ``remote_dir`` (extra files, symlinks, read-only directories)
+        survives or is written through; call :meth:`kill_all` first so nothing races it.
+        """
+        src = Path(local_dir)
+        if not src.is_dir():
+            raise SandboxArgumentError(f"local_dir={str(local_dir)!r} is not a directory",
+                                       field="local_dir", value=str(local_dir))
+        await self._inner.replace(src, self._path(remote_dir))
+
+    async def kill_all(self) -> bool:
+        """Kill every process of the sandbox, background jobs included; False where the
+        provider cannot (``agentcore``)."""
+        return await self._inner.kill_all()
 
     async def destroy(self) -> None:
         """Stop everything in the sandbox and delete it. Idempotent."""
@@ -275,6 +296,14 @@ class Sandbox:
     def upload(self, local_dir: str | Path, remote_dir: str = ".") -> None:
         """See :meth:`AsyncSandbox.upload`."""
         self._runner.run(self._async.upload(local_dir, remote_dir), what="Sandbox.upload")
+
+    def replace(self, local_dir: str | Path, remote_dir: str) -> None:
+        """See :meth:`AsyncSandbox.replace`."""
+        self._runner.run(self._async.replace(local_dir, remote_dir), what="Sandbox.replace")
+
+    def kill_all(self) -> bool:
+        """See :meth:`AsyncSandbox.kill_all`."""
+        return self._runner.run(self._async.kill_all(), what="Sandbox.kill_all")
 
     def destroy(self) -> None:
         """See :meth:`AsyncSandbox.destroy`."""

@@ -62,6 +62,23 @@ _KILL_TAGGED = (
     'kill -KILL "${p#/proc/}" 2>/dev/null; fi; done; true'
 )
 
+#: Kills every process in the container but its init and idle process ($1: 1 when --init, so
+#: the idle `tail` is the lowest-numbered child of PID 1; else the idle process is PID 1).
+#: It refuses to run where PID 1 is not this provider's container entry point, so it can
+#: never sweep a host's processes. Passes repeat so children forked meanwhile go too.
+_KILL_ALL = (
+    'tr "\\000" " " < /proc/1/cmdline | grep -qF "tail -f /dev/null" '
+    '|| { echo "PID 1 is not the sandbox entry point" >&2; exit 3; }; '
+    'for _pass in 1 2 3 4 5; do idle=; pids=; '
+    'for p in /proc/[0-9]*; do n=${p#/proc/}; '
+    '[ "$n" = 1 ] || [ "$n" = $$ ] && continue; '
+    'st=$(cat "$p/stat" 2>/dev/null) || continue; set -- "$1" ${st##*) }; '
+    '[ "$3" = $$ ] && continue; '
+    'if [ "$1" = 1 ] && [ "$3" = 1 ] && { [ -z "$idle" ] || [ "$n" -lt "$idle" ]; }; '
+    'then [ -n "$idle" ] && pids="$pids $idle"; idle=$n; else pids="$pids $n"; fi; done; '
+    '[ -z "$pids" ] && exit 0; kill -KILL $pids 2>/dev/null; done; true'
+)
+
 
 class DockerOptions(ProviderOptions):
     """Options of the ``docker`` provider."""
@@ -200,9 +217,31 @@ class DockerSandbox(ProviderSandbox):
             await self._run(
                 self._docker("exec", self.id, "/bin/sh", "-c", _KILL_TAGGED, "sh", tag), timeout=30
             )
-        elif result.exit_code in (125, 126, 127, 1) and _GONE in result.stderr.lower():
+        elif (result.exit_code in (125, 126, 127, 1) and _GONE in result.stderr.lower()
+              and not await self._running()):
+            # The command's own stderr may say "no such container" too: only the engine's
+            # answer about this container decides.
             raise SandboxNotFound(f"container {self.id!r} is gone", sandbox_id=self.id)
         return result
+
+    async def _running(self) -> bool:
+        rc, out, _err = await self._run(
+            self._docker("inspect", "-f", "{{.State.Running}}", self.id), timeout=60
+        )
+        return rc == 0 and out.decode(errors="replace").split()[:1] == ["true"]
+
+    async def kill_all(self) -> bool:
+        init = "1" if self.provider.options.init else "0"
+        rc, _out, err = await self._run(
+            self._docker("exec", self.id, "/bin/sh", "-c", _KILL_ALL, "sh", init), timeout=60
+        )
+        if rc != 0:
+            raise SandboxProviderError(
+                f"could not stop the processes of container {self.id!r} (exit {rc}): "
+                f"{err.decode(errors='replace').strip()[:300]}",
+                sandbox_id=self.id,
+            )
+        return True
 
     async def _checked(
         self, argv: list[str], *, what: str, path: str, stdin: bytes | None = None

@@ -39,6 +39,13 @@ from rollhub_sandbox.errors import (
     SandboxProviderError,
     SandboxStartError,
 )
+from rollhub_sandbox.hostfs import (
+    read_regular,
+    remove_tree,
+    replace_tree,
+    upload_tree,
+    write_regular,
+)
 from rollhub_sandbox.isolation import SANDBOX_WORKDIR, bwrap_argv, bwrap_status
 from rollhub_sandbox.process import kill_tagged, run_process
 from rollhub_sandbox.provider import ProviderOptions, ProviderSandbox, SandboxProvider
@@ -81,6 +88,7 @@ class LocalOptions(ProviderOptions):
     env: dict[str, str] = Field(default_factory=dict, description="extra environment of every command")
     kill_grace: float = Field(2.0, ge=0, description="seconds between SIGTERM and SIGKILL at a timeout")
     reap_interval: float = Field(30.0, ge=0, description="at most one reaping pass per this many seconds")
+    max_file_bytes: int = Field(64 << 20, ge=0, description="largest file read_file returns")
 
     @field_validator("env")
     @classmethod
@@ -161,17 +169,35 @@ class LocalSandbox(ProviderSandbox):
     async def read_file(self, path: str) -> bytes:
         self._check_alive()
         host = self._host_path(path)
-        return await asyncio.to_thread(_read, host, path, self.id)
+        return await asyncio.to_thread(_read, host, path, self.id,
+                                       self.provider.options.max_file_bytes)
 
     async def upload(self, local_dir: Path, remote_dir: str) -> None:
         self._check_alive()
         host = self._host_path(remote_dir)
         try:
-            await asyncio.to_thread(shutil.copytree, local_dir, host, symlinks=True,
-                                    dirs_exist_ok=True)
-        except (OSError, shutil.Error) as exc:
+            await asyncio.to_thread(upload_tree, local_dir, host)
+        except OSError as exc:
             raise SandboxFileError(f"upload of {str(local_dir)!r} to {remote_dir!r} failed: {exc}",
                                    path=remote_dir, sandbox_id=self.id) from exc
+
+    async def replace(self, local_dir: Path, remote_dir: str) -> None:
+        self._check_alive()
+        if remote_dir == self.workdir:
+            raise SandboxPathError("replace() cannot replace the workspace itself; name a "
+                                   "directory in it", path=remote_dir, workspace=self.workdir)
+        # Parent resolved and confined; the last part (a link, not its target) is removed.
+        parent = self._host_path(posixpath.dirname(remote_dir))
+        try:
+            await asyncio.to_thread(replace_tree, local_dir, parent, posixpath.basename(remote_dir))
+        except OSError as exc:
+            raise SandboxFileError(f"replacing {remote_dir!r} failed: {exc}", path=remote_dir,
+                                   sandbox_id=self.id) from exc
+
+    async def kill_all(self) -> bool:
+        self._check_alive()
+        await asyncio.to_thread(_kill_sandbox, self.id)
+        return True
 
     async def destroy(self) -> None:
         await asyncio.to_thread(_remove_sandbox, self.path, self.id)
@@ -298,15 +324,32 @@ def _read_marker(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _kill_sandbox(sandbox_id: str, rounds: int = 20) -> None:
+    """SIGKILL every process tagged with the sandbox id; passes repeat until a scan finds
+    none, since one pass can miss a child forked after its scan (a fork loop)."""
+    tag = f"ROLLHUB_SANDBOX_ID={sandbox_id}"
+    for _ in range(rounds):
+        if not kill_tagged(tag):
+            return
+        time.sleep(0.01)
+    log.warning("sandbox %s still had processes after %d kill passes", sandbox_id, rounds)
+
+
+def _remove_tree_logged(path: str) -> None:
+    left = remove_tree(path)
+    if left:
+        log.warning("could not delete %d path(s) of %s, e.g. %s", len(left), path, left[0])
+
+
 def _remove_sandbox(path: Path, sandbox_id: str) -> None:
     """Kill the sandbox's processes, then delete it (renamed first: atomic for others)."""
-    kill_tagged(f"ROLLHUB_SANDBOX_ID={sandbox_id}")
+    _kill_sandbox(sandbox_id)
     trash = path.parent / f".reaped-{sandbox_id}-{uuid.uuid4().hex[:8]}"
     try:
         os.rename(path, trash)
     except FileNotFoundError:
         return  # already gone: destroy is idempotent, and another reaper may have won
-    shutil.rmtree(trash, ignore_errors=True)
+    _remove_tree_logged(str(trash))
 
 
 def reap_root(root: Path, now: float | None = None) -> list[str]:
@@ -325,7 +368,7 @@ def reap_root(root: Path, now: float | None = None) -> list[str]:
         with contextlib.suppress(FileNotFoundError):
             if name.startswith((".tmp-", ".reaped-")):
                 if now - entry.stat(follow_symlinks=False).st_mtime > STALE_S:
-                    shutil.rmtree(entry.path, ignore_errors=True)
+                    _remove_tree_logged(entry.path)
                 continue
             if not SANDBOX_ID_RE.fullmatch(name) or not entry.is_dir(follow_symlinks=False):
                 continue
@@ -343,17 +386,15 @@ def reap_root(root: Path, now: float | None = None) -> list[str]:
 def _write(host: str, data: bytes, remote: str, sandbox_id: str) -> None:
     try:
         os.makedirs(os.path.dirname(host), exist_ok=True)
-        with open(host, "wb") as fh:
-            fh.write(data)
+        write_regular(host, data)
     except OSError as exc:
         raise SandboxFileError(f"cannot write {remote!r} in sandbox {sandbox_id!r}: {exc.strerror}",
                                path=remote, sandbox_id=sandbox_id) from exc
 
 
-def _read(host: str, remote: str, sandbox_id: str) -> bytes:
+def _read(host: str, remote: str, sandbox_id: str, max_bytes: int) -> bytes:
     try:
-        with open(host, "rb") as fh:
-            return fh.read()
+        return read_regular(host, max_bytes)
     except OSError as exc:
         raise SandboxFileError(f"cannot read {remote!r} in sandbox {sandbox_id!r}: {exc.strerror}",
                                path=remote, sandbox_id=sandbox_id) from exc

@@ -96,9 +96,42 @@ class ProviderSandbox(ABC):
                 dest = posixpath.normpath(posixpath.join(remote_dir, rel.replace(os.sep, "/"), fname))
                 await self.write_file(dest, src.read_bytes())
 
+    async def replace(self, local_dir: Path, remote_dir: str) -> None:
+        """Make ``remote_dir`` an exact copy of ``local_dir``: delete what is there, upload.
+
+        The default deletes inside the sandbox (``rm -rf`` never follows links; directories
+        made read-only are made writable first) and checks that nothing is left, so an
+        upload never merges into, or writes through, what a command left there.
+        """
+        from rollhub_sandbox.errors import SandboxFileError
+
+        result = await self.exec(_REMOVE_TREE, cwd="/", env={"ROLLHUB_TARGET": remote_dir},
+                                 timeout=120, stdin=None, max_output=4096)
+        if not result.ok:
+            raise SandboxFileError(f"could not delete {remote_dir!r} before replacing it "
+                                   f"(exit {result.exit_code}): {result.stderr.strip()[:300]}",
+                                   path=remote_dir, sandbox_id=self.id)
+        await self.upload(local_dir, remote_dir)
+
+    async def kill_all(self) -> bool:
+        """Kill every process of the sandbox (its commands and what they left running).
+
+        :returns: False where the provider cannot do it (the default); then processes a
+            command left behind keep running.
+        """
+        return False
+
     @abstractmethod
     async def destroy(self) -> None:
         """Stop everything running in the sandbox and delete it. Idempotent."""
+
+
+# find (not chmod -R, not rm -rf alone) makes each directory writable without following
+# links; the final test fails the script when anything is left.
+_REMOVE_TREE = (
+    'find "$ROLLHUB_TARGET" -type d -exec chmod u+rwx {} + 2>/dev/null; '
+    'rm -rf -- "$ROLLHUB_TARGET"; test ! -e "$ROLLHUB_TARGET" && test ! -L "$ROLLHUB_TARGET"'
+)
 
 
 class SandboxProvider(ABC):

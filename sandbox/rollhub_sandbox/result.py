@@ -18,7 +18,7 @@ class ExecResult:
         gives the signal that finally killed it, or 124 where a provider only reports
         "timed out").
     :ivar stdout: standard output, decoded as UTF-8 (invalid bytes replaced), at most
-        ``max_output`` bytes of it.
+        ``max_output`` bytes of it: when cut, its first and last halves.
     :ivar stderr: standard error, likewise.
     :ivar timed_out: the command ran past its timeout and was killed.
     :ivar duration: wall seconds from start to the end of output.
@@ -59,25 +59,36 @@ class ExecResult:
 
 @dataclass
 class OutputBuffer:
-    """Keeps the first ``limit`` bytes of a stream and counts the rest.
+    """Keeps the first and the last ``limit // 2`` bytes of a stream and counts the rest.
 
-    Callers keep feeding it everything they read, so the producer never blocks on a full
-    pipe; only the kept prefix costs memory.
+    Both ends are kept because both matter: a failure shows first, a test runner's summary
+    comes last (a command cannot push it out of view by printing a lot). Callers keep
+    feeding it everything they read, so the producer never blocks on a full pipe; only the
+    kept bytes cost memory.
     """
 
     limit: int
-    _chunks: list[bytes] = field(default_factory=list)
-    kept: int = 0
+    _head: bytearray = field(default_factory=bytearray)
+    _tail: bytearray = field(default_factory=bytearray)
     seen: int = 0
 
     def feed(self, data: bytes) -> None:
-        """Account for ``data``; keep what still fits under the limit."""
+        """Account for ``data``; keep what belongs to the head or the tail."""
         self.seen += len(data)
-        room = self.limit - self.kept
-        if room > 0 and data:
-            part = data[:room]
-            self._chunks.append(part)
-            self.kept += len(part)
+        head_cap = self.limit - self.limit // 2
+        room = head_cap - len(self._head)
+        if room > 0:
+            self._head += data[:room]
+            data = data[room:]
+        tail_cap = self.limit - head_cap
+        if data and tail_cap:
+            self._tail += data[-tail_cap:]
+            del self._tail[:-tail_cap]
+
+    @property
+    def kept(self) -> int:
+        """Bytes kept (head and tail)."""
+        return len(self._head) + len(self._tail)
 
     @property
     def truncated(self) -> bool:
@@ -85,8 +96,8 @@ class OutputBuffer:
         return self.seen > self.kept
 
     def getvalue(self) -> bytes:
-        """The kept bytes."""
-        return b"".join(self._chunks)
+        """The kept bytes: the head, then the tail (the middle is gone when truncated)."""
+        return bytes(self._head + self._tail)
 
     def text(self) -> str:
         """The kept bytes as text (UTF-8, invalid or cut sequences replaced)."""

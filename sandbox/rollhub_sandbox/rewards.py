@@ -12,11 +12,13 @@ Configured in ``rollhub.toml``::
 The agent returns its sandbox id in its result (``{"sandbox_id": sb.id, ...}``); this hook
 attaches to that sandbox, runs ``test_command`` there and returns ``{"tests": score}``.
 Without ``test_command`` the hook does nothing. A failed rollout (any status but ``ok``) is
-left to the core's failure policy. A sandbox that cannot be reached is a
-:class:`~rollhub.errors.RewardError`: the machinery failed, not the agent.
+left to the core's failure policy. A sandbox that cannot be reached, cleaned or restored
+is a :class:`~rollhub.errors.RewardError`: the machinery failed, not the agent.
 
-The mapping from a command's outcome to a score is pure (:func:`score_tests`,
-:func:`parse_pytest_summary`) and tested on its own.
+Before the tests run the hook kills what the agent left running and replaces the
+``restore`` directories; pytest runs write a JUnit report that the score comes from. The
+mapping from an outcome to a score is pure (:mod:`rollhub_sandbox.scoring`), and raises
+``RewardError`` only for what the agent cannot cause (see there).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import os
 import re
 import shlex
 import sys
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,27 +39,36 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rollhub import hookimpl
 from rollhub.errors import ConfigError, RewardError
 
-from rollhub_sandbox.errors import SandboxError
+from rollhub_sandbox.errors import SandboxError, SandboxFileError
 from rollhub_sandbox.result import ExecResult
+from rollhub_sandbox.scoring import (
+    SHELL_FAILED,
+    TestCounts,
+    parse_junit_report,
+    parse_pytest_summary,
+    score_tests,
+)
 
 if TYPE_CHECKING:
     from rollhub.config import RollhubConfig
     from rollhub.episode import Episode
     from rollhub.hubs.view import HubView
 
-    from rollhub_sandbox.client import AsyncSandboxClient
+    from rollhub_sandbox.client import AsyncSandbox, AsyncSandboxClient
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "SandboxRewardSettings",
     "TestCounts",
+    "TestRun",
     "expand_test_command",
     "parse_pytest_summary",
     "restore_plan",
     "rollhub_check_config",
     "rollhub_collect_rewards",
     "run_tests",
+    "runs_pytest",
     "score_tests",
 ]
 
@@ -92,98 +104,24 @@ class SandboxRewardSettings(BaseModel):
     )
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
 @dataclass(frozen=True)
-class TestCounts:
-    """Outcome counts from a pytest summary line."""
+class TestRun:
+    """What :func:`run_tests` saw: the command's result and pytest's report, if any."""
 
     __test__ = False  # not a pytest test class
 
-    passed: int = 0
-    failed: int = 0
-    errors: int = 0
-    skipped: int = 0
-    xfailed: int = 0
-    xpassed: int = 0
+    result: ExecResult
+    report: TestCounts | None = None
+    pytest: bool = False
+    command_found: bool = True
 
-    @property
-    def ran(self) -> int:
-        """Tests that count towards the score: passed, failed and errored."""
-        return self.passed + self.failed + self.errors
-
-
-_PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-_COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)")
-_SUMMARY = re.compile(r"\b\d+ (passed|failed|errors?|skipped|xfailed|xpassed|deselected)\b.* in [\d.]+s")
-
-
-def parse_pytest_summary(output: str) -> TestCounts | None:
-    """Counts from the last pytest summary line in ``output`` (``N passed, M failed in …s``).
-
-    >>> parse_pytest_summary("...\\n===== 3 passed, 1 failed, 2 errors in 0.12s =====\\n")
-    TestCounts(passed=3, failed=1, errors=2, skipped=0, xfailed=0, xpassed=0)
-    >>> parse_pytest_summary("no tests here") is None
-    True
-    """
-    for line in reversed(output.splitlines()):
-        if not _SUMMARY.search(line):
-            continue
-        counts: dict[str, int] = {}
-        for num, word in _COUNT.findall(line):
-            key = {"error": "errors", "warning": "warnings"}.get(word, word)
-            counts[key] = counts.get(key, 0) + int(num)
-        return TestCounts(**{k: v for k, v in counts.items() if k in TestCounts.__dataclass_fields__})
-    return None
-
-
-#: exit codes of a command the shell could not run at all (not executable, not found)
-_SHELL_FAILED = (126, 127)
-#: pytest exit codes that mean the suite did not run: internal error, usage error, no tests
-_PYTEST_DID_NOT_RUN = (3, 4, 5)
-
-
-def score_tests(result: ExecResult, mode: Literal["fraction", "binary"] = "fraction") -> float:
-    """Score one test run in [0, 1].
-
-    - a timeout scores 0 (the agent's code hung the tests);
-    - ``binary``: 1 when the command exited 0, else 0;
-    - ``fraction``: passed / (passed + failed + errors) from the pytest summary, or 1 for a
-      clean exit without a summary.
-
-    A test command that did not run the tests is not a score of 0, which would teach the
-    policy that every answer is wrong: it raises :class:`RewardError` — the shell could
-    not run the command (exit 126/127), pytest reported an internal or usage error or
-    collected nothing, or (``fraction``) a failing exit came without a pytest summary.
-    """
-    if result.timed_out:
-        return 0.0
-    output = f"{result.stdout}\n{result.stderr}"
-    tail = output.strip()[-300:]
-    if result.exit_code in _SHELL_FAILED:
-        raise RewardError(
-            f"the test command could not be run (exit {result.exit_code}); check "
-            f"plugins.sandbox.test_command. Output: {tail!r}",
-            field="plugins.sandbox.test_command",
-        )
-    counts = parse_pytest_summary(result.stdout) or parse_pytest_summary(result.stderr)
-    if counts is None and (result.exit_code in _PYTEST_DID_NOT_RUN or "no tests ran" in output):
-        raise RewardError(
-            f"the tests did not run (exit {result.exit_code}); check "
-            f"plugins.sandbox.test_command and cwd. Output: {tail!r}",
-            field="plugins.sandbox.test_command",
-        )
-    if mode == "binary":
-        return 1.0 if result.exit_code == 0 else 0.0
-    if counts is not None:
-        # a summary where nothing ran (all skipped) is no evidence of passing
-        return counts.passed / counts.ran if counts.ran > 0 else 0.0
-    if result.exit_code == 0:
-        return 1.0
-    raise RewardError(
-        f"the test command exited {result.exit_code} without a pytest summary, so the "
-        f"fraction passed is unknown; use reward = 'binary' for other test runners. "
-        f"Output: {tail!r}",
-        field="plugins.sandbox.reward",
-    )
+    def score(self, mode: Literal["fraction", "binary"]) -> float:
+        """:func:`score_tests` of this run."""
+        return score_tests(self.result, mode, report=self.report, pytest=self.pytest,
+                           command_found=self.command_found)
 
 
 def expand_test_command(command: str, provider: str) -> str:
@@ -253,25 +191,62 @@ def restore_plan(restore: Mapping[str, str], payload: Mapping[str, Any],
     return plan
 
 
-async def run_tests(settings: SandboxRewardSettings, sandbox_id: str,
-                    restore: Sequence[tuple[str, Path]] = ()) -> ExecResult:
-    """Attach to ``sandbox_id``, put back ``restore`` dirs, run the test command, destroy.
+def runs_pytest(command: str) -> bool:
+    """Whether ``command`` runs pytest, so a report file is expected from it."""
+    return re.search(r"(^|[\s/])(py\.test|pytest)\b", command) is not None
 
-    :raises RewardError: the sandbox could not be reached or the command not started.
+
+async def _command_found(sandbox: AsyncSandbox, command: str, cwd: str | None,
+                         env: Mapping[str, str]) -> bool:
+    """Whether the shell finds the command's program (checked in a process of our own)."""
+    try:
+        words = [w for w in shlex.split(command) if "=" not in w.split("/")[0]]
+    except ValueError:
+        return False
+    if not words:
+        return False
+    probe = await sandbox.exec(f"command -v -- {shlex.quote(words[0])}", cwd=cwd, env=env,
+                               timeout=30)
+    return probe.ok
+
+
+async def run_tests(settings: SandboxRewardSettings, sandbox_id: str,
+                    restore: Sequence[tuple[str, Path]] = ()) -> TestRun:
+    """Attach to ``sandbox_id``, stop what it left running, put back ``restore`` dirs, run
+    the test command (pytest writes a report file) and destroy the sandbox.
+
+    :raises RewardError: the sandbox could not be reached, cleaned or restored, or the
+        command not started.
     """
     assert settings.test_command is not None
+    command = expand_test_command(settings.test_command, settings.provider)
     try:
         sandbox = await _client_for(settings).attach(sandbox_id)
         try:
+            # The agent's background jobs could rewrite the restored files mid-run.
+            if not await sandbox.kill_all():
+                log.warning("provider %r cannot stop a sandbox's processes; jobs the agent "
+                            "left running may change its tests", settings.provider)
             for remote, local in restore:
                 if not local.is_dir():
                     raise RewardError(f"plugins.sandbox.restore: {str(local)!r} is not a directory",
                                       field="plugins.sandbox.restore")
-                await sandbox.exec(f"rm -rf -- {shlex.quote(remote)}")
-                await sandbox.upload(local, remote)
-            command = expand_test_command(settings.test_command, settings.provider)
-            return await sandbox.exec(command, cwd=settings.cwd, env=settings.env,
-                                      timeout=settings.timeout)
+                await sandbox.replace(local, remote)
+            env = dict(settings.env)
+            pytest = runs_pytest(command)
+            report_path = f"{sandbox.workdir}/.rollhub-report-{uuid.uuid4().hex}.xml"
+            if pytest:
+                # PYTEST_ADDOPTS reaches pytest however the command starts it; the report is
+                # written by pytest itself, after the tests, at a path nobody could guess.
+                env["PYTEST_ADDOPTS"] = f"--junitxml={report_path} {env.get('PYTEST_ADDOPTS', '')}"
+            result = await sandbox.exec(command, cwd=settings.cwd, env=env,
+                                        timeout=settings.timeout)
+            report = await _read_report(sandbox, report_path) if pytest else None
+            found = True
+            if result.exit_code in SHELL_FAILED and report is None:
+                await sandbox.kill_all()
+                found = await _command_found(sandbox, command, settings.cwd, settings.env)
+            return TestRun(result, report, pytest, found)
         finally:
             if settings.destroy:
                 await sandbox.destroy()
@@ -280,11 +255,20 @@ async def run_tests(settings: SandboxRewardSettings, sandbox_id: str,
                           sandbox_id=sandbox_id) from exc
 
 
+async def _read_report(sandbox: AsyncSandbox, path: str) -> TestCounts | None:
+    try:
+        data = await sandbox.read_file(path)
+    except SandboxFileError:
+        return None  # not written: pytest did not reach the end of its session
+    return parse_junit_report(data)
+
+
 async def _score(episode: Episode, settings: SandboxRewardSettings, sandbox_id: str,
                  restore: list[tuple[str, Path]]) -> dict[str, float]:
-    result = await run_tests(settings, sandbox_id, restore)
-    score = score_tests(result, settings.reward)
-    counts = parse_pytest_summary(result.stdout)
+    run = await run_tests(settings, sandbox_id, restore)
+    result = run.result
+    score = run.score(settings.reward)
+    counts = run.report if run.pytest else parse_pytest_summary(result.stdout)
     episode.metrics["sandbox_tests"] = {
         "exit_code": result.exit_code,
         "timed_out": result.timed_out,
@@ -292,6 +276,7 @@ async def _score(episode: Episode, settings: SandboxRewardSettings, sandbox_id: 
         "passed": counts.passed if counts else None,
         "failed": counts.failed if counts else None,
         "errors": counts.errors if counts else None,
+        "report": run.report is not None,
     }
     log.debug("sandbox %s tests: exit %s, score %.3f", sandbox_id, result.exit_code, score)
     return {settings.name: score}

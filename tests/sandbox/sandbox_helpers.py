@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 SHIM_SRC = Path(__file__).resolve().parents[2] / "sandbox" / "shim" / "shim.c"
@@ -64,3 +67,21 @@ def pid_gone(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return True
     return state in ("Z", "X")
+
+
+def run_as_nobody(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run Python ``code`` as uid/gid 65534 (needs root and setpriv), in a world-writable
+    temp dir passed as ``sys.argv[1]``: permission checks only bind an unprivileged user."""
+    work = tempfile.mkdtemp(prefix="rollhub-nobody-", dir="/tmp")
+    os.chmod(work, 0o777)
+    try:
+        return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                               sys.executable, "-c", code, work],
+                              capture_output=True, text=True, timeout=timeout, cwd=work)
+    finally:
+        subprocess.run(["rm", "-rf", work], check=False)
+
+
+#: why a test that needs run_as_nobody is skipped, or None when it can run
+NOBODY_SKIP = (None if os.geteuid() == 0 and shutil.which("setpriv")
+               else "needs root and setpriv to run as an unprivileged user")

@@ -172,6 +172,9 @@ async def test_docker_sandbox_round_trip(
         assert await sb.read_file("a/b.bin") == bytes(range(256))
         await sb.upload(src, "up")
         assert await sb.read_file("up/d/f.bin") == b"\x00\x01"
+        await sb.exec("ln -s /etc/hostname up/d/link && echo x > up/extra && chmod 555 up/d")
+        await sb.replace(src, "up")  # nothing of the old tree is left, the link included
+        assert (await sb.exec("cd up && find . | sort")).stdout == ".\n./d\n./d/f.bin\n"
         with pytest.raises(SandboxFileError):
             await sb.read_file("missing")
         started = time.monotonic()
@@ -180,6 +183,12 @@ async def test_docker_sandbox_round_trip(
         listing = (await sb.exec(PROCESSES)).stdout
         assert "tail -f /dev/null" in listing  # the listing sees the container's processes
         assert "sleep 60" not in listing and "\nsleep: " not in listing, listing
+        # jobs left running (in and out of the command's session) go; the container stays
+        await sb.exec("nohup sleep 61 >/dev/null 2>&1 & setsid sleep 62 >/dev/null 2>&1 &")
+        assert "sleep 61" in (await sb.exec(PROCESSES)).stdout
+        assert await sb.kill_all() is True
+        listing = (await sb.exec(PROCESSES)).stdout
+        assert "sleep 6" not in listing and "tail -f /dev/null" in listing, listing
         assert (await client.attach(sb.id)).id == sb.id
     with pytest.raises(SandboxNotFound):
         await client.attach(sb.id)
@@ -190,3 +199,24 @@ async def test_docker_sandbox_round_trip(
     assert old.id in await client.reap()
     with pytest.raises(SandboxNotFound):
         await client.attach(old.id)
+
+
+async def test_a_command_saying_no_such_container_is_a_result(
+    fake_docker: AsyncSandboxClient,
+) -> None:
+    async with fake_docker.start("busybox", ttl=60) as sb:
+        r = await sb.exec("echo 'grep: No such container: x' >&2; exit 1")
+        assert r.exit_code == 1 and "No such container" in r.stderr
+        assert (await sb.exec("echo ok")).stdout == "ok\n"
+    with pytest.raises(SandboxNotFound):  # a container that is really gone still says so
+        await sb.exec("true")
+
+
+async def test_kill_all_refuses_where_pid_1_is_not_the_sandbox(
+    fake_docker: AsyncSandboxClient,
+) -> None:
+    # The fake CLI runs "containers" on the host: the sweep must refuse rather than signal
+    # every process on the machine.
+    async with fake_docker.start("busybox", ttl=60) as sb:
+        with pytest.raises(SandboxProviderError, match="PID 1"):
+            await sb.kill_all()

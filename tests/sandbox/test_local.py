@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -268,3 +269,65 @@ async def test_cancelling_exec_kills_the_command(client: AsyncSandboxClient, tmp
         # the loop is left clean: many commands at once still get their own output
         results = await asyncio.gather(*(sb.exec(f"echo {i}") for i in range(40)))
         assert [r.stdout for r in results] == [f"{i}\n" for i in range(40)]
+
+
+async def test_read_file_refuses_fifos_and_files_over_the_limit(root: Path) -> None:
+    client = AsyncSandboxClient("local", root=str(root), max_file_bytes=1 << 20)
+    async with client.start(ttl=60) as sb:
+        await sb.exec("mkfifo pipe; truncate -s 300M big; head -c 100 /dev/zero > small")
+        fifo = os.path.join(sb.workdir, "pipe")
+        try:
+            with pytest.raises(SandboxFileError, match="not a regular file"):
+                await asyncio.wait_for(sb.read_file("pipe"), 5)
+            with pytest.raises(SandboxFileError, match="limit"):
+                await sb.read_file("big")
+            with pytest.raises(SandboxFileError):
+                await asyncio.wait_for(sb.write_file("pipe", b"x"), 5)
+        finally:
+            # a reader stuck in open() (the old behaviour) is released by opening the writer
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        assert await sb.read_file("small") == bytes(100)
+
+
+async def test_upload_and_replace_never_write_through_symlinks(client: AsyncSandboxClient,
+                                                               tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("host")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "t.py").write_text("pristine")
+    async with client.start(ttl=60) as sb:
+        await sb.exec(f"mkdir d && ln -s {victim} d/t.py && echo extra > d/extra && chmod 555 d")
+        with pytest.raises(SandboxFileError):
+            await sb.upload(src, "d")  # merging: the link is refused, not followed
+        assert victim.read_text() == "host"
+        await sb.replace(src, "d")  # replacing: the old tree goes, links and all
+        assert victim.read_text() == "host"
+        assert (await sb.exec("ls -A d; cat d/t.py")).stdout == "t.py\npristine"
+
+
+async def test_kill_all_stops_background_jobs(client: AsyncSandboxClient, tmp_path: Path) -> None:
+    pidfile = tmp_path / "bg.pid"
+    async with client.start(ttl=60) as sb:
+        await sb.exec(f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 60' >/dev/null 2>&1 &")
+        deadline = time.monotonic() + 5
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        pid = int(pidfile.read_text())
+        assert not pid_gone(pid)
+        assert await sb.kill_all() is True
+        deadline = time.monotonic() + 5
+        while not pid_gone(pid) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert pid_gone(pid)
+        assert (await sb.exec("echo alive")).stdout == "alive\n"  # the sandbox itself lives on
+
+
+async def test_cwd_outside_the_workspace_is_a_path_error(client: AsyncSandboxClient) -> None:
+    async with client.start(ttl=60) as sb:
+        for cwd in ("..", "/etc", "a/../../.."):
+            with pytest.raises(SandboxPathError):
+                await sb.exec("pwd", cwd=cwd)
+        assert (await sb.exec("pwd", cwd=".")).stdout.strip() == sb.workdir

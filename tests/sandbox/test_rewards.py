@@ -55,6 +55,8 @@ def _res(code: int, stdout: str = "", timed_out: bool = False) -> ExecResult:
         (_res(1, "1 passed, 1 failed, 2 errors in 0.1s"), 0.25, 0.0),
         (_res(0, "2 passed, 3 skipped in 0.1s"), 1.0, 1.0),
         (_res(0, "ok"), 1.0, 1.0),  # not pytest: exit status decides
+        (_res(1, "ok"), 0.0, 0.0),
+        (_res(1, "3 passed, 2 failed in 0.1s\n5 passed in 0.1s"), 0.0, 0.0),  # disagrees
         (_res(2, "1 error in 0.1s"), 0.0, 0.0),  # collection broke: the agent's code is broken
         (_res(0, "3 skipped in 0.1s"), 0.0, 1.0),  # nothing ran: no evidence of passing
         (_res(-9, "4 passed in 0.1s", timed_out=True), 0.0, 0.0),
@@ -65,21 +67,52 @@ def test_score_tests(result: ExecResult, fraction: float, binary: float) -> None
     assert score_tests(result, "binary") == binary
 
 
+def test_only_a_broken_configuration_is_a_reward_error() -> None:
+    # RewardError ends the episode infra_error (never trained): only for what no agent can
+    # cause. A command the shell cannot find (checked outside the test process) is one...
+    for code in (126, 127):
+        with pytest.raises(RewardError, match="could not be run"):
+            score_tests(_res(code), "binary", command_found=False)
+        assert score_tests(_res(code), "binary") == 0.0  # found: the agent's code exited so
+    # ... restored tests that collect nothing are another.
+    with pytest.raises(RewardError, match="collected nothing"):
+        score_tests(_res(5), "fraction", report=TestCounts(), pytest=True)
+
+
 @pytest.mark.parametrize(
-    ("result", "modes", "match"),
+    ("result", "report", "fraction", "binary"),
     [
-        (_res(127, "", ), ("fraction", "binary"), "could not be run"),
-        (_res(126, ""), ("fraction", "binary"), "could not be run"),
-        (_res(5, "no tests ran in 0.01s"), ("fraction", "binary"), "did not run"),
-        (_res(4, "ERROR: file or directory not found: tests"), ("fraction", "binary"), "did not run"),
-        (_res(1, "/usr/bin/python: No module named pytest"), ("fraction",), "without a pytest summary"),
+        (_res(1), TestCounts(passed=3, failed=2), 0.6, 0.0),
+        (_res(0), TestCounts(passed=5, skipped=1), 1.0, 1.0),
+        (_res(0), TestCounts(passed=3, failed=2), 0.0, 0.0),  # exit and report disagree
+        (_res(1), TestCounts(passed=5), 0.0, 0.0),
+        (_res(0), TestCounts(skipped=2), 0.0, 0.0),  # nothing ran
+        (_res(2), TestCounts(errors=1), 0.0, 0.0),  # interrupted (collection error)
+        (_res(0, "5 passed in 0.1s"), None, 0.0, 0.0),  # pytest wrote no report: it was cut short
+        (_res(4, "ERROR: file or directory not found"), None, 0.0, 0.0),
     ],
 )
-def test_a_test_command_that_did_not_run_is_an_error_not_a_zero(result, modes, match) -> None:
-    # A broken test command must not look like an agent that failed every test.
-    for mode in modes:
-        with pytest.raises(RewardError, match=match):
-            score_tests(result, mode)
+def test_pytest_runs_are_scored_from_the_report(result, report, fraction, binary) -> None:
+    assert score_tests(result, "fraction", report=report, pytest=True) == pytest.approx(fraction)
+    assert score_tests(result, "binary", report=report, pytest=True) == binary
+
+
+def test_parse_junit_report() -> None:
+    from rollhub_sandbox.rewards import parse_junit_report
+
+    xml = (b'<?xml version="1.0"?><testsuites><testsuite name="pytest" errors="1" '
+           b'failures="2" skipped="1" tests="7"/></testsuites>')
+    assert parse_junit_report(xml) == TestCounts(passed=3, failed=2, errors=1, skipped=1)
+    for bad in (b"", b"<html/>", b'<testsuite tests="x"/>', b'<testsuite tests="1" failures="3"/>'):
+        assert parse_junit_report(bad) is None
+
+
+async def test_a_missing_test_command_is_a_reward_error(tmp_path: Path) -> None:
+    root = str(tmp_path / "root")
+    sb = await AsyncSandboxClient("local", root=root).create(ttl=60)
+    hub = _hub(test_command="no-such-runner-xyz -q", options={"root": root})
+    with pytest.raises(RewardError, match="could not be run"):
+        await rollhub_collect_rewards(episode=_episode({"sandbox_id": sb.id}), hub=hub)
 
 
 def test_python_placeholder_is_filled_for_the_local_provider_only() -> None:

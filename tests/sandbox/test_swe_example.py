@@ -55,8 +55,6 @@ def sandbox_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _hub(root: Path) -> SimpleNamespace:
     config = load_config(EXAMPLE / "rollhub.toml", env={
-        # the interpreter running these tests has pytest, whatever "python" is on PATH
-        "ROLLHUB_PLUGINS__SANDBOX__TEST_COMMAND": f"{sys.executable} -m pytest -q",
         "ROLLHUB_PLUGINS__SANDBOX__OPTIONS": f'{{ root = "{root}" }}',  # a TOML inline table
     })
     return SimpleNamespace(config=config)
