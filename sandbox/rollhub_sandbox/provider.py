@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rollhub.errors import ConfigError, UnknownComponentError
+from rollhub.validation import explain, first_loc
 
 from rollhub_sandbox.errors import SandboxArgumentError
 from rollhub_sandbox.result import DEFAULT_MAX_OUTPUT, ExecResult
@@ -204,10 +205,8 @@ def build_provider(provider: str | type[SandboxProvider] | SandboxProvider,
     try:
         opts = cls.Options(**dict(options or {}))
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(options)'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise ConfigError(f"sandbox provider {cls.name!r} options are invalid: {problems}",
-                          field="options") from exc
+        raise ConfigError(
+            explain(exc, cls.Options, f"sandbox provider {cls.name!r}", prefix="options"),
+            field=first_loc(exc, prefix="options"),
+        ) from None
     return cls(opts)

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rollhub import hookimpl
 from rollhub.errors import ConfigError, RewardError
+from rollhub.validation import explain, first_loc
 
 from rollhub_sandbox.errors import SandboxError, SandboxFileError
 from rollhub_sandbox.result import ExecResult
@@ -142,12 +143,9 @@ def load_settings(plugin_settings: Mapping[str, Any]) -> SandboxRewardSettings:
     try:
         return SandboxRewardSettings(**dict(plugin_settings))
     except ValidationError as exc:
-        problems = "; ".join(
-            f"plugins.sandbox.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise ConfigError(f"invalid [plugins.sandbox] settings: {problems}",
-                          field="plugins.sandbox") from exc
+        section = "plugins.sandbox"
+        raise ConfigError(explain(exc, SandboxRewardSettings, section, prefix=section),
+                          field=first_loc(exc, prefix=section)) from None
 
 
 _CLIENTS: dict[str, AsyncSandboxClient] = {}

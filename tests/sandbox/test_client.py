@@ -97,6 +97,8 @@ def test_provider_lookup_and_option_errors() -> None:
         AsyncSandboxClient("local", env={"NOT-OK": "x"})
     with pytest.raises(ConfigError, match="bogus"):
         AsyncSandboxClient("local", bogus=1)
+    with pytest.raises(ConfigError, match=r"options\.isolaton' \(did you mean 'isolation'\?\)"):
+        AsyncSandboxClient("local", isolaton="bwrap")
     with pytest.raises(ConfigError, match="runtime_arn"):
         AsyncSandboxClient("agentcore")
 

@@ -129,8 +129,10 @@ def test_python_placeholder_is_filled_for_the_local_provider_only() -> None:
 def test_settings_errors_name_the_field() -> None:
     with pytest.raises(ConfigError, match=r"plugins\.sandbox\.reward"):
         load_settings({"reward": "sometimes"})
-    with pytest.raises(ConfigError, match=r"plugins\.sandbox\.tset_command"):
+    with pytest.raises(ConfigError, match=r"plugins\.sandbox\.tset_command") as err:
         load_settings({"tset_command": "pytest"})
+    assert "did you mean 'test_command'?" in str(err.value)  # as the core's sections say
+    assert err.value.field == "plugins.sandbox.tset_command"
     assert load_settings({}).test_command is None
 
 
