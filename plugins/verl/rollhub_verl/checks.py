@@ -46,22 +46,26 @@ def is_supported(version: str) -> bool:
     return (major, minor) == (0, 9) and patch >= 1
 
 
-def check_verl_config(config: RollhubConfig) -> None:
+def check_verl_config(config: RollhubConfig, *, need_verl: bool = True) -> None:
     """Raise a :class:`ConfigError` when a ``verl`` trainer config cannot run.
 
+    :param need_verl: whether verl must be installed here (a dry run only prints the
+        command, which a machine without verl can do).
     :raises ConfigError: verl is missing, or the token source is not the in-process
         gateway sampling from verl (``token_source.name``/``url``/``engine.name``).
     """
     if config.trainer.name != "verl":
         return
     version = verl_version()
-    if version is None:
+    if version is None and not need_verl:
+        log.warning("verl is not installed here; the command needs it: %s", INSTALL_HINT)
+    elif version is None:
         raise ConfigError(
             f"[trainer] name = 'verl' needs the verl package, which is not installed: "
             f"{INSTALL_HINT}",
             field="trainer.name",
         )
-    if not is_supported(version):
+    if version is not None and not is_supported(version):
         log.warning(
             "verl %s is installed; rollhub-verl is tested with verl %s", version, SUPPORTED_VERL
         )

@@ -71,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Start verl's trainer; return its exit code (errors are raised as rollhub errors)."""
     cfg = load_config(args.config)
-    check_verl_config(cfg)
+    check_verl_config(cfg, need_verl=not args.dry_run)
     run_dir = Path(args.run_dir) if args.run_dir else _new_run_dir(cfg)
     yaml_path = run_dir / "agent_loops.yaml"
     cmd = build_command(cfg, Path(args.config), yaml_path, list(args.overrides or []))

@@ -109,7 +109,7 @@ def test_other_trainers_are_sent_to_rollhub_run(tmp_path: Path):
 
 
 def test_dry_run_prints_the_command_and_writes_nothing(config_file, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(launch, "check_verl_config", lambda cfg: None)  # verl is not here
+    monkeypatch.setattr("rollhub_verl.checks.verl_version", lambda: None)  # verl is not here
     parser = argparse.ArgumentParser()
     launch.add_arguments(parser)
     run_dir = tmp_path / "out"
@@ -124,6 +124,9 @@ def test_rollhub_verl_subcommand(config_file: Path, tmp_path: Path, capsys):
     from rollhub.cli import build_parser, main
 
     assert "verl" in build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
-    # verl is not installed in this environment: the command says how to get it
-    assert main(["verl", str(config_file), "--dry-run"]) == 2
+    # verl is not installed in this environment: a dry run prints the command all the same
+    # (preparing it on a machine without verl), a launch says how to get it
+    assert main(["verl", str(config_file), "--dry-run"]) == 0
+    assert "-m verl.trainer.main_ppo" in capsys.readouterr().out
+    assert main(["verl", str(config_file)]) == 2
     assert "pip install 'rollhub-verl[verl]'" in capsys.readouterr().err
