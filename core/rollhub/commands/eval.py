@@ -119,21 +119,24 @@ def _check_trained_model(cfg: RollhubConfig, ckpt: Path) -> None:
     trained layers would be loaded over a model nobody trained (same shapes, no error)."""
     from rollhub_gateway.engines.configured import engine_model
 
-    try:
-        trained = str(json.loads((ckpt / "trainer" / "model.json").read_text())["model"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return  # a checkpoint that does not say (an older one, another trainer's)
     served = engine_model(cfg)
-    if trained == served or (
-        Path(trained).expanduser().exists()
-        and Path(trained).expanduser().resolve() == Path(served).expanduser().resolve()
-    ):
-        return
-    raise ConfigError(
-        f"--checkpoint {ckpt} trained {trained!r}, but the engine would serve {served!r}; "
-        f"evaluate with the config the run trained with (its model)",
-        field="token_source.engine.options.model",
-    )
+    # one trainer's record, or one per policy of a run with several
+    for record in [ckpt / "trainer" / "model.json",
+                   *sorted((ckpt / "trainer" / "policies").glob("*/model.json"))]:  # fmt: skip
+        try:
+            trained = str(json.loads(record.read_text())["model"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a checkpoint that does not say (an older one, another trainer's)
+        if trained == served or (
+            Path(trained).expanduser().exists()
+            and Path(trained).expanduser().resolve() == Path(served).expanduser().resolve()
+        ):
+            continue
+        raise ConfigError(
+            f"--checkpoint {ckpt} trained {trained!r} ({record.parent.name}), but the engine "
+            f"would serve {served!r}; evaluate with the config the run trained with (its model)",
+            field="token_source.engine.options.model",
+        )
 
 
 def _policy_weights(ckpt: Path) -> dict[str, Path]:

@@ -156,9 +156,15 @@ def test_a_checkpoint_of_another_model_is_refused(tmp_path) -> None:
     with pytest.raises(ConfigError, match="trained") as err:
         evaluated_config(_config(tmp_path), _args(checkpoint=str(tmp_path / "run")))
     assert str(tmp_path / "other") in str(err.value) and "smollm2-135m-instruct" in str(err.value)
-    (tmp_path / "run" / "checkpoints" / "step-000001" / "trainer" / "model.json").write_text(
-        json.dumps({"model": "smollm2-135m-instruct"}))  # fmt: skip
+    trainer = tmp_path / "run" / "checkpoints" / "step-000001" / "trainer"
+    (trainer / "model.json").write_text(json.dumps({"model": "smollm2-135m-instruct"}))
     evaluated_config(_config(tmp_path), _args(checkpoint=str(tmp_path / "run")))
+    # a run of several policies records each policy's model under trainer/policies/NAME
+    (trainer / "model.json").unlink()
+    (trainer / "policies" / "checker").mkdir(parents=True)
+    (trainer / "policies" / "checker" / "model.json").write_text(json.dumps({"model": "/m2"}))
+    with pytest.raises(ConfigError, match=r"'/m2' \(checker\)"):
+        evaluated_config(_config(tmp_path), _args(checkpoint=str(tmp_path / "run")))
 
 
 def test_only_the_newest_checkpoints_are_kept_and_eval_finds_the_last(tmp_path) -> None:
