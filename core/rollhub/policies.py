@@ -54,6 +54,8 @@ __all__ = [
     "policy_episode",
     "policy_groups",
     "policy_models",
+    "reports_figures",
+    "takes_part",
 ]
 
 # \Z, not $: $ also matches before a final newline, and a name makes a folder
@@ -163,29 +165,75 @@ def effective_staleness(config: StalenessSettings) -> int | None:
     return min(known)
 
 
+def _has_records(episode: Episode, policy: PolicyConfig) -> bool:
+    """``episode`` holds a record that ``policy`` sampled."""
+    return any(getattr(t, "policy", None) == policy.name for t in episode.traces)
+
+
+def takes_part(episode: Episode, policy: PolicyConfig) -> bool:
+    """Whether ``episode`` trains and scores ``policy`` at all.
+
+    It does not when the episode holds records but none of the policy's (the agent never
+    called it there: its reward there says nothing of it, and would only move its group's
+    baseline), or when it ended ``ok`` without the policy's ``reward_key`` component and
+    no reward was imputed (nothing scores it). An episode with no records at all tells
+    nothing of who sampled (no token capture, or a failed episode, whose turns the hub
+    drops), so it counts for every policy, as it does for a run of one.
+    """
+    if episode.traces and not _has_records(episode, policy):
+        return False
+    if policy.reward_key is None or episode.metrics.get("reward_imputed"):
+        return True
+    return not episode.ok or policy.reward_key in episode.reward_components
+
+
+def reports_figures(policy: PolicyConfig, episodes: Sequence[Episode]) -> bool:
+    """Whether ``policy`` gets figures of its own over ``episodes`` (training's
+    ``policy/<name>/…`` and evaluation's ``policies``; one rule for both).
+
+    It does when it trains (its trainer steps either way), has its own ``reward_key``, or
+    sampled in some episode. A frozen policy with neither that sampled nothing (a judge,
+    whose calls are outside the episodes) has none: they would be the episodes' own.
+    """
+    return (
+        policy.trainable
+        or policy.reward_key is not None
+        or any(_has_records(e, policy) for e in episodes)
+    )
+
+
 def policy_episode(episode: Episode, policy: PolicyConfig) -> Episode:
     """``episode`` as ``policy`` sees it: only the records it sampled, and the reward that
     trains it (``reward_key``'s component; the episode's reward without one).
 
-    An episode whose reward lacks the key has no reward for this policy: it is not
-    trainable for it (and not scored). The agent's ``success`` flag speaks for the whole
-    episode, so a policy with its own reward key is scored by that reward alone.
+    An episode the policy takes no part in (:func:`takes_part`) is not trainable for it;
+    :func:`policy_groups` and evaluation leave it out. The agent's ``success`` flag speaks
+    for the whole episode, so a policy with its own reward key is scored by that reward
+    alone. A failed episode given a reward by ``[rewards] on_failure = "zero_reward"``
+    (``reward_imputed``) has no components: that imputed reward is every policy's.
     """
     view = copy.copy(episode)
     view.traces = [t for t in episode.traces if getattr(t, "policy", None) == policy.name]
     view.metrics = dict(episode.metrics)
     if policy.reward_key is not None:
         view.reward = episode.reward_components.get(policy.reward_key)
+        if view.reward is None and episode.metrics.get("reward_imputed"):
+            view.reward = episode.reward  # the failure policy's, for want of a component
         if episode.result is not None and "success" in episode.result:
             view.result = {k: v for k, v in episode.result.items() if k != "success"}
-    view.trainable = episode.trainable and view.reward is not None
+    view.trainable = episode.trainable and view.reward is not None and takes_part(episode, policy)
     return view
 
 
 def policy_groups(groups: Sequence[EpisodeGroup], policy: PolicyConfig) -> list[EpisodeGroup]:
-    """Each group with every episode seen by ``policy`` (:func:`policy_episode`)."""
+    """Each group with every episode ``policy`` takes part in (:func:`takes_part`), as it
+    sees it (:func:`policy_episode`); a group may be left empty."""
     return [
-        EpisodeGroup(g.group_id, g.payload, [policy_episode(e, policy) for e in g.episodes])
+        EpisodeGroup(
+            g.group_id,
+            g.payload,
+            [policy_episode(e, policy) for e in g.episodes if takes_part(e, policy)],
+        )
         for g in groups
     ]
 

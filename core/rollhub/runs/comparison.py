@@ -9,8 +9,9 @@ A run's held-out "after" is the report of its latest checkpoint when ``rollhub e
 --checkpoint`` wrote one (usually the larger evaluation), else the run's own ``eval.json``.
 
 With ``policy``, every figure is that ``[[policies]]`` entry's: its per-step figures
-(``policy/<name>/…`` in ``metrics.jsonl``), its success per episode (its ``reward_key``'s
-component, else the episode's), its held-out report (the report's ``policies``).
+(``policy/<name>/…`` in ``metrics.jsonl``), its success per episode it took part in (its
+``reward_key``'s component, else the episode's), its held-out report (the report's
+``policies``).
 """
 
 from __future__ import annotations
@@ -79,10 +80,13 @@ def summarize_run(
     by_prompt: dict[str, list[float]] = {}
     if run.episodes.is_file():
         for row in read_rows(run.episodes):
-            if row.get("step") in steps_kept:
-                by_prompt.setdefault(str(row["group_id"]), []).append(
-                    float(_solved(row, success_threshold, key))
-                )
+            if row.get("step") not in steps_kept:
+                continue
+            if policy is not None and not _takes_part(row, policy, key):
+                continue  # as in training and evaluation: not scored for that policy
+            by_prompt.setdefault(str(row["group_id"]), []).append(
+                float(_solved(row, success_threshold, key))
+            )
     evals = run.read_json(RunDir.EVAL) or {}
     after, source = evals.get("after"), RunDir.EVAL if evals.get("after") else None
     ckpt = latest_checkpoint(run.path)
@@ -120,6 +124,26 @@ def _reward_key(run: RunDir, policy: str) -> str | None:
             return entry.get("reward_key")
     names = ", ".join(str(p.get("name")) for p in policies) or "none"
     raise UsageError(f"{run.path}: its config has no policy {policy!r} (policies: {names})")
+
+
+def _row_json(row: Mapping[str, Any], field_name: str) -> dict[str, Any]:
+    """A JSON column of an exported row (a string in the export, a mapping read back)."""
+    value = row.get(field_name)
+    if isinstance(value, str):
+        value = json.loads(value or "{}")
+    return value if isinstance(value, dict) else {}
+
+
+def _takes_part(row: Mapping[str, Any], policy: str, key: str | None) -> bool:
+    """An exported episode row counts for ``policy``: the rule of
+    :func:`rollhub.policies.takes_part`, read off the row (a record's policy is kept in its
+    ``metadata``)."""
+    traces = row.get("traces") or []
+    if traces and not any(_row_json(t, "metadata").get("policy") == policy for t in traces):
+        return False
+    if key is None or _row_json(row, "metrics").get("reward_imputed"):
+        return True
+    return row.get("status") != "ok" or key in _row_json(row, "reward_components")
 
 
 def _solved(row: Mapping[str, Any], threshold: float, key: str | None = None) -> bool:

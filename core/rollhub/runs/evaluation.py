@@ -16,7 +16,7 @@ from typing import Any
 
 from rollhub.episode import Episode, pass_at_k
 from rollhub.hubs.view import HubView
-from rollhub.policies import PolicyConfig, policy_episode
+from rollhub.policies import PolicyConfig, policy_episode, reports_figures, takes_part
 from rollhub.runs.intervals import bootstrap_mean, wilson
 
 __all__ = ["EvalReport", "evaluate", "pass_at_1_interval", "summarize_episodes"]
@@ -35,8 +35,10 @@ class EvalReport:
         the prompts carry one.
     :param by_prompt: per prompt: its split, which samples solved it (1/0, a failed episode
         0) and the rewards of its ``ok`` episodes (what ``rollhub compare`` pairs runs by).
-    :param policies: with ``[[policies]]``, the same figures per policy, each over its own
-        records and scored by its own reward (``reward_key``), with its own ``by_prompt``.
+    :param policies: with ``[[policies]]``, the same figures per policy, each over the
+        episodes it took part in (:func:`~rollhub.policies.takes_part`), its own records and
+        scored by its own reward (``reward_key``), with its own ``by_prompt``; none for a
+        frozen policy that sampled nothing (:func:`~rollhub.policies.reports_figures`).
     """
 
     label: str
@@ -138,8 +140,13 @@ def summarize_episodes(
         for key, g in by_prompt.items()
     }
     per_policy = {}
+    everything = [e for g in by_prompt.values() for e in g]
     for policy in policies:
-        seen = {key: [policy_episode(e, policy) for e in g] for key, g in by_prompt.items()}
+        if not reports_figures(policy, everything):
+            continue  # a frozen policy that sampled nothing (a judge): no figures of its own
+        # each policy is scored over the episodes it took part in, as training sees them
+        seen = {key: [policy_episode(e, policy) for e in g if takes_part(e, policy)]
+                for key, g in by_prompt.items()}
         per_policy[policy.name] = {
             **_figures(seen, k, success_threshold),
             "reward_key": policy.reward_key,

@@ -9,7 +9,7 @@ from typing import Any
 
 from rollhub.training.step import TrainingBatch
 
-__all__ = ["batch_metrics"]
+__all__ = ["batch_metrics", "staleness_lags"]
 
 
 def batch_metrics(batch: TrainingBatch, success_threshold: float = 1.0) -> dict[str, Any]:
@@ -29,15 +29,7 @@ def batch_metrics(batch: TrainingBatch, success_threshold: float = 1.0) -> dict[
     if rewards:
         mean = sum(rewards) / len(rewards)
         std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
-    lags: list[int] = []
-    for e in episodes:
-        if not e.trainable:
-            continue
-        versions = [t.weight_version for rec in e.traces for t in rec.turns]
-        known = [v for v in versions if v is not None] or (
-            [e.weight_version] if e.weight_version is not None else []
-        )
-        lags.extend(batch.weight_version - v for v in known)
+    lags = staleness_lags(batch)
     flat = sum(1 for g in batch.groups if len({e.reward for e in g.episodes if e.trainable}) <= 1)
     n_ok = len(ok) or 1
     # an infra_error says nothing about the policy; every other failure is a miss
@@ -66,6 +58,22 @@ def batch_metrics(batch: TrainingBatch, success_threshold: float = 1.0) -> dict[
         "staleness_mean": round(sum(lags) / len(lags), 4) if lags else 0.0,
         **_by_node(episodes),
     }
+
+
+def staleness_lags(batch: TrainingBatch) -> list[int]:
+    """How many versions each turn of the batch's trainable episodes lags the weights it
+    trains (one lag per turn; an episode whose turns carry no version counts once, by the
+    episode's version): what ``staleness_max`` and ``staleness_mean`` are of."""
+    lags: list[int] = []
+    for e in batch.episodes:
+        if not e.trainable:
+            continue
+        versions = [t.weight_version for rec in e.traces for t in rec.turns]
+        known = [v for v in versions if v is not None] or (
+            [e.weight_version] if e.weight_version is not None else []
+        )
+        lags.extend(batch.weight_version - v for v in known)
+    return lags
 
 
 def _by_node(episodes: list[Any]) -> dict[str, Any]:

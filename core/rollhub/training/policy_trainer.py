@@ -5,10 +5,12 @@ a :class:`PolicyTrainers`: the ``[trainer]`` component once per trainable policy
 options: ``[trainer]``'s with the policy's ``trainer`` table over them; its context names
 the policy and gives it a run directory of its own). Each training step, for every trainable policy:
 
-1. the batch is seen by the policy (:func:`rollhub.policies.policy_groups`): each episode
-   keeps only the records that policy sampled, with the reward that trains it (its
+1. the batch is seen by the policy (:func:`rollhub.policies.policy_groups`): only the
+   episodes it takes part in (an episode with records of other policies only is left
+   out), each with only the records that policy sampled and the reward that trains it (its
    ``reward_key``, else the episode's reward);
-2. its advantages are estimated over those rewards, group by group (``training.advantage``);
+2. its advantages are estimated over those rewards, group by group (``training.advantage``),
+   so an episode it sat out never moves its baseline;
 3. its trainer steps on that batch, at the policy's own weight version, with its own
    optimizer;
 4. its new weights and version go into :class:`~rollhub.policies.PolicyUpdates`, which the
@@ -17,8 +19,10 @@ the policy and gives it a run directory of its own). Each training step, for eve
 Frozen policies are never handed to a trainer. Checkpoints keep each trainer's files under
 ``policies/<name>/`` of the checkpoint's trainer folder, with every policy's version.
 Metrics, under ``policy/<name>/``: every policy's reward, success, tool calls, turns,
-tokens and staleness over its own records and reward (frozen ones too), and each trainer's
-own figures (loss, gradient norm…) with its new version.
+tokens and staleness over its own episodes, records and reward (frozen ones too, when
+:func:`rollhub.policies.reports_figures` says so), and each trainer's own figures (loss,
+gradient norm…) with its new version. The run's ``staleness_max`` and ``staleness_mean``
+are over every turn the trainable policies train on: the mean is weighted by turns.
 """
 
 from __future__ import annotations
@@ -30,10 +34,16 @@ from typing import Any
 
 from rollhub.config import RollhubConfig
 from rollhub.errors import ConfigError, UsageError
-from rollhub.policies import PolicyConfig, PolicyUpdate, PolicyUpdates, policy_groups
+from rollhub.policies import (
+    PolicyConfig,
+    PolicyUpdate,
+    PolicyUpdates,
+    policy_groups,
+    reports_figures,
+)
 from rollhub.registry import ComponentContext, ComponentRegistry
 from rollhub.training.advantages import group_advantages
-from rollhub.training.batch_metrics import batch_metrics
+from rollhub.training.batch_metrics import batch_metrics, staleness_lags
 from rollhub.training.roles import PolicyTrainer, TrainerRole, role_of
 from rollhub.training.step import StepResult, TrainingBatch
 from rollhub.training.trainer import Trainer
@@ -143,16 +153,17 @@ class PolicyTrainers(PolicyTrainer):
         estimator = self.config.training.advantage
         metrics: dict[str, Any] = {}
         updates: dict[str, PolicyUpdate] = {}
+        lags: list[int] = []
         for name, version in self.versions.items():
-            sub = policy_batch(batch, self.policies[name], version, estimator)
+            policy = self.policies[name]
+            sub = policy_batch(batch, policy, version, estimator)
             trainer = self.trainers.get(name)
-            if trainer is not None or any(e.traces for e in sub.episodes):
-                # a frozen policy that sampled nothing in these episodes (a judge, whose
-                # calls are outside them) has no figures: they would be the episodes' own
+            if reports_figures(policy, batch.episodes):
                 metrics.update(self._figures(name, sub))
             if trainer is None:
                 updates[name] = PolicyUpdate(None, version)
                 continue
+            lags.extend(staleness_lags(sub))
             result = await trainer.step(sub)
             if not isinstance(result, StepResult) or result.weight_version <= version:
                 raise UsageError(
@@ -163,10 +174,10 @@ class PolicyTrainers(PolicyTrainer):
             updates[name] = PolicyUpdate(result.policy, result.weight_version)
             metrics.update({f"policy/{name}/{k}": v for k, v in result.metrics.items()})
             metrics[f"policy/{name}/weight_version"] = result.weight_version
-        # the run's staleness is its trainable policies' (a frozen policy never lags)
-        for key, pick in (("staleness_max", max), ("staleness_mean", max)):
-            values = [metrics[f"policy/{n}/{key}"] for n in self.trainers]
-            metrics[key] = pick(values)
+        # the run's staleness is over every turn its trainable policies train on (a frozen
+        # policy never lags): a mean by turns, so a policy of few turns does not set it
+        metrics["staleness_max"] = max(lags) if lags else 0
+        metrics["staleness_mean"] = round(sum(lags) / len(lags), 4) if lags else 0.0
         return StepResult(batch.weight_version + 1, metrics, PolicyUpdates(updates))
 
     def _figures(self, name: str, sub: TrainingBatch) -> dict[str, Any]:
