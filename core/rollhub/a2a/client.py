@@ -10,7 +10,14 @@ JSON-RPC codes for throttling -32053 and a session operation in progress -32054)
 retried with backoff for as long as the failures last less than ``transient_budget_s`` in
 a row; the session's own deadline bounds it all. Polls are reads, so retrying them is
 always safe; a run message whose answer was lost is not sent twice (the task's state
-tells whether it arrived). Any other error raises :class:`~rollhub.errors.SessionError`.
+tells whether it arrived), and a setup message whose answer was lost is sent again only
+when the session's context holds no task yet (``ListTasks`` by context id). Any other
+error raises :class:`~rollhub.errors.SessionError`.
+
+A task this client created that the server no longer knows (``TaskNotFoundError``,
+JSON-RPC -32001) was lost with the server (it restarted, or its session was recycled):
+that raises a *transient* :class:`~rollhub.errors.SessionError`, so the rollout gets a new
+session instead of ending as the agent's error.
 """
 
 from __future__ import annotations
@@ -28,19 +35,21 @@ from a2a.client import Client, ClientCallContext, ClientConfig, ClientFactory, m
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     SendMessageConfiguration,
     SendMessageRequest,
     Task,
     TaskState,
 )
+from a2a.utils.errors import TaskNotFoundError
 
 from rollhub.a2a.wire import dump_from_artifacts, task_message, text_of
 from rollhub.app.context import SESSION_HEADER
 from rollhub.errors import SessionError
 from rollhub.sessions.base import SessionDump
 
-__all__ = ["A2ATaskClient", "build_a2a_client", "is_transient"]
+__all__ = ["A2ATaskClient", "build_a2a_client", "is_task_lost", "is_transient"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +66,8 @@ TERMINAL = frozenset(
 _TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 #: AgentCore's JSON-RPC codes: throttled, a session operation still in progress
 _TRANSIENT_CODES = frozenset({-32053, -32054})
+#: A2A's JSON-RPC code for TaskNotFoundError (a proxy may pass it on as text only)
+_TASK_NOT_FOUND_CODE = -32001
 _CODE_IN_MESSAGE = re.compile(r"JSON-RPC Error (-?\d+):")
 
 
@@ -72,6 +83,21 @@ def is_transient(exc: BaseException) -> bool:
             return err.response.status_code in _TRANSIENT_STATUS
         match = _CODE_IN_MESSAGE.search(str(err))
         if match and int(match[1]) in _TRANSIENT_CODES:
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def is_task_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the server does not know the task (``TaskNotFoundError``)."""
+    seen: set[int] = set()
+    err: BaseException | None = exc
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, TaskNotFoundError):
+            return True
+        match = _CODE_IN_MESSAGE.search(str(err))
+        if match and int(match[1]) == _TASK_NOT_FOUND_CODE:
             return True
         err = err.__cause__ or err.__context__
     return False
@@ -107,6 +133,10 @@ class A2ATaskClient:
     ) -> None:
         self.session_id = session_id
         self.task_id: str | None = None
+        #: every task this session is known to have on the server (cancel() ends them all)
+        self.task_ids: list[str] = []
+        #: whether the setup message was sent again after its answer was lost
+        self._resent = False
         self._poll_initial_s = poll_initial_s
         self._poll_max_s = poll_max_s
         self._budget_s = transient_budget_s
@@ -126,8 +156,8 @@ class A2ATaskClient:
             server could not be reached for longer than the transient budget.
         """
         message = task_message(task_input, message_id=uuid.uuid4().hex, context_id=self.session_id)
-        task = await self._retrying("setup", lambda: self._send(message))
-        self.task_id = task.id
+        task = await self._start(message)
+        self._adopt(task.id)
         task = await self._poll("setup", lambda t: t.status.state != TaskState.TASK_STATE_WORKING
                                 and t.status.state != TaskState.TASK_STATE_SUBMITTED)  # fmt: skip
         if task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
@@ -138,6 +168,8 @@ class A2ATaskClient:
                 phase="setup",
                 session_id=self.session_id,
             )
+        if self._resent:
+            await self._drop_strays()
         return task
 
     async def run(self, task_input: Mapping[str, Any]) -> SessionDump:
@@ -162,15 +194,25 @@ class A2ATaskClient:
         return SessionDump.failed("AgentError", lines[-1] if lines else reason, reason)
 
     async def cancel(self) -> None:
-        """Ask the server to cancel the task (best effort; never raises)."""
-        if self.task_id is None:
-            return
+        """Ask the server to cancel every task of this session (best effort; never
+        raises): the ones this client knows and any other live one in its context (a
+        setup whose answer never came back still created one)."""
+        ids = dict.fromkeys(self.task_ids)
         try:
-            await self._client.cancel_task(
-                CancelTaskRequest(id=self.task_id), context=self._context()
+            page = await self._client.list_tasks(
+                ListTasksRequest(context_id=self.session_id), context=self._context()
             )
+            ids.update(dict.fromkeys(t.id for t in page.tasks if t.status.state not in TERMINAL))
         except Exception as exc:
-            log.info("cancel of task %s failed: %r", self.task_id, exc)
+            log.info("session %s: listing its tasks failed: %r", self.session_id, exc)
+        for task_id in ids:
+            await self._cancel_one(task_id)
+
+    async def _cancel_one(self, task_id: str) -> None:
+        try:
+            await self._client.cancel_task(CancelTaskRequest(id=task_id), context=self._context())
+        except Exception as exc:
+            log.info("cancel of task %s failed: %r", task_id, exc)
 
     # Calls -------------------------------------------------------------------------------
 
@@ -188,6 +230,60 @@ class A2ATaskClient:
         if task is None:
             raise SessionError("message/send answered without a task", phase="setup")
         return task
+
+    def _adopt(self, task_id: str) -> None:
+        self.task_id = task_id
+        if task_id not in self.task_ids:
+            self.task_ids.append(task_id)
+
+    async def _start(self, message: Message) -> Task:
+        """Send the setup message; when its answer was lost, send it again only if the
+        session's context holds no task yet: a second send would be a second task (and
+        a second setup run by the agent)."""
+        started = time.monotonic()
+        delay = self._poll_initial_s
+        while True:
+            try:
+                return await self._send(message)
+            except SessionError:
+                raise
+            except Exception as exc:
+                self._check_budget("setup", exc, started)
+            found = await self._session_tasks()
+            if found:
+                # several: an earlier resend raced its first send; the extras are dropped
+                self._resent = self._resent or len(found) > 1
+                live = [t for t in found if t.status.state not in TERMINAL]
+                return (live or found)[0]
+            # no task yet (or the server cannot list them): resend; strays are dropped later
+            self._resent = True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._poll_max_s)
+
+    async def _session_tasks(self) -> list[Task] | None:
+        """The tasks in this session's context, most recently updated first; None when
+        the server cannot list them."""
+        request = ListTasksRequest(context_id=self.session_id)
+        try:
+            page = await self._retrying(
+                "setup", lambda: self._client.list_tasks(request, context=self._context())
+            )
+        except SessionError as err:
+            if err.transient:
+                raise
+            log.info("session %s: cannot list its tasks: %s", self.session_id, err)
+            return None
+        return list(page.tasks)
+
+    async def _drop_strays(self) -> None:
+        """After a resent setup: cancel the session's other live tasks (the first send may
+        have arrived after the lookup found nothing)."""
+        for task in await self._session_tasks() or []:
+            if task.id != self.task_id and task.status.state not in TERMINAL:
+                log.warning("session %s: canceling stray setup task %s", self.session_id,
+                            task.id)  # fmt: skip
+                self.task_ids.append(task.id)
+                await self._cancel_one(task.id)
 
     async def _send_run(self, message: Message) -> None:
         """Send the run message once: after a lost answer, the task's state says whether
@@ -237,6 +333,17 @@ class A2ATaskClient:
 
     def _check_budget(self, phase: str, exc: Exception, started: float) -> None:
         """Return when ``exc`` may be retried, else raise it as a SessionError."""
+        if self.task_id is not None and is_task_lost(exc):
+            # Our own task is gone: the server restarted (its tasks live in memory) or its
+            # session was recycled. No retry on this server can bring it back; a new
+            # session may succeed, so the error is transient (infra, not the agent's).
+            raise SessionError(
+                f"session {self.session_id}: the A2A server lost task {self.task_id} "
+                f"(it restarted or its session ended): {type(exc).__name__}: {exc}",
+                phase=phase,
+                transient=True,
+                session_id=self.session_id,
+            ) from exc
         transient = is_transient(exc)
         spent = time.monotonic() - started
         if transient and spent < self._budget_s:

@@ -3,7 +3,9 @@
 :func:`a2a_app` builds a Starlette app from a :class:`~rollhub.app.RolloutApp` (or any
 :class:`~rollhub.a2a.executor.SessionExecutor`): a2a-sdk's JSON-RPC endpoint at ``/``,
 the agent card at ``/.well-known/agent-card.json`` and ``GET /ping`` (``HealthyBusy``
-while a task is set up or run). AgentCore's A2A contract serves on port 9000.
+while a task is set up or run). AgentCore's A2A contract serves on port 9000. Ended tasks
+are let go after a while (:class:`~rollhub.a2a.taskstore.EvictingTaskStore`), so a
+long-lived server does not keep every rollout's result.
 
 From the command line (the same image ``rollhub deploy init`` builds, another command)::
 
@@ -21,9 +23,8 @@ import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 
-from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore
+from a2a.server.tasks import TaskStore
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -31,6 +32,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from rollhub.a2a.executor import RolloutAppExecutor, ServedApp, SessionExecutor
+from rollhub.a2a.taskstore import EvictingTaskStore, ReadTrackingHandler
 from rollhub.errors import ConfigError
 
 __all__ = ["A2A_PORT", "a2a_app", "agent_card", "main"]
@@ -59,10 +61,17 @@ def agent_card(url: str, name: str = "rollhub-agent") -> AgentCard:
     )
 
 
-def a2a_app(target: object, *, url: str | None = None, name: str = "rollhub-agent") -> Starlette:
+def a2a_app(
+    target: object,
+    *,
+    url: str | None = None,
+    name: str = "rollhub-agent",
+    task_store: TaskStore | None = None,
+) -> Starlette:
     """The A2A app serving ``target``: a ``RolloutApp`` or a ``SessionExecutor``.
 
     :param url: the URL the card advertises (default ``http://localhost:9000/``).
+    :param task_store: where tasks are kept (default: an :class:`EvictingTaskStore`).
     :raises ConfigError: ``target`` is neither.
     """
     if isinstance(target, SessionExecutor):
@@ -75,9 +84,8 @@ def a2a_app(target: object, *, url: str | None = None, name: str = "rollhub-agen
             f"(with @app.rollout_entrypoint) or a SessionExecutor"
         )
     card = agent_card(url or f"http://localhost:{A2A_PORT}/", name)
-    handler = DefaultRequestHandler(
-        agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card
-    )
+    store = task_store if task_store is not None else EvictingTaskStore()
+    handler = ReadTrackingHandler(agent_executor=executor, task_store=store, agent_card=card)
     started = time.time()
 
     async def ping(request: Request) -> JSONResponse:
@@ -98,6 +106,7 @@ def a2a_app(target: object, *, url: str | None = None, name: str = "rollhub-agen
     routes += create_jsonrpc_routes(request_handler=handler, rpc_url="/")
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.executor = executor
+    app.state.task_store = store
     return app
 
 
