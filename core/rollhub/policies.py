@@ -109,7 +109,7 @@ class PolicyConfig(BaseModel):
 
 
 def check_policies(policies: Sequence[PolicyConfig]) -> None:
-    """Names and model ids are unique.
+    """Names and model ids are unique, and no model id is another policy's name.
 
     :raises ValueError: naming the entry and the clash (pydantic turns it into a
         ``ConfigError`` naming ``policies``).
@@ -124,6 +124,14 @@ def check_policies(policies: Sequence[PolicyConfig]) -> None:
                     f"each policy needs its own"
                 )
             seen[value] = i
+    names = {p.name: i for i, p in enumerate(policies)}
+    for i, policy in enumerate(policies):
+        other = names.get(policy.served_id)
+        if other is not None and other != i:  # an agent calling that name would land here
+            raise ValueError(
+                f"policies[{i}] has the model id {policy.served_id!r}, the name of "
+                f"policies[{other}]; a model id must not be another policy's name"
+            )
 
 
 def policy_models(policies: Sequence[PolicyConfig]) -> dict[str, str]:

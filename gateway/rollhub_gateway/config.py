@@ -27,8 +27,10 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from rollhub.errors import ConfigError
+
+from rollhub_gateway.policies.names import check_policy_names
 
 __all__ = [
     "EngineSection",
@@ -134,6 +136,13 @@ class GatewayConfig(_Strict):
         description="several policies, each its own engine, routed by the model name a "
         "call sends (the first is the default); empty: one policy, any model name",
     )
+
+    @field_validator("policies")
+    @classmethod
+    def _one_policy_per_model_name(cls, policies: list[ServedPolicy]) -> list[ServedPolicy]:
+        """Each model name reaches one policy (:mod:`rollhub_gateway.policies.names`)."""
+        check_policy_names([(p.name, p.served_id) for p in policies])
+        return policies
 
     @property
     def served_model_id(self) -> str:

@@ -4,8 +4,8 @@ Per group (``rollhub_collect_group_rewards``):
 
 - the judge is reached either through the run's gateway, as a frozen ``[[policies]]``
   entry (a capture session of its own: its calls are recorded by the gateway with the
-  judge's policy name and version, never part of an episode, never trained), or at any
-  OpenAI-compatible endpoint;
+  judge's policy name and version, never part of an episode, never trained, under none of
+  the rollouts' per-session limits), or at any OpenAI-compatible endpoint;
 - ``rank`` mode asks once for the whole group (RULER-style: every attempt scored against
   the others), ``score`` mode once per episode (:mod:`rollhub.judge.prompt`);
 - each ``ok`` episode gets the component ``[judge] name`` = score / scale in [0, 1] (an
@@ -103,7 +103,9 @@ def rollhub_collect_group_rewards(
     return _judge_group(judge, group, hub)
 
 
-async def _judge_group(judge: JudgeConfig, group: EpisodeGroup, hub: HubView) -> dict[str, dict[str, float]]:
+async def _judge_group(
+    judge: JudgeConfig, group: EpisodeGroup, hub: HubView
+) -> dict[str, dict[str, float]]:
     episodes = [e for e in group.episodes if e.ok]
     task = task_text(group.payload, judge.task_field)
     attempts = [attempt_text(e.result, judge.answer_field, judge.max_chars) for e in episodes]
@@ -117,7 +119,7 @@ async def _judge_group(judge: JudgeConfig, group: EpisodeGroup, hub: HubView) ->
             ([i], score_messages(task, a, judge.rubric, judge.scale))
             for i, a in enumerate(attempts)
         ]
-    endpoint = await _Endpoint.open(judge, group, hub)
+    endpoint = await _Endpoint.open(judge, group, hub, len(calls))
     cost = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "s": 0.0, "unparsed": 0}
     scores: list[float | None] = [None] * len(episodes)
     try:
@@ -186,7 +188,10 @@ class _Endpoint:
         )
 
     @classmethod
-    async def open(cls, judge: JudgeConfig, group: EpisodeGroup, hub: HubView) -> _Endpoint:
+    async def open(
+        cls, judge: JudgeConfig, group: EpisodeGroup, hub: HubView, calls: int
+    ) -> _Endpoint:
+        """The endpoint of one group's ``calls`` judge calls (sent all at once)."""
         if judge.policy is None:
             key = os.environ.get(judge.api_key_env) if judge.api_key_env else None
             assert judge.base_url is not None and judge.model is not None  # the config says so
@@ -194,12 +199,7 @@ class _Endpoint:
         sid = f"judge-{uuid.uuid4().hex[:12]}"
         seed = episode_seed(hub.config.experiment.seed, f"judge:{group.group_id}", 0)
         capture = await hub.token_source.open_session(
-            sid,
-            sampling={
-                "temperature": judge.temperature,
-                "max_tokens": judge.max_tokens,
-                "seed": seed,
-            },
+            sid, sampling=_session_policy(judge, seed, calls)
         )
         model = capture.models.get(judge.policy)
         if model is None or capture.base_url is None:
@@ -250,6 +250,31 @@ class _Endpoint:
         await self.http.aclose()
         if self.source is not None and self.session_id is not None:
             await self.source.close_session(self.session_id)
+
+
+def _session_policy(judge: JudgeConfig, seed: int, calls: int) -> dict[str, Any]:
+    """The judge's capture session policy: every field set, so none of the gateway's
+    default policy (the rollouts' ``[token_source] policy``) reaches it.
+
+    The rollouts' limits are per episode; the judge's session holds a whole group's calls
+    (one per episode in score mode, all in flight together), so a rollout's ``max_turns``
+    or ``max_concurrent_requests`` would fail the group and a rollout's ``max_tokens_cap``
+    or ``max_context_tokens`` would cut the judge's prompt or reply. Its sampling is the
+    judge's alone: ``temperature``, ``max_tokens`` and the group's seed, nucleus and top-k
+    off, nothing pinned (the judge sends the same values in every call).
+    """
+    return {
+        "temperature": judge.temperature,
+        "max_tokens": judge.max_tokens,
+        "seed": seed,
+        "top_p": 1.0,
+        "top_k": -1,
+        "pinned": [],
+        "max_turns": None,
+        "max_tokens_cap": None,
+        "max_context_tokens": None,
+        "max_concurrent_requests": max(1, calls),
+    }
 
 
 def _append_log(hub: HubView, rows: list[dict[str, object]]) -> None:

@@ -4,8 +4,9 @@ A gateway serves one policy (its sampling backend, under its model id) unless it
 several (``[[policies]]`` in a ``rollhub.toml``, ``policies`` in a gateway config). Then
 every policy has its own route: a name, the model id agents send to reach it, its own
 sampling backend (its own weights) and its own weight version. A call is served by the
-route its ``model`` names; a model name no route has is a 400 that lists the policies. A
-gateway with one policy keeps serving whatever model name an agent sends, as it always has.
+route its ``model`` names; a model name no route has, or no model at all, is a 400 that
+lists the policies. A gateway with one policy keeps serving whatever model name an agent
+sends (or none), as it always has.
 
 The weight version a turn is stamped with is its policy's: a trainer that publishes the
 weights of one policy moves that policy's version only. A frozen route refuses new
@@ -22,6 +23,7 @@ from typing import Any
 from rollhub.errors import UsageError
 from rollhub.sampling import SamplingBackend
 
+from rollhub_gateway.policies.names import check_policy_names
 from rollhub_gateway.protocols.base import WireError
 
 __all__ = ["PolicyRoute", "PolicyRoutes"]
@@ -51,13 +53,18 @@ class PolicyRoute:
 class PolicyRoutes:
     """The routes of one gateway, looked up by the model name a call sends.
 
-    :param routes: the first is the default (a call that sends no model name).
+    :param routes: the first is the default (the one policy of an unrouted gateway).
     :param version: the gateway's own version, read for a route that has none (one policy).
+    :raises UsageError: no route, or a model name that would reach two routes.
     """
 
     def __init__(self, routes: list[PolicyRoute], *, version: Callable[[], int | None]) -> None:
         if not routes:
             raise UsageError("a gateway serves at least one policy")
+        try:
+            check_policy_names([(r.name, r.model_id) for r in routes])
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         self.routes = list(routes)
         self.default = self.routes[0]
         self._by_model = {r.model_id: r for r in self.routes}
@@ -79,10 +86,19 @@ class PolicyRoutes:
         """The route serving a call that sent ``model``.
 
         :raises WireError: 400 (``model``) when policies are served and none has that
-            model name; the message lists them.
+            model name, or the call sends none; the message lists them.
         """
-        if not self.routed or model is None:
+        if not self.routed:
             return self.default
+        if model is None:
+            # no silent default: the agent would be served by a policy it never chose
+            served = ", ".join(repr(r.model_id) for r in self.routes)
+            raise WireError(
+                "invalid_request",
+                f"'model' is required: this gateway routes each call by its model name to "
+                f"one of the policies {self.listing()}; send one of the model names {served}",
+                param="model",
+            )
         route = self._by_model.get(model)
         if route is None:
             raise WireError(

@@ -9,7 +9,9 @@ refused before anything runs, with the reason:
   objects that only reach an in-process gateway;
 - a pool of replicas (``token_source.pool``): every replica would need an engine per
   policy and the per-policy versions; not wired;
-- ``policies`` in ``[token_source]`` as well as ``[[policies]]``: one list of policies.
+- ``policies`` in ``[token_source]`` as well as ``[[policies]]``: one list of policies;
+- a policy whose ``model_id`` is another policy's name (or names and model ids shared):
+  a model name would reach the wrong policy (:mod:`rollhub_gateway.policies.names`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 from rollhub.errors import ConfigError
 
 from rollhub_gateway.config import ServedPolicy
+from rollhub_gateway.policies.names import check_policy_names
 
 if TYPE_CHECKING:
     from rollhub.config import RollhubConfig
@@ -34,6 +37,10 @@ def check_policy_serving(config: RollhubConfig) -> None:
     """
     if not getattr(config, "policies", None) or config.token_source.name != "gateway":
         return
+    try:
+        check_policy_names([(p.name, p.model_id or p.name) for p in config.policies])
+    except ValueError as exc:
+        raise ConfigError(f"[[policies]]: {exc}", field="policies") from None
     options = config.token_source.options
     if options.get("url"):
         raise ConfigError(

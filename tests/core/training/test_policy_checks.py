@@ -92,6 +92,10 @@ def test_policy_names_and_model_ids_are_unique():
         parse_config({"policies": [{"name": "a", "model_id": "x"}, {"name": "x"}]}, env={})
     with pytest.raises(ConfigError, match="must be 1-64 letters"):
         parse_config({"policies": [{"name": "a/b"}]}, env={})
+    # an agent asking for "checker" would reach critic
+    with pytest.raises(ConfigError, match=r"model id 'checker', the name of policies\[0\]"):
+        parse_config({"policies": [{"name": "checker", "model_id": "chk"},
+                                   {"name": "critic", "model_id": "checker"}]}, env={})  # fmt: skip
 
 
 def test_the_judge_must_be_a_frozen_policy(tmp_path):
