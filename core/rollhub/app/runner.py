@@ -11,6 +11,10 @@ error, invalid result or cancellation) or, when the store refuses the write, a
 stop its thread; its late return value is dropped, and the thread counts as *stuck* until
 it returns. When stuck threads fill the pool the app can start no more sync work, and
 ``/ping`` says so (see :attr:`RolloutRunner.exhausted`) so that the runtime replaces it.
+
+A cancel of a session that is not running is remembered (for a while, and for a bounded
+number of sessions): a POST of that session arriving later (delayed, or retried after its
+answer was lost) is refused with :class:`SessionCancelledError`, never started.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any, TypeGuard, TypeVar
 import httpx
 
 from rollhub.app.callback import DEFAULT_BACKOFF_S, completion_notice, send_notice
+from rollhub.app.rollout_payload import InvalidRolloutError
 from rollhub.app.threads import HandlerThreads
 from rollhub.lifetimes.loop_thread import LoopThread
 from rollhub.results.document import error_info, public_payload
@@ -35,11 +40,20 @@ from rollhub.results.write import store_result
 from rollhub.rollout import RolloutConfig
 from rollhub.stores.base import ResultStore
 
-__all__ = ["RolloutRunner", "RunningRollout"]
+__all__ = ["RolloutRunner", "RunningRollout", "SessionCancelledError"]
 
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+#: how long, and for how many sessions, a cancel of a session not running is remembered
+CANCELLED_MEMORY_S = 600.0
+CANCELLED_MEMORY_SIZE = 10_000
+
+
+class SessionCancelledError(InvalidRolloutError):
+    """The session was cancelled before this request to start it arrived (HTTP 409)."""
+
 
 @dataclass
 class RunningRollout:
@@ -80,6 +94,8 @@ class RolloutRunner:
         self.finished_count = 0
         #: session id -> why its result could not be stored (the latest 1000)
         self.store_failures: dict[str, str] = {}
+        #: session id -> when it was cancelled while not running (oldest first)
+        self._cancelled_early: dict[str, float] = {}
 
     # Starting ----------------------------------------------------------------------------
 
@@ -96,7 +112,17 @@ class RolloutRunner:
 
         Must be called on the server loop; there is no ``await`` between the lookup and the
         insert, so two invocations of one session cannot both start it.
+
+        :raises SessionCancelledError: the session was cancelled before it started.
         """
+        self._expire_cancels()
+        if rollout.session_id in self._cancelled_early:
+            raise SessionCancelledError(
+                f"session {rollout.session_id!r} was cancelled (DELETE /rollouts/"
+                f"{rollout.session_id}) before this request to start it arrived; use a new "
+                "session_id",
+                field="_rollout.session_id",
+            )
         existing = self.running.get(rollout.session_id)
         if existing is not None:
             log.info("session %s is already running; not starting it twice", rollout.session_id)
@@ -243,15 +269,36 @@ class RolloutRunner:
     async def cancel(self, session_id: str, *, reason: str, wait_s: float = 5.0) -> bool:
         """Cancel a running rollout and wait (up to ``wait_s``) until its result is stored.
 
-        :returns: False when no rollout of that session is running.
+        :returns: False when no rollout of that session is running; it then never starts
+            here (see :meth:`forbid`).
         """
         run = self.running.get(session_id)
         if run is None:
+            self.forbid(session_id)
             return False
         run.cancel_reason = reason
         run.handler_task.cancel(reason)
         await asyncio.wait({run.task}, timeout=wait_s)
         return True
+
+    def forbid(self, session_id: str) -> None:
+        """Refuse to start ``session_id`` from now on (bounded in time and count).
+
+        Its start request may still be on its way (or be retried after its answer was
+        lost); without this, that request would start a copy nobody stops.
+        """
+        self._cancelled_early.pop(session_id, None)
+        self._cancelled_early[session_id] = time.monotonic()
+        self._expire_cancels()
+
+    def _expire_cancels(self) -> None:
+        memory = self._cancelled_early
+        cutoff = time.monotonic() - CANCELLED_MEMORY_S
+        while memory:
+            oldest, at = next(iter(memory.items()))
+            if at >= cutoff and len(memory) <= CANCELLED_MEMORY_SIZE:
+                break
+            del memory[oldest]
 
     async def shutdown(self, *, wait_s: float = 10.0) -> None:
         """Cancel every running rollout, wait for their results and notices, free threads."""

@@ -10,7 +10,8 @@ Extensions beyond the AgentCore contract (used by the local runtime):
 - ``GET /rollouts`` → ``{"running": [session ids], "store_failed": {session id: cause}}``
 - ``DELETE /rollouts/{session_id}`` → cancels the rollout; its stored result is an error of
   type ``CancelledError``. 200 with ``{"status": "cancelled", "session_id", "result"}``,
-  404 when no rollout of that session is running.
+  404 when no rollout of that session is running; a ``POST`` of that session arriving
+  later is then refused with 409 (its request was delayed, or retried after a lost answer).
 
 Security (see ``docs/agent-app.md``): with a secret (``secret=`` or ``ROLLHUB_APP_SECRET``)
 every request but ``/ping`` must be signed (:mod:`rollhub.app.auth`), else 401; without
@@ -50,7 +51,7 @@ from rollhub.app.rollout_payload import (
     InvalidRolloutError as InvalidRolloutError,  # re-exported: it lived here
 )
 from rollhub.app.rollout_payload import parse_rollout
-from rollhub.app.runner import RolloutRunner, RunningRollout
+from rollhub.app.runner import RolloutRunner, RunningRollout, SessionCancelledError
 from rollhub.app.sweeper import TempSweeper
 from rollhub.errors import RollhubError
 from rollhub.registry import ComponentLookup
@@ -287,6 +288,8 @@ class RolloutApp(HealthState, Starlette):
             return JSONResponse({"error": stuck}, status_code=503)
         try:
             run = self.start_rollout(payload, headers=request.headers)
+        except SessionCancelledError as exc:  # 409: its cancel came first; never retried
+            return JSONResponse({"error": exc.message, "field": exc.field}, status_code=409)
         except InvalidRolloutError as exc:
             body: dict[str, Any] = {"error": exc.message, "field": exc.field}
             if exc.details is not None:
@@ -316,6 +319,7 @@ class RolloutApp(HealthState, Starlette):
         session_id = request.path_params["session_id"]
         run = self.runner.running.get(session_id)
         if run is None:
+            self.runner.forbid(session_id)  # its POST may still come: it must not start then
             return JSONResponse(
                 {"error": f"no running rollout with session_id {session_id!r}"},
                 status_code=404,

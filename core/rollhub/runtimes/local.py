@@ -32,7 +32,12 @@ from rollhub.app.auth import new_secret
 from rollhub.errors import ConfigError, RollhubError, SubmissionError
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 from rollhub.runtime import Runtime, RuntimeOptions, StoreFailure
-from rollhub.runtimes.local_http import LoopbackHTTP, LoopbackHTTPError, refusal_error
+from rollhub.runtimes.local_http import (
+    LoopbackConnectError,
+    LoopbackHTTP,
+    LoopbackHTTPError,
+    refusal_error,
+)
 from rollhub.runtimes.local_launch import launch_worker
 from rollhub.runtimes.local_options import LocalRuntimeOptions
 from rollhub.runtimes.local_process import WorkerProcess
@@ -156,20 +161,34 @@ class LocalRuntime(Runtime):
     # Runtime interface -------------------------------------------------------------------
 
     async def submit(self, request: RolloutRequest) -> SubmitReceipt:
-        """POST the request to the least-loaded live worker."""
+        """POST the request to the least-loaded live worker.
+
+        A request that may have reached its worker (its answer timed out or was cut off)
+        keeps the session on that worker: :meth:`cancel` then stops it there, and a retry
+        goes to the same worker, which answers for the session it runs instead of
+        starting a second copy.
+        """
         if not self._started or self._http is None:
             raise SubmissionError("the local runtime is not started", transient=False)
         sid = request.rollout.session_id
-        worker = await self._pick()
-        worker.sessions[sid] = None
-        self._where[sid] = worker
+        worker = self._where.get(sid)
+        if worker is None or not worker.alive:
+            self._forget(sid)
+            worker = await self._pick()
+            worker.sessions[sid] = None
+            self._where[sid] = worker
         try:
             response = await self._http.request(
                 "POST", worker.port, "/invocations",
                 body=request.to_wire(), headers={SESSION_HEADER: sid},
             )  # fmt: skip
         except (LoopbackHTTPError, TimeoutError) as exc:
-            self._forget(sid)
+            if isinstance(exc, LoopbackConnectError):  # never sent: nothing runs there
+                self._forget(sid)
+            elif self._where.get(sid) is worker:
+                # Maybe running there: stamped as accepted so that the liveness poll frees
+                # the slot if the worker does not list it (the request never arrived).
+                worker.sessions[sid] = time.monotonic()
             raise SubmissionError(
                 f"worker {worker.index} did not take session {sid}: {type(exc).__name__}: {exc}",
                 transient=True,

@@ -17,11 +17,21 @@ from rollhub.app.auth import sign_request
 from rollhub.errors import SubmissionError
 from rollhub.submission.callbacks import read_http_body
 
-__all__ = ["LoopbackHTTP", "LoopbackHTTPError", "LoopbackResponse", "refusal_error"]
+__all__ = [
+    "LoopbackConnectError",
+    "LoopbackHTTP",
+    "LoopbackHTTPError",
+    "LoopbackResponse",
+    "refusal_error",
+]
 
 
 class LoopbackHTTPError(ConnectionError):
     """The worker could not be reached or answered with a broken message."""
+
+
+class LoopbackConnectError(LoopbackHTTPError):
+    """No connection to the worker could be opened: the request was certainly not sent."""
 
 
 class LoopbackResponse:
@@ -68,7 +78,8 @@ class LoopbackHTTP:
     ) -> LoopbackResponse:
         """Send one request; JSON-encode ``body`` when given.
 
-        :raises LoopbackHTTPError: connection refused or reset, or a malformed answer.
+        :raises LoopbackConnectError: connection refused (the request was not sent).
+        :raises LoopbackHTTPError: connection reset, or a malformed answer.
         :raises TimeoutError: no full answer within ``timeout``.
         """
         data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
@@ -93,7 +104,7 @@ class LoopbackHTTP:
                     try:
                         conn = await asyncio.open_connection("127.0.0.1", port)
                     except OSError as exc:
-                        raise LoopbackHTTPError(
+                        raise LoopbackConnectError(
                             f"cannot connect to 127.0.0.1:{port}: {exc}"
                         ) from exc
                 reader, writer = conn

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from rollhub.lifetimes.loop_thread import ensure_no_running_loop
 from rollhub.rollout import RolloutRequest, SubmitReceipt
 from rollhub.submission.outcome import ErrorInfo, RolloutOutcome, Status
+from rollhub.submission.ratelimit import QueueTicket
 
 __all__ = ["FutureOwner", "RolloutFuture", "RolloutOutcome"]
 
@@ -44,6 +45,13 @@ class RolloutFuture:
         self.result_key = request.rollout.result_key
         self.receipt: SubmitReceipt | None = None
         self.attempts = 0
+        #: a submission may have reached the runtime (so stopping the session is needed);
+        #: unlike ``attempts``, tries still queued in a rate limiter do not count
+        self.reached = False
+        #: the submission in flight now (None between tries)
+        self._sending: QueueTicket | None = None
+        #: why the store could not be read, while the last read of the result failed
+        self._store_failure: str | None = None
         #: runtime sessions this rollout lost to infrastructure faults: session_id, cause
         self.dead_sessions: list[dict[str, str]] = []
         self.submitted_at: float | None = None
@@ -52,6 +60,12 @@ class RolloutFuture:
         self._outcome: asyncio.Future[RolloutOutcome] = loop.create_future()
         self._submitted: asyncio.Future[None] = loop.create_future()
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def may_have_reached(self) -> bool:
+        """Whether any submission of this session may have reached the runtime."""
+        sending = self._sending
+        return self.reached or (sending is not None and not sending.queued)
 
     def done(self) -> bool:
         """Whether the outcome is known."""

@@ -11,6 +11,8 @@ deadline. What the agent did (an exception, any reward), a timeout and a cancell
 never retried. The future then carries the last session's id and result key; the dead
 sessions and their causes are kept in :attr:`RolloutOutcome.dead_sessions`. A rollout
 whose every session was lost that way ends ``infra_error``, never ``agent_error``.
+A store that cannot be read is read again, on the poll schedule, until the deadline; one
+still unreadable then ends the rollout ``store_error``, never ``agent_error``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Literal
+from typing import Any
 
 from rollhub.episode import ErrorInfo, Status
 from rollhub.errors import StoreError, UsageError
@@ -31,34 +33,23 @@ from rollhub.rollout import RolloutRequest, SubmitReceipt
 from rollhub.runtime import Runtime, StoreFailure
 from rollhub.stores.base import ResultStore
 from rollhub.submission.future import RolloutFuture
+from rollhub.submission.ratelimit import QueueTicket, queue_ticket
 from rollhub.submission.retry import Backoff, is_transient, poll_schedule
+from rollhub.submission.watch_support import (
+    ERROR_STATUS,
+    SESSION_BACKOFF,
+    STOP_WAIT_S,
+    Lost,
+    NotTaken,
+    Resolved,
+    Signal,
+    StoreFailed,
+    best_effort,
+)
 
 __all__ = ["SessionWatch"]
 
 log = logging.getLogger(__name__)
-
-#: what ends a rollout's wait: the app's completion notice, or the runtime losing the session
-_Signal = tuple[Literal["notice"], dict[str, Any]] | tuple[Literal["lost"], str]
-
-
-class _Lost(Exception):
-    """The runtime reported the session gone and no result is in the store."""
-
-
-class _NotTaken(Exception):
-    """No worker took the submission after every transient retry."""
-
-    def __init__(self, exc: BaseException) -> None:
-        super().__init__(str(exc))
-        self.exc = exc
-
-
-class _Resolved(Exception):
-    """The rollout's outcome is already set (a permanent submission error)."""
-
-
-class _StoreFailed(Exception):
-    """The app reported that it could not store the result; no result is in the store."""
 
 
 class SessionWatch:
@@ -69,9 +60,6 @@ class SessionWatch:
     store, and resolve the future exactly once. Early ends (timeout, cancel) resolve the
     future at once and stop the runtime session in the background.
     """
-
-    #: consecutive store read failures after which a rollout is given up as agent_error
-    MAX_STORE_FAILURES = 8
 
     def __init__(
         self,
@@ -99,7 +87,7 @@ class SessionWatch:
         self._on_new_session = on_new_session
         self._loop: asyncio.AbstractEventLoop | None = None
         self._live: dict[str, RolloutFuture] = {}
-        self._signals: dict[str, asyncio.Future[_Signal]] = {}
+        self._signals: dict[str, asyncio.Future[Signal]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self.stats = {"submitted": 0, "store_reads": 0, "lost": 0, "retries": 0, "resubmitted": 0}
 
@@ -117,7 +105,8 @@ class SessionWatch:
         """Create the future of ``request`` and start driving it."""
         assert self._loop is not None
         sid = request.rollout.session_id
-        if sid in self._live:
+        running = self._live.get(sid)
+        if running is not None and not running.done():
             raise UsageError(f"session_id {sid!r} is already running in this client; use a new id")
         if timeout is not None and request.rollout.deadline_at is None:
             # The app stores anything that ends later as a timeout, as this client reports it.
@@ -129,7 +118,18 @@ class SessionWatch:
         # Registered before submission: a fast agent may call back before submit returns.
         self._signals[sid] = self._loop.create_future()
         fut._task = self._loop.create_task(self._drive(fut, timeout), name=f"rollout-{sid}")
+        # A task cancelled before its first step never runs _drive's finally: clean up here too.
+        fut._task.add_done_callback(lambda _task: self._forget(fut))
         return fut
+
+    def _forget(self, fut: RolloutFuture) -> None:
+        """Drop ``fut``'s bookkeeping (idempotent; a newer rollout of its id is kept)."""
+        if not fut._submitted.done():
+            fut._submitted.set_result(None)
+        for key in {fut.session_id, *(d["session_id"] for d in fut.dead_sessions)}:
+            if self._live.get(key) is fut:
+                del self._live[key]
+                self._signals.pop(key, None)
 
     # Signals ----------------------------------------------------------------------------
 
@@ -142,7 +142,7 @@ class SessionWatch:
         if self._signal(session_id, ("lost", reason)):
             self.stats["lost"] += 1
 
-    def _signal(self, session_id: str, value: _Signal) -> bool:
+    def _signal(self, session_id: str, value: Signal) -> bool:
         sig = self._signals.get(session_id)
         if sig is None or sig.done():
             return False
@@ -152,7 +152,6 @@ class SessionWatch:
     # Driving one rollout ------------------------------------------------------------------
 
     async def _drive(self, fut: RolloutFuture, timeout: float | None) -> None:
-        sid = fut.session_id
         try:
             async with asyncio.timeout(timeout):
                 while True:
@@ -160,7 +159,7 @@ class SessionWatch:
                         await self._submit_with_retries(fut)
                         doc = await self._await_document(fut)
                         break
-                    except (_Lost, _NotTaken) as exc:
+                    except (Lost, NotTaken) as exc:
                         if not await self._new_session(fut, str(exc)):
                             raise
             self._resolve_document(fut, doc)
@@ -168,18 +167,23 @@ class SessionWatch:
             late = await self._at_deadline(fut)
             if late is not None:
                 self._resolve_document(fut, late)
+            elif fut._store_failure is not None:  # the result may be there: not a timeout
+                message = "the result store was unreadable until the deadline: "
+                fut.resolve(
+                    "store_error", error=ErrorInfo("StoreError", message + fut._store_failure)
+                )
             else:
                 self.end_early(fut, "timeout", f"no result within {timeout} s", stop=False)
-        except _Resolved:
+        except Resolved:
             pass
-        except _NotTaken as exc:  # no worker took any of its sessions
+        except NotTaken as exc:  # no worker took any of its sessions
             fut.resolve("infra_error", error=ErrorInfo.from_exception(exc.exc))
-        except _Lost as exc:  # its last session died under it too
+        except Lost as exc:  # its last session died under it too
             fut.resolve("infra_error", error=ErrorInfo("SessionLost", str(exc)))
         except ResultTooLarge as exc:
             fut.resolve("agent_error", error=ErrorInfo("ResultTooLarge", str(exc)))
             self._in_background(self._runtime.finish(fut.session_id))
-        except _StoreFailed as exc:
+        except StoreFailed as exc:
             fut.resolve("store_error", error=ErrorInfo("StoreError", str(exc)))
             self._in_background(self._runtime.finish(fut.session_id))
         except asyncio.CancelledError:
@@ -187,14 +191,10 @@ class SessionWatch:
                 self.end_early(fut, "cancelled", "the rollout client closed")
                 raise
         except Exception as exc:  # a bug must still resolve the future
-            log.exception("rollout %s failed inside the client", sid)
+            log.exception("rollout %s failed inside the client", fut.session_id)
             fut.resolve("agent_error", error=ErrorInfo.from_exception(exc))
         finally:
-            if not fut._submitted.done():
-                fut._submitted.set_result(None)
-            for key in {sid, fut.session_id}:
-                self._live.pop(key, None)
-                self._signals.pop(key, None)
+            self._forget(fut)
 
     async def _new_session(self, fut: RolloutFuture, cause: str) -> bool:
         """Move ``fut`` to a new session after an infrastructure fault; False: none left.
@@ -212,11 +212,11 @@ class SessionWatch:
             k = len(fut.dead_sessions)
             new = next_session(old, fut.dead_sessions)
             log.info("session %s: %s; trying again as %s", old_sid, cause, new.rollout.session_id)
-            await asyncio.sleep(_SESSION_BACKOFF.delay(k - 1))
+            await asyncio.sleep(SESSION_BACKOFF.delay(k - 1))
             self._live.pop(old_sid, None)
             self._signals.pop(old_sid, None)
             fut.request, fut.session_id = new, new.rollout.session_id
-            fut.result_key, fut.receipt = new.rollout.result_key, None
+            fut.result_key, fut.receipt, fut.reached = new.rollout.result_key, None, False
             self._live[fut.session_id] = fut
             self._signals[fut.session_id] = asyncio.get_running_loop().create_future()
             if self._on_new_session is None:
@@ -232,15 +232,18 @@ class SessionWatch:
     async def _submit_with_retries(self, fut: RolloutFuture) -> None:
         """Submit ``fut``'s request, retrying transient errors.
 
-        :raises _NotTaken: every try failed transiently (an infrastructure fault).
+        :raises NotTaken: every try failed transiently (an infrastructure fault).
         """
         if fut.submitted_at is None:
             fut.submitted_at = time.time()
             self.stats["submitted"] += 1
         for attempt in range(self._attempts):
             fut.attempts += 1
+            # Tells a cancel whether this try is still queued in a rate limiter (never sent).
+            ticket = fut._sending = QueueTicket()
             try:
-                fut.receipt = await self._submit(fut.request)
+                with queue_ticket(ticket):
+                    fut.receipt = await self._submit(fut.request)
                 if not fut._submitted.done():
                     fut._submitted.set_result(None)
                 return
@@ -248,13 +251,14 @@ class SessionWatch:
                 transient = is_transient(exc)
                 if transient and attempt + 1 < self._attempts:
                     self.stats["retries"] += 1
-                    # A loss reported for the failed attempt must not end the retried one.
-                    sig = self._signals.get(fut.session_id)
-                    if sig is not None and sig.done() and sig.result()[0] == "lost":
-                        self._signals[fut.session_id] = asyncio.get_running_loop().create_future()
                     wait = self._submit_backoff.delay(attempt)
                     log.info("submit %s failed (%s); retry in %.2fs", fut.session_id, exc, wait)
                     await asyncio.sleep(wait)
+                    # A loss reported for the failed attempt (its worker died, maybe during
+                    # the wait) must not end the retried one.
+                    sig = self._signals.get(fut.session_id)
+                    if sig is not None and sig.done() and sig.result()[0] == "lost":
+                        self._signals[fut.session_id] = asyncio.get_running_loop().create_future()
                     continue
                 log.warning(
                     "submit %s failed after %d attempt(s): %s: %s",
@@ -265,49 +269,59 @@ class SessionWatch:
                 )
                 if transient:  # it may have started despite the error: stop it
                     self._in_background(self._runtime.cancel(fut.session_id))
-                    raise _NotTaken(exc) from exc
+                    raise NotTaken(exc) from exc
                 fut.resolve("submit_error", error=ErrorInfo.from_exception(exc))
-                raise _Resolved from exc
+                raise Resolved from exc
+            finally:
+                fut._sending = None
+                fut.reached = fut.reached or not ticket.queued
 
     async def _await_document(self, fut: RolloutFuture) -> dict[str, Any]:
         sid, key = fut.session_id, fut.result_key
         failures = attempt = 0
         while True:
             sig = self._signals[sid]
-            signal: _Signal | None
+            signal: Signal | None
             try:
                 signal = await asyncio.wait_for(asyncio.shield(sig), self._poll.delay(attempt))
             except TimeoutError:
                 signal = None
                 attempt += 1
-            try:
-                doc = await self._read(key)
-                failures = 0
-            except StoreError as exc:
-                failures += 1
-                if failures >= self.MAX_STORE_FAILURES:
-                    raise
-                log.warning("reading %s failed (%s); trying again", key, exc)
-                doc = None
+            doc = await self._read_once(fut, key)
             if doc is not None:
                 return doc
             if signal is None:
                 continue
-            if signal[0] == "lost":
-                reason = signal[1]
-                if isinstance(reason, StoreFailure):
-                    raise _StoreFailed(f"session {sid}: {reason}")
-                raise _Lost(f"session {sid} was lost: {reason}")
-            notice = signal[1]
-            if notice.get("status") == "store_error":
-                err = notice.get("error")
+            if signal[0] == "lost" and isinstance(signal[1], StoreFailure):
+                raise StoreFailed(f"session {sid}: {signal[1]}")
+            if signal[0] == "notice" and signal[1].get("status") == "store_error":
+                err = signal[1].get("error")
                 message = err.get("message") if isinstance(err, dict) else None
-                raise _StoreFailed(
+                raise StoreFailed(
                     f"session {sid}: {message or 'the app could not store the result'}"
                 )
+            if fut._store_failure is not None:
+                # Whether the result is stored is unknown: keep the signal, read again later.
+                await asyncio.sleep(self._poll.delay(failures))
+                failures += 1
+                continue
+            if signal[0] == "lost":
+                raise Lost(f"session {sid} was lost: {signal[1]}")
             # A notice without a readable document: keep polling, from the fast end.
             self._signals[sid] = asyncio.get_running_loop().create_future()
             attempt = 0
+
+    async def _read_once(self, fut: RolloutFuture, key: str) -> dict[str, Any] | None:
+        """Read ``key``; None when absent or unreadable (``fut._store_failure`` says why)."""
+        try:
+            doc = await self._read(key)
+        except StoreError as exc:
+            if fut._store_failure is None:
+                log.warning("reading %s failed (%s); retrying until the deadline", key, exc)
+            fut._store_failure = str(exc)
+            return None
+        fut._store_failure = None
+        return doc
 
     async def _read(self, key: str) -> dict[str, Any] | None:
         self.stats["store_reads"] += 1
@@ -328,7 +342,7 @@ class SessionWatch:
         else:
             err = view.error or {}
             etype = str(err.get("type") or "UnknownError")
-            status = _ERROR_STATUS.get(etype, "agent_error")
+            status = ERROR_STATUS.get(etype, "agent_error")
             info = ErrorInfo(etype, str(err.get("message") or ""), err.get("traceback"))
             fut.resolve(status, result=view.result, error=info, document=doc)
         self._in_background(self._runtime.finish(fut.session_id))
@@ -341,11 +355,11 @@ class SessionWatch:
         ok, anything later a ``RolloutTimeout``. So the outcome always matches the store,
         and a later resume reports what this run reported.
         """
-        if fut.receipt is not None or fut.attempts:
+        if fut.may_have_reached:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._runtime.cancel(fut.session_id), _STOP_WAIT_S)
+                await asyncio.wait_for(self._runtime.cancel(fut.session_id), STOP_WAIT_S)
         with contextlib.suppress(Exception):
-            return await asyncio.wait_for(self._read(fut.result_key), 1.0)
+            return await asyncio.wait_for(self._read_once(fut, fut.result_key), 1.0)
         return None
 
     def end_early(
@@ -359,11 +373,11 @@ class SessionWatch:
         task = fut._task
         if task is not None and task is not asyncio.current_task() and not task.done():
             task.cancel()
-        if stop and (fut.receipt is not None or fut.attempts):
+        if stop and fut.may_have_reached:
             self._in_background(self._runtime.cancel(fut.session_id))
 
     def _in_background(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(_best_effort(coro))
+        task = asyncio.get_running_loop().create_task(best_effort(coro))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -382,18 +396,3 @@ class SessionWatch:
         if self._background:
             await asyncio.wait(list(self._background), timeout=timeout)
         self._runtime.remove_session_lost(self.lost)
-
-
-#: delays before a rollout's next session: short, the runtime has live workers already
-_SESSION_BACKOFF = Backoff(initial=0.1, factor=2.0, maximum=2.0)
-#: how long a rollout past its deadline waits for its session to stop
-_STOP_WAIT_S = 3.0
-#: stored error types that are not the agent's failure
-_ERROR_STATUS: dict[str, Status] = {"CancelledError": "cancelled", "RolloutTimeout": "timeout"}
-
-
-async def _best_effort(coro: Coroutine[Any, Any, None]) -> None:
-    try:
-        await coro
-    except Exception as exc:
-        log.debug("best-effort runtime call failed: %s", exc)
