@@ -111,6 +111,7 @@ def test_derived_trl_config_passes_rollhubs_config_check_and_trls_grpo_config(tm
     cfg = derived(tmp_path)
     path = tmp_path / "train-trl-gpu.toml"
     path.write_text(to_toml(cfg))
+    (tmp_path / "model").mkdir()  # the check saves the model before the config is checked
     assert config_command.run(argparse.Namespace(file=str(path))) == 0
     assert "trainer=trl" in capsys.readouterr().out
     options = TrlTrainerOptions(**{k: v for k, v in cfg["trainer"].items() if k != "name"})
