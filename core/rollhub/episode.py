@@ -180,11 +180,10 @@ class Episode:
         ``agent_error``. Another status stays; the error is recorded either way.
         """
         if self.status == "ok":
-            not_the_agents = isinstance(exc, TokenRetrievalError | RewardError)
-            if isinstance(exc, AgentRewardError) or not not_the_agents:
-                self.status = "agent_error"
-            else:
-                self.status = "infra_error"
+            scorer_failed = isinstance(exc, TokenRetrievalError | RewardError) and not isinstance(
+                exc, AgentRewardError
+            )
+            self.status = "infra_error" if scorer_failed else "agent_error"
         self.error = ErrorInfo.from_exception(exc)
         self.finished_at = self.finished_at or time.time()
 
