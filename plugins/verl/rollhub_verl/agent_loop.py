@@ -49,7 +49,7 @@ from rollhub_verl.worker_hub import hub_for, verl_sampling
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AGENT_NAME", "RollhubAgentLoop", "row_payload"]
+__all__ = ["AGENT_NAME", "RollhubAgentLoop", "row_payload", "sample_index"]
 
 AGENT_NAME = "rollhub"
 
@@ -57,6 +57,22 @@ AGENT_NAME = "rollhub"
 INTERNAL_COLUMNS = frozenset(
     {"raw_prompt", "global_steps", "session_id", "agent_name", "priority", "uid", "validate"}
 )
+
+
+def sample_index(row: Mapping[str, object]) -> int:
+    """The row's sample index, which (with its prompt) picks its sampling seed.
+
+    v1 numbers a prompt's sessions (``session_id``, in ``[0, n)``). A v0 row has no such
+    number; verl numbers the whole batch (``priority``) before cutting it into one chunk
+    per agent-loop worker, each a process with a hub of its own, so a prompt's copies may
+    be split between two hubs that each count them from 0. The batch number keeps those
+    copies on their own seeds (the index of a v0 episode is that number, not 0..n-1).
+    """
+    session = _as_int(row.get("session_id"))
+    if session is not None:
+        return session
+    number = _as_int(row.get("priority"))
+    return number if number is not None and number >= 0 else 0
 
 
 class RollhubAgentLoop(AgentLoopBase):
@@ -98,7 +114,7 @@ class RollhubAgentLoop(AgentLoopBase):
         group_id = str(
             _plain(kwargs.get("uid")) or payload.get("id") or _plain(kwargs.get("index"))
         )
-        index = _as_int(kwargs.get("session_id")) or 0
+        index = sample_index(kwargs)
         bound = dict(sampling_params)
         priority = _as_int(kwargs.get("priority"))
         if priority:

@@ -112,3 +112,17 @@ async def run_v0(worker: Any, rows: list[dict[str, Any]], *, n: int, step: int) 
     batch.non_tensor_batch["priority"] = np.arange(len(batch), dtype=np.int64)
     batch.meta_info["global_steps"] = step
     return await worker.generate_sequences(batch)
+
+
+def v0_chunks(rows: list[dict[str, Any]], *, n: int, step: int, workers: int) -> list[Any]:
+    """A batch as ``AgentLoopManager.generate_sequences`` hands it to ``workers`` workers:
+    numbered, then cut into contiguous chunks (a prompt's copies may be split)."""
+    from verl.protocol import DataProto
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    batch = DataProto.from_single_dict(collate_fn(rows))
+    batch.non_tensor_batch["uid"] = np.array([f"u{i}" for i in range(len(rows))], dtype=object)
+    batch = batch.repeat(repeat_times=n, interleave=True)
+    batch.non_tensor_batch["priority"] = np.arange(len(batch), dtype=np.int64)
+    batch.meta_info["global_steps"] = step
+    return list(batch.chunk(workers))

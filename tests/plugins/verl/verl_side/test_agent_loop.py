@@ -7,15 +7,16 @@ samples through verl's real ``LLMServerClient`` and load balancer from scripted 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rollhub.hubs.async_hub import AsyncHub
-from rollhub.hubs.hosted import hosted_hub
+from rollhub.hubs.hosted import close_hub, hosted_hub
 from rollhub_verl.worker_hub import hub_key
 
-from .drive import dataset_rows, make_loop, run_v0, run_v1, sampling_params, tq_worker
+from .drive import dataset_rows, make_loop, run_v0, run_v1, sampling_params, tq_worker, v0_chunks
 from .fakes import TOOL_CALL, logprob_at
 from .verl_rows import RESPONSE_LENGTH, row, rows_parquet
 
@@ -293,3 +294,30 @@ async def test_v0_collation_into_dataproto(v0_worker, rows, tokenizer, stack):
     assert b["rm_scores"][4:].abs().sum() == 0
     assert list(out.non_tensor_batch["__num_turns__"]) == [2, 2, 4, 4, 0, 0]
     assert list(out.non_tensor_batch["max_global_steps"][:4]) == [6, 6, 6, 6]
+
+
+async def test_v0_copies_split_between_workers_draw_their_own_seeds(
+    rows, stack, rollhub_toml, verl_config
+):
+    """Under v0 a row carries no copy index. verl numbers the batch (``priority``), then
+    cuts it among its agent-loop workers, each a process with its own hub: two workers
+    that split a prompt's copies must not give them the same sampling seeds."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.protocol import DataProto
+
+    toml = rollhub_toml("split")
+    worker = AgentLoopWorker(verl_config(toml, use_v1=False, n=4), stack.client)
+    stack.set_step(7)
+    before = len(stack.calls())
+    outs = []
+    for chunk in v0_chunks([rows["single0"]], n=4, step=7, workers=2):
+        outs.append(await worker.generate_sequences(chunk))
+        # the next chunk's worker is another process: a hub that has seen none of these
+        await asyncio.to_thread(close_hub, hub_key(toml))
+    out = DataProto.concat(outs)
+    assert list(out.non_tensor_batch["rollhub_status"]) == ["ok"] * 4
+    seeds = [c["sampling_params"]["seed"] for c in stack.calls()[before:]]
+    assert len(seeds) == 4 and len(set(seeds)) == 4, seeds
+    # each copy is its own sample of the prompt: episode ids are "{uid}-{index}-{suffix}"
+    ids = [str(e).rsplit("-", 1)[0] for e in out.non_tensor_batch["rollhub_episode_id"]]
+    assert len(set(ids)) == 4, ids
