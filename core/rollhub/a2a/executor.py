@@ -40,10 +40,12 @@ from rollhub.a2a.tracked_call import TrackedCall
 from rollhub.a2a.wire import (
     ARTIFACT_NAME,
     PARKED_DEADLINE_KEY,
+    SETUP_DIGEST_KEY,
     data_part,
     dump_to_data,
     read_task_input,
     rollout_deadline,
+    setup_digest,
 )
 from rollhub.app.context import PingStatus, RolloutContext, takes_context
 from rollhub.app.runner import RolloutRunner
@@ -104,11 +106,15 @@ class SessionExecutor(AgentExecutor, ABC):
         if first:
             self._sessions[task_id] = context_id
             # the task must exist before its first status update
+            # with its setup's digest: a later setup in the context must carry the same
+            # task (RolloutRequestHandler refuses another)
+            digest = setup_digest(context.message)
             await event_queue.enqueue_event(
                 Task(
                     id=task_id,
                     context_id=context_id,
                     status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
+                    metadata={SETUP_DIGEST_KEY: digest} if digest is not None else None,
                 )
             )
         else:

@@ -15,7 +15,10 @@
   holds a task is answered with that task instead of starting a second setup, and setup
   messages of one context are handled one after the other, so one that arrives while the
   first is still being handled gets the first's task too. A client that resent a setup
-  whose answer was lost thus attaches to the one session of its context.
+  whose answer was lost thus attaches to the one session of its context. A setup that
+  carries another task input than the context's first is refused (``InvalidParamsError``,
+  JSON-RPC -32602), as the HTTP app answers 409 to a session id reused for another payload:
+  attached, it would run the first task's rollout under the second's name.
 """
 
 from __future__ import annotations
@@ -38,9 +41,11 @@ from a2a.types import (
     SendMessageRequest,
     Task,
 )
-from a2a.utils.errors import TaskNotFoundError
+from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
+from google.protobuf import json_format
 
 from rollhub.a2a.taskstore import ENDED, EvictingTaskStore
+from rollhub.a2a.wire import SETUP_DIGEST_KEY, setup_digest
 
 __all__ = ["MAX_REMEMBERED_EVICTIONS", "RolloutRequestHandler"]
 
@@ -131,6 +136,7 @@ class RolloutRequestHandler(DefaultRequestHandler):
         try:
             first = await self._task_in_context(context_id, context)
             if first is not None:
+                _refuse_another_input(first, params.message)
                 log.warning("context %s: answered a further setup message with its task %s",
                             context_id, first.id)  # fmt: skip
                 return first
@@ -198,3 +204,18 @@ class RolloutRequestHandler(DefaultRequestHandler):
         if sweeper is not None:
             sweeper.cancel()
             await asyncio.wait({sweeper})
+
+
+def _refuse_another_input(first: Task, message: Message) -> None:
+    """Raise when ``message`` (a setup) carries another task input than the one ``first``
+    was set up with; either digest missing (not plain JSON, a task made elsewhere) lets it
+    attach."""
+    had = json_format.MessageToDict(first.metadata).get(SETUP_DIGEST_KEY) if first.HasField(
+        "metadata") else None
+    new = setup_digest(message)
+    if isinstance(had, str) and new is not None and new != had:
+        raise InvalidParamsError(
+            message=f"context {first.context_id} was set up as task {first.id} with another "
+            f"task input: a context is one rollout session; set up this task in a new context "
+            f"(a new session id)"
+        )

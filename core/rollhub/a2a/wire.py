@@ -28,6 +28,7 @@ from a2a.types import Artifact, Message, Part, Role
 from google.protobuf import json_format
 from google.protobuf.struct_pb2 import Value
 
+from rollhub.app.memory import payload_digest
 from rollhub.episode import ErrorInfo
 from rollhub.rollout import ROLLOUT_KEY
 from rollhub.sessions.base import SessionDump, check_reward, numeric_metrics
@@ -35,6 +36,7 @@ from rollhub.sessions.base import SessionDump, check_reward, numeric_metrics
 __all__ = [
     "ARTIFACT_NAME",
     "PARKED_DEADLINE_KEY",
+    "SETUP_DIGEST_KEY",
     "TASK_INPUT_KEY",
     "WireError",
     "data_part",
@@ -43,6 +45,7 @@ __all__ = [
     "part_data",
     "read_task_input",
     "rollout_deadline",
+    "setup_digest",
     "task_message",
     "text_of",
 ]
@@ -55,6 +58,8 @@ DUMP_JSON_KEY = "rollhub_dump"
 ARTIFACT_NAME = "rollout"
 #: task metadata of a parked task: the rollout's deadline (epoch seconds)
 PARKED_DEADLINE_KEY = "rollhub_deadline_at"
+#: task metadata from its setup on: a digest of the setup's task input (hex)
+SETUP_DIGEST_KEY = "rollhub_setup_digest"
 
 
 class WireError(ValueError):
@@ -129,6 +134,17 @@ def read_task_input(message: Message | None) -> dict[str, Any]:
             raise WireError(f"{TASK_INPUT_KEY} must be an object, got {type(value).__name__}")
         return value
     raise WireError(f"the message carries no data part with a {TASK_INPUT_KEY!r} object")
+
+
+def setup_digest(message: Message | None) -> str | None:
+    """A digest (hex) of a setup message's task input that tells two inputs apart whatever
+    their key order; None when the message breaks the convention (its setup fails anyway)
+    or the input is not plain JSON."""
+    try:
+        digest = payload_digest(read_task_input(message))
+    except WireError:
+        return None
+    return None if digest is None else digest.hex()
 
 
 def rollout_deadline(task_input: Mapping[str, Any]) -> float | None:

@@ -204,6 +204,25 @@ async def test_setups_of_one_context_all_get_its_first_task():
     assert setups == ["s-twice"] and len(tasks) == 1
 
 
+async def test_a_setup_with_another_task_in_a_context_already_set_up_is_refused():
+    """As over HTTP (409): a session id already set up for another task is a client's
+    mistake; attaching the second setup to the first task would run the wrong task."""
+    app, setups = _counting_setup_app()
+    with serve_app(a2a_app(app)) as url:
+        async with httpx.AsyncClient() as http:
+            first = A2ATaskClient(build_a2a_client(http, url + "/"), "s-reused", poll_max_s=0.05)
+            await first.setup(TASK)
+            again = A2ATaskClient(build_a2a_client(http, url + "/"), "s-reused", poll_max_s=0.05)
+            await again.setup(dict(TASK))  # the same task: attaches to the first
+            other = A2ATaskClient(build_a2a_client(http, url + "/"), "s-reused", poll_max_s=0.05)
+            with pytest.raises(SessionError, match="another task") as info:
+                await other.setup({**TASK, "a": 2})
+            tasks = await _session_tasks(first, "s-reused")
+    assert again.task_id == first.task_id
+    assert not info.value.transient and other.retried == 0
+    assert setups == ["s-reused"] and len(tasks) == 1
+
+
 async def test_cancel_cancels_every_task_of_the_session():
     app, _ = _counting_setup_app()
     served = a2a_app(app)
