@@ -108,6 +108,7 @@ class SessionBounds:
     rate: RateLimiter | None = None
     #: how often a session queued for a run slot tells its runtime it is still there
     #: (:meth:`RolloutSession.keepalive`): an A2A server evicts a parked task left untouched
+    #: (``[sessions] keepalive_s``)
     keepalive_s: float = 60.0
 
     @classmethod
@@ -124,4 +125,5 @@ class SessionBounds:
             run_timeout_s=config.run_timeout_s or timeout_s,
             shutdown_timeout_s=config.shutdown_timeout_s,
             rate=RateLimiter(config.sessions_per_s, burst=1.0) if config.sessions_per_s else None,
+            keepalive_s=config.keepalive_s,
         )

@@ -44,3 +44,10 @@ class SessionsConfig(BaseModel):
     sessions_per_s: float | None = Field(
         None, gt=0, description="sessions created per second at most (default: unlimited)"
     )
+    keepalive_s: float = Field(
+        60.0,
+        gt=0,
+        description="how often a session queued for a run slot tells its runtime it is still "
+        "there (an A2A server evicts a parked task untouched for its idle bound, 1 h by "
+        "default: keep this well under the server's --parked-idle-s)",
+    )

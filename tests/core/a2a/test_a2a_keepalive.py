@@ -5,7 +5,6 @@ client."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import Any
 
 import pytest
@@ -40,11 +39,9 @@ class SlowRuns(SessionExecutor):
 async def test_a_session_waiting_for_a_run_slot_keeps_its_task(keepalive_s):
     executor = SlowRuns()
     store = EvictingTaskStore(parked_idle_s=0.5, sweep_s=0.05)
-    bounds = SessionBounds.from_config(
-        SessionsConfig(setup_slots=2, run_slots=1), concurrency=2, timeout_s=30.0
-    )
     # None: a keepalive too rare to matter, as before sessions kept their tasks alive
-    bounds = dataclasses.replace(bounds, keepalive_s=keepalive_s or 3600.0)
+    config = SessionsConfig(setup_slots=2, run_slots=1, keepalive_s=keepalive_s or 3600.0)
+    bounds = SessionBounds.from_config(config, concurrency=2, timeout_s=30.0)
     with serve_app(a2a_app(executor, task_store=store)) as url:
         options = A2ARuntimeOptions(target="url", url=url + "/", poll_max_s=0.05)
         outs = await asyncio.gather(*(
@@ -57,3 +54,16 @@ async def test_a_session_waiting_for_a_run_slot_keeps_its_task(keepalive_s):
         assert len(lost) == 1 and lost[0].transient and "evicted" in lost[0].error.message
     else:
         assert [o.status for o in outs] == ["ok", "ok"] and executor.cleaned == []
+
+
+def test_keepalive_is_set_in_the_sessions_table():
+    from rollhub.config import parse_config
+    from rollhub.errors import ConfigError
+
+    head = {"runtime": {"name": "a2a"}}
+    config = parse_config({**head, "sessions": {"keepalive_s": 20}}, env={})
+    assert config.sessions.keepalive_s == 20.0
+    assert SessionBounds.from_config(config.sessions, concurrency=2, timeout_s=5).keepalive_s == 20
+    with pytest.raises(ConfigError, match="keepalive_s") as info:
+        parse_config({**head, "sessions": {"keepalive_s": 0}}, env={})
+    assert info.value.field == "sessions.keepalive_s"
