@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 from collections.abc import Awaitable
 from pathlib import Path
@@ -41,7 +40,8 @@ from rollhub.registry import ComponentContext
 from rollhub.training import PolicyTrainer, StepResult, TrainerOptions, TrainingBatch
 
 from rollhub_tinker.calls import TinkerTrainingError, guarded_call
-from rollhub_tinker.datums import DatumArrays, episode_datums, to_tinker
+from rollhub_tinker.datums import episode_datums, to_tinker
+from rollhub_tinker.losses import loss_metrics
 
 if TYPE_CHECKING:
     import tinker
@@ -257,7 +257,8 @@ class TinkerTrainer(PolicyTrainer):
                 ),
             )
             out = await self._call("forward_backward", fut.result_async())
-            metrics.update(_loss_metrics(arrays, out))
+            metrics.update(loss_metrics(arrays, out, self.options.loss_fn,
+                                        self.options.loss_fn_config))
             adam = tinker.AdamParams(
                 learning_rate=self.options.learning_rate, beta1=self.options.beta1,
                 beta2=self.options.beta2, eps=self.options.eps,
@@ -310,29 +311,3 @@ class TinkerTrainer(PolicyTrainer):
             what, awaitable, service=self.options.base_url or "the hosted Tinker service",
             timeout_s=self.options.request_timeout_s, server=self.server,
         )
-
-
-def _loss_metrics(arrays: list[DatumArrays], out: tinker.ForwardBackwardOutput) -> dict[str, float]:
-    """The RL loss and the sampler/learner mismatch, from the learner's logprobs.
-
-    Servers differ in the metrics they report (``loss:sum`` may be absent), so the loss is
-    recomputed from ``loss_fn_outputs[i]["logprobs"]``: −Σ exp(learner − sampler)·adv over
-    sampled positions, as the importance-sampling loss defines it.
-    """
-    metrics: dict[str, float] = {}
-    reported = getattr(out, "metrics", None) or {}
-    loss, kl, n = 0.0, 0.0, 0
-    for arrays_i, outputs in zip(arrays, out.loss_fn_outputs, strict=True):
-        learner = outputs["logprobs"].tolist()
-        for j, (adv, sampler_lp) in enumerate(zip(arrays_i.advantages, arrays_i.logprobs,
-                                                  strict=True)):
-            if adv == 0.0 and sampler_lp == 0.0:
-                continue
-            ratio = math.exp(learner[j] - sampler_lp)
-            loss -= ratio * adv
-            kl += sampler_lp - learner[j]
-            n += 1
-    metrics["loss"] = float(reported.get("loss:sum", loss))
-    if n:
-        metrics["sampler_learner_kl"] = kl / n
-    return metrics

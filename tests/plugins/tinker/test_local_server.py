@@ -263,6 +263,45 @@ def test_rl_step_through_the_tinker_sdk(
 
 
 @pytest.mark.slow
+def test_loss_definitions_match_the_server(
+    server: LocalTinkerServer, request: pytest.FixtureRequest
+) -> None:
+    """rollhub's figure of each RL loss (used when a server reports none) is the server's
+    own sum of per-position losses, with ratios inside and outside the clip."""
+    from rollhub_tinker.losses import token_loss
+
+    service = tinker.ServiceClient(base_url=server.base_url, api_key="tml-local")
+    request.addfinalizer(lambda: _close_session(service))
+    training = service.create_lora_training_client(base_model=server.base_model, rank=8)
+    tokenizer = training.get_tokenizer()
+    prompt = tokenizer.encode(PROMPT)
+    answer = tokenizer.encode(" 5, since two plus three is five.")
+    probe = _datum(prompt, answer, [0.0] * len(answer), 0.0)
+    learner = training.forward([probe], "importance_sampling").result()
+    scored = learner.loss_fn_outputs[0]["logprobs"].tolist()[len(prompt) - 1 :]
+    # sampler logprobs that put the ratio at e^-1, e, and near 1, advantages of both signs
+    shifts = [(1.0, -1.0, 0.05)[i % 3] for i in range(len(answer))]
+    sampler = [lp + shift for lp, shift in zip(scored, shifts, strict=True)]
+    advantages = [(1.0, -1.0)[i % 2] for i in range(len(answer))]
+    full = [*prompt, *answer]
+    pad = [0.0] * (len(prompt) - 1)
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints(full[:-1]),
+        loss_fn_inputs={"target_tokens": full[1:], "logprobs": [*pad, *sampler],
+                        "advantages": [*pad, *advantages]},
+    )  # fmt: skip
+    for loss_fn, config in [("importance_sampling", None), ("ppo", None), ("cispo", None),
+                            ("ppo", {"clip_low_threshold": 0.5, "clip_high_threshold": 1.5})]:
+        out = training.forward([datum], loss_fn, config).result().loss_fn_outputs[0]
+        mine = out["logprobs"].tolist()[len(prompt) - 1 :]
+        clip = (0.8, 1.2) if config is None else (0.5, 1.5)
+        want = math.fsum(out["elementwise_loss"].tolist())
+        got = math.fsum(token_loss(loss_fn, lp, s, a, clip)
+                        for lp, s, a in zip(mine, sampler, advantages, strict=True))  # fmt: skip
+        assert got == pytest.approx(want, rel=1e-4, abs=1e-4), (loss_fn, config)
+
+
+@pytest.mark.slow
 def test_stop_leaves_no_process_behind(server: LocalTinkerServer) -> None:
     group = server.pid
     port = server.port
