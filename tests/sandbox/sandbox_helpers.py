@@ -9,6 +9,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+from rollhub_sandbox.isolation import bwrap_status
+
 SHIM_SRC = Path(__file__).resolve().parents[2] / "sandbox" / "shim" / "shim.c"
 CC = shutil.which("cc") or shutil.which("gcc")
 
@@ -85,3 +88,7 @@ def run_as_nobody(code: str, timeout: float = 120) -> subprocess.CompletedProces
 #: why a test that needs run_as_nobody is skipped, or None when it can run
 NOBODY_SKIP = (None if os.geteuid() == 0 and shutil.which("setpriv")
                else "needs root and setpriv to run as an unprivileged user")
+
+BWRAP, BWRAP_REASON = bwrap_status()
+#: a test that asks for isolation="bwrap" (without bubblewrap it skips and says why)
+needs_bwrap = pytest.mark.skipif(not BWRAP, reason=f"bubblewrap unusable here: {BWRAP_REASON}")

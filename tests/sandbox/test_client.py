@@ -26,7 +26,8 @@ from rollhub_sandbox import (
     SandboxStartError,
 )
 from rollhub_sandbox import plugin as sandbox_plugin
-from rollhub_sandbox.isolation import bwrap_status
+
+from tests.sandbox.sandbox_helpers import needs_bwrap
 
 
 def _public(cls: type) -> list[str]:
@@ -138,8 +139,6 @@ def test_plugin_registers_the_providers() -> None:
 
 # Isolation -------------------------------------------------------------------------------
 
-BWRAP, BWRAP_REASON = bwrap_status()
-needs_bwrap = pytest.mark.skipif(not BWRAP, reason=f"bubblewrap unusable here: {BWRAP_REASON}")
 
 
 @needs_bwrap

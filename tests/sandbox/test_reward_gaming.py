@@ -20,7 +20,7 @@ from rollhub_sandbox import AsyncSandboxClient
 from rollhub_sandbox.plugin import rollhub_collect_rewards
 from rollhub_sandbox.result import OutputBuffer
 
-from tests.sandbox.sandbox_helpers import NOBODY_SKIP, run_as_nobody
+from tests.sandbox.sandbox_helpers import NOBODY_SKIP, needs_bwrap, run_as_nobody
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "swe"
 PAYLOAD = json.loads((EXAMPLE / "data" / "tasks.jsonl").read_text().splitlines()[0])
@@ -136,6 +136,7 @@ asyncio.run(main())
 """
 
 
+@needs_bwrap
 @pytest.mark.skipif(NOBODY_SKIP is not None, reason=str(NOBODY_SKIP))
 def test_restoring_tests_never_writes_through_the_agents_symlinks() -> None:
     # As an unprivileged user (root ignores the chmod): the agent makes tests/ read-only
@@ -158,6 +159,7 @@ asyncio.run(main())
 """
 
 
+@needs_bwrap
 @pytest.mark.skipif(NOBODY_SKIP is not None, reason=str(NOBODY_SKIP))
 def test_destroy_removes_directories_the_agent_made_read_only() -> None:
     proc = run_as_nobody(_UNDELETABLE)
