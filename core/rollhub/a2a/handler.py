@@ -42,10 +42,9 @@ from a2a.types import (
     Task,
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
-from google.protobuf import json_format
 
 from rollhub.a2a.taskstore import ENDED, EvictingTaskStore
-from rollhub.a2a.wire import SETUP_DIGEST_KEY, setup_digest
+from rollhub.a2a.wire import SETUP_DIGEST_KEY, setup_digest, task_metadata
 
 __all__ = ["MAX_REMEMBERED_EVICTIONS", "RolloutRequestHandler"]
 
@@ -210,8 +209,7 @@ def _refuse_another_input(first: Task, message: Message) -> None:
     """Raise when ``message`` (a setup) carries another task input than the one ``first``
     was set up with; either digest missing (not plain JSON, a task made elsewhere) lets it
     attach."""
-    had = json_format.MessageToDict(first.metadata).get(SETUP_DIGEST_KEY) if first.HasField(
-        "metadata") else None
+    had = task_metadata(first).get(SETUP_DIGEST_KEY)
     new = setup_digest(message)
     if isinstance(had, str) and new is not None and new != had:
         raise InvalidParamsError(

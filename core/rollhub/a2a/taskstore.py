@@ -31,9 +31,8 @@ from dataclasses import dataclass
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks import InMemoryTaskStore
 from a2a.types import ListTasksRequest, ListTasksResponse, Task, TaskState
-from google.protobuf import json_format
 
-from rollhub.a2a.wire import PARKED_DEADLINE_KEY
+from rollhub.a2a.wire import PARKED_DEADLINE_KEY, task_metadata
 from rollhub.errors import ConfigError
 
 __all__ = ["DEFAULT_PARKED_IDLE_S", "ENDED", "PARKED", "EvictingTaskStore", "ExpiredParked"]
@@ -260,7 +259,5 @@ def _owner(context: ServerCallContext) -> ServerCallContext:
 
 def _deadline(task: Task) -> float | None:
     """The rollout deadline the executor put in a parked task's metadata."""
-    if not task.HasField("metadata"):
-        return None
-    value = json_format.MessageToDict(task.metadata).get(PARKED_DEADLINE_KEY)
+    value = task_metadata(task).get(PARKED_DEADLINE_KEY)
     return float(value) if isinstance(value, int | float) else None

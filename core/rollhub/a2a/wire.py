@@ -24,7 +24,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from a2a.types import Artifact, Message, Part, Role
+from a2a.types import Artifact, Message, Part, Role, Task
 from google.protobuf import json_format
 from google.protobuf.struct_pb2 import Value
 
@@ -47,6 +47,7 @@ __all__ = [
     "rollout_deadline",
     "setup_digest",
     "task_message",
+    "task_metadata",
     "text_of",
 ]
 
@@ -145,6 +146,11 @@ def setup_digest(message: Message | None) -> str | None:
     except WireError:
         return None
     return None if digest is None else digest.hex()
+
+
+def task_metadata(task: Task) -> dict[str, Any]:
+    """A task's metadata as a plain dict (empty when it has none)."""
+    return json_format.MessageToDict(task.metadata) if task.HasField("metadata") else {}
 
 
 def rollout_deadline(task_input: Mapping[str, Any]) -> float | None:

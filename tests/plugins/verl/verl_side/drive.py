@@ -102,15 +102,7 @@ async def run_v1(worker: Any, row: dict[str, Any], *, uid: str, step: int) -> No
 
 async def run_v0(worker: Any, rows: list[dict[str, Any]], *, n: int, step: int) -> Any:
     """A batch through ``AgentLoopWorker.generate_sequences`` → ``DataProto``."""
-    from verl.protocol import DataProto
-    from verl.utils.dataset.rl_dataset import collate_fn
-
-    batch = DataProto.from_single_dict(collate_fn(rows))
-    batch.non_tensor_batch["uid"] = np.array([f"u{i}" for i in range(len(rows))], dtype=object)
-    batch = batch.repeat(repeat_times=n, interleave=True)
-    # AgentLoopManager.generate_sequences numbers the samples before chunking them
-    batch.non_tensor_batch["priority"] = np.arange(len(batch), dtype=np.int64)
-    batch.meta_info["global_steps"] = step
+    (batch,) = v0_chunks(rows, n=n, step=step, workers=1)
     return await worker.generate_sequences(batch)
 
 
@@ -123,6 +115,7 @@ def v0_chunks(rows: list[dict[str, Any]], *, n: int, step: int, workers: int) ->
     batch = DataProto.from_single_dict(collate_fn(rows))
     batch.non_tensor_batch["uid"] = np.array([f"u{i}" for i in range(len(rows))], dtype=object)
     batch = batch.repeat(repeat_times=n, interleave=True)
+    # AgentLoopManager.generate_sequences numbers the samples before chunking them
     batch.non_tensor_batch["priority"] = np.arange(len(batch), dtype=np.int64)
     batch.meta_info["global_steps"] = step
     return list(batch.chunk(workers))
