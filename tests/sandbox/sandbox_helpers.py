@@ -85,9 +85,20 @@ def run_as_nobody(code: str, timeout: float = 120) -> subprocess.CompletedProces
         subprocess.run(["rm", "-rf", work], check=False)
 
 
+def _nobody_skip() -> str | None:
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        return "needs root and setpriv to run as an unprivileged user"
+    # the unprivileged user imports rollhub from this checkout (an editable install)
+    checkout = Path(__file__).resolve().parents[2]
+    for folder in (checkout, *checkout.parents):
+        if not os.stat(folder).st_mode & 0o001:
+            return (f"an unprivileged user cannot reach this checkout: {folder} is not "
+                    f"searchable by others (chmod o+x {folder}, or clone elsewhere)")
+    return None
+
+
 #: why a test that needs run_as_nobody is skipped, or None when it can run
-NOBODY_SKIP = (None if os.geteuid() == 0 and shutil.which("setpriv")
-               else "needs root and setpriv to run as an unprivileged user")
+NOBODY_SKIP = _nobody_skip()
 
 BWRAP, BWRAP_REASON = bwrap_status()
 #: a test that asks for isolation="bwrap" (without bubblewrap it skips and says why)
