@@ -4,18 +4,25 @@
 directory (an *area*) runs whole on one worker: its session fixtures (a loaded model, a
 started S3 server, a built environment) are made once, as in a serial run, and tests that
 count the processes or threads of their area never see another area's. Areas with a test
-marked ``slow`` are handed out first, so the quick ones fill the end of the run.
+marked ``slow`` are handed out first, so the quick ones fill the end of the run. The run
+ends with what each area and each worker spent, to show where the suite's time goes.
 """
 
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from typing import Any
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+# seconds of setup, call and teardown, summed on the controller (or the only process)
+_AREA_SECONDS: defaultdict[str, float] = defaultdict(float)
+_WORKER_SECONDS: defaultdict[str, float] = defaultdict(float)
 
 
 def _area(nodeid: str) -> str:
@@ -42,3 +49,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     heavy = {_area(item.nodeid) for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: _area(item.nodeid) not in heavy)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _AREA_SECONDS[_area(report.nodeid)] += report.duration
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    _WORKER_SECONDS[getattr(worker, "id", "main")] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Where the run's time went: the slowest areas, then each worker's total."""
+    if hasattr(config, "workerinput") or not _AREA_SECONDS:
+        return
+    terminalreporter.write_sep("=", "slowest areas (setup + call + teardown)")
+    ranked = sorted(_AREA_SECONDS.items(), key=lambda kv: kv[1], reverse=True)
+    for area, seconds in ranked[:20]:
+        terminalreporter.write_line(f"{seconds:9.1f}s {area}")
+    busy = ", ".join(f"{w} {s:.0f} s" for w, s in sorted(_WORKER_SECONDS.items()))
+    terminalreporter.write_line(f"busy: {busy}; total {sum(_AREA_SECONDS.values()):.0f} s")

@@ -58,6 +58,10 @@ def test_each_directory_runs_whole_on_one_worker(tmp_path: Path) -> None:
     assert len(rows) == 18
     assert all(len(w) == 1 for w in workers.values()), workers
     assert len(set().union(*workers.values())) == 2  # both workers were used
+    # the run ends with where its time went: every area, and both workers' totals
+    summary = done.stdout.split("slowest areas", 1)[1]
+    assert all(f"s {area}\n" in summary for area in ("alpha", "beta", "gamma")), summary
+    assert "busy: gw0 " in summary and ", gw1 " in summary, summary
 
 
 def test_the_suite_runs_on_a_worker_per_core_unless_the_caller_chose(monkeypatch) -> None:
