@@ -46,6 +46,9 @@ _PORT_FLAGS = (
     "admin.port",
     "admin.port.grpc",
 )
+# weed also listens on a unix socket per gRPC service, at a fixed path under /tmp (not
+# $TMPDIR), and leaves the socket file behind when it stops.
+_GRPC_SOCKET = "/tmp/seaweedfs-{service}-grpc-{port}.sock"
 # Unix socket paths longer than this do not fit in sockaddr_un.
 _MAX_SOCKET_PATH = 100
 
@@ -93,6 +96,7 @@ def seaweedfs_server(
     if credentials is not None:
         env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = credentials
     proc: subprocess.Popen[bytes] | None = None
+    ports: list[int] = []
     try:
         last_error = ""
         for attempt in range(1, attempts + 1):
@@ -125,7 +129,7 @@ def seaweedfs_server(
                 log.info("SeaweedFS S3 at %s (pid %d, data %s)", endpoint, proc.pid, data)
                 break
             last_error = _tail(logfile)
-            _stop(proc)
+            _stop(proc, ports)
             proc = None
             log.warning("weed mini attempt %d failed to start:\n%s", attempt, last_error)
         else:
@@ -133,7 +137,7 @@ def seaweedfs_server(
         yield endpoint
     finally:
         if proc is not None:
-            _stop(proc)
+            _stop(proc, ports)
         if short_dir is not None:
             shutil.rmtree(short_dir, ignore_errors=True)
 
@@ -168,7 +172,8 @@ def _wait_ready(proc: subprocess.Popen[bytes], endpoint: str, timeout_s: float) 
     return False
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def _stop(proc: subprocess.Popen[bytes], ports: list[int]) -> None:
+    """Stop weed, then remove the gRPC socket files it left under /tmp."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -177,6 +182,11 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             log.warning("weed mini (pid %d) ignored SIGTERM; killing it", proc.pid)
             proc.kill()
             proc.wait(timeout=5)
+    for flag, port in zip(_PORT_FLAGS, ports, strict=True):
+        if flag.endswith(".port.grpc"):
+            path = Path(_GRPC_SOCKET.format(service=flag.split(".", 1)[0], port=port))
+            if path.is_socket():
+                path.unlink(missing_ok=True)
 
 
 def _tail(path: Path, lines: int = 20) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from rollhub.client import AsyncRolloutClient
@@ -50,3 +52,28 @@ async def test_batch_with_s3_results(s3_endpoint, make_runtime, monkeypatch) -> 
         outcome = await client.invoke({"mode": "sleep", "seconds": 0.2, "x": 1})
         assert outcome.status == "ok" and outcome.result["x"] == 1
         assert client.stats["store_reads"] > 1
+
+
+def _weed_children() -> list[list[str]]:
+    """The command lines of this process's ``weed`` children."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            argv = (stat.parent / "cmdline").read_bytes().decode().split("\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and Path(argv[0]).name == "weed":
+            found.append(argv)
+    return found
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_the_server_leaves_no_socket_files_in_tmp(tmp_path: Path) -> None:
+    # weed puts a unix socket per gRPC service at /tmp/seaweedfs-<service>-grpc-<port>.sock
+    with seaweedfs_server(tmp_path):
+        [argv] = _weed_children()
+        grpc = [a[1:].split("=") for a in argv if ".port.grpc=" in a]
+        paths = [Path(f"/tmp/seaweedfs-{flag.split('.')[0]}-grpc-{port}.sock") for flag, port in grpc]
+        assert [p for p in paths if p.is_socket()], paths  # weed made them
+    assert not [p for p in paths if p.exists()]
