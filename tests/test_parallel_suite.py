@@ -22,7 +22,8 @@ import json, os, pathlib
 
 def test_{n}():
     with pathlib.Path({log!r}).open("a") as fh:
-        fh.write(json.dumps(["{area}", os.environ.get("PYTEST_XDIST_WORKER")]) + "\\n")
+        fh.write(json.dumps(["{area}", os.environ.get("PYTEST_XDIST_WORKER"),
+                            os.environ.get("OMP_WAIT_POLICY")]) + "\\n")
 '''
 
 
@@ -45,7 +46,8 @@ def test_each_directory_runs_whole_on_one_worker(tmp_path: Path) -> None:
         for f in range(2):
             body = "\n".join(TEST.format(n=f"{f}_{i}", log=str(log), area=area) for i in range(3))
             (suite / area / f"test_{area}_{f}.py").write_text(body)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "XDIST_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "XDIST_")) and k != "OMP_WAIT_POLICY"}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider"],
         cwd=suite, env=env, capture_output=True, text=True, timeout=300,
@@ -53,7 +55,8 @@ def test_each_directory_runs_whole_on_one_worker(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     rows = [json.loads(x) for x in log.read_text().splitlines()]
     workers: dict[str, set[str]] = {}
-    for area, worker in rows:
+    assert {policy for _, _, policy in rows} == {"PASSIVE"}  # idle OpenMP threads sleep
+    for area, worker, _ in rows:
         workers.setdefault(area, set()).add(worker)
     assert len(rows) == 18
     assert all(len(w) == 1 for w in workers.values()), workers
