@@ -54,9 +54,9 @@ async def test_batch_with_s3_results(s3_endpoint, make_runtime, monkeypatch) -> 
         assert client.stats["store_reads"] > 1
 
 
-def _weed_children() -> list[list[str]]:
-    """The command lines of this process's ``weed`` children."""
-    found = []
+def _weed_children() -> dict[int, list[str]]:
+    """The command lines of this process's ``weed`` children, by pid."""
+    found = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
@@ -64,15 +64,16 @@ def _weed_children() -> list[list[str]]:
         except (OSError, ValueError, IndexError):
             continue
         if ppid == os.getpid() and Path(argv[0]).name == "weed":
-            found.append(argv)
+            found[int(stat.parent.name)] = argv
     return found
 
 
 @pytest.mark.asyncio(loop_scope="function")
 async def test_the_server_leaves_no_socket_files_in_tmp(tmp_path: Path) -> None:
     # weed puts a unix socket per gRPC service at /tmp/seaweedfs-<service>-grpc-<port>.sock
+    others = _weed_children()  # the module's server may be running
     with seaweedfs_server(tmp_path):
-        [argv] = _weed_children()
+        [argv] = [a for pid, a in _weed_children().items() if pid not in others]
         grpc = [a[1:].split("=") for a in argv if ".port.grpc=" in a]
         paths = [Path(f"/tmp/seaweedfs-{flag.split('.')[0]}-grpc-{port}.sock") for flag, port in grpc]
         assert [p for p in paths if p.is_socket()], paths  # weed made them
