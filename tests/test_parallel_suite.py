@@ -35,7 +35,8 @@ def _bootstrap() -> ModuleType:
     return module
 
 
-def test_each_directory_runs_whole_on_one_worker(tmp_path: Path) -> None:
+def _small_suite(tmp_path: Path) -> tuple[Path, Path]:
+    """Three areas of six tests each, under a copy of the suite's conftest; and their log."""
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
@@ -46,13 +47,23 @@ def test_each_directory_runs_whole_on_one_worker(tmp_path: Path) -> None:
         for f in range(2):
             body = "\n".join(TEST.format(n=f"{f}_{i}", log=str(log), area=area) for i in range(3))
             (suite / area / f"test_{area}_{f}.py").write_text(body)
+    return suite, log
+
+
+def _pytest(suite: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_", "XDIST_")) and k != "OMP_WAIT_POLICY"}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
         cwd=suite, env=env, capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def test_each_directory_runs_whole_on_one_worker(tmp_path: Path) -> None:
+    suite, log = _small_suite(tmp_path)
+    done = _pytest(suite, "-n", "2")
     rows = [json.loads(x) for x in log.read_text().splitlines()]
     workers: dict[str, set[str]] = {}
     assert {policy for _, _, policy in rows} == {"PASSIVE"}  # idle OpenMP threads sleep
@@ -65,6 +76,18 @@ def test_each_directory_runs_whole_on_one_worker(tmp_path: Path) -> None:
     summary = done.stdout.split("slowest areas", 1)[1]
     assert all(f"s {area}\n" in summary for area in ("alpha", "beta", "gamma")), summary
     assert "busy: gw0 " in summary and ", gw1 " in summary, summary
+
+
+def test_areas_go_out_longest_first_by_the_seconds_a_run_recorded(tmp_path: Path) -> None:
+    suite, log = _small_suite(tmp_path)
+    (suite / "area_seconds.json").write_text(json.dumps({"beta": 20.0, "gamma": 30.0}))
+    _pytest(suite, "-n", "1", "--record-area-seconds")
+    ran = [json.loads(x)[0] for x in log.read_text().splitlines()]
+    assert list(dict.fromkeys(ran)) == ["gamma", "beta", "alpha"]  # alpha: not known yet
+    # the run wrote what it measured for each area (its six tests take milliseconds)
+    recorded = json.loads((suite / "area_seconds.json").read_text())
+    assert set(recorded) == {"alpha", "beta", "gamma"}
+    assert all(0 <= seconds < 5 for seconds in recorded.values()), recorded
 
 
 def test_the_suite_runs_on_a_worker_per_core_unless_the_caller_chose(monkeypatch) -> None:
