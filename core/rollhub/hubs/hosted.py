@@ -108,6 +108,11 @@ class HubHosting:
         self._thread_gates: dict[str, threading.Lock] = {}
         #: per key: the loop starting a loop hub, and the lock its tasks wait on
         self._loop_gates: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = {}
+        #: per key: how many loop-hub starts failed, and the last failure. A task that was
+        #: already waiting when a start failed gets that failure instead of starting again:
+        #: a trainer's rows ask together, and each retry of a start that cannot succeed
+        #: (a bad config, a gateway that does not come up) would cost the whole wait again.
+        self._failed_starts: dict[str, tuple[int, Exception]] = {}
         self._exit_armed = False
 
     def process_hub(self, key: str, build: Callable[[], H]) -> H:
@@ -154,15 +159,25 @@ class HubHosting:
         :param build: makes the (unstarted) hub; called once per key.
         :raises UsageError: the hub of ``key`` runs on another event loop, or is hosted by
             :meth:`process_hub`.
+        :raises Exception: what ``build()`` or the hub's start raised; the tasks that were
+            waiting for that start get the same exception, and a later call tries again.
         """
         loop = asyncio.get_running_loop()
         found = self._hosted(key)
         if found is None:
+            failures_seen = self._failed_starts.get(key, (0, None))[0]
             async with self._loop_gate(key, loop):
                 found = self._hosted(key)
                 if found is None:
-                    hub = build()
-                    await hub.start()
+                    failures, failure = self._failed_starts.get(key, (0, None))
+                    if failures > failures_seen and failure is not None:
+                        raise failure
+                    try:
+                        hub = build()
+                        await hub.start()
+                    except Exception as exc:
+                        self._failed_starts[key] = (failures + 1, exc)
+                        raise
                     found = self._keep(key, _Hosted(hub, loop=loop))
                     log.info("hub %r started on the caller's event loop", key)
         if found.twin is not None:

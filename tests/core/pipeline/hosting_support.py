@@ -35,13 +35,18 @@ class Recorder:
     :param marker: a file the stop hook writes through ``asyncio.to_thread`` (as close
         paths of real components do: the S3 store, the Ray and AgentCore runtimes).
     :param fail: the stop hook raises after recording.
+    :param fail_start: the start hook raises after it yielded (as a gateway that did not
+        come up), before recording.
     """
 
-    def __init__(self, *, marker: Path | None = None, fail: bool = False) -> None:
+    def __init__(
+        self, *, marker: Path | None = None, fail: bool = False, fail_start: bool = False
+    ) -> None:
         self.started: list[tuple[asyncio.AbstractEventLoop, str]] = []
         self.stopped: list[asyncio.AbstractEventLoop] = []
         self.marker = marker
         self.fail = fail
+        self.fail_start = fail_start
 
     @hookimpl
     def rollhub_register_components(self, registry: Any) -> None:
@@ -50,6 +55,8 @@ class Recorder:
     @hookimpl
     async def rollhub_hub_started(self, hub: Any) -> None:
         await asyncio.sleep(0.05)  # a start that yields, so concurrent callers overlap
+        if self.fail_start:
+            raise RuntimeError("the gateway did not come up")
         self.started.append((asyncio.get_running_loop(), CALLER.get()))
 
     @hookimpl

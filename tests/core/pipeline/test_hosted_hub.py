@@ -182,6 +182,30 @@ async def test_one_loop_hub_per_key_started_in_the_callers_context(hosting, tmp_
     assert recorder.stopped == [loop, loop] and hosting.keys() == []
 
 
+async def test_tasks_waiting_on_a_failed_start_get_its_failure_and_a_later_call_retries(
+    hosting, tmp_path
+):
+    """A trainer's rows ask for the hub together: a start that fails is tried once for them
+    all, not once per row, and the next call after the failure tries again."""
+    failing, recorder = Recorder(fail_start=True), Recorder()
+    builds = 0
+
+    def build(plugin: Recorder) -> AsyncHub:
+        nonlocal builds
+        builds += 1
+        return AsyncHub(idle_config(tmp_path, "k"), host=idle_host(plugin), run_dir=tmp_path)
+
+    asked = await asyncio.gather(
+        *(hosting.loop_hub("k", lambda: build(failing)) for _ in range(6)), return_exceptions=True
+    )
+    assert builds == 1
+    assert all(isinstance(e, RuntimeError) and "did not come up" in str(e) for e in asked)
+    assert hosting.hosted_hub("k") is None
+    hub = await hosting.loop_hub("k", lambda: build(recorder))
+    assert builds == 2 and hosting.hosted_hub("k") is hub and len(recorder.started) == 1
+    await hosting.aclose_hubs()
+
+
 async def test_a_process_hub_asked_for_on_a_loop_points_at_its_handle(hosting, tmp_path):
     cfg = idle_config(tmp_path)
     await asyncio.to_thread(
