@@ -140,7 +140,6 @@ def test_plugin_registers_the_providers() -> None:
 # Isolation -------------------------------------------------------------------------------
 
 
-
 @needs_bwrap
 async def test_bwrap_hides_the_host_and_the_network(root: Path, tmp_path: Path) -> None:
     secret = tmp_path / "host-secret"

@@ -44,7 +44,6 @@ class SlowCleanup(SessionExecutor):
             await asyncio.sleep(0.6)
 
 
-
 async def test_a_run_message_to_a_task_one_sweep_evicts_never_starts_it():
     executor = SlowCleanup()
     # one sweep, 0.5 s after the first message, finds both tasks past their idle bound

@@ -46,7 +46,6 @@ class Sandboxes(SessionExecutor):
         self.cleaned.append(task_id)
 
 
-
 async def test_a_parked_task_whose_client_died_is_evicted_and_cleaned_up():
     executor = Sandboxes()
     store = EvictingTaskStore(parked_idle_s=0.3, sweep_s=0.05)

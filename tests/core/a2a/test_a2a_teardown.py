@@ -50,7 +50,6 @@ def workspace_app(root: Path) -> tuple[RolloutApp, list[str]]:
     return app, torn
 
 
-
 @pytest.mark.parametrize("fail_teardown", [False, True])
 async def test_teardown_runs_once_after_the_run_and_never_replaces_its_result(
     tmp_path, fail_teardown

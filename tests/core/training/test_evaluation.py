@@ -194,7 +194,6 @@ def test_eval_of_an_endpoint_needs_its_model_name(tmp_path) -> None:
     assert cfg.token_source.name == "none" and label == "m" and cfg.eval.n_samples == 3
 
 
-
 def _split_episode(i: int, split: str, solved: bool) -> Episode:
     e = _episode(i, 1.0 if solved else 0.0)
     e.payload = {"split": split}
