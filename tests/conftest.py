@@ -26,8 +26,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Two workers on two cores each run torch with a thread per core. Idle OpenMP threads that
 # spin for work take the core from the other worker's threads; sleeping ones do not. On
 # the two heaviest areas (tests/plugins/trl and tests/core/training, two workers) the busy
-# time went from 454 and 458 s to 419 and 414 s. Set before any test imports torch; processes the
-# tests start inherit it.
+# time went from 454 and 458 s to 419 and 414 s. Set before any test imports torch; the
+# processes the tests start inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
