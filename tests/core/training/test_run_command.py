@@ -52,6 +52,9 @@ def rollhub_register_components(registry):
 
 def _setup(tmp_path: Path, n_prompts: int, extra: str = "") -> Path:
     (tmp_path / "slow_trainer.py").write_text(TRAINER_PLUGIN)
+    # the test's own copy of the agent: its workers' command lines name this copy, which
+    # no other test's workers do (tests/plugins/tinker runs the same agent meanwhile)
+    (tmp_path / AGENT.name).write_text(AGENT.read_text())
     with (tmp_path / "data.jsonl").open("w") as f:
         for i in range(n_prompts):
             f.write(json.dumps({"id": f"q{i}", "log": str(tmp_path / "served.jsonl")}) + "\n")
@@ -66,7 +69,7 @@ progress = false
 
 [runtime]
 name = "local"
-app = "{AGENT}:app"
+app = "{tmp_path / AGENT.name}:app"
 workers = 1
 
 [store]
@@ -207,7 +210,8 @@ def test_kill_mid_run_then_resume(tmp_path):
     # the trainer's state came back: 2 steps before the kill + 3 after
     assert (run / "checkpoints" / "step-000005" / "trainer" / "done").read_text() == "5"
     # no worker outlived either run
-    ps = subprocess.run(["pgrep", "-f", str(AGENT)], capture_output=True, text=True)
+    ps = subprocess.run(["pgrep", "-f", str(tmp_path / AGENT.name)], capture_output=True,
+                        text=True)
     assert ps.stdout.strip() == ""
 
 
