@@ -108,7 +108,7 @@ class HubHosting:
         self._thread_gates: dict[str, threading.Lock] = {}
         #: per key: the loop starting a loop hub, and the lock its tasks wait on
         self._loop_gates: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = {}
-        #: per key: how many loop-hub starts failed, and the last failure. A task that was
+        #: per key: how many starts failed, and the last failure. A task or thread that was
         #: already waiting when a start failed gets that failure instead of starting again:
         #: a trainer's rows ask together, and each retry of a start that cannot succeed
         #: (a bad config, a gateway that does not come up) would cost the whole wait again.
@@ -125,22 +125,34 @@ class HubHosting:
         :param build: makes the (unstarted) hub; called once per key.
         :raises UsageError: called inside a running event loop, or ``key`` is hosted by
             :meth:`loop_hub`.
+        :raises Exception: what ``build()`` or the hub's start raised; the threads that were
+            waiting for that start get the same exception, and a later call tries again.
         """
         ensure_no_running_loop(
             f"process_hub({key!r})", "call it through asyncio.to_thread, or use loop_hub()"
         )
         found = self._hosted(key)
         if found is None:
+            failures_seen = self._failed_starts.get(key, (0, None))[0]
             with self._lock:
                 gate = self._thread_gates.setdefault(key, threading.Lock())
             with gate:
                 found = self._hosted(key)
                 if found is None:
-                    twin = build()
+                    failures, failure = self._failed_starts.get(key, (0, None))
+                    if failures > failures_seen and failure is not None:
+                        raise failure
+                    try:
+                        twin = build()
+                    except Exception as exc:
+                        self._failed_starts[key] = (failures + 1, exc)
+                        raise
                     try:
                         twin.start()
-                    except BaseException:
+                    except BaseException as exc:
                         twin.close()
+                        if isinstance(exc, Exception):
+                            self._failed_starts[key] = (failures + 1, exc)
                         raise
                     found = self._keep(key, _Hosted(twin.async_hub, twin=twin))
                     log.info("hub %r started on its own loop thread", key)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -99,6 +100,40 @@ def test_a_failed_start_is_not_kept(hosting, tmp_path):
         "k", lambda: Hub(idle_config(tmp_path), host=idle_host(recorder), run_dir=tmp_path)
     )
     assert hosting.hosted_hub("k") is hub and len(recorder.started) == 1
+
+
+def test_threads_waiting_on_a_failed_start_get_its_failure(hosting, tmp_path):
+    """A trainer's threads ask for the hub together: a start that fails is tried once for
+    them all, not once per thread, and the next call after the failure tries again."""
+    failing, recorder = Recorder(fail_start=True), Recorder()
+    builds = 0
+    barrier = threading.Barrier(6)
+
+    def build(plugin: Recorder) -> Hub:
+        nonlocal builds
+        builds += 1
+        time.sleep(0.2)  # the other threads are queued on the start by now
+        return Hub(idle_config(tmp_path, "k"), host=idle_host(plugin), run_dir=tmp_path)
+
+    def ask() -> BaseException | Hub:
+        barrier.wait()
+        try:
+            return hosting.process_hub("k", lambda: build(failing))
+        except Exception as exc:
+            return exc
+
+    asked: list[BaseException | Hub] = []
+    threads = [threading.Thread(target=lambda: asked.append(ask())) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert builds == 1
+    assert len(asked) == 6
+    assert all(isinstance(e, RuntimeError) and "did not come up" in str(e) for e in asked)
+    assert hosting.hosted_hub("k") is None
+    hub = hosting.process_hub("k", lambda: build(recorder))
+    assert builds == 2 and hosting.hosted_hub("k") is hub and len(recorder.started) == 1
 
 
 async def test_process_hub_is_refused_inside_a_running_loop(hosting):
