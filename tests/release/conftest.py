@@ -3,8 +3,8 @@ environment that holds only those wheels (plus what a user adds from the package
 
 Both are built once and reused while their inputs are unchanged: the artifacts in
 ``.venvs/release/dist`` are keyed by the content hash of the sources (``release/build.py
-build --reuse``), the environment by the wheels' requirements and the third-party pins
-below (a change of rollhub's code alone reinstalls the rollhub wheels into it).
+build --reuse``), the environment by the build of the wheels, and its third-party packages,
+shared by the machine's checkouts, by the wheels' requirements and the pins below.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import hashlib
 import shutil
 import subprocess
 import sys
-import venv
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from release import build as release_build
+from tests.dependency_envs import dependency_env, thin_venv
 from tests.release.isolated_env import ROOT, clean_env
 
 CACHE = ROOT / ".venvs" / "release"
@@ -53,32 +53,41 @@ def _requirements(dist: Path) -> list[str]:
 def wheel_venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtual environment made from nothing but the built wheels and the index.
 
-    Keyed by the wheels' requirements: when those change it is made afresh; when only
-    rollhub's code changed, the rollhub wheels are reinstalled into it (what a fresh one
-    would hold, in seconds instead of minutes).
+    The third-party packages the wheels require are installed once per machine into a
+    shared environment keyed by those requirements (``tests/dependency_envs.py``: pip
+    resolves them from the wheels, which are then uninstalled from it). This one is made
+    afresh for every build of the wheels: it holds the wheels, installed without their
+    dependencies, and reads the shared environment's packages after its own.
     """
     built = (dist / release_build.STAMP).read_text()
     key = hashlib.sha256(
         "\n".join([*_requirements(dist), *EXTRA, *NO_DEPS, sys.version]).encode()
     ).hexdigest()[:16]
-    target = CACHE / f"venv-{key}"
-    done = target / ".rollhub-release-venv"
     cwd = tmp_path_factory.mktemp("pip")  # pip must not see the source tree either
     wheels = sorted(str(p) for p in dist.glob("*.whl"))
-    pip = [str(target / "bin" / "python"), "-m", "pip", "install", "--quiet"]
-    if done.is_file() and done.read_text() == built:
-        return target
-    if done.is_file():
-        steps = [[*pip, "--no-deps", "--force-reinstall", *wheels]]
-    else:
-        for old in CACHE.glob("venv-*"):
-            shutil.rmtree(old)
-        venv.EnvBuilder(with_pip=True, clear=True).create(target)
-        steps = [[*pip, *wheels, *EXTRA], [*pip, "--no-deps", *NO_DEPS]]
-    for cmd in steps:
+    ours = [d.name for d in release_build.distributions()]
+
+    def pip(python: Path, *args: str) -> None:
         out = subprocess.run(
-            cmd, cwd=cwd, env=clean_env(target), capture_output=True, text=True, timeout=1800
-        )
+            [str(python), "-m", "pip", "--disable-pip-version-check", *args],
+            cwd=cwd, env=clean_env(python.parent.parent), capture_output=True, text=True,
+            timeout=1800,
+        )  # fmt: skip
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    done.write_text(built)
+
+    def install_dependencies(python: Path) -> None:
+        pip(python, "install", "--quiet", *wheels, *EXTRA)
+        pip(python, "install", "--quiet", "--no-deps", *NO_DEPS)
+        pip(python, "uninstall", "--quiet", "--yes", *ours)
+
+    dependencies = dependency_env("release", key, install_dependencies)
+    target = CACHE / f"venv-{key}"
+    done = target / ".rollhub-release-venv"
+    if done.is_file() and done.read_text() == f"{built} {dependencies}":
+        return target
+    for old in CACHE.glob("venv-*"):
+        shutil.rmtree(old)
+    python = thin_venv(target, dependencies)
+    pip(python, "install", "--quiet", "--no-deps", *wheels)
+    done.write_text(f"{built} {dependencies}")
     return target

@@ -1,10 +1,12 @@
 """Runs the verl-side suite (verl_side/) in its own environment and asserts it passed.
 
 verl 0.9.1 pins ``transformers<5.11`` and ``tensordict<=0.10``; the shared environment has
-newer ones. The environment lives in ``.venvs/verl`` (git-ignored): created from
-``plugins/verl/requirements-test.txt`` on first use and brought up to date whenever that
-file or a pyproject it installs changes (a hash stamp), so ``python3 bootstrap.py test``
-covers verl on a fresh machine. A first build takes about 3 minutes here.
+newer ones. The third-party packages of ``plugins/verl/requirements-test.txt`` are
+installed once per machine into a shared environment (``tests/dependency_envs.py``, about
+3 minutes the first time), rebuilt when that file, a pyproject it installs or the Python
+version changes. The checkout's own ``.venvs/verl`` (git-ignored) holds rollhub's
+packages, editable, and reads the shared one's after them: seconds to make, so
+``python3 bootstrap.py test`` covers verl on a fresh clone.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import os
 import subprocess
 import sys
 import time
-import venv
+import tomllib
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+
+from tests.dependency_envs import dependency_env, thin_venv
 
 ROOT = Path(__file__).resolve().parents[3]
 VENV = Path(os.environ.get("ROLLHUB_VERL_VENV", ROOT / ".venvs" / "verl"))
@@ -45,26 +49,45 @@ def fingerprint() -> str:
     return h.hexdigest()
 
 
+def _editable_dirs() -> list[str]:
+    """The checkout's packages the requirements file installs (its ``-e`` lines)."""
+    lines = REQUIREMENTS.read_text().splitlines()
+    return [x.split(None, 1)[1].strip() for x in lines if x.startswith("-e ")]
+
+
+def _pip(python: Path, *args: str) -> None:
+    cmd = [str(python), "-m", "pip", "--disable-pip-version-check", *args]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"pip {' '.join(args)} failed:\n{done.stderr[-4000:]}")
+
+
+def _install_dependencies(python: Path) -> None:
+    """Everything the requirements file installs but the checkout's own packages."""
+    ours = [tomllib.loads((ROOT / d / "pyproject.toml").read_text())["project"]["name"]
+            for d in _editable_dirs()]  # fmt: skip
+    _pip(python, "install", "--quiet", "--upgrade", "pip>=24")
+    # what `pip install --no-build-isolation -e` needs to build rollhub's packages here
+    _pip(python, "install", "--quiet", "-r", str(REQUIREMENTS), "hatchling>=1.21", "editables")
+    _pip(python, "uninstall", "--quiet", "--yes", *ours)
+
+
 def ensure_env() -> float:
-    """Create or refresh ``.venvs/verl``; return the seconds spent building (0 if current)."""
+    """Make ``.venvs/verl`` (and the shared environment) unless current; return the
+    seconds spent."""
+    t0 = time.monotonic()
+    want = fingerprint()
+    dependencies = dependency_env("verl", want[:16], _install_dependencies)
     VENV.parent.mkdir(parents=True, exist_ok=True)
     stamp = VENV / ".rollhub-verl.sha256"
     with open(VENV.parent / ".verl.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # two test runs must not build it at once
-        want = fingerprint()
-        if stamp.exists() and stamp.read_text() == want and PY.exists():
-            return 0.0
-        t0 = time.monotonic()
-        if not PY.exists():
-            venv.EnvBuilder(with_pip=True).create(VENV)
-        # an existing environment is brought up to date in place: a changed pyproject
-        # usually means one new dependency, not a new verl
-        pip = [str(PY), "-m", "pip", "--disable-pip-version-check", "install", "--quiet"]
-        for args in (["--upgrade", "pip>=24"], ["-r", str(REQUIREMENTS)]):
-            done = subprocess.run([*pip, *args], cwd=ROOT, capture_output=True, text=True)
-            if done.returncode != 0:
-                raise RuntimeError(f"pip install {' '.join(args)} failed:\n{done.stderr[-4000:]}")
-        stamp.write_text(want)
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two test runs must not make it at once
+        if stamp.exists() and stamp.read_text() == f"{want} {dependencies}" and PY.exists():
+            return time.monotonic() - t0
+        python = thin_venv(VENV, dependencies)
+        editable = [arg for d in _editable_dirs() for arg in ("-e", d)]
+        _pip(python, "install", "--quiet", "--no-deps", "--no-build-isolation", *editable)
+        stamp.write_text(f"{want} {dependencies}")
         return time.monotonic() - t0
 
 
@@ -72,7 +95,7 @@ def ensure_env() -> float:
 @pytest.mark.timeout(1800)
 def test_verl_side_suite_passes(tmp_path):
     built = ensure_env()
-    if built:
+    if built > 1:
         print(f"verl test environment built in {built:.0f} s")
     report = tmp_path / "verl.xml"
     proc = subprocess.run(
@@ -89,7 +112,3 @@ def test_verl_side_suite_passes(tmp_path):
     assert int(suite.get("tests", 0)) >= 10, tail
     skipped = [c.get("name") for c in suite.iter("testcase") if c.find("skipped") is not None]
     assert all(name.split("[")[0] in MAY_SKIP for name in skipped), (skipped, tail)
-
-
-if __name__ == "__main__":
-    print(f"built in {ensure_env():.0f} s")

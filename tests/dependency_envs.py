@@ -1,0 +1,99 @@
+"""Virtual environments of third-party packages, built once per machine and shared by its
+checkouts while their pins are unchanged.
+
+Some tests need an environment of their own: verl's pins clash with the shared one, the
+release tests install nothing of rollhub but its wheels, agentcore-rl-toolkit 0.1.4 cannot
+sit beside 0.2.0. Their third-party packages take minutes to install, and they are the same
+in every checkout with the same pins, so they live under ``$ROLLHUB_CACHE`` (default
+``~/.cache/rollhub``), one environment per name and key (:func:`dependency_env`). Where the
+checkout's own packages belong in it too, the checkout gets a small environment of its own
+that reads the shared one's packages after its own (:func:`thin_venv`): seconds to make,
+and nothing of one checkout shows in another.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import time
+import venv
+from collections.abc import Callable
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: of one name's environments, how many stay (the one in use and the most recently used
+#: others): a checkout on other pins keeps its own instead of rebuilding it at every switch
+KEEP = 2
+
+DONE = ".rollhub-built"
+
+
+def cache_root() -> Path:
+    """Where the shared environments live: ``$ROLLHUB_CACHE`` or ``~/.cache/rollhub``."""
+    return Path(os.environ.get("ROLLHUB_CACHE", Path.home() / ".cache" / "rollhub"))
+
+
+def site_packages(env: Path) -> Path:
+    """The site-packages directory of the virtual environment ``env``."""
+    found = sorted(env.glob("lib/python3*/site-packages"))
+    if len(found) != 1:
+        raise RuntimeError(f"{env} has {len(found)} site-packages directories, not one")
+    return found[0]
+
+
+def dependency_env(
+    name: str, key: str, build: Callable[[Path], None], *, with_pip: bool = True
+) -> Path:
+    """The environment ``<cache>/<name>-<key>``, made by ``build(python)`` when missing.
+
+    :param key: what the environment is built from, hashed (the pins, the Python version):
+        another key is another environment.
+    :param build: installs the packages with the interpreter it is given, that of a fresh
+        virtual environment (with pip unless ``with_pip`` is false); the environment counts
+        as made once it returns.
+    :returns: the environment's root directory.
+    """
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    env = root / f"{name}-{key}"
+    done = env / DONE
+    with open(root / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two runs must not build one at once
+        if not done.is_file():
+            started = time.monotonic()
+            shutil.rmtree(env, ignore_errors=True)  # a build that did not finish
+            venv.EnvBuilder(with_pip=with_pip).create(env)
+            build(env / "bin" / "python")
+            done.write_text(key)
+            log.warning("built %s in %.0f s", env, time.monotonic() - started)
+        done.touch()  # its last use, which decides what _forget_others keeps
+        _forget_others(root, name, env)
+    return env
+
+
+def _forget_others(root: Path, name: str, current: Path) -> None:
+    others = [p for p in root.glob(f"{name}-*") if p != current and (p / DONE).is_file()]
+    others.sort(key=lambda p: (p / DONE).stat().st_mtime, reverse=True)
+    for old in others[KEEP - 1 :]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def thin_venv(path: Path, dependencies: Path) -> Path:
+    """A fresh virtual environment at ``path`` that finds the packages of ``dependencies``
+    after its own; :returns: its interpreter.
+
+    It has no pip of its own: ``python -m pip`` runs the shared environment's and installs
+    here. Packages installed here (the checkout's, editable or from wheels) come first.
+    """
+    shutil.rmtree(path, ignore_errors=True)
+    venv.EnvBuilder(with_pip=False).create(path)
+    shared = site_packages(dependencies)
+    # an `import` line of a .pth file runs at start-up: addsitedir also reads the shared
+    # environment's own .pth files, which a plain path line would skip
+    (site_packages(path) / "_rollhub_dependencies.pth").write_text(
+        f"import site; site.addsitedir({str(shared)!r})\n"
+    )
+    return path / "bin" / "python"

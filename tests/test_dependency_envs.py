@@ -1,0 +1,81 @@
+"""The shared environments of third-party packages and the checkouts' thin ones."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests import dependency_envs
+from tests.dependency_envs import dependency_env, site_packages, thin_venv
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ROLLHUB_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _shared(python: Path) -> None:
+    """A "package" in the shared environment, and a .pth file that adds another folder."""
+    site = site_packages(python.parent.parent)
+    (site / "shared_mod.py").write_text("WHERE = 'shared'\n")
+    (site / "clash_mod.py").write_text("WHERE = 'shared'\n")
+    extra = site.parent / "extra"
+    extra.mkdir()
+    (extra / "extra_mod.py").write_text("WHERE = 'extra'\n")
+    (site / "extra.pth").write_text(f"{extra}\n")
+
+
+def test_built_once_and_read_after_the_thin_environments_own(cache: Path, tmp_path: Path) -> None:
+    builds: list[Path] = []
+
+    def build(python: Path) -> None:
+        builds.append(python)
+        _shared(python)
+
+    env = dependency_env("demo", "k1", build)
+    assert env == cache / "demo-k1" and builds == [env / "bin" / "python"]
+    assert dependency_env("demo", "k1", lambda p: pytest.fail("built twice")) == env
+    assert (env / "bin" / "pip").exists()
+
+    python = thin_venv(tmp_path / "thin", env)
+    (site_packages(tmp_path / "thin") / "clash_mod.py").write_text("WHERE = 'thin'\n")
+    out = subprocess.run(
+        [str(python), "-c", "import json, clash_mod, extra_mod, shared_mod\n"
+         "print(json.dumps([clash_mod.WHERE, extra_mod.WHERE, shared_mod.WHERE]))"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    # the thin one's own first; the shared one's .pth files are read too
+    assert json.loads(out.stdout) == ["thin", "extra", "shared"]
+    # pip comes from the shared environment and installs into the thin one
+    out = subprocess.run(
+        [str(python), "-c", "import pip, sys; print(pip.__file__); print(sys.prefix)"],
+        capture_output=True, text=True, check=True,
+    )
+    pip_file, prefix = out.stdout.split()
+    assert pip_file.startswith(str(env)) and prefix == str(tmp_path / "thin")
+
+
+def test_a_failed_build_is_built_again(cache: Path) -> None:
+    def failing(python: Path) -> None:
+        raise RuntimeError("the index is down")
+
+    with pytest.raises(RuntimeError, match="index is down"):
+        dependency_env("demo", "k1", failing, with_pip=False)
+    built: list[Path] = []
+    dependency_env("demo", "k1", built.append, with_pip=False)
+    assert len(built) == 1
+
+
+def test_of_one_names_other_keys_the_most_recently_used_stays(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dependency_envs, "KEEP", 2)
+    for key in ("k1", "k2", "k3"):
+        dependency_env("demo", key, lambda p: None, with_pip=False)
+    dependency_env("other", "k1", lambda p: None, with_pip=False)
+    kept = sorted(p.name for p in cache.iterdir() if not p.name.startswith("."))
+    assert kept == ["demo-k2", "demo-k3", "other-k1"]
