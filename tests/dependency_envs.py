@@ -17,6 +17,7 @@ import fcntl
 import logging
 import os
 import shutil
+import subprocess
 import time
 import venv
 from collections.abc import Callable
@@ -97,3 +98,16 @@ def thin_venv(path: Path, dependencies: Path) -> Path:
         f"import site; site.addsitedir({str(shared)!r})\n"
     )
     return path / "bin" / "python"
+
+
+def pip(python: Path, *args: str, cwd: Path, env: dict[str, str] | None = None) -> None:
+    """Run ``python -m pip ARGS`` in ``cwd``.
+
+    :raises RuntimeError: pip failed; the message names the arguments and ends with pip's
+        own output.
+    """
+    cmd = [str(python), "-m", "pip", "--disable-pip-version-check", *args]
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        output = (done.stdout[-2000:] + done.stderr[-4000:]).strip()
+        raise RuntimeError(f"pip {' '.join(args)} failed:\n{output}")

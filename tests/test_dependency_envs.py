@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,13 @@ def test_of_one_names_other_keys_the_most_recently_used_stays(
     dependency_env("other", "k1", lambda p: None, with_pip=False)
     kept = sorted(p.name for p in cache.iterdir() if not p.name.startswith("."))
     assert kept == ["demo-k2", "demo-k3", "other-k1"]
+
+
+def test_a_failing_pip_names_its_arguments_and_says_why(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError) as failed:
+        dependency_envs.pip(
+            Path(sys.executable), "install", "--no-index", "no-such-package-anywhere", cwd=tmp_path
+        )
+    message = str(failed.value)
+    assert message.startswith("pip install --no-index no-such-package-anywhere failed")
+    assert "No matching distribution" in message

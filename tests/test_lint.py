@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.dependency_envs import cache_root
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +41,7 @@ def _mypy_cache_dir() -> Path:
     its source and of what it imports, so a cache another checkout wrote is reused only
     where the code is the same. A cache for other pins is removed when this one is made.
     """
-    root = Path(os.environ.get("ROLLHUB_CACHE", Path.home() / ".cache" / "rollhub"))
+    root = cache_root()
     key = hashlib.sha256(sys.version.encode())
     for pins in (ROOT / "requirements" / "dev.txt", ROOT / "pyproject.toml"):
         key.update(pins.read_bytes())

@@ -9,19 +9,15 @@ once per machine and shared by its checkouts while that file's content hash is u
 from __future__ import annotations
 
 import hashlib
-import subprocess
 from pathlib import Path
 
-from tests.dependency_envs import dependency_env
+from tests.dependency_envs import dependency_env, pip
 
 REQUIREMENTS = Path(__file__).with_name("agentcore-rl-0.1.4.txt")
 
 
 def _install(python: Path) -> None:
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "-r", str(REQUIREMENTS)],
-        check=True,
-    )
+    pip(python, "install", "--quiet", "--no-deps", "-r", str(REQUIREMENTS), cwd=REQUIREMENTS.parent)
 
 
 def upstream_python() -> Path:

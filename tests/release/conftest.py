@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from release import build as release_build
-from tests.dependency_envs import dependency_env, thin_venv
+from tests.dependency_envs import dependency_env, pip, thin_venv
 from tests.release.isolated_env import ROOT, clean_env
 
 CACHE = ROOT / ".venvs" / "release"
@@ -67,18 +66,13 @@ def wheel_venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     wheels = sorted(str(p) for p in dist.glob("*.whl"))
     ours = [d.name for d in release_build.distributions()]
 
-    def pip(python: Path, *args: str) -> None:
-        out = subprocess.run(
-            [str(python), "-m", "pip", "--disable-pip-version-check", *args],
-            cwd=cwd, env=clean_env(python.parent.parent), capture_output=True, text=True,
-            timeout=1800,
-        )  # fmt: skip
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    def in_isolation(python: Path, *args: str) -> None:
+        pip(python, *args, cwd=cwd, env=clean_env(python.parent.parent))
 
     def install_dependencies(python: Path) -> None:
-        pip(python, "install", "--quiet", *wheels, *EXTRA)
-        pip(python, "install", "--quiet", "--no-deps", *NO_DEPS)
-        pip(python, "uninstall", "--quiet", "--yes", *ours)
+        in_isolation(python, "install", "--quiet", *wheels, *EXTRA)
+        in_isolation(python, "install", "--quiet", "--no-deps", *NO_DEPS)
+        in_isolation(python, "uninstall", "--quiet", "--yes", *ours)
 
     dependencies = dependency_env("release", key, install_dependencies)
     target = CACHE / f"venv-{key}"
@@ -88,6 +82,6 @@ def wheel_venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     for old in CACHE.glob("venv-*"):
         shutil.rmtree(old)
     python = thin_venv(target, dependencies)
-    pip(python, "install", "--quiet", "--no-deps", *wheels)
+    in_isolation(python, "install", "--quiet", "--no-deps", *wheels)
     done.write_text(f"{built} {dependencies}")
     return target

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dependency_envs import dependency_env, thin_venv
+from tests.dependency_envs import dependency_env, pip, thin_venv
 
 ROOT = Path(__file__).resolve().parents[3]
 VENV = Path(os.environ.get("ROLLHUB_VERL_VENV", ROOT / ".venvs" / "verl"))
@@ -55,21 +55,15 @@ def _editable_dirs() -> list[str]:
     return [x.split(None, 1)[1].strip() for x in lines if x.startswith("-e ")]
 
 
-def _pip(python: Path, *args: str) -> None:
-    cmd = [str(python), "-m", "pip", "--disable-pip-version-check", *args]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"pip {' '.join(args)} failed:\n{done.stderr[-4000:]}")
-
-
 def _install_dependencies(python: Path) -> None:
     """Everything the requirements file installs but the checkout's own packages."""
     ours = [tomllib.loads((ROOT / d / "pyproject.toml").read_text())["project"]["name"]
             for d in _editable_dirs()]  # fmt: skip
-    _pip(python, "install", "--quiet", "--upgrade", "pip>=24")
+    pip(python, "install", "--quiet", "--upgrade", "pip>=24", cwd=ROOT)
     # what `pip install --no-build-isolation -e` needs to build rollhub's packages here
-    _pip(python, "install", "--quiet", "-r", str(REQUIREMENTS), "hatchling>=1.21", "editables")
-    _pip(python, "uninstall", "--quiet", "--yes", *ours)
+    build = ["hatchling>=1.21", "editables"]
+    pip(python, "install", "--quiet", "-r", str(REQUIREMENTS), *build, cwd=ROOT)
+    pip(python, "uninstall", "--quiet", "--yes", *ours, cwd=ROOT)
 
 
 def ensure_env() -> float:
@@ -86,7 +80,7 @@ def ensure_env() -> float:
             return time.monotonic() - t0
         python = thin_venv(VENV, dependencies)
         editable = [arg for d in _editable_dirs() for arg in ("-e", d)]
-        _pip(python, "install", "--quiet", "--no-deps", "--no-build-isolation", *editable)
+        pip(python, "install", "--quiet", "--no-deps", "--no-build-isolation", *editable, cwd=ROOT)
         stamp.write_text(f"{want} {dependencies}")
         return time.monotonic() - t0
 
