@@ -133,26 +133,26 @@ class HubHosting:
         )
         found = self._hosted(key)
         if found is None:
-            failures_seen = self._failed_starts.get(key, (0, None))[0]
+            failures_seen = self._failures(key)
             with self._lock:
                 gate = self._thread_gates.setdefault(key, threading.Lock())
             with gate:
                 found = self._hosted(key)
                 if found is None:
-                    failures, failure = self._failed_starts.get(key, (0, None))
-                    if failures > failures_seen and failure is not None:
-                        raise failure
+                    self._raise_failure_since(key, failures_seen)
                     try:
                         twin = build()
                     except Exception as exc:
-                        self._failed_starts[key] = (failures + 1, exc)
+                        self._record_failure(key, exc)
                         raise
                     try:
                         twin.start()
-                    except BaseException as exc:
+                    except Exception as exc:
                         twin.close()
-                        if isinstance(exc, Exception):
-                            self._failed_starts[key] = (failures + 1, exc)
+                        self._record_failure(key, exc)
+                        raise
+                    except BaseException:
+                        twin.close()
                         raise
                     found = self._keep(key, _Hosted(twin.async_hub, twin=twin))
                     log.info("hub %r started on its own loop thread", key)
@@ -177,18 +177,16 @@ class HubHosting:
         loop = asyncio.get_running_loop()
         found = self._hosted(key)
         if found is None:
-            failures_seen = self._failed_starts.get(key, (0, None))[0]
+            failures_seen = self._failures(key)
             async with self._loop_gate(key, loop):
                 found = self._hosted(key)
                 if found is None:
-                    failures, failure = self._failed_starts.get(key, (0, None))
-                    if failures > failures_seen and failure is not None:
-                        raise failure
+                    self._raise_failure_since(key, failures_seen)
                     try:
                         hub = build()
                         await hub.start()
                     except Exception as exc:
-                        self._failed_starts[key] = (failures + 1, exc)
+                        self._record_failure(key, exc)
                         raise
                     found = self._keep(key, _Hosted(hub, loop=loop))
                     log.info("hub %r started on the caller's event loop", key)
@@ -200,6 +198,19 @@ class HubHosting:
         if found.loop is not loop:
             raise _other_loop(key)
         return cast(A, found.hub)
+
+    def _failures(self, key: str) -> int:
+        """How many starts of ``key``'s hub have failed so far."""
+        return self._failed_starts.get(key, (0, None))[0]
+
+    def _raise_failure_since(self, key: str, failures_seen: int) -> None:
+        """Raise the failure of a start that failed while the caller waited for it."""
+        failures, failure = self._failed_starts.get(key, (0, None))
+        if failures > failures_seen and failure is not None:
+            raise failure
+
+    def _record_failure(self, key: str, exc: Exception) -> None:
+        self._failed_starts[key] = (self._failures(key) + 1, exc)
 
     def hosted_hub(self, key: str) -> Hub | AsyncHub | None:
         """The hub hosted for ``key`` (a :class:`Hub` or an :class:`AsyncHub`), or None."""
