@@ -20,16 +20,18 @@ import shutil
 import subprocess
 import time
 import venv
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-#: of one name's environments, how many stay (the one in use and the most recently used
+#: of one name's directories, how many stay (the one in use and the most recently used
 #: others): a checkout on other pins keeps its own instead of rebuilding it at every switch
 KEEP = 2
 
 DONE = ".rollhub-built"
+USED = ".rollhub-used"
 
 
 def cache_root() -> Path:
@@ -45,39 +47,72 @@ def site_packages(env: Path) -> Path:
     return found[0]
 
 
-def dependency_env(
-    name: str, key: str, build: Callable[[Path], None], *, with_pip: bool = True
-) -> Path:
-    """The environment ``<cache>/<name>-<key>``, made by ``build(python)`` when missing.
+def shared_dir(name: str, key: str, make: Callable[[Path], None]) -> Path:
+    """The directory ``<cache>/<name>-<key>``, made by ``make(path)`` when missing.
 
-    :param key: what the environment is built from, hashed (the pins, the Python version):
-        another key is another environment.
-    :param build: installs the packages with the interpreter it is given, that of a fresh
-        virtual environment (with pip unless ``with_pip`` is false); the environment counts
-        as made once it returns.
-    :returns: the environment's root directory.
+    :param key: what the directory is made from, hashed (the pins, the Python version):
+        another key is another directory. Of one name's directories the ``KEEP`` most
+        recently used stay.
+    :param make: fills the directory it is given (not yet there); it counts as made once
+        ``make`` returns, so one that raised is made again next time.
+    :returns: the directory.
     """
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
-    env = root / f"{name}-{key}"
-    done = env / DONE
+    path = root / f"{name}-{key}"
+    done = path / DONE
     with open(root / f".{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # two runs must not build one at once
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two runs must not make one at once
         if not done.is_file():
             started = time.monotonic()
-            shutil.rmtree(env, ignore_errors=True)  # a build that did not finish
-            venv.EnvBuilder(with_pip=with_pip).create(env)
-            build(env / "bin" / "python")
+            shutil.rmtree(path, ignore_errors=True)  # one that was not finished
+            make(path)
             done.write_text(key)
-            log.warning("built %s in %.0f s", env, time.monotonic() - started)
-        done.touch()  # its last use, which decides what _forget_others keeps
-        _forget_others(root, name, env)
-    return env
+            log.warning("made %s in %.0f s", path, time.monotonic() - started)
+        # the order of use, which decides what _forget_others keeps: a clock reading in the
+        # file, not the file's mtime, which some file systems keep to the second
+        (path / USED).write_text(str(time.time_ns()))
+        _forget_others(root, name, path)
+    return path
+
+
+@contextmanager
+def held(path: Path) -> Iterator[None]:
+    """Hold ``path`` alone while the block runs: a tool that writes into a shared directory
+    and cannot share it (mypy's SQLite cache) runs one checkout at a time."""
+    with open(path.parent / f".{path.name}.in-use", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def dependency_env(
+    name: str, key: str, build: Callable[[Path], None], *, with_pip: bool = True
+) -> Path:
+    """The virtual environment ``<cache>/<name>-<key>`` (:func:`shared_dir`), made by
+    ``build(python)`` when missing.
+
+    :param build: installs the packages with the interpreter it is given, that of a fresh
+        virtual environment (with pip unless ``with_pip`` is false).
+    :returns: the environment's root directory.
+    """
+
+    def make(env: Path) -> None:
+        venv.EnvBuilder(with_pip=with_pip).create(env)
+        build(env / "bin" / "python")
+
+    return shared_dir(name, key, make)
+
+
+def _last_use(path: Path) -> int:
+    try:
+        return int((path / USED).read_text())
+    except (OSError, ValueError):
+        return 0
 
 
 def _forget_others(root: Path, name: str, current: Path) -> None:
     others = [p for p in root.glob(f"{name}-*") if p != current and (p / DONE).is_file()]
-    others.sort(key=lambda p: (p / DONE).stat().st_mtime, reverse=True)
+    others.sort(key=_last_use, reverse=True)
     for old in others[KEEP - 1 :]:
         shutil.rmtree(old, ignore_errors=True)
 

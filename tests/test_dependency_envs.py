@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from tests import dependency_envs
-from tests.dependency_envs import dependency_env, site_packages, thin_venv
+from tests.dependency_envs import dependency_env, held, shared_dir, site_packages, thin_venv
 
 
 @pytest.fixture
@@ -75,11 +76,35 @@ def test_of_one_names_other_keys_the_most_recently_used_stays(
     cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(dependency_envs, "KEEP", 2)
-    for key in ("k1", "k2", "k3"):
+    for key in ("k1", "k2", "k1", "k3"):  # k1 used again after k2 was made
         dependency_env("demo", key, lambda p: None, with_pip=False)
     dependency_env("other", "k1", lambda p: None, with_pip=False)
     kept = sorted(p.name for p in cache.iterdir() if not p.name.startswith("."))
-    assert kept == ["demo-k2", "demo-k3", "other-k1"]
+    assert kept == ["demo-k1", "demo-k3", "other-k1"]
+
+
+def test_a_shared_directory_is_made_once_and_held_by_one_user_at_a_time(cache: Path) -> None:
+    made: list[Path] = []
+    path = shared_dir("tool", "k1", lambda p: (p.mkdir(parents=True), made.append(p)))
+    assert shared_dir("tool", "k1", lambda p: pytest.fail("made twice")) == path == made[0]
+
+    order: list[str] = []
+    first_holds = threading.Event()
+
+    def second() -> None:
+        first_holds.wait()
+        with held(path):
+            order.append("second")
+
+    waiter = threading.Thread(target=second)
+    waiter.start()
+    with held(path):
+        first_holds.set()
+        waiter.join(timeout=0.5)
+        assert waiter.is_alive()  # waiting for the first to let go
+        order.append("first")
+    waiter.join(timeout=10)
+    assert order == ["first", "second"]
 
 
 def test_a_failing_pip_names_its_arguments_and_says_why(tmp_path: Path) -> None:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.dependency_envs import cache_root
+from tests.dependency_envs import held, shared_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,24 +38,21 @@ def _mypy_cache_dir() -> Path:
     Most of a cold run (80-90 s on two cores) analyses the installed packages, the same in
     every checkout with the same pins. mypy checks each cached module against the hash of
     its source and of what it imports, so a cache another checkout wrote is reused only
-    where the code is the same. A cache for other pins is removed when this one is made.
+    where the code is the same. Its SQLite file takes one writer at a time, so checkouts
+    take turns (:func:`held`).
     """
-    root = cache_root()
     key = hashlib.sha256(sys.version.encode())
     for pins in (ROOT / "requirements" / "dev.txt", ROOT / "pyproject.toml"):
         key.update(pins.read_bytes())
-    cache = root / f"mypy-{key.hexdigest()[:16]}"
-    if not cache.is_dir():
-        for old in root.glob("mypy-*"):
-            shutil.rmtree(old, ignore_errors=True)
-        cache.mkdir(parents=True, exist_ok=True)
-    return cache
+    return shared_dir("mypy", key.hexdigest()[:16], lambda path: path.mkdir(parents=True))
 
 
 def test_mypy_passes():
     # configured in the root pyproject.toml ([tool.mypy])
-    out = subprocess.run(
-        [sys.executable, "-m", "mypy", "--cache-dir", str(_mypy_cache_dir()), *_typed_packages()],
-        cwd=ROOT, capture_output=True, text=True, timeout=1200,
-    )
+    cache = _mypy_cache_dir()
+    with held(cache):
+        out = subprocess.run(
+            [sys.executable, "-m", "mypy", "--cache-dir", str(cache), *_typed_packages()],
+            cwd=ROOT, capture_output=True, text=True, timeout=1200,
+        )
     assert out.returncode == 0, out.stdout + out.stderr
