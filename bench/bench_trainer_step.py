@@ -86,6 +86,7 @@ def main() -> None:
 
     from rollhub.config import load_config
     from rollhub.export import episode_from_row, read_rows
+    from rollhub.registry import ComponentContext
     from rollhub_torch.sequences import prompt_groups
     from rollhub_torch.trainer import TorchTrainer, TorchTrainerOptions
 
@@ -96,8 +97,9 @@ def main() -> None:
         raise SystemExit(f"{args.run_dir}: no trainable episode at step {args.step}")
     pairs = [(episode_from_row(r), float(r["advantage"] or 0.0)) for r in rows]
     options = {**config.trainer.options, "learning_rate": 0.0}
-    trainer = TorchTrainer(TorchTrainerOptions(**options))
-    trainer.temperature = float(config.experiment.sampling.get("temperature", 1.0))
+    # the run's config as context: the model and the temperature are read as the run read them
+    context = ComponentContext(base_dir=args.run_dir, config=config)
+    trainer = TorchTrainer(TorchTrainerOptions(**options), context=context)
     asyncio.run(trainer.start())
     groups, stats = prompt_groups(pairs)
     work = step_flops(trainer, groups)
