@@ -23,15 +23,21 @@ import venv
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 log = logging.getLogger(__name__)
 
 #: of one name's directories, how many stay (the one in use and the most recently used
-#: others): a checkout on other pins keeps its own instead of rebuilding it at every switch
+#: others, and any a running process uses): a checkout on other pins keeps its own instead
+#: of rebuilding it at every switch
 KEEP = 2
 
 DONE = ".rollhub-built"
 USED = ".rollhub-used"
+
+#: the shared locks this process holds on the directories it uses, until it exits: a run
+#: on other pins then leaves them in place (:func:`_forget_others`)
+_USING: dict[Path, IO[str]] = {}
 
 
 def cache_root() -> Path:
@@ -52,7 +58,8 @@ def shared_dir(name: str, key: str, make: Callable[[Path], None]) -> Path:
 
     :param key: what the directory is made from, hashed (the pins, the Python version):
         another key is another directory. Of one name's directories the ``KEEP`` most
-        recently used stay.
+        recently used stay, and any that a running process uses: this process uses the
+        directory until it exits.
     :param make: fills the directory it is given (not yet there); it counts as made once
         ``make`` returns, so one that raised is made again next time.
     :returns: the directory.
@@ -72,8 +79,21 @@ def shared_dir(name: str, key: str, make: Callable[[Path], None]) -> Path:
         # the order of use, which decides what _forget_others keeps: a clock reading in the
         # file, not the file's mtime, which some file systems keep to the second
         (path / USED).write_text(str(time.time_ns()))
+        _use(path)  # under the name's lock: pruning cannot come in between
         _forget_others(root, name, path)
     return path
+
+
+def _users_lock(path: Path) -> Path:
+    return path.parent / f".{path.name}.users"
+
+
+def _use(path: Path) -> None:
+    if path not in _USING:
+        # left open: the lock is this process's use, until it exits
+        users = open(_users_lock(path), "w")
+        fcntl.flock(users, fcntl.LOCK_SH)
+        _USING[path] = users
 
 
 @contextmanager
@@ -114,7 +134,14 @@ def _forget_others(root: Path, name: str, current: Path) -> None:
     others = [p for p in root.glob(f"{name}-*") if p != current and (p / DONE).is_file()]
     others.sort(key=_last_use, reverse=True)
     for old in others[KEEP - 1 :]:
-        shutil.rmtree(old, ignore_errors=True)
+        with open(_users_lock(old), "w") as users:
+            try:
+                fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.info("kept %s: a run is using it", old)
+                continue
+            shutil.rmtree(old, ignore_errors=True)
+            _users_lock(old).unlink()
 
 
 def thin_venv(path: Path, dependencies: Path) -> Path:

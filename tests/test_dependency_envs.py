@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -29,6 +30,27 @@ def _shared(python: Path) -> None:
     extra.mkdir()
     (extra / "extra_mod.py").write_text("WHERE = 'extra'\n")
     (site / "extra.pth").write_text(f"{extra}\n")
+
+
+def _user(cache: Path, name: str, key: str, *, stay: bool = False) -> subprocess.Popen[str]:
+    """Another checkout's test run: a process that uses ``<name>-<key>`` (made empty when
+    missing) and exits, or with ``stay`` lives until its input is closed."""
+    code = (
+        "import sys\n"
+        "from tests.dependency_envs import shared_dir\n"
+        f"shared_dir({name!r}, {key!r}, lambda p: p.mkdir(parents=True))\n"
+        "print('using', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    user = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=Path(__file__).parent.parent, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        env={**os.environ, "ROLLHUB_CACHE": str(cache)},
+    )  # fmt: skip
+    assert user.stdout is not None and user.stdout.readline() == "using\n"
+    if not stay:
+        user.communicate("", timeout=60)
+    return user
 
 
 def test_built_once_and_read_after_the_thin_environments_own(cache: Path, tmp_path: Path) -> None:
@@ -72,15 +94,27 @@ def test_a_failed_build_is_built_again(cache: Path) -> None:
     assert len(built) == 1
 
 
-def test_of_one_names_other_keys_the_most_recently_used_stays(
-    cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(dependency_envs, "KEEP", 2)
+def test_of_one_names_other_keys_the_most_recently_used_stays(cache: Path) -> None:
+    assert dependency_envs.KEEP == 2
     for key in ("k1", "k2", "k1", "k3"):  # k1 used again after k2 was made
-        dependency_env("demo", key, lambda p: None, with_pip=False)
-    dependency_env("other", "k1", lambda p: None, with_pip=False)
+        _user(cache, "demo", key)
+    _user(cache, "other", "k1")
     kept = sorted(p.name for p in cache.iterdir() if not p.name.startswith("."))
     assert kept == ["demo-k1", "demo-k3", "other-k1"]
+
+
+def test_a_directory_in_use_by_another_run_is_not_deleted(cache: Path) -> None:
+    holder = _user(cache, "demo", "k1", stay=True)
+    try:
+        for key in ("k2", "k3", "k4"):  # three other pins in turn, KEEP = 2
+            _user(cache, "demo", key)
+        # k1 is the least recently used, but its user still runs from it
+        assert (cache / "demo-k1" / dependency_envs.DONE).is_file()
+    finally:
+        holder.communicate("", timeout=60)
+    _user(cache, "demo", "k5")
+    kept = sorted(p.name for p in cache.iterdir() if not p.name.startswith("."))
+    assert kept == ["demo-k4", "demo-k5"]
 
 
 def test_a_shared_directory_is_made_once_and_held_by_one_user_at_a_time(cache: Path) -> None:
