@@ -53,8 +53,10 @@ def bootstrap_mean(
     groups: Sequence[Sequence[float]], *, resamples: int = RESAMPLES, seed: int = 0
 ) -> tuple[float, float]:
     """A percentile bootstrap interval of the mean of every value, resampling groups (one
-    group per prompt). ``(nan, nan)`` without values; a single group gives its mean twice."""
-    groups = [g for g in groups if g]
+    group per prompt). ``(nan, nan)`` without values; a single group gives its mean twice.
+    The groups' order does not matter (an evaluation's prompts come back in the order
+    they finished): they are resampled in a canonical order."""
+    groups = sorted(list(g) for g in groups if g)
     if not groups:
         return math.nan, math.nan
     if len(groups) == 1:

@@ -6,6 +6,7 @@ import math
 import random
 
 import pytest
+from rollhub.runs.evaluation import pass_at_1_interval
 from rollhub.runs.intervals import bootstrap_difference, bootstrap_mean, wilson
 
 
@@ -49,3 +50,12 @@ def test_a_paired_difference_only_uses_shared_prompts() -> None:
     diff, lo, hi, _ = bootstrap_difference(noisy, control)
     assert lo < diff < hi
     assert math.isnan(bootstrap_difference({"a": [1.0]}, {"b": [0.0]})[0])
+
+
+def test_the_bootstrap_interval_does_not_depend_on_the_order_of_the_prompts():
+    # an evaluation's prompts come back in the order their groups finished, which differs
+    # between two runs that sampled the same tokens: the interval must not
+    solved = [[1, 1], [0, 0], [1, 0], [0, 0], [1, 1], [1, 1], [0, 1], [0, 0]] * 2
+    orders = [solved, solved[::-1], solved[1::2] + solved[::2]]
+    assert len({bootstrap_mean(o) for o in orders}) == 1
+    assert len({pass_at_1_interval(o) for o in orders}) == 1
