@@ -1,6 +1,6 @@
 """Where the ``torch`` trainer's time goes, on a real step of the main job.
 
-    .venv/bin/python bench/bench_trainer_step.py RUN_DIR --step 1 --repeat 4 [--profile]
+    .venv/bin/python bench/bench_trainer_step.py RUN_DIR --step 1 --repeat 4 [--ahead] [--profile]
 
 Replays step ``--step`` of a main-job run directory (its ``episodes.jsonl`` keeps every
 episode's token ids, mask, sampler logprobs and advantage) through the trainer the run's
@@ -15,6 +15,10 @@ reports:
   token and its gradient; and the rate that makes (GFLOP/s);
 - how much of that work is the frozen layers' forward of the response tokens, which the
   sampler computed too, for the same tokens and the same weights, while it sampled them;
+- with ``--ahead``, the same step with every response's frozen layers forwarded ahead
+  (:mod:`rollhub_torch.frozen_ahead`, as when every episode ends while the step still
+  samples), its repeats interleaved with the whole forward's, and how long the forward
+  ahead took on its one thread;
 - with ``--profile``, torch's operator table of one more step.
 
 The attention's own products (a few percent of a step at the main job's lengths) are not
@@ -82,6 +86,8 @@ def main() -> None:
     parser.add_argument("--step", type=int, default=1, help="which step to replay (from 1)")
     parser.add_argument("--repeat", type=int, default=4)
     parser.add_argument("--profile", action="store_true", help="torch's operator table too")
+    parser.add_argument("--ahead", action="store_true",
+                        help="also time the step with the frozen layers forwarded ahead")
     args = parser.parse_args()
 
     from rollhub.config import load_config
@@ -101,14 +107,35 @@ def main() -> None:
     context = ComponentContext(base_dir=args.run_dir, config=config)
     trainer = TorchTrainer(TorchTrainerOptions(**options), context=context)
     asyncio.run(trainer.start())
+    ahead, trainer._ahead = trainer._ahead, None  # the whole forward unless timed with it
+    if args.ahead and ahead is None:
+        raise SystemExit("--ahead: this trainer's model does not split (forward_ahead off?)")
     groups, stats = prompt_groups(pairs)
     work = step_flops(trainer, groups)
-    trainer._train_and_free(groups, stats.trained_tokens)  # warm-up, not counted
-    seconds = []
-    for _ in range(args.repeat):
+
+    def step() -> float:
         started = time.perf_counter()
-        trainer._train_and_free(groups, stats.trained_tokens)
-        seconds.append(time.perf_counter() - started)
+        trainer._train_and_free(args.step - 1, groups, stats.trained_tokens)
+        return time.perf_counter() - started
+
+    def step_ahead() -> tuple[float, float]:
+        trainer._ahead = ahead
+        for g in groups:
+            ahead.submit(args.step - 1, g.prompt_ids, g.responses)
+        started = time.perf_counter()
+        ahead.settle()
+        forwarded = time.perf_counter() - started
+        try:
+            return step(), forwarded
+        finally:
+            trainer._ahead = None
+
+    step()  # warm-up, not counted
+    seconds, with_ahead = [], []
+    for _ in range(args.repeat):
+        seconds.append(step())
+        if args.ahead:
+            with_ahead.append(step_ahead())
     median = statistics.median(seconds)
     report = {
         "step": args.step, "episodes": len(rows), "groups": len(groups),
@@ -117,12 +144,18 @@ def main() -> None:
         "gflop_per_s": round(work["total"] / median, 1),
         "frozen_response_forward_share": round(work["response_forward_frozen"] / work["total"], 3),
     }  # fmt: skip
+    if with_ahead:
+        report["ahead"] = {
+            "seconds": [round(s, 2) for s, _ in with_ahead],
+            "median_s": round(statistics.median(s for s, _ in with_ahead), 2),
+            "forwarded_ahead_s": [round(f, 2) for _, f in with_ahead],
+        }
     print(json.dumps(report, indent=1))
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            trainer._train_and_free(groups, stats.trained_tokens)
+            step()
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
 
 

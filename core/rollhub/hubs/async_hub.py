@@ -25,7 +25,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -334,14 +334,27 @@ class AsyncHub:
         *,
         group_id: str | None = None,
         sampling: Mapping[str, Any] | None = None,
+        on_episode: Callable[[Episode], Awaitable[None]] | None = None,
     ) -> EpisodeGroup:
         """Run ``n`` samples of one prompt and return the finished group; ``sampling`` is
-        merged over ``[experiment] sampling`` for this group only (see :meth:`run_episode`)."""
+        merged over ``[experiment] sampling`` for this group only (see :meth:`run_episode`);
+        ``on_episode`` is awaited with each episode as it finishes, before the group is
+        scored (a trainer starting work on it while the others run); an exception it
+        raises is logged, and the episode goes on to its group all the same."""
         n = n or self.config.experiment.n_samples
         gid = group_id or group_id_of(payload, self.config.experiment.id_field)
-        episodes = await asyncio.gather(
-            *(self.run_episode(payload, gid, i, sampling=sampling) for i in range(n))
-        )
+
+        async def sample(i: int) -> Episode:
+            episode = await self.run_episode(payload, gid, i, sampling=sampling)
+            if on_episode is not None:
+                try:
+                    await on_episode(episode)
+                except Exception:  # advisory: the episode must reach its group
+                    log.warning("on_episode failed for episode %s", episode.episode_id,
+                                exc_info=True)  # fmt: skip
+            return episode
+
+        episodes = await asyncio.gather(*(sample(i) for i in range(n)))
         group = EpisodeGroup(gid, dict(payload), list(episodes))
         await collect_group_rewards(self, group)  # e.g. a judge ranking the group
         rewards = self.config.rewards

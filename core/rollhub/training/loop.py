@@ -50,7 +50,7 @@ from rollhub.training.checkpoint import (
     write_checkpoint,
 )
 from rollhub.training.recorder import StepRecorder, rewind_run
-from rollhub.training.roles import TrainerRole, role_of
+from rollhub.training.roles import PolicyTrainer, TrainerRole, role_of
 from rollhub.training.schedule import advance_rounds, check_stratify, schedule
 from rollhub.training.sinks import MetricSink
 from rollhub.training.step import StepResult, TrainingBatch
@@ -207,9 +207,10 @@ class TrainingLoop:
             for s in range(first, self.total_steps):
                 async with done:
                     await done.wait_for(functools.partial(self._caught_up, s - window))
-                await queue.put(
-                    [asyncio.ensure_future(self._group(p)) for p in self.batch_payloads(s)]
-                )
+                await queue.put([
+                    asyncio.ensure_future(self._group(p, s, trainer))
+                    for p in self.batch_payloads(s)
+                ])  # fmt: skip
 
         producer = asyncio.ensure_future(produce())
         pending: list[asyncio.Task[EpisodeGroup]] = []
@@ -257,10 +258,15 @@ class TrainingLoop:
                 t.cancel()
             await asyncio.gather(producer, *leftovers, return_exceptions=True)
 
-    async def _group(self, payload: Mapping[str, Any]) -> EpisodeGroup:
+    async def _group(self, payload: Mapping[str, Any], step: int, trainer: Trainer) -> EpisodeGroup:
+        # trainers older than the role bases have no prepare
+        prepare = trainer.prepare if isinstance(trainer, PolicyTrainer) else None
         self._sampling.enter()
         try:
-            return await self.hub.run_group(payload, self.config.experiment.n_samples)
+            return await self.hub.run_group(
+                payload, self.config.experiment.n_samples,
+                on_episode=None if prepare is None else functools.partial(prepare, step=step),
+            )
         finally:
             self._sampling.leave()
 

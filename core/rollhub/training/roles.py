@@ -32,7 +32,7 @@ from abc import abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rollhub.episode import EpisodeGroup
+from rollhub.episode import Episode, EpisodeGroup
 from rollhub.errors import PluginError, UsageError
 from rollhub.training.step import StepResult, TrainingBatch
 from rollhub.training.trainer import DrivenRun, Trainer
@@ -86,6 +86,14 @@ class PolicyTrainer(Trainer):
     @abstractmethod
     async def step(self, batch: TrainingBatch) -> StepResult:
         """Train on one batch; return the new version, metrics and policy."""
+
+    async def prepare(self, episode: Episode, step: int) -> None:
+        """An episode of step ``step``, handed over as soon as it finishes, before its group
+        is scored and before :meth:`step` gets the whole batch. A trainer may start work
+        on it here that depends neither on the advantages nor on the weights the step
+        trains, and must return at once (the work goes on in the background; the torch
+        trainer forwards its frozen layers). It is advisory: an exception is logged and
+        the episode still reaches its group and the step. The default does nothing."""
 
 
 class LoopDriver(Trainer):

@@ -106,11 +106,18 @@ class PromptForward:
         if pairs:
             torch.autograd.backward([p[0] for p in pairs], [p[1] for p in pairs])
 
-    def token_logprobs(self, group: PromptGroup, ids: torch.Tensor, trained: torch.Tensor,
-                       temperature: float, *, recompute: bool = False) -> torch.Tensor:
+    def token_logprobs(
+        self, group: PromptGroup, ids: torch.Tensor, trained: torch.Tensor, temperature: float,
+        *, recompute: bool = False, frozen: tuple[int, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """Log-probabilities (at ``temperature``) of the sampled tokens where ``trained``,
         the responses ``ids`` forwarded as a batch on the prompt's states (with ``recompute``,
-        the trained layers' activations are recomputed in the backward pass, not kept)."""
+        the trained layers' activations are recomputed in the backward pass, not kept).
+
+        :param frozen: ``(first, hidden)``: what the responses enter layer ``first`` with,
+            forwarded ahead (:mod:`rollhub_torch.frozen_ahead`); only the layers from
+            ``first`` on run here.
+        """
         from contextlib import nullcontext
 
         import torch
@@ -128,9 +135,19 @@ class PromptForward:
         mask = torch.cat([torch.ones((n, self.length), dtype=torch.long), valid.long()], 1)
         decoder = self.model.get_decoder()
         with recomputed(decoder.layers) if recompute else nullcontext():
-            hidden = decoder(
-                input_ids=ids, attention_mask=mask, use_cache=True, **{self.cache_kw: expanded}
-            ).last_hidden_state
+            if frozen is None:
+                hidden = decoder(
+                    input_ids=ids, attention_mask=mask, use_cache=True,
+                    **{self.cache_kw: expanded},
+                ).last_hidden_state
+            else:
+                from rollhub_torch.decoder_slice import forward_layers
+
+                first, entering = frozen
+                hidden = decoder.norm(forward_layers(
+                    decoder, entering, decoder.layers[first:], attention_mask=mask,
+                    cache=expanded, cache_kw=self.cache_kw,
+                ))  # fmt: skip
         # position j of a response is predicted by the state before it: the prompt's last
         # for j = 0, the response's own j - 1 after that
         before = torch.cat(

@@ -8,7 +8,9 @@ rollhub's training loop drives it (the "rollhub drives" shape). Per step:
 2. each prompt is forwarded once and its responses, at most ``max_rows`` at a time (parts
    of similar lengths, :func:`~rollhub_torch.sequences.response_parts`), as batches on
    its key/value states; logits are computed only where a token was sampled, a chunk at a
-   time, and not kept for the backward pass (:mod:`rollhub_torch.token_logprobs`);
+   time, and not kept for the backward pass (:mod:`rollhub_torch.token_logprobs`); the
+   frozen layers' part of the responses mostly ran during sampling
+   (:mod:`rollhub_torch.frozen_ahead`);
 3. the loss (``importance_sampling``: −min(ratio, ``tis_cap``)·advantage per sampled
    token, truncated importance sampling; ``ppo``: the clipped surrogate, dual-clipped for
    negative advantages; ``cross_entropy``:
@@ -39,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
 import math
 import time
@@ -49,31 +50,27 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 from rollhub.config import RollhubConfig
-from rollhub.errors import ConfigError, RollhubError
 from rollhub.registry import ComponentContext
 from rollhub.training import PolicyTrainer, StepResult, TrainerOptions, TrainingBatch
 from rollhub_gateway.engines.allocator import release_free_memory
 from rollhub_gateway.engines.cpu_threads import set_thread_count, usable_cores
 
+from rollhub_torch import trainer_state
+from rollhub_torch.frozen_ahead import FrozenAhead, first_trained_layer, split_matches
 from rollhub_torch.losses import LossFn, reference_penalty, token_loss
 from rollhub_torch.prompt_forward import PromptForward
 from rollhub_torch.sequences import PromptGroup, prompt_groups, response_parts, shared_prefix
 from rollhub_torch.sequences import response_tensors as _response_tensors
 from rollhub_torch.shared_weights import copy_trained
+from rollhub_torch.trainer_state import TorchTrainingError
 
 if TYPE_CHECKING:
     import torch
+    from rollhub.episode import Episode
 
 __all__ = ["TorchTrainer", "TorchTrainerOptions", "TorchTrainingError"]
 
 log = logging.getLogger(__name__)
-
-POLICY_FILE = "policy.safetensors"
-OPTIMIZER_FILE = "optimizer.pt"
-
-
-class TorchTrainingError(RollhubError):
-    """A training step failed inside torch (the original error is the ``__cause__``)."""
 
 
 class TorchTrainerOptions(TrainerOptions):
@@ -128,6 +125,11 @@ class TorchTrainerOptions(TrainerOptions):
     threads: int | None = Field(
         None, ge=1, description="torch intra-op threads of a training step (None: every core)"
     )
+    forward_ahead: bool = Field(
+        True, description="forward each finished episode's responses through the frozen "
+        "layers while the step's others are sampled, on a thread of its own (where the "
+        "model splits there exactly; rollhub_torch.frozen_ahead)",
+    )
     seed: int = Field(0, description="torch's seed")
 
 
@@ -154,6 +156,7 @@ class TorchTrainer(PolicyTrainer):
         self.reference: Any = None  # the KL penalty's frozen start (kl_coef > 0)
         self.steps_done = 0
         self._cache_kw = "past_key_values"
+        self._ahead: FrozenAhead | None = None
 
     async def start(self) -> None:
         """Load the model and mark the trained parameters."""
@@ -181,6 +184,9 @@ class TorchTrainer(PolicyTrainer):
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self.model = model
         self.reference = copy_trained(model, self.trained) if opts.kl_coef > 0 else None
+        first = first_trained_layer(model) if opts.forward_ahead else None
+        if first is not None and split_matches(model, first, self._cache_kw):
+            self._ahead = FrozenAhead(model, first, self._cache_kw)
         log.info(
             "torch trainer: %s, %d of %d parameters trained (%s)", self.model_name,
             sum(p.numel() for p in self.trained.values()),
@@ -202,6 +208,12 @@ class TorchTrainer(PolicyTrainer):
             return copy_trained(self.model, self.trained)
         return self.policy() if self.steps_done else None
 
+    async def prepare(self, episode: Episode, step: int) -> None:
+        """Queue the frozen layers' forward of the episode's responses
+        (:mod:`rollhub_torch.frozen_ahead`), when the model splits there."""
+        if self._ahead is not None:
+            self._ahead.submit_episode(step, episode, self.options.max_length)
+
     async def step(self, batch: TrainingBatch) -> StepResult:
         """One optimizer step on the batch's sampled tokens; the new parameters as policy."""
         groups, stats = prompt_groups(
@@ -212,9 +224,9 @@ class TorchTrainer(PolicyTrainer):
         t0 = time.perf_counter()
         if groups:
             try:
-                metrics.update(
-                    await asyncio.to_thread(self._train_and_free, groups, stats.trained_tokens)
-                )
+                metrics.update(await asyncio.to_thread(
+                    self._train_and_free, batch.step, groups, stats.trained_tokens
+                ))  # fmt: skip
             except RuntimeError as exc:
                 raise TorchTrainingError(f"torch training step {batch.step} failed: {exc}") from exc
         else:
@@ -232,15 +244,23 @@ class TorchTrainer(PolicyTrainer):
         which leaves a core to the gateway): set it where the work runs, every step."""
         set_thread_count(self.options.threads or usable_cores())
 
-    def _train_and_free(self, groups: list[PromptGroup], tokens: int) -> dict[str, float]:
+    def _train_and_free(
+        self, step: int, groups: list[PromptGroup], tokens: int
+    ) -> dict[str, float]:
         """:meth:`_train`, then its gradients dropped: nothing reads them before the next
         backward, and kept they would be resident through the sampling in between (108 MB
-        for the main job's 8 trained layers, at the run's peak)."""
+        for the main job's 8 trained layers, at the run's peak). The forward ahead waits
+        meanwhile: the step has the cores."""
+        ahead = self._ahead
+        if ahead is not None:
+            ahead.pause(step)
         try:
             return self._train(groups, tokens)
         finally:
             self.optimizer.zero_grad(set_to_none=True)
             release_free_memory()  # the step's activations and gradients, freed in holes
+            if ahead is not None:
+                ahead.resume(step)
 
     def _train(self, groups: list[PromptGroup], tokens: int) -> dict[str, float]:
         import torch
@@ -270,6 +290,9 @@ class TorchTrainer(PolicyTrainer):
         }
         if self.reference is not None:
             metrics["reference_kl"] = totals["ref_kl"] / n
+        if self._ahead is not None:  # the responses whose frozen layers ran while sampling
+            rows = sum(len(g.responses) for g in groups)
+            metrics["frozen_ahead_frac"] = round(totals["rows_ahead"] / max(rows, 1), 4)
         return metrics
 
     def _backward(
@@ -284,7 +307,7 @@ class TorchTrainer(PolicyTrainer):
         after the last; only one part's activations exist at a time."""
         import torch
 
-        opts = self.options
+        opts, store = self.options, self._ahead
         prompt = (
             start.extend(group.prompt_ids[start.length :]) if start is not None
             else PromptForward.run(self.model, group.prompt_ids, self._cache_kw)
@@ -297,8 +320,15 @@ class TorchTrainer(PolicyTrainer):
             part = PromptGroup(group.prompt_ids, rows)
             ids, trained, sampler, advantage = _response_tensors(part)
             old, adv = sampler[trained], advantage[trained]
+            frozen = None
+            if store is not None:
+                entering, ahead = store.entering(
+                    group.prompt_ids, rows, prompt.states[: store.first]
+                )
+                frozen = (store.first, entering)
+                totals["rows_ahead"] += ahead
             learner = prompt.token_logprobs(
-                part, ids, trained, self.temperature, recompute=opts.recompute
+                part, ids, trained, self.temperature, recompute=opts.recompute, frozen=frozen
             )
             per_token, clipped = token_loss(
                 learner, old, adv, loss_fn=opts.loss_fn, clip=opts.clip,
@@ -323,49 +353,25 @@ class TorchTrainer(PolicyTrainer):
 
     async def save_state(self, directory: Path) -> dict[str, Any]:
         """The trained parameters (``policy.safetensors``) and Adam's state."""
-        await asyncio.to_thread(self._save, directory)
+        await asyncio.to_thread(
+            trainer_state.save_trained, directory, self.trained, self.optimizer, self.model_name
+        )
         return {"steps_done": self.steps_done, "model": self.model_name,
-                "train_layers": self.options.train_layers, "policy": POLICY_FILE}
-
-    def _save(self, directory: Path) -> None:
-        import torch
-        from safetensors.torch import save_file
-
-        save_file({k: p.detach().contiguous() for k, p in self.trained.items()},
-                  str(directory / POLICY_FILE))
-        torch.save(self.optimizer.state_dict(), directory / OPTIMIZER_FILE)
-        (directory / "model.json").write_text(json.dumps({"model": self.model_name}))
+                "train_layers": self.options.train_layers, "policy": trainer_state.POLICY_FILE}
 
     async def load_state(self, directory: Path, state: dict[str, Any]) -> None:
         """Restore what :meth:`save_state` wrote."""
-        if state.get("model", self.model_name) != self.model_name:
-            raise ConfigError(f"checkpoint {directory} trained {state['model']!r}, the config's "
-                              f"model is {self.model_name!r}; resume with the same model",
-                              field="trainer.model")  # fmt: skip
-        if state.get("train_layers", self.options.train_layers) != self.options.train_layers:
-            raise ConfigError(
-                f"checkpoint {directory} trained train_layers={state.get('train_layers')}, "
-                f"the config says {self.options.train_layers}; resume with the same value",
-                field="trainer.train_layers",
-            )
-        await asyncio.to_thread(self._restore, directory)
+        trainer_state.check_resumable(directory, state, self.model_name, self.options.train_layers)
+        await asyncio.to_thread(
+            trainer_state.restore_trained, directory, self.trained, self.optimizer
+        )
         self.steps_done = int(state.get("steps_done", 0))
-
-    def _restore(self, directory: Path) -> None:
-        import torch
-        from safetensors.torch import load_file
-
-        tensors = load_file(str(directory / POLICY_FILE))
-        missing = sorted(set(self.trained) - set(tensors))
-        if missing:
-            raise TorchTrainingError(f"checkpoint {directory} lacks {missing[0]!r}")
-        with torch.no_grad():
-            for name, value in tensors.items():
-                self.trained[name].copy_(value)
-        self.optimizer.load_state_dict(torch.load(directory / OPTIMIZER_FILE))
 
     async def close(self) -> dict[str, Any]:
         """Release the model."""
+        if self._ahead is not None:
+            await asyncio.to_thread(self._ahead.close)
+            self._ahead = None
         self.model = self.optimizer = self.reference = None
         self.trained = {}
         return {"steps": self.steps_done}

@@ -24,11 +24,18 @@ class RecordingTrainer(PolicyTrainer):
     name = "recording"
     batches: list[TrainingBatch]
     step_delay = 0.0
+    prepare_fails = False
 
     def __init__(self, options: Any = None, **kw: Any) -> None:
         super().__init__(options, **kw)
         self.batches = []
+        self.prepared: list[tuple[Any, int, int]] = []  # each with the steps done by then
         self.state_loaded: dict[str, Any] | None = None
+
+    async def prepare(self, episode: Any, step: int) -> None:
+        self.prepared.append((episode, step, len(self.batches)))
+        if self.prepare_fails:
+            raise RuntimeError("prepare broke")
 
     async def step(self, batch: TrainingBatch) -> StepResult:
         self.batches.append(batch)
@@ -154,6 +161,12 @@ async def test_on_policy_steps_advantages_versions_and_outputs(tmp_path):
             adv = [b.advantages[e.episode_id] for e in g.episodes if e.ok]
             # mean 1/3, population std sqrt(2)/3
             assert adv == pytest.approx([-(2**-0.5), 2**0.5, -(2**-0.5)], rel=1e-4)
+    # each episode was handed over once, before its step began, failed ones too
+    episodes = {e.episode_id: (s, e) for s, b in enumerate(trainer.batches)
+                for g in b.groups for e in g.episodes}
+    assert sorted(e.episode_id for e, _, _ in trainer.prepared) == sorted(episodes)
+    for episode, step, steps_done in trainer.prepared:
+        assert (step, episode) == episodes[episode.episode_id] and steps_done == step
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert rows[0]["reward_mean"] == pytest.approx(1 / 3)
@@ -169,6 +182,20 @@ async def test_on_policy_steps_advantages_versions_and_outputs(tmp_path):
     assert (tmp_path / "run" / "checkpoints" / "latest").read_text() == "step-000003"
     assert plot_training(tmp_path / "run" / "metrics.jsonl", tmp_path / "run" / "training.png")
     assert (tmp_path / "run" / "training.png").stat().st_size > 10_000
+
+
+async def test_a_failing_prepare_loses_no_episode(tmp_path, caplog):
+    RecordingTrainer.prepare_fails = True
+    try:
+        hub = make_hub(_config(tmp_path, epochs=1), _Plugin(), run_dir=tmp_path / "run")
+        async with hub:
+            await TrainingLoop(hub, _payloads(2, tmp_path / "log"), run_dir=tmp_path / "run").run()
+            trainer = hub.trainer
+    finally:
+        RecordingTrainer.prepare_fails = False
+    (batch,) = trainer.batches
+    assert len(trainer.prepared) == 8 == sum(len(g.episodes) for g in batch.groups)
+    assert caplog.text.count("on_episode failed") == 8 and "prepare broke" in caplog.text
 
 
 @pytest.mark.parametrize("window", [0, 1])

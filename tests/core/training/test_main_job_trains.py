@@ -73,6 +73,10 @@ def test_the_policy_was_trained_and_published(trained: Path) -> None:
             assert key in row, key
         # a step whose groups all scored alike leaves the weights as they were
         assert ("sampler_learner_kl" in row) == (row["datums"] > 0), row
+        # the trained layers ran on the frozen layers' forward (some of it done while
+        # sampling: how much depends on the machine's load)
+        assert ("frozen_ahead_frac" in row) == (row["datums"] > 0), row
+        assert 0.0 <= row.get("frozen_ahead_frac", 0.0) <= 1.0
     assert any(row["datums"] > 0 for row in rows), rows
     assert (trained / "training.png").stat().st_size > 0
     assert (trained / "checkpoints" / "latest").read_text().strip() == "step-000002"
