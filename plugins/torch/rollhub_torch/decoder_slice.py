@@ -10,6 +10,7 @@ that against this ``transformers`` version before a run relies on it.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -33,13 +34,9 @@ def forward_layers(
 
     past = cache.get_seq_length()
     position_ids = (torch.arange(hidden.shape[1]) + past).unsqueeze(0)
-    mask_cache_kw = (
-        "cache" if "cache" in inspect.signature(create_causal_mask).parameters
-        else "past_key_values"
-    )
     mask = create_causal_mask(
         config=decoder.config, inputs_embeds=hidden, attention_mask=attention_mask,
-        position_ids=position_ids, **{mask_cache_kw: cache},
+        position_ids=position_ids, **{_mask_cache_kw(create_causal_mask): cache},
     )
     positions = decoder.rotary_emb(hidden, position_ids=position_ids)
     for layer in layers:
@@ -48,3 +45,9 @@ def forward_layers(
             position_ids=position_ids, use_cache=True, **{cache_kw: cache},
         )
     return hidden
+
+
+@functools.cache
+def _mask_cache_kw(create_causal_mask: Any) -> str:
+    """The name ``create_causal_mask`` takes the cache by in this ``transformers``."""
+    return "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"

@@ -158,7 +158,6 @@ def _padded(row: torch.Tensor, width: int) -> torch.Tensor:
     """A row's ``[length, hidden]`` states as ``[1, width, hidden]``, zeros after it (a
     padded position's state reaches nothing the loss reads: the mask hides it from the
     tokens before it, and its own prediction is not taken)."""
-
     out = row.new_zeros((1, width, row.shape[-1]))
     out[0, : row.shape[0]] = row
     return out
