@@ -4,6 +4,7 @@ gives the step the gradient of the whole forward, on the real SmolLM2 model."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import torch
@@ -119,10 +120,11 @@ def test_responses_handed_over_during_a_step_wait_and_a_steps_leftovers_go(
     store: FrozenAhead = trainer._ahead
     group = _groups()[0]
     first, *others = group.responses
+    forwarded = store.forwarded
     store.pause(3)  # step 3 trains
     store.submit(4, group.prompt_ids, group.responses)  # sampled ahead for step 4
     store.settle()
-    forwarded = store.forwarded
+    time.sleep(0.3)  # time enough to forward one, were anything forwarded while paused
     assert store.forwarded == forwarded  # nothing while step 3 trains
     store.resume(3)
     store.settle()
