@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rollhub.commands.closed_console import outlive_closed_console
 from rollhub.config import RollhubConfig, TokenSourceSection, TrainerSection, load_config
 from rollhub.episode import Episode
 from rollhub.errors import ConfigError, UsageError
@@ -163,7 +164,13 @@ def _load_policy_weights(cfg: RollhubConfig, ckpt: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the subcommand; return the exit code."""
+    """Run the subcommand; return the exit code. A console that goes away does not stop it
+    (:mod:`rollhub.commands.closed_console`): the report is still written."""
+    with outlive_closed_console("the evaluation"):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from rollhub.commands.checks import check_run_config, load_held_out

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from rollhub.commands.checks import check_run_config, load_payloads
+from rollhub.commands.closed_console import outlive_closed_console
 from rollhub.commands.run_training import train
 from rollhub.commands.store_watch import StoreWatch
 from rollhub.config import RollhubConfig, load_config, parse_config
@@ -71,8 +72,14 @@ def run(args: argparse.Namespace) -> int:
     """Run the subcommand; return the exit code (errors are raised as rollhub errors).
 
     Everything that can be checked without a rollout is checked before the run directory
-    is created, so a rejected config leaves nothing behind.
+    is created, so a rejected config leaves nothing behind. A console that goes away does
+    not stop the run (:mod:`rollhub.commands.closed_console`).
     """
+    with outlive_closed_console("the run"):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     config_path = _config_path(args)
     cfg = _load_config(args, config_path)
     _apply_overrides(cfg, args)
