@@ -40,7 +40,7 @@ from rollhub.plugins import PluginHost
 from rollhub.registry import build_options
 from rollhub.rollout import RolloutRequest
 from rollhub.runs.manifest import build_manifest
-from rollhub.runs.run_dir import RunDir, changed_settings
+from rollhub.runs.run_dir import RunDir, changed_settings, release_claims
 from rollhub.training.roles import LaunchedBackend, TrainerRole, role_of
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,10 @@ def run(args: argparse.Namespace) -> int:
     not stop the run (:mod:`rollhub.commands.closed_console`).
     """
     with outlive_closed_console("the run"):
-        return _run(args)
+        try:
+            return _run(args)
+        finally:
+            release_claims()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -85,6 +88,7 @@ def _run(args: argparse.Namespace) -> int:
     _apply_overrides(cfg, args)
     _configure_logging(cfg, getattr(args, "log_level", None))
     if args.resume:
+        RunDir(args.resume).claim()
         _say_changes(RunDir(args.resume), cfg)
     host = check_run_config(cfg)
     payloads = load_payloads(cfg)
@@ -95,6 +99,12 @@ def _run(args: argparse.Namespace) -> int:
     else:
         layout = RunDir(args.run_dir if args.run_dir else _new_run_dir(cfg))
         layout.create(field="--run-dir" if args.run_dir else "experiment.output_dir")
+        layout.claim()
+        if layout.holds_run():  # refused before a file of the run there is touched
+            raise UsageError(
+                f"{layout.path} already holds a run; pick a new run directory (or continue a "
+                f"training run with --resume)"
+            )
         layout.write_start(config_path, cfg.to_toml_dict(), manifest)
     run_dir = layout.path
     _share_plugin_modules(cfg)

@@ -11,10 +11,12 @@
       training.png       per-step curves                   plots.png      rollouts-only plots
       eval.json          held-out scores before/after      eval-step-N.json  rollhub eval
       checkpoints/       step-N/ folders and ``latest``
+      .rollhub.lock      held by the process running the run (:meth:`RunDir.claim`)
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -25,9 +27,21 @@ from typing import Any
 
 from rollhub.errors import UsageError
 
-__all__ = ["RunDir", "changed_settings"]
+__all__ = ["RunDir", "changed_settings", "release_claims"]
 
 log = logging.getLogger(__name__)
+
+#: run directories this process holds, by resolved path: their lock files stay open (and
+#: locked) until released or until the process exits, when the kernel lets them go,
+#: however it ends
+_CLAIMED: dict[Path, int] = {}
+
+
+def release_claims() -> None:
+    """Let go of every run directory this process claimed (a command that ran in-process,
+    as from a test or a notebook, has ended)."""
+    while _CLAIMED:
+        os.close(_CLAIMED.popitem()[1])
 
 
 class RunDir:
@@ -48,6 +62,7 @@ class RunDir:
     PLOTS = "plots.png"
     EVAL = "eval.json"
     CHECKPOINTS = "checkpoints"
+    LOCK = ".rollhub.lock"
 
     #: the outputs ``rollhub run`` lists when it ends, in that order
     OUTPUTS = (EPISODES_PARQUET, EPISODES, SUMMARY, PLOTS, METRICS, TRAINING_PLOT, EVAL,
@@ -96,6 +111,40 @@ class RunDir:
         return self.path / f"eval-{Path(checkpoint).name}.json"
 
     # -- writing --------------------------------------------------------------------------
+
+    def claim(self) -> None:
+        """Make this process the directory's only writer until it exits: a second
+        ``rollhub run`` (a scheduler's retry, another terminal's ``--resume``) on a run that
+        is still going would interleave its steps and checkpoints with the first's.
+
+        :raises UsageError: another process holds it; the error names its pid.
+        """
+        key = self.path.resolve()
+        if key in _CLAIMED:
+            return
+        fd = os.open(self.path / self.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise UsageError(
+                f"{self.path} is in use by another rollhub process (pid {holder}); wait for "
+                f"it to end or stop it, then run again"
+            ) from None
+        except OSError as exc:  # a file system without locks: run as before, unguarded
+            os.close(fd)
+            log.warning("cannot lock %s (%s): nothing keeps a second process off this run",
+                        self.path / self.LOCK, exc.strerror or exc)
+            return
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        _CLAIMED[key] = fd
+
+    def holds_run(self) -> bool:
+        """Whether a run got as far as outputs here: a training step (``metrics.jsonl``) or
+        a rollouts-only run's summary. A run stopped before either may be started over."""
+        return (self.path / self.METRICS).exists() or (self.path / self.SUMMARY).exists()
 
     def create(self, *, field: str) -> None:
         """Make the directory; ``field`` names the setting it came from for the error.
