@@ -1,7 +1,8 @@
 """The ``rollhub`` command line.
 
-Exit codes: 0 ok, 1 runtime failure, 2 usage or config error. Errors print one line;
-``--debug`` adds the traceback.
+Exit codes: 0 ok, 1 runtime failure, 2 usage or config error, 130 interrupted (Ctrl-C),
+143 terminated (SIGTERM, stopped as Ctrl-C stops it). Errors print one line; ``--debug``
+adds the traceback.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 
 from rollhub.commands import COMMANDS, CommandTable
+from rollhub.commands.sigterm import handle_sigterm, sigterm_received
 from rollhub.errors import ConfigError, PluginError, RollhubError, UsageError
 
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+#: as a shell reports a process ended by SIGINT (128 + 2) or SIGTERM (128 + 15)
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
 
 def _commands() -> dict[str, tuple[str, str]]:
     """The core's commands plus every plugin's (a plugin that fails is left out, logged)."""
@@ -88,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rollhub: error: {missing}", file=sys.stderr)
         return EXIT_USAGE
     run: Callable[[argparse.Namespace], int] = args._run
+    handle_sigterm()
     try:
         return run(args)
     except ConfigError as exc:  # a component's options too: say when a variable set it
@@ -103,8 +108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _report(exc, args.debug)
         return EXIT_FAILURE
     except KeyboardInterrupt:
+        if sigterm_received():
+            print("rollhub: terminated (SIGTERM)", file=sys.stderr)
+            return EXIT_TERMINATED
         print("rollhub: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # output piped into `head` and the like: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
