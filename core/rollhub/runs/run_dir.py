@@ -122,7 +122,11 @@ class RunDir:
         key = self.path.resolve()
         if key in _CLAIMED:
             return
-        fd = os.open(self.path / self.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # never through a link: the pid written below would truncate its target
+            fd = os.open(self.path / self.LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            raise UsageError(f"cannot open {self.path / self.LOCK}: {exc.strerror or exc}; "
+                             f"remove it (it is recreated) and run again") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+from rollhub.errors import UsageError
 from rollhub.runs.run_dir import RunDir
 
 from tests.core.training.test_run_command import _rollhub, _setup
@@ -88,3 +90,14 @@ def test_a_claim_made_in_process_is_let_go_when_the_command_ends(tmp_path: Path)
     assert refused.returncode != 0 and f"(pid {os.getpid()})" in refused.stderr
     release_claims()
     assert _claim_in_a_child(tmp_path).stdout.strip() == "claimed"
+
+
+def test_a_lock_file_planted_as_a_link_is_refused_and_its_target_kept(tmp_path: Path) -> None:
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / RunDir.LOCK).symlink_to(target)
+    with pytest.raises(UsageError, match="remove it"):
+        RunDir(run).claim()
+    assert target.read_text() == "keep me"
