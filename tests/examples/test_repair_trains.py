@@ -1,5 +1,5 @@
 """The Strands repair agent trains, short: ``rollhub run examples/repair/train.toml`` for 2
-steps of 2 tasks × 4 samples, every episode in its own sandbox of the real local provider,
+steps of 2 tasks × 4 samples of at most 3 model turns, every episode in its own sandbox of the real local provider,
 SmolLM2 on the CPU, the held-out smoke tasks scored before and after; then the same agent's
 episodes in containers of the example's image under podman.
 
@@ -37,6 +37,9 @@ SHORT = {
     "ROLLHUB_EVAL__DATASET": '"data/smoke.jsonl"',
     "ROLLHUB_EVAL__MAX_PROMPTS": "4",
     "ROLLHUB_EVAL__N_SAMPLES": "2",
+    # an episode of 3 model turns still acts, sees the output and acts again: what the tests
+    # read; the example's 5 took half as long again (150 s against 99 s here)
+    "ROLLHUB_TOKEN_SOURCE__POLICY__MAX_TURNS": "3",
 }
 
 
@@ -141,6 +144,7 @@ def test_the_podman_image_variant_runs_episodes_in_containers(
                   f"REPAIR_SANDBOX_OPTIONS = '{json.dumps(options)}' }}")
     env = {**os.environ, "ROLLHUB_STORE__URL": f'"file://{tmp_path / "store"}"',
            "ROLLHUB_EXPERIMENT__DATASET": '"data/smoke.jsonl"',
+           "ROLLHUB_TOKEN_SOURCE__POLICY__MAX_TURNS": SHORT["ROLLHUB_TOKEN_SOURCE__POLICY__MAX_TURNS"],
            "ROLLHUB_RUNTIME__ENV": worker_env}
     out = subprocess.run(
         [str(ROLLHUB), "run", str(REPAIR / "rollouts.toml"), "--run-dir", str(tmp_path / "run"),
