@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.core.foundation.project import make_project
 from tests.core.training.test_run_command import _setup
 
 
@@ -47,3 +48,20 @@ def test_a_run_whose_stdout_and_stderr_are_closed_still_trains_and_exits(tmp_pat
     assert out.returncode == 0
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1]
+
+
+def test_an_evaluation_whose_stdout_is_closed_still_writes_its_report(tmp_path: Path) -> None:
+    rows = [{"id": f"q{i}", "reward": i % 2} for i in range(4)]
+    cfg = make_project(tmp_path, rows=rows, extra='[eval]\ndataset = "data.jsonl"\nn_samples = 2\n')
+    report = tmp_path / "report.json"
+    reader, writer = os.pipe()
+    os.close(reader)
+    exe = Path(sys.executable).with_name("rollhub")
+    try:
+        out = subprocess.run([str(exe), "eval", str(cfg), "--out", str(report)], cwd=tmp_path,
+                             stdout=writer, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(writer)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(report.read_text())["samples"] == 8
+    assert out.stderr.count("stdout was closed") == 1, out.stderr[-3000:]
