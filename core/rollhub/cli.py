@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 
 from rollhub.commands import COMMANDS, CommandTable
-from rollhub.commands.sigterm import handle_sigterm, sigterm_received
+from rollhub.commands.sigterm import sigterm_as_interrupt, sigterm_received
 from rollhub.errors import ConfigError, PluginError, RollhubError, UsageError
 
 log = logging.getLogger(__name__)
@@ -92,33 +92,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rollhub: error: {missing}", file=sys.stderr)
         return EXIT_USAGE
     run: Callable[[argparse.Namespace], int] = args._run
-    handle_sigterm()
-    try:
-        return run(args)
-    except ConfigError as exc:  # a component's options too: say when a variable set it
-        from rollhub.config import env_note
+    with sigterm_as_interrupt():
+        try:
+            return run(args)
+        except ConfigError as exc:  # a component's options too: say when a variable set it
+            from rollhub.config import env_note
 
-        note = env_note(exc.context.get("field"), os.environ)
-        _report(exc if note in str(exc) else ConfigError(f"{exc}{note}"), args.debug)
-        return EXIT_USAGE
-    except (UsageError, PluginError) as exc:
-        _report(exc, args.debug)
-        return EXIT_USAGE
-    except RollhubError as exc:
-        _report(exc, args.debug)
-        return EXIT_FAILURE
-    except KeyboardInterrupt:
-        if sigterm_received():
-            print("rollhub: terminated (SIGTERM)", file=sys.stderr)
-            return EXIT_TERMINATED
-        print("rollhub: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:  # output piped into `head` and the like: not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
-    except Exception as exc:  # an unexpected failure: one line, the traceback with --debug
-        _report(exc, args.debug, unexpected=True)
-        return EXIT_FAILURE
+            note = env_note(exc.context.get("field"), os.environ)
+            _report(exc if note in str(exc) else ConfigError(f"{exc}{note}"), args.debug)
+            return EXIT_USAGE
+        except (UsageError, PluginError) as exc:
+            _report(exc, args.debug)
+            return EXIT_USAGE
+        except RollhubError as exc:
+            _report(exc, args.debug)
+            return EXIT_FAILURE
+        except KeyboardInterrupt:
+            if sigterm_received():
+                print("rollhub: terminated (SIGTERM)", file=sys.stderr)
+                return EXIT_TERMINATED
+            print("rollhub: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except BrokenPipeError:  # output piped into `head` and the like: not an error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_OK
+        except Exception as exc:  # an unexpected failure: one line, the traceback with --debug
+            _report(exc, args.debug, unexpected=True)
+            return EXIT_FAILURE
 
 
 def _report(exc: BaseException, debug: bool, *, unexpected: bool = False) -> None:

@@ -49,7 +49,7 @@ class _Survivor:
         finally:
             os.close(devnull)
         log.warning("%s was closed (its reader went away); %s goes on, its record is in "
-                       "its files", self._name, self._what)
+                    "its files", self._name, self._what)
 
     def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, ...: the stream's
         return getattr(self._stream, name)

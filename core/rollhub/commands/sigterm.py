@@ -3,7 +3,7 @@
 A scheduler (Slurm at preemption, Kubernetes at eviction) or ``kill PID`` stops a command
 with SIGTERM, and kills it a grace period later. Python's default for SIGTERM ends the
 process on the spot: no worker or sandbox stopped, no word of where the run is or how to go
-on. :func:`handle_sigterm` turns the signal into the interrupt that Ctrl-C raises, so the
+on. :func:`sigterm_as_interrupt` turns the signal into the interrupt that Ctrl-C raises, so the
 same clean stop runs (``asyncio.run`` cancels the command's task, the runtime stops its
 workers, ``rollhub run`` says how to resume), and :func:`sigterm_received` lets the command
 line exit with 143 instead of 130. A second SIGTERM ends the process at once.
@@ -13,22 +13,35 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 
-__all__ = ["handle_sigterm", "sigterm_received"]
+__all__ = ["sigterm_as_interrupt", "sigterm_received"]
 
 _received = False
 
 
 def sigterm_received() -> bool:
-    """Whether this process was sent SIGTERM since :func:`handle_sigterm`."""
+    """Whether this process was sent SIGTERM inside :func:`sigterm_as_interrupt`."""
     return _received
 
 
-def handle_sigterm() -> None:
-    """From now on, SIGTERM interrupts the command as Ctrl-C would (main thread only)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _on_sigterm)
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Inside the block, SIGTERM interrupts the command as Ctrl-C would; the handler before
+    it is back afterwards (a command run in-process, from a test or a notebook, leaves its
+    process as it found it). Only the main thread can take signals: elsewhere, nothing."""
+    global _received
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _received = False
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:

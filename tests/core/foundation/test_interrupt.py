@@ -74,3 +74,19 @@ def test_sigterm_ends_a_command_even_where_ctrl_c_is_ignored(tmp_path):
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 143, out
+
+
+def test_a_command_run_in_process_leaves_sigterm_as_it_found_it(tmp_path, capsys):
+    from rollhub.cli import main
+
+    from tests.core.foundation.project import make_project
+
+    def mine(signum, frame):  # a handler of the test's own, as a notebook or server might set
+        raise AssertionError("not called")
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        assert main(["config", "check", str(make_project(tmp_path))]) == 0
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)
