@@ -100,11 +100,7 @@ def _run(args: argparse.Namespace) -> int:
         layout = RunDir(args.run_dir if args.run_dir else _new_run_dir(cfg))
         layout.create(field="--run-dir" if args.run_dir else "experiment.output_dir")
         layout.claim()
-        if layout.holds_run():  # refused before a file of the run there is touched
-            raise UsageError(
-                f"{layout.path} already holds a run; pick a new run directory (or continue a "
-                f"training run with --resume)"
-            )
+        layout.refuse_a_second_run()  # before a file of the run there is touched
         layout.write_start(config_path, cfg.to_toml_dict(), manifest)
     run_dir = layout.path
     _share_plugin_modules(cfg)

@@ -15,7 +15,6 @@ from rich.console import Console
 from rich.table import Table
 
 from rollhub.commands.checks import load_held_out
-from rollhub.errors import UsageError
 from rollhub.hubs.async_hub import AsyncHub
 from rollhub.registry import build_options
 from rollhub.runs.evaluation import EvalReport, evaluate
@@ -125,10 +124,8 @@ async def _drive(
     progress: bool | None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Hand the run to a trainer that drives its own loop; it records its steps."""
-    if not resume and RunDir(run_dir).metrics.exists():
-        raise UsageError(
-            f"{run_dir} already holds a run; resume it with --resume or pick a new run directory"
-        )
+    if not resume:
+        RunDir(run_dir).refuse_a_second_run()
     history: list[dict[str, Any]] = []
     if resume:
         driver = hub.trainer

@@ -145,10 +145,18 @@ class RunDir:
         os.write(fd, str(os.getpid()).encode())
         _CLAIMED[key] = fd
 
-    def holds_run(self) -> bool:
-        """Whether a run got as far as outputs here: a training step (``metrics.jsonl``) or
-        a rollouts-only run's summary. A run stopped before either may be started over."""
-        return (self.path / self.METRICS).exists() or (self.path / self.SUMMARY).exists()
+    def refuse_a_second_run(self) -> None:
+        """Refuse to start a run here if one got as far as outputs: a training step
+        (``metrics.jsonl``) or a rollouts-only run's summary. A run stopped before either
+        may be started over.
+
+        :raises UsageError: naming the directory and the two ways on.
+        """
+        if (self.path / self.METRICS).exists() or (self.path / self.SUMMARY).exists():
+            raise UsageError(
+                f"{self.path} already holds a run; pick a new run directory (or continue a "
+                f"training run with --resume)"
+            )
 
     def create(self, *, field: str) -> None:
         """Make the directory; ``field`` names the setting it came from for the error.

@@ -39,6 +39,7 @@ from rollhub.episode import EpisodeGroup
 from rollhub.errors import UsageError
 from rollhub.hubs.async_hub import AsyncHub
 from rollhub.policies import effective_staleness
+from rollhub.runs.run_dir import RunDir
 from rollhub.scoring.group_rewards import group_reward_metrics
 from rollhub.seeding import hub_seeds
 from rollhub.training.advantages import group_advantages
@@ -158,11 +159,7 @@ class TrainingLoop:
 
     async def _restore(self, trainer: Trainer) -> None:
         if not self.resume:
-            if (self.run_dir / "metrics.jsonl").exists():
-                raise UsageError(
-                    f"{self.run_dir} already holds a run; resume it with --resume or pick a new "
-                    f"run directory"
-                )
+            RunDir(self.run_dir).refuse_a_second_run()
             return
         ckpt = latest_checkpoint(self.run_dir)
         if ckpt is None:
