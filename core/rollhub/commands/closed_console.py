@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,9 @@ class _Survivor:
 def outlive_closed_console(what: str) -> Iterator[None]:
     """Keep ``what`` (``"the run"``) going when stdout or stderr loses its reader."""
     saved = sys.stdout, sys.stderr
-    sys.stdout = _Survivor(sys.stdout, "stdout", what)  # type: ignore[assignment]
-    sys.stderr = _Survivor(sys.stderr, "stderr", what)  # type: ignore[assignment]
+    # a stand-in with the streams' own methods and attributes, typed as what it stands for
+    sys.stdout = cast(TextIO, _Survivor(sys.stdout, "stdout", what))
+    sys.stderr = cast(TextIO, _Survivor(sys.stderr, "stderr", what))
     try:
         yield
     finally:
