@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -119,6 +118,8 @@ class RunDir:
 
         :raises UsageError: another process holds it; the error names its pid.
         """
+        import fcntl  # POSIX only, and only here: reading a run directory needs none of it
+
         key = self.path.resolve()
         if key in _CLAIMED:
             return
