@@ -17,7 +17,6 @@ checkpoint's run, or ``--out``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import tempfile
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rollhub.commands.closed_console import outlive_closed_console
+from rollhub.commands.sigterm import run_command
 from rollhub.config import RollhubConfig, TokenSourceSection, TrainerSection, load_config
 from rollhub.episode import Episode
 from rollhub.errors import ConfigError, UsageError
@@ -187,7 +187,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         out = cfg.path(cfg.experiment.output_dir) / f"eval-{time.strftime('%Y%m%d-%H%M%S')}.json"
     episodes: list[Episode] = []
-    report = asyncio.run(_evaluate(cfg, host, payloads, label, episodes))
+    report = run_command(_evaluate(cfg, host, payloads, label, episodes))
     report["manifest"] = build_manifest(cfg, config_file=args.config)
     Console().print(report_table(report))
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,6 @@ code, versions and machine that produced the run; see :mod:`rollhub.runs.run_dir
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
@@ -30,6 +29,7 @@ from typing import Any, cast
 from rollhub.commands.checks import check_run_config, load_payloads
 from rollhub.commands.closed_console import outlive_closed_console
 from rollhub.commands.run_training import train
+from rollhub.commands.sigterm import run_command
 from rollhub.commands.store_watch import StoreWatch
 from rollhub.config import RollhubConfig, load_config, parse_config
 from rollhub.episode import Episode
@@ -106,7 +106,7 @@ def _run(args: argparse.Namespace) -> int:
     _share_plugin_modules(cfg)
     outputs: dict[str, Any] = {}
     try:
-        summary = asyncio.run(
+        summary = run_command(
             run_experiment(cfg, payloads, run_dir, resume=bool(args.resume), host=host, outputs=outputs)
         )
     except ClusterLost as exc:  # say which run to resume
