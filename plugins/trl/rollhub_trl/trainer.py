@@ -86,6 +86,7 @@ RESERVED_ARGS = {
     "gradient_accumulation_steps": "training.batch_groups",
     "steps_per_generation": "training.batch_groups",
     "max_steps": "training.steps",
+    "save_total_limit": "training.keep_checkpoints",
     "seed": "experiment.seed",
     "temperature": "experiment.sampling.temperature",
     "output_dir": "the run directory",
@@ -272,6 +273,7 @@ class TrlTrainer(LoopDriver):
             "gradient_accumulation_steps": groups,
             "steps_per_generation": groups,
             "max_steps": total_steps,
+            "save_total_limit": cfg.training.keep_checkpoints,  # TRL keeps every one without it
             "seed": cfg.experiment.seed,
             "temperature": float((cfg.experiment.sampling or {}).get("temperature", 1.0)) or 1.0,
             "logging_steps": 1,

@@ -1,13 +1,15 @@
 """Two real TRL GRPO steps on SmolLM2 from multi-turn calculator episodes.
 
-``examples/math/train-trl.toml`` shortened (2 steps of 2 prompts × 4 samples), run in this
-process the way ``rollhub run`` runs it: real agent worker processes, the in-process
-gateway, the transformers engine sampling from TRL's own model, TRL's ``GRPOTrainer``.
+``examples/math/train-trl.toml`` shortened (2 steps of 2 prompts × 4 samples, a checkpoint
+after each), run in this process the way ``rollhub run`` runs it: real agent worker
+processes, the in-process gateway, the transformers engine sampling from TRL's own model,
+TRL's ``GRPOTrainer``.
 
 Asserted: TRL changed the trained weights (and only those); a completion with a positive
 advantage became more likely; the tensors TRL's loss was computed on hold exactly the ids
 the gateway recorded, and its tool mask is exactly the records' mask (tool replies 0);
-turns of step 2 carry weight version 1; the engine sampled from TRL's module itself.
+turns of step 2 carry weight version 1; the engine sampled from TRL's module itself; the
+run kept ``training.keep_checkpoints`` of TRL's checkpoints.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ T = 0.7
 SHORT = {
     "ROLLHUB_TRAINING__STEPS": "2",
     "ROLLHUB_TRAINING__BATCH_GROUPS": "2",
-    "ROLLHUB_TRAINING__CHECKPOINT_EVERY": "0",
+    # TRL saves after each step and keeps the newest checkpoint only
+    "ROLLHUB_TRAINING__CHECKPOINT_EVERY": "1",
+    "ROLLHUB_TRAINING__KEEP_CHECKPOINTS": "1",
     "ROLLHUB_EXPERIMENT__N_SAMPLES": "4",
     "ROLLHUB_EVAL__MAX_PROMPTS": "2",
     "ROLLHUB_EVAL__N_SAMPLES": "2",
@@ -100,6 +104,13 @@ def test_trl_stepped_twice_and_the_engine_sampled_from_its_module(run: dict[str,
         assert key in rows[0], key
     assert (run["dir"] / "training.png").stat().st_size > 0
     assert json.loads((run["dir"] / "eval.json").read_text())["after"]["weight_version"] == 2
+
+
+def test_the_run_keeps_training_keep_checkpoints_of_trls_checkpoints(
+    run: dict[str, Any],
+) -> None:
+    kept = sorted(p.name for p in (run["dir"] / "trl").glob("checkpoint-*"))
+    assert kept == ["checkpoint-2"]  # step 1's was deleted once step 2's was saved
 
 
 def test_only_the_trained_layers_changed(run: dict[str, Any]) -> None:

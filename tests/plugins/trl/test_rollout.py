@@ -215,6 +215,13 @@ def test_the_grpo_config_follows_the_rollhub_config(tmp_path) -> None:
     assert args.max_steps == 10 and args.learning_rate == 3e-5 and args.temperature == 0.7
     assert (args.beta, args.epsilon, args.loss_type) == (0.04, 0.3, "dapo")
     assert args.output_dir == str(tmp_path / "trl") and not args.use_vllm
+    # the run keeps training.keep_checkpoints of TRL's checkpoints (it kept every one)
+    assert args.save_total_limit == cfg.training.keep_checkpoints == 2
+    cfg = _cfg(TRAINING__KEEP_CHECKPOINTS="5")
+    assert trainer.grpo_config(cfg, tmp_path, total_steps=10).save_total_limit == 5
+    with pytest.raises(ValueError, match="save_total_limit is set by rollhub from "
+                                         "training.keep_checkpoints"):
+        TrlTrainerOptions(args={"save_total_limit": 3})
 
 
 def test_an_argument_trl_refuses_names_trainer_args(tmp_path) -> None:
