@@ -219,8 +219,8 @@ def test_the_grpo_config_follows_the_rollhub_config(tmp_path) -> None:
     assert args.save_total_limit == cfg.training.keep_checkpoints == 2
     cfg = _cfg(TRAINING__KEEP_CHECKPOINTS="5")
     assert trainer.grpo_config(cfg, tmp_path, total_steps=10).save_total_limit == 5
-    with pytest.raises(ValueError, match="save_total_limit is set by rollhub from "
-                                         "training.keep_checkpoints"):
+    with pytest.raises(ValueError, match=r"save_total_limit is set by rollhub from "
+                                         r"training\.keep_checkpoints"):
         TrlTrainerOptions(args={"save_total_limit": 3})
 
 
