@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rollhub import hookimpl
 from rollhub.registry import ComponentRegistry
+
+if TYPE_CHECKING:
+    from rollhub.config import RollhubConfig
 
 
 @hookimpl
@@ -12,3 +17,32 @@ def rollhub_register_components(registry: ComponentRegistry) -> None:
     from rollhub_trl.trainer import TrlTrainer
 
     registry.add_trainer(TrlTrainer)
+
+
+@hookimpl
+def rollhub_check_config(config: RollhubConfig) -> None:
+    """Settings of the core's training loop that TRL's loop cannot honour are refused, not
+    dropped: ``training.stratify`` (TRL's sampler draws each step's prompts) and
+    ``experiment.max_staleness`` above 0 (TRL samples and trains on-policy).
+
+    :raises ConfigError: naming the field and the fix.
+    """
+    from rollhub.errors import ConfigError
+
+    if config.trainer.name != "trl":
+        return
+    if config.training.stratify is not None:
+        raise ConfigError(
+            f"training.stratify = {config.training.stratify!r}: TRL's GRPOTrainer draws each "
+            "step's prompts itself (shuffled with experiment.seed unless training.shuffle = "
+            "false), so no field's proportions can be kept; drop training.stratify, or train "
+            "with trainer 'torch'",
+            field="training.stratify",
+        )
+    if config.experiment.max_staleness:
+        raise ConfigError(
+            f"experiment.max_staleness = {config.experiment.max_staleness}: TRL's GRPOTrainer "
+            "samples and trains on-policy, one step's episodes from the weights of the step "
+            "before; set max_staleness = 0, or train with trainer 'torch' or 'tinker'",
+            field="experiment.max_staleness",
+        )

@@ -87,6 +87,7 @@ RESERVED_ARGS = {
     "steps_per_generation": "training.batch_groups",
     "max_steps": "training.steps",
     "save_total_limit": "training.keep_checkpoints",
+    "shuffle_dataset": "training.shuffle",
     "seed": "experiment.seed",
     "temperature": "experiment.sampling.temperature",
     "output_dir": "the run directory",
@@ -274,6 +275,7 @@ class TrlTrainer(LoopDriver):
             "steps_per_generation": groups,
             "max_steps": total_steps,
             "save_total_limit": cfg.training.keep_checkpoints,  # TRL keeps every one without it
+            "shuffle_dataset": cfg.training.shuffle,
             "seed": cfg.experiment.seed,
             "temperature": float((cfg.experiment.sampling or {}).get("temperature", 1.0)) or 1.0,
             "logging_steps": 1,

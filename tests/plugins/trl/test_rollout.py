@@ -222,6 +222,13 @@ def test_the_grpo_config_follows_the_rollhub_config(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"save_total_limit is set by rollhub from "
                                          r"training\.keep_checkpoints"):
         TrlTrainerOptions(args={"save_total_limit": 3})
+    # training.shuffle reaches TRL's prompt sampler (it shuffled whatever was set)
+    assert args.shuffle_dataset is True
+    cfg = _cfg(TRAINING__SHUFFLE="false")
+    assert trainer.grpo_config(cfg, tmp_path, total_steps=10).shuffle_dataset is False
+    with pytest.raises(ValueError, match=r"shuffle_dataset is set by rollhub from "
+                                         r"training\.shuffle"):
+        TrlTrainerOptions(args={"shuffle_dataset": False})
 
 
 def test_an_argument_trl_refuses_names_trainer_args(tmp_path) -> None:
@@ -234,6 +241,44 @@ def test_an_argument_trl_refuses_names_trainer_args(tmp_path) -> None:
     # a key that is no field at all is refused with the options, before anything runs
     with pytest.raises(ValueError, match="no_such_field is not a field of TRL's GRPOConfig"):
         TrlTrainerOptions(args={"no_such_field": 1})
+
+
+@pytest.mark.parametrize(
+    ("setting", "field", "says"),
+    [
+        ('stratify = "level"', "training.stratify",
+         "TRL's GRPOTrainer draws each step's prompts itself"),
+        ("max_staleness = 1", "experiment.max_staleness",
+         "TRL's GRPOTrainer samples and trains on-policy"),
+    ],
+)
+def test_config_check_refuses_core_loop_settings_trls_loop_cannot_honour(
+    setting: str, field: str, says: str, tmp_path, capsys
+) -> None:
+    # they were accepted, and the run silently did without them
+    from pathlib import Path
+
+    from rollhub.cli import main
+
+    math = Path(__file__).resolve().parents[3] / "examples" / "math"
+    data = tmp_path / "calc.jsonl"
+    data.write_text("".join(
+        line[:-2] + ', "level": "easy"}\n'
+        for line in (math / "data" / "calc-train.jsonl").read_text().splitlines(keepends=True)
+    ))
+    section = "training" if field.startswith("training") else "experiment"
+    toml = tmp_path / "rollhub.toml"
+    body = (
+        f'[experiment]\nname = "x"\ndataset = "{data}"\n'
+        f'[runtime]\nname = "local"\napp = "{math / "calc_agent.py"}:app"\n'
+        f'[trainer]\nname = "trl"\n[training]\nbatch_groups = 2\n'
+    )
+    toml.write_text(body.replace(f"[{section}]\n", f"[{section}]\n{setting}\n"))
+    assert main(["config", "check", str(toml)]) != 0
+    err = capsys.readouterr().err
+    assert field in err and says in err, err
+    toml.write_text(body)
+    assert main(["config", "check", str(toml)]) == 0
 
 
 def test_a_group_of_one_is_refused(tmp_path) -> None:
