@@ -95,10 +95,14 @@ async def write_checkpoint(
     save_trainer: Callable[[Path], Awaitable[dict[str, Any]]],
     *,
     keep: int | None = None,
+    drop_trainer: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
 ) -> Path:
     """Write ``ckpt`` (and the trainer's files) under ``root``; return its directory.
 
     :param keep: delete all but the newest ``keep`` checkpoints afterwards (None: keep all).
+    :param drop_trainer: called with the trainer state of each checkpoint deleted, after
+        its directory went (:meth:`~rollhub.training.trainer.Trainer.drop_state`); what it
+        raises is logged, not raised: the new checkpoint is written either way.
     """
     root.mkdir(parents=True, exist_ok=True)
     name = f"step-{ckpt.steps_done:06d}"
@@ -122,9 +126,26 @@ async def write_checkpoint(
         steps = sorted(root.glob("step-*"), key=lambda p: p.name)
         for old in steps[: max(len(steps) - keep, 0)]:
             if old != final:
-                shutil.rmtree(old, ignore_errors=True)
-                log.info("checkpoint %s deleted (keep_checkpoints=%d)", old, keep)
+                await _delete(old, keep, drop_trainer)
     return final
+
+
+async def _delete(
+    old: Path, keep: int, drop_trainer: Callable[[dict[str, Any]], Awaitable[None]] | None
+) -> None:
+    try:
+        trainer_state = json.loads((old / STATE_FILE).read_text()).get("trainer") or {}
+    except (OSError, ValueError, AttributeError):
+        trainer_state = {}
+    shutil.rmtree(old, ignore_errors=True)
+    log.info("checkpoint %s deleted (keep_checkpoints=%d)", old, keep)
+    if drop_trainer is None or not trainer_state:
+        return
+    try:
+        await drop_trainer(trainer_state)
+    except Exception:  # a service that cannot delete does not stop the run
+        log.warning("the trainer could not free the state of deleted checkpoint %s: %s",
+                    old, trainer_state, exc_info=True)
 
 
 def latest_checkpoint(run_dir: Path) -> Checkpoint | None:

@@ -294,6 +294,7 @@ class TrainingLoop:
             ckpt,
             trainer.save_state,
             keep=self.config.training.keep_checkpoints,
+            drop_trainer=trainer.drop_state,
         )
 
 

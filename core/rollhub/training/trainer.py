@@ -151,6 +151,12 @@ class Trainer(ABC):
     async def load_state(self, directory: Path, state: dict[str, Any]) -> None:  # noqa: B027
         """Restore what :meth:`save_state` wrote (weights, optimizer)."""
 
+    async def drop_state(self, state: dict[str, Any]) -> None:  # noqa: B027
+        """A checkpoint whose :meth:`save_state` returned ``state`` was deleted
+        (``training.keep_checkpoints``): free what ``state`` names outside the checkpoint's
+        directory, e.g. weights a training service stores. The directory is already gone;
+        an exception is logged and the run goes on. The default does nothing."""
+
     async def close(self) -> dict[str, Any]:
         """Flush outputs; return what was written or trained (paths, step counts)."""
         return {}

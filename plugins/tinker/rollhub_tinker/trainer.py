@@ -152,6 +152,7 @@ class TinkerTrainer(PolicyTrainer):
         super().__init__(options, context=context, run_dir=run_dir, exp_id=exp_id, **kw)
         self.base_model: str | None = self.options.base_model
         self.service: Any = None
+        self._rest_client: Any = None
         self.training_client: Any = None
         self.sampling_client: tinker.SamplingClient | None = None
         self.steps_done = 0
@@ -295,11 +296,41 @@ class TinkerTrainer(PolicyTrainer):
         await self._call(what, fut.result_async())
         self.steps_done = int(state.get("steps_done", 0))
 
+    async def drop_state(self, state: dict[str, Any]) -> None:
+        """Delete a deleted checkpoint's ``save_state`` from the service, which would keep
+        it (hosted Tinker until it expires). A 404 frees nothing and stops nothing: the
+        state is gone already, or the service deletes none (the local skyrl server, whose
+        states are a few MB under its ``checkpoints`` directory).
+
+        :raises TinkerTrainingError: the service refused or failed otherwise (the core
+            logs it and goes on).
+        """
+        import tinker
+
+        path = state.get("tinker_path")
+        if not path or self.service is None:
+            return
+        if self._rest_client is None:  # the SDK opens a session of its own: blocking, once
+            self._rest_client = await self._call(
+                "create_rest_client", asyncio.to_thread(self.service.create_rest_client)
+            )
+        rest = self._rest_client
+        try:
+            await self._call(f"delete_checkpoint({path!r})",
+                             rest.delete_checkpoint_from_tinker_path_async(path))
+        except TinkerTrainingError as exc:
+            if not isinstance(exc.__cause__, tinker.NotFoundError):
+                raise
+            log.info("%s stays: the service holds no such state or deletes none (404)", path)
+            return
+        log.info("%s deleted from the service (training.keep_checkpoints)", path)
+
     async def close(self) -> dict[str, Any]:
-        """Stop the SDK session's heartbeat."""
-        holder = getattr(self.service, "_session_holder", None)
-        if holder is not None:
-            holder.close()
+        """Stop the SDK session's heartbeat, and the SDK's REST client if one was made."""
+        for name in ("_session_holder", "_rest_holder"):
+            holder = getattr(self.service, name, None)
+            if holder is not None:
+                holder.close()
         if self.server is not None:
             server, self.server = self.server, None
             await asyncio.to_thread(server.stop)

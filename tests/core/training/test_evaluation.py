@@ -185,6 +185,30 @@ def test_only_the_newest_checkpoints_are_kept_and_eval_finds_the_last(tmp_path) 
     assert sorted(p.name for p in root.iterdir()) == ["latest", "step-000008"]
 
 
+def test_a_state_the_trainer_cannot_free_is_logged_and_the_checkpoint_still_written(
+    tmp_path, caplog
+) -> None:
+    from rollhub.training.checkpoint import Checkpoint, write_checkpoint
+
+    dropped = []
+
+    async def save(directory):
+        return {"stored": f"service://{len(list(root.glob('step-*')))}"}
+
+    async def drop(state):
+        dropped.append(state)
+        raise RuntimeError("the service answered 404")
+
+    root = tmp_path / "run" / "checkpoints"
+    for steps in (1, 2):
+        asyncio.run(write_checkpoint(root, Checkpoint(steps, steps, "1:abc"), save, keep=1,
+                                     drop_trainer=drop))
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step-000002"]
+    assert dropped == [{"stored": "service://0"}]
+    assert "could not free the state of deleted checkpoint" in caplog.text
+    assert "the service answered 404" in caplog.text
+
+
 def test_eval_of_an_endpoint_needs_its_model_name(tmp_path) -> None:
     with pytest.raises(UsageError, match="--model-id"):
         evaluated_config(_config(tmp_path), _args(base_url="http://127.0.0.1:9/v1"))

@@ -31,6 +31,7 @@ class RecordingTrainer(PolicyTrainer):
         self.batches = []
         self.prepared: list[tuple[Any, int, int]] = []  # each with the steps done by then
         self.state_loaded: dict[str, Any] | None = None
+        self.dropped: list[dict[str, Any]] = []
 
     async def prepare(self, episode: Any, step: int) -> None:
         self.prepared.append((episode, step, len(self.batches)))
@@ -49,6 +50,9 @@ class RecordingTrainer(PolicyTrainer):
 
     async def load_state(self, directory: Path, state: dict[str, Any]) -> None:
         self.state_loaded = {**state, "file": (directory / "weights.txt").read_text()}
+
+    async def drop_state(self, state: dict[str, Any]) -> None:
+        self.dropped.append(state)
 
 
 class _Plugin:
@@ -180,6 +184,8 @@ async def test_on_policy_steps_advantages_versions_and_outputs(tmp_path):
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == [
         "latest", "step-000002", "step-000003"]
     assert (tmp_path / "run" / "checkpoints" / "latest").read_text() == "step-000003"
+    # the deleted checkpoint's trainer state was handed back, to free what it names elsewhere
+    assert trainer.dropped == [{"batches": 1}]
     assert plot_training(tmp_path / "run" / "metrics.jsonl", tmp_path / "run" / "training.png")
     assert (tmp_path / "run" / "training.png").stat().st_size > 10_000
 

@@ -11,6 +11,7 @@ positively-advantaged completion.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -67,12 +68,17 @@ async def _sampled_logprobs(trainer: Any, arrays: list[Any]) -> list[float]:
     ]
 
 
-async def test_two_real_training_steps(tmp_path, tinker_server_factory):
+async def test_two_real_training_steps(tmp_path, tinker_server_factory, caplog):
+    caplog.set_level(logging.INFO, logger="rollhub_tinker.trainer")
     server = tinker_server_factory()
     try:
         await _train_resume_and_check(tmp_path, server)
     finally:
         server.stop()  # 4-5 GB back for the rest of the suite
+    # step 1's checkpoint went when step 3's was written (keep_checkpoints = 2), and its
+    # state was asked to go too: the local server deletes none, and the run went on
+    assert "step-000001" not in {p.name for p in (tmp_path / "run" / "checkpoints").iterdir()}
+    assert "stays: the service holds no such state or deletes none (404)" in caplog.text
 
 
 async def _train_resume_and_check(tmp_path: Path, server: Any) -> None:
