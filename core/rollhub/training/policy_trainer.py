@@ -194,6 +194,19 @@ class PolicyTrainers(PolicyTrainer):
             states[name] = await trainer.save_state(sub)
         return {"policies": states, "versions": dict(self.versions)}
 
+    async def drop_state(self, state: dict[str, Any]) -> None:
+        """Each trainer is handed its own policy's state of the deleted checkpoint; one that
+        cannot free it is logged with the policy's name, and the others still free theirs."""
+        for name, sub in (state.get("policies") or {}).items():
+            trainer = self.trainers.get(name)
+            if trainer is None or not sub:
+                continue
+            try:
+                await trainer.drop_state(sub)
+            except Exception:
+                log.warning("policy %r: its trainer could not free a deleted checkpoint's "
+                            "state %s", name, sub, exc_info=True)
+
     async def load_state(self, directory: Path, state: dict[str, Any]) -> None:
         """Restore what :meth:`save_state` wrote.
 

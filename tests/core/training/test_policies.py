@@ -33,6 +33,7 @@ class PolicyRecorder(PolicyTrainer):
         super().__init__(options, context=context)
         self.batches: list[TrainingBatch] = []
         self.loaded: tuple[Path, dict[str, Any]] | None = None
+        self.dropped: list[dict[str, Any]] = []
 
     async def initial_policy(self) -> Any:
         return {"policy": self.context.policy, "restored": self.loaded is not None}
@@ -52,6 +53,9 @@ class PolicyRecorder(PolicyTrainer):
     async def load_state(self, directory: Path, state: dict[str, Any]) -> None:
         assert (directory / "weights.txt").read_text() == self.context.policy
         self.loaded = (directory, state)
+
+    async def drop_state(self, state: dict[str, Any]) -> None:
+        self.dropped.append(state)
 
 
 class _Plugin:
@@ -172,7 +176,8 @@ async def test_per_policy_checkpoints_resume(tmp_path, reply):
     for name in ("proposer", "checker"):
         assert (ckpt / "policies" / name / "weights.txt").read_text() == name
     assert not (ckpt / "policies" / "partner").exists()
-    again = make_hub(_config(tmp_path, reply, steps=2), gateway_plugin, _Plugin(), run_dir=run)
+    again = make_hub(_config(tmp_path, reply, steps=2, keep_checkpoints=1), gateway_plugin,
+                     _Plugin(), run_dir=run)
     async with again:
         loop = TrainingLoop(again, payloads, run_dir=run, resume=True)
         await loop.run()
@@ -184,6 +189,8 @@ async def test_per_policy_checkpoints_resume(tmp_path, reply):
         assert t.loaded[1]["policy"] == name
         assert [b.weight_version for b in t.batches] == [1]  # resumed at its own version
         assert published[name][0] == ({"policy": name, "restored": True}, 1)
+        # step 1's checkpoint went once step 2's was written: each trainer got its own state
+        assert t.dropped == [{"batches": 1, "policy": name}]
     assert trainer.versions == {"proposer": 2, "checker": 2, "partner": 0}
     assert published["partner"] == []
 
