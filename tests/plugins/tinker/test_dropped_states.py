@@ -1,9 +1,9 @@
 """A checkpoint the run deletes (``training.keep_checkpoints``) has its ``save_state``
 deleted from the Tinker service too, which would otherwise keep every one.
 
-The real SDK talks to a loopback service that answers the hosted API's routes the SDK
-uses here (client config, session, heartbeat, and ``DELETE /api/v1/training_runs/{run}/
-checkpoints/{checkpoint}``, the call behind ``RestClient.delete_checkpoint_from_tinker_path``).
+The real SDK talks to a loopback of the hosted API (:mod:`tests.tinker_loopback`) with its
+delete route added: ``DELETE /api/v1/training_runs/{run}/checkpoints/{checkpoint}``, the
+call behind ``RestClient.delete_checkpoint_from_tinker_path``.
 The local skyrl server has no delete route: ``test_training_local`` sees its 404 there.
 """
 
@@ -18,36 +18,31 @@ import tinker
 from aiohttp import web
 from rollhub_tinker.trainer import TinkerTrainer, TinkerTrainerOptions, TinkerTrainingError
 
+from tests.tinker_loopback import TinkerLoopback
 
-class _Service:
-    """The routes, and what was deleted."""
+
+class _Service(TinkerLoopback):
+    """The SDK's session routes, and the hosted delete route with what it deleted."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.stored = {("run-1", "weights/s-000001"), ("run-1", "weights/s-000002")}
         self.deleted: list[tuple[str, str]] = []
         self.refuse = False
 
     async def handle(self, request: web.Request) -> web.Response:
-        path = request.path
-        if path == "/api/v1/client/config":
-            return web.json_response({"pjwt_auth_enabled": False, "use_pyqwest_transport": False})
-        if path == "/api/v1/create_session":
-            return web.json_response({"type": "create_session", "session_id": "sess-1"})
-        if path == "/api/v1/session_heartbeat":
-            return web.json_response({"type": "session_heartbeat"})
-        if path == "/api/v1/telemetry":
-            return web.json_response({"status": "accepted"})
         prefix = "/api/v1/training_runs/"
-        if request.method == "DELETE" and path.startswith(prefix) and "/checkpoints/" in path:
-            run, checkpoint = path[len(prefix):].split("/checkpoints/", 1)
-            if self.refuse:
-                return web.json_response({"detail": "not your checkpoint"}, status=403)
-            if (run, checkpoint) not in self.stored:
-                return web.json_response({"detail": "checkpoint not found"}, status=404)
-            self.stored.remove((run, checkpoint))
-            self.deleted.append((run, checkpoint))
-            return web.Response(status=200)
-        return web.json_response({"detail": "Not Found"}, status=404)
+        path = request.path
+        if request.method != "DELETE" or not path.startswith(prefix):
+            return await super().handle(request)
+        run, checkpoint = path[len(prefix):].split("/checkpoints/", 1)
+        if self.refuse:
+            return web.json_response({"detail": "not your checkpoint"}, status=403)
+        if (run, checkpoint) not in self.stored:
+            return web.json_response({"detail": "checkpoint not found"}, status=404)
+        self.stored.remove((run, checkpoint))
+        self.deleted.append((run, checkpoint))
+        return web.Response(status=200)
 
 
 @pytest.fixture
