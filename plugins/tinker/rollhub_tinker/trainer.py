@@ -310,7 +310,7 @@ class TinkerTrainer(PolicyTrainer):
         path = state.get("tinker_path")
         if not path or self.service is None:
             return
-        if self._rest_client is None:  # the SDK opens a session of its own: blocking, once
+        if self._rest_client is None:  # the SDK builds it with a blocking round trip: once
             self._rest_client = await self._call(
                 "create_rest_client", asyncio.to_thread(self.service.create_rest_client)
             )
