@@ -51,6 +51,10 @@ HEAD = "head"
 WORKER_RESOURCE = "rollhub_worker"
 #: the line ``ray start --block`` prints once its node is up
 _READY = "This command will now block forever"
+# what `ray start` prints when it exits over a port: a clash among its own ports, or one
+# something else bound first
+_PORT_TAKEN = ("is trying to use a port number", "already occupied", "Address already in use")
+_PORT_RETRIES = 3
 #: Ray's smallest object store (bytes)
 MIN_OBJECT_STORE = 78_643_200
 
@@ -157,7 +161,7 @@ class LocalRayCluster:
             self.start_node(HEAD)
             nodes = [self._spawn(name) for name in self.worker_names]
             for node in nodes:
-                self._wait_up(node)
+                self._wait_up(node, respawns=_PORT_RETRIES)
         except BaseException:
             self.stop()
             raise
@@ -172,9 +176,7 @@ class LocalRayCluster:
     def start_node(self, name: str) -> RayNode:
         """Start node ``name`` (the head, or a worker joining the head) and wait until it
         is up; a worker that was killed comes back under its old name and resources."""
-        node = self._spawn(name)
-        self._wait_up(node)
-        return node
+        return self._wait_up(self._spawn(name), respawns=_PORT_RETRIES)
 
     def stop(self) -> None:
         """Stop every node it started: the workers together (they drain through the head),
@@ -251,16 +253,14 @@ class LocalRayCluster:
         resources = {node_resource(name): 1000.0}
         if not head:
             resources[WORKER_RESOURCE] = 1000.0
+        flags = [
+            "--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
+            "--dashboard-agent-grpc-port", "--metrics-export-port", "--runtime-env-agent-port",
+        ]  # fmt: skip
+        *free, gcs = _free_ports(len(flags) + 1)
         if head:
-            self.port = _free_port()
-        ports = {
-            "--node-manager-port": _free_port(),
-            "--object-manager-port": _free_port(),
-            "--dashboard-agent-listen-port": _free_port(),
-            "--dashboard-agent-grpc-port": _free_port(),
-            "--metrics-export-port": _free_port(),
-            "--runtime-env-agent-port": _free_port(),
-        }
+            self.port = gcs
+        ports = dict(zip(flags, free, strict=True))
         args = [
             _ray_executable(), "start", "--block",
             *(["--head", f"--port={self.port}", "--include-dashboard=false"] if head
@@ -301,19 +301,26 @@ class LocalRayCluster:
             "RAY_health_check_failure_threshold": "3",
         }
 
-    def _wait_up(self, node: RayNode) -> None:
+    def _wait_up(self, node: RayNode, respawns: int = 0) -> RayNode:
+        """Wait until ``node`` is up; a node that exits because one of its ports was
+        taken (by anything on the machine, between the probe and Ray's bind) is started
+        again on fresh ports, up to ``respawns`` times."""
         deadline = time.monotonic() + self.start_timeout_s
         offset = node.log_offset
         while time.monotonic() < deadline:
             text = _read_from(node.log_path, offset)
             if _READY in text:
                 log.info("ray node %s up (pid %d)", node.name, node.proc.pid)
-                return
+                return node
             if not node.alive:
                 break
             time.sleep(0.1)
-        tail = "\n".join(_read_from(node.log_path, offset).splitlines()[-20:])
+        text = _read_from(node.log_path, offset)
+        tail = "\n".join(text.splitlines()[-20:])
         self.stop_node(node.name)
+        if respawns > 0 and any(sign in text for sign in _PORT_TAKEN):
+            log.warning("ray node %s lost one of its ports; starting it on fresh ones", node.name)
+            return self._wait_up(self._spawn(node.name), respawns - 1)
         raise RayClusterError(
             f"ray node {node.name} did not start within {self.start_timeout_s:g}s; "
             f"its log ends with:\n{tail}"
@@ -344,10 +351,14 @@ def _ray_executable() -> str:
     return str(local) if local.exists() else "ray"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: every probe socket stays bound until all are
+    chosen, since a port probed and released can be the kernel's next pick."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 def _read_from(path: Path, offset: int) -> str:
