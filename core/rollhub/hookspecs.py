@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from rollhub.plugin_host.markers import hookspec
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import pluggy
 
     from rollhub.commands import CommandTable
@@ -252,6 +254,22 @@ def rollhub_training_step(
     Default: none (the configured metric sinks are called by the loop itself).
     Awaitable: yes.
     Example: a plugin posts the step's reward to a team dashboard.
+    """
+
+
+@hookspec(firstresult=True)
+def rollhub_trained_weights(path: Path) -> Path | None:
+    """Find a checkpoint that a trainer driving its own loop kept, for
+    ``rollhub eval --checkpoint``.
+
+    :param path: what the user gave: a run directory or one checkpoint's folder.
+
+    Return the checkpoint's folder, which holds ``policy.safetensors`` (the trained
+    parameters by name, loaded over the engine's model) and ``model.json`` (the model they
+    belong to); None when ``path`` holds none of this plugin's checkpoints.
+    Firstresult. Called only when ``path`` holds no checkpoint of the core's loop.
+    Default: none. Awaitable: no.
+    Example: ``rollhub_trl`` finds TRL's newest ``trl/checkpoint-N``.
     """
 
 

@@ -6,6 +6,8 @@ What is evaluated:
 - a training run's checkpoint, ``--checkpoint RUN_DIR`` (its latest) or
   ``--checkpoint RUN_DIR/checkpoints/step-N``: its trained parameters are loaded over the
   gateway's ``transformers`` engine (with ``[[policies]]``: each policy's over its own);
+  a trainer that keeps its own checkpoints finds them through the plugins'
+  ``rollhub_trained_weights`` hook (TRL's ``RUN_DIR/trl/checkpoint-N``);
 - any OpenAI-compatible endpoint, ``--base-url URL --model-id NAME`` (no token capture).
 
 The prompts are ``[eval] dataset`` (or ``--dataset``), each sampled ``[eval] n_samples``
@@ -29,7 +31,7 @@ from rollhub.config import RollhubConfig, TokenSourceSection, TrainerSection, lo
 from rollhub.episode import Episode
 from rollhub.errors import ConfigError, UsageError
 from rollhub.export.files import episode_to_row, write_rows
-from rollhub.plugins import PluginHost
+from rollhub.plugins import PluginHost, build_host
 from rollhub.runs.run_dir import RunDir
 
 if TYPE_CHECKING:
@@ -37,12 +39,15 @@ if TYPE_CHECKING:
 
 __all__ = ["add_arguments", "resolve_checkpoint", "run"]
 
+#: the trained parameters in a checkpoint, by name (safetensors)
+POLICY_FILE = "policy.safetensors"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare this subcommand's arguments."""
     parser.add_argument("config", help="rollhub.toml (agent, token source, [eval] dataset)")
     what = parser.add_mutually_exclusive_group()
-    what.add_argument("--checkpoint", help="RUN_DIR (its latest checkpoint) or a step-N folder")
+    what.add_argument("--checkpoint", help="RUN_DIR (its latest checkpoint) or a step-N (or trl/checkpoint-N) folder")
     what.add_argument("--base-url", help="an OpenAI-compatible endpoint to evaluate instead")
     parser.add_argument("--model-id", help="model name at --base-url")
     parser.add_argument("--dataset", help="held-out prompts (default: [eval] dataset)")
@@ -52,8 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "experiment's output_dir)")
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
-    """The checkpoint folder of ``RUN_DIR`` (its latest) or of ``RUN_DIR/checkpoints/step-N``.
+def resolve_checkpoint(path: str | Path, host: PluginHost | None = None) -> Path:
+    """The checkpoint folder of ``RUN_DIR`` (its latest) or of ``RUN_DIR/checkpoints/step-N``;
+    else the one a plugin's trainer kept itself there (``rollhub_trained_weights``, e.g.
+    TRL's ``RUN_DIR/trl/checkpoint-N``).
 
     :raises UsageError: nothing there holds trained parameters.
     """
@@ -61,17 +68,31 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
     latest = latest_checkpoint(Path(path))
     p = latest.directory if latest is not None and latest.directory is not None else Path(path)
-    weights = p / "trainer" / "policy.safetensors"
-    if not weights.exists() and not _policy_weights(p):
-        raise UsageError(
-            f"--checkpoint {path}: no trained parameters at {weights}; give a run directory "
-            f"of the torch trainer or one of its checkpoints/step-N folders"
-        )
-    return p
+    weights = p / "trainer" / POLICY_FILE
+    if weights.exists() or _policy_weights(p):
+        return p
+    found = host.hook.rollhub_trained_weights(path=Path(path)) if host is not None else None
+    if found is not None and (Path(found) / POLICY_FILE).is_file():
+        return Path(found)
+    raise UsageError(
+        f"--checkpoint {path}: no trained parameters at {weights}; give a run directory "
+        f"of the torch trainer or one of its checkpoints/step-N folders, or of the trl "
+        f"trainer (with train_layers set) or one of its trl/checkpoint-N folders"
+    )
 
 
-def evaluated_config(cfg: RollhubConfig, args: argparse.Namespace) -> tuple[RollhubConfig, str]:
-    """The config to evaluate with, and the label of what is evaluated."""
+def _weights_file(ckpt: Path) -> Path:
+    """The trained parameters of a single-policy checkpoint: the core loop's, or those of
+    a checkpoint a trainer kept itself."""
+    core = ckpt / "trainer" / POLICY_FILE
+    return core if core.exists() else ckpt / POLICY_FILE
+
+
+def evaluated_config(
+    cfg: RollhubConfig, args: argparse.Namespace, host: PluginHost | None = None
+) -> tuple[RollhubConfig, str]:
+    """The config to evaluate with, and the label of what is evaluated (``host``: the
+    plugins that may know a trainer's own checkpoints)."""
     cfg.trainer = TrainerSection(name="export")  # nothing trains or exports here
     if args.dataset:
         cfg.eval.dataset = str(Path(args.dataset).resolve())
@@ -92,7 +113,7 @@ def evaluated_config(cfg: RollhubConfig, args: argparse.Namespace) -> tuple[Roll
         )
         return cfg, args.model_id
     if args.checkpoint:
-        ckpt = resolve_checkpoint(args.checkpoint)
+        ckpt = resolve_checkpoint(args.checkpoint, host)
         _check_trained_model(cfg, ckpt)
         options = dict(cfg.token_source.options)
         engine = dict(options.get("engine") or {})
@@ -106,7 +127,7 @@ def evaluated_config(cfg: RollhubConfig, args: argparse.Namespace) -> tuple[Roll
             _load_policy_weights(cfg, ckpt)
         else:
             engine["options"] = {**(engine.get("options") or {}),
-                                 "weights": str(ckpt / "trainer" / "policy.safetensors")}
+                                 "weights": str(_weights_file(ckpt))}
         options["engine"] = {"name": "transformers", **engine}
         cfg.token_source = TokenSourceSection(name="gateway", **options)
         return cfg, str(ckpt)
@@ -122,7 +143,7 @@ def _check_trained_model(cfg: RollhubConfig, ckpt: Path) -> None:
 
     served = engine_model(cfg)
     # one trainer's record, or one per policy of a run with several
-    for record in [ckpt / "trainer" / "model.json",
+    for record in [ckpt / "trainer" / "model.json", ckpt / "model.json",
                    *sorted((ckpt / "trainer" / "policies").glob("*/model.json"))]:  # fmt: skip
         try:
             trained = str(json.loads(record.read_text())["model"])
@@ -143,7 +164,7 @@ def _check_trained_model(cfg: RollhubConfig, ckpt: Path) -> None:
 def _policy_weights(ckpt: Path) -> dict[str, Path]:
     """Policy name → its trained parameters in a checkpoint of several policies."""
     root = ckpt / "trainer" / "policies"
-    return {p.parent.name: p for p in sorted(root.glob("*/policy.safetensors"))}
+    return {p.parent.name: p for p in sorted(root.glob(f"*/{POLICY_FILE}"))}
 
 
 def _load_policy_weights(cfg: RollhubConfig, ckpt: Path) -> None:
@@ -176,8 +197,10 @@ def _run(args: argparse.Namespace) -> int:
     from rollhub.commands.checks import check_run_config, load_held_out
     from rollhub.runs.manifest import build_manifest
 
-    cfg, label = evaluated_config(load_config(args.config), args)
-    host = check_run_config(cfg)
+    loaded = load_config(args.config)
+    host = build_host(modules=loaded.plugins.modules, search_dir=loaded.base_dir)
+    cfg, label = evaluated_config(loaded, args, host)
+    check_run_config(cfg, host)
     payloads = load_held_out(cfg)
     if args.out:
         out = Path(args.out)

@@ -7,11 +7,13 @@ plugin) imports neither TRL nor torch.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rollhub.episode import Episode
 
 from rollhub_trl.rollout import EPISODE_FIELD, HubRollout, final_record
+from rollhub_trl.trained_weights import load_trained, save_trained
 
 if TYPE_CHECKING:
     from trl import GRPOTrainer
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["grpo_trainer_class"]
 
 
-def grpo_trainer_class() -> type[GRPOTrainer]:
+def grpo_trainer_class(base_model: str = "", train_layers: int | None = None) -> type[GRPOTrainer]:
     """GRPOTrainer that trains on rollhub's advantages and checks the sampler's logprobs.
 
     - Advantages: TRL's own estimate (its std has Bessel's correction and a 1e-4 floor)
@@ -29,10 +31,15 @@ def grpo_trainer_class() -> type[GRPOTrainer]:
       update, against the ones the engine reported (``sampler_learner_kl``,
       ``sampler_learner_abs_diff``): a broken hand-over of TRL's weights to the engine
       shows there. They are taken from the loss's own forward pass, not computed again.
+    - Checkpoints: with ``train_layers`` set, a ``checkpoint-N`` holds the trained
+      parameters, not the whole model (:mod:`rollhub_trl.trained_weights`); ``base_model``
+      (the model's name or directory) and ``train_layers`` are what they belong to.
     """
     from trl import GRPOTrainer
 
     class RollhubGRPOTrainer(GRPOTrainer):
+        #: True while TRL saves a checkpoint (not the run's final model)
+        _in_checkpoint = False
         #: the last generation batch as TRL's loss consumes it, and its episodes in order
         last_scored: dict[str, Any] | None = None
         rollout_order: list[str | None] = []
@@ -86,6 +93,29 @@ def grpo_trainer_class() -> type[GRPOTrainer]:
                 if check.complete:
                     self._check = None
             return out
+
+        def _save_checkpoint(self, model: Any, trial: Any) -> None:
+            self._in_checkpoint = True
+            try:
+                super()._save_checkpoint(model, trial)
+            finally:
+                self._in_checkpoint = False
+
+        def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None,
+                  ) -> None:
+            # a checkpoint keeps the trained parameters only (see trained_weights)
+            if self._in_checkpoint and self.args.should_save:
+                folder = Path(output_dir or str(self.args.output_dir))
+                model = self.accelerator.unwrap_model(self.model)
+                if save_trained(folder, model, base_model, train_layers):
+                    return
+            super()._save(output_dir, state_dict)
+
+        def _load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
+            target = self.accelerator.unwrap_model(model if model is not None else self.model)
+            folder = Path(resume_from_checkpoint)
+            if not load_trained(folder, target, base_model, train_layers):
+                super()._load_from_checkpoint(resume_from_checkpoint, model)
 
     return RollhubGRPOTrainer
 

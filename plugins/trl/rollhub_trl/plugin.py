@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rollhub import hookimpl
@@ -46,3 +47,17 @@ def rollhub_check_config(config: RollhubConfig) -> None:
             "before; set max_staleness = 0, or train with trainer 'torch' or 'tinker'",
             field="experiment.max_staleness",
         )
+
+
+@hookimpl
+def rollhub_trained_weights(path: Path) -> Path | None:
+    """TRL's checkpoint at ``path`` (a ``checkpoint-N`` folder) or the newest one in the run
+    directory ``path``, when it holds the trained parameters (a run with ``train_layers``
+    set; one that trained every parameter keeps TRL's full save, for ``from_pretrained``)."""
+    from rollhub_trl.resume import OUTPUT_DIR
+    from rollhub_trl.trained_weights import POLICY_FILE
+
+    steps = {int(p.name[11:]): p for p in (path / OUTPUT_DIR).glob("checkpoint-*")
+             if p.name[11:].isdigit()}  # fmt: skip
+    folder = steps[max(steps)] if steps else path
+    return folder if (folder / POLICY_FILE).is_file() else None

@@ -294,10 +294,12 @@ class TrlTrainer(LoopDriver):
     ) -> GRPOTrainer:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is the point
         from datasets import Dataset
+        from rollhub_gateway.engines.configured import engine_model
 
         args = self.grpo_config(run.hub.config, run.run_dir, run.recorder.total_steps)
         dataset = Dataset.from_list([{"prompt": as_prompt(p)} for p in run.payloads])
-        trainer = _grpo_trainer_class()(
+        base_model = self.options.model or engine_model(run.hub.config)
+        trainer = _grpo_trainer_class(base_model, self.options.train_layers)(
             model=model,
             reward_funcs=[rollhub_reward],
             args=args,

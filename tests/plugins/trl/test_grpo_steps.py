@@ -9,13 +9,18 @@ Asserted: TRL changed the trained weights (and only those); a completion with a 
 advantage became more likely; the tensors TRL's loss was computed on hold exactly the ids
 the gateway recorded, and its tool mask is exactly the records' mask (tool replies 0);
 turns of step 2 carry weight version 1; the engine sampled from TRL's module itself; the
-run kept ``training.keep_checkpoints`` of TRL's checkpoints.
+run kept ``training.keep_checkpoints`` of TRL's checkpoints, each holding the trained
+layers (not the whole model), which over the base model give the trained model exactly,
+and which ``rollhub eval --checkpoint RUN_DIR`` scores.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +31,9 @@ from rollhub.commands.run_training import train
 from rollhub.config import load_config
 from rollhub.export import read_rows
 from rollhub.hubs.async_hub import AsyncHub
-from rollhub_gateway.models import SMOLLM2, load_causal_lm, load_tokenizer
+from rollhub_gateway.models import SMOLLM2, load_causal_lm, load_tokenizer, train_top_layers
+from rollhub_trl.trained_weights import POLICY_FILE, load_trained
+from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow
 
@@ -111,6 +118,23 @@ def test_the_run_keeps_training_keep_checkpoints_of_trls_checkpoints(
 ) -> None:
     kept = sorted(p.name for p in (run["dir"] / "trl").glob("checkpoint-*"))
     assert kept == ["checkpoint-2"]  # step 1's was deleted once step 2's was saved
+
+
+def test_a_checkpoint_holds_the_trained_layers_and_resumes_them(run: dict[str, Any]) -> None:
+    folder = run["dir"] / "trl" / "checkpoint-2"
+    assert not list(folder.glob("model*.safetensors"))  # not TRL's full save of the model
+    assert (folder / "optimizer.pt").is_file() and (folder / "trainer_state.json").is_file()
+    final = run["trl"].model
+    trained = {n for n, p in final.named_parameters() if p.requires_grad}
+    assert set(load_file(str(folder / POLICY_FILE))) == trained
+    full = sum(p.numel() for p in final.parameters()) * 4
+    assert (folder / POLICY_FILE).stat().st_size < full / 3
+    # the base model plus the checkpoint is the trained model, every parameter exactly
+    resumed, _ = load_causal_lm(SMOLLM2)
+    train_top_layers(resumed, 8)
+    assert load_trained(folder, resumed, SMOLLM2, 8)
+    for (name, a), b in zip(final.named_parameters(), resumed.parameters(), strict=True):
+        assert torch.equal(a.detach(), b.detach()), name
 
 
 def test_only_the_trained_layers_changed(run: dict[str, Any]) -> None:
@@ -208,3 +232,17 @@ def test_trl_trains_on_the_cores_advantages_and_its_sampler_is_its_learner(
     order = run["trl"].rollout_order
     assert used == pytest.approx([expected.get(eid, 0.0) for eid in order], abs=1e-6)
     assert any(abs(a) > 0 for a in used)
+
+
+def test_rollhub_eval_scores_trls_checkpoint(run: dict[str, Any], tmp_path: Path) -> None:
+    rollhub = Path(sys.executable).with_name("rollhub")
+    env = {**os.environ, "ROLLHUB_STORE__URL": f'"file://{tmp_path / "store"}"'}
+    out = subprocess.run(
+        [str(rollhub), "eval", str(CONFIG), "--checkpoint", str(run["dir"]), "-n", "1",
+         "--max-prompts", "1"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    report = json.loads((run["dir"] / "eval-checkpoint-2.json").read_text())
+    assert report["label"] == str(run["dir"] / "trl" / "checkpoint-2")
+    assert report["samples"] == 1 and not report["failures"]
