@@ -7,7 +7,8 @@ ends as a killed one would), resumed to a third step (recorded, but after the ne
 checkpoint, as a run killed before its next checkpoint leaves it), then resumed to a
 fourth. With one prompt every step is a new round of its seeds, so each resumed step must
 draw the round an uninterrupted run would, repeat no seed, and the third step, run again
-from the checkpoint, must be recorded once.
+from the checkpoint, must be recorded once. Each resume from a checkpoint loads its
+trained layers through the trainer's own checkpoint format.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from rollhub.export import read_rows
 from rollhub.hubs.async_hub import AsyncHub
 from rollhub.seeding import episode_seed
 from rollhub.training.checkpoint import SEED_ROUNDS_FILE
+from rollhub_trl import grpo_trainer
+from rollhub_trl.trained_weights import load_trained
 
 pytestmark = pytest.mark.slow
 
@@ -64,15 +67,30 @@ def resumed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("trl-resume")
     run_dir = tmp / "run"
     run_dir.mkdir()
-    # resumed before TRL saved any checkpoint (the first process was stopped during its
-    # base evaluation): it starts at step 0, checkpoints after step 2 and ends as if killed
-    seed = _train(tmp, run_dir, 2, resume=True)
-    _train(tmp, run_dir, 3, resume=True)
-    # TRL saves when training ends; a process killed after recording step 3, before any
-    # checkpoint of it, leaves only the checkpoint of step 2
-    shutil.rmtree(run_dir / "trl" / "checkpoint-3")
-    _train(tmp, run_dir, 4, resume=True)  # from the checkpoint of step 2: step 3 again
-    return {"dir": run_dir, "seed": seed}
+    loaded: list[tuple[str, bool]] = []
+
+    def spy(folder: Path, *args: Any) -> bool:  # TRL's resume reads the trained layers
+        done = load_trained(folder, *args)
+        loaded.append((folder.name, done))
+        return done
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(grpo_trainer, "load_trained", spy)
+        # resumed before TRL saved any checkpoint (the first process was stopped during its
+        # base evaluation): it starts at step 0, checkpoints after step 2 and ends as if killed
+        seed = _train(tmp, run_dir, 2, resume=True)
+        _train(tmp, run_dir, 3, resume=True)
+        # TRL saves when training ends; a process killed after recording step 3, before any
+        # checkpoint of it, leaves only the checkpoint of step 2
+        shutil.rmtree(run_dir / "trl" / "checkpoint-3")
+        _train(tmp, run_dir, 4, resume=True)  # from the checkpoint of step 2: step 3 again
+    return {"dir": run_dir, "seed": seed, "loaded": loaded}
+
+
+def test_each_resume_loaded_the_trained_layers_of_its_checkpoint(
+    resumed: dict[str, Any],
+) -> None:
+    assert resumed["loaded"] == [("checkpoint-2", True), ("checkpoint-2", True)]
 
 
 def test_the_resumed_step_draws_the_seeds_an_uninterrupted_run_would(
