@@ -37,6 +37,7 @@ from starlette.routing import Route
 from rollhub.a2a.executor import RolloutAppExecutor, ServedApp, SessionExecutor
 from rollhub.a2a.handler import RolloutRequestHandler
 from rollhub.a2a.taskstore import EvictingTaskStore
+from rollhub.a2a.wire import INSTANCE_ENV, INSTANCE_HEADER
 from rollhub.errors import ConfigError
 
 __all__ = ["A2A_PORT", "a2a_app", "agent_card", "main"]
@@ -92,10 +93,13 @@ def a2a_app(
     store = task_store if task_store is not None else EvictingTaskStore()
     handler = RolloutRequestHandler(agent_executor=executor, task_store=store, agent_card=card)
     started = time.time()
+    instance = os.environ.get(INSTANCE_ENV)
+    headers = {INSTANCE_HEADER: instance} if instance else None
 
     async def ping(request: Request) -> JSONResponse:
         return JSONResponse(
-            {"status": executor.ping_status().value, "time_of_last_update": int(started)}
+            {"status": executor.ping_status().value, "time_of_last_update": int(started)},
+            headers=headers,
         )
 
     @contextlib.asynccontextmanager

@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 import httpx
 
+from rollhub.a2a.wire import INSTANCE_ENV, INSTANCE_HEADER
 from rollhub.errors import ConfigError, SessionError
 
 __all__ = ["AgentCoreTransport", "ContainerTransport", "Transport", "UrlTransport"]
@@ -98,6 +99,7 @@ class ContainerTransport(Transport):
         self.env = dict(env or {})
         self.start_timeout_s = start_timeout_s
         self._started = False
+        self._port = 0  # reserved on this machine (host network) until stop()
 
     async def _cli(self, *args: str, timeout: float = 120.0) -> tuple[int, str]:
         proc = await asyncio.create_subprocess_exec(
@@ -116,7 +118,7 @@ class ContainerTransport(Transport):
         port = 9000
         publish: list[str] = []
         if self.network == "host" and self.command is None:
-            port = _free_port()
+            port = self._port = _reserve_port()
         else:
             publish = ["-p", "127.0.0.1::9000"]
         command = self.command
@@ -124,7 +126,8 @@ class ContainerTransport(Transport):
             host = "127.0.0.1" if self.network == "host" else "0.0.0.0"
             command = ["python", "-m", "rollhub.a2a", self.app, "--app-dir", self.app_dir,
                        "--host", host, "--port", str(port)]  # fmt: skip
-        env_args = [arg for k, v in self.env.items() for arg in ("-e", f"{k}={v}")]
+        env = {**self.env, INSTANCE_ENV: self.name} if self.command is None else self.env
+        env_args = [arg for k, v in env.items() for arg in ("-e", f"{k}={v}")]
         self._started = True  # a failed run may still have created the container
         code, out = await self._cli(
             "run", "-d", "--name", self.name, "--network", self.network, *publish, *env_args,
@@ -149,7 +152,9 @@ class ContainerTransport(Transport):
         deadline = time.monotonic() + self.start_timeout_s
         while True:
             try:
-                if (await self.http.get(f"{url}/ping", timeout=2.0)).status_code == 200:
+                answer = await self.http.get(f"{url}/ping", timeout=2.0)
+                if answer.status_code == 200:
+                    self._check_instance(url, answer.headers.get(INSTANCE_HEADER))
                     return
             except httpx.HTTPError:
                 pass
@@ -165,7 +170,21 @@ class ContainerTransport(Transport):
                 )  # fmt: skip
             await asyncio.sleep(0.2)
 
+    def _check_instance(self, url: str, instance: str | None) -> None:
+        """:raises SessionError: another session's server answered at ``url`` (it had
+        bound the port first): this session's messages would have gone to another agent.
+        A server that does not say (an image built by an older rollhub) is taken at its
+        word."""
+        if self.command is None and instance is not None and instance != self.name:
+            raise SessionError(
+                f"container {self.name}: {url} is served by {instance}, not by this "
+                f"session's container (its port was taken first)",
+                phase="setup", transient=True, session_id=self.name,
+            )  # fmt: skip
+
     async def stop(self) -> None:
+        _RESERVED.discard(self._port)
+        self._port = 0
         await super().stop()
         if self._started:
             self._started = False
@@ -179,10 +198,19 @@ class ContainerTransport(Transport):
                 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+#: ports handed to this process's containers until they stop: a port probed and released
+#: can be the kernel's next pick, and two sessions starting at once must not share one
+_RESERVED: set[int] = set()
+
+
+def _reserve_port() -> int:
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _RESERVED:
+            _RESERVED.add(port)
+            return port
 
 
 class _Credentials(Protocol):

@@ -35,6 +35,8 @@ from rollhub.sessions.base import SessionDump, check_reward, numeric_metrics
 
 __all__ = [
     "ARTIFACT_NAME",
+    "INSTANCE_ENV",
+    "INSTANCE_HEADER",
     "PARKED_DEADLINE_KEY",
     "SETUP_DIGEST_KEY",
     "TASK_INPUT_KEY",
@@ -61,6 +63,11 @@ ARTIFACT_NAME = "rollout"
 PARKED_DEADLINE_KEY = "rollhub_deadline_at"
 #: task metadata from its setup on: a digest of the setup's task input (hex)
 SETUP_DIGEST_KEY = "rollhub_setup_digest"
+#: set by a transport that starts the server: ``/ping`` echoes it in ``INSTANCE_HEADER``,
+#: so the transport knows the answer came from the server it started, not from another
+#: that had bound the port first
+INSTANCE_ENV = "ROLLHUB_A2A_INSTANCE"
+INSTANCE_HEADER = "X-Rollhub-Instance"
 
 
 class WireError(ValueError):

@@ -157,7 +157,20 @@ class LocalTinkerServer(ServerEnvironment):
         if not 0 <= port <= 65535:
             raise ConfigError(f"port must be 0..65535, got {port}", field="port", value=port)
         self.setup()
-        self._port = port or _free_port()
+        # a port picked here can be taken before the server binds it (seconds later, once
+        # its imports are done): it is started again on another, twice at most
+        attempts = 1 if port else 3
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start_on(port or _free_port())
+            except _PortTaken:
+                if attempt == attempts:
+                    raise
+                log.warning("tinker-local server lost its port %d; trying another", self._port)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _start_on(self, port: int) -> str:
+        self._port = port
         self.state_dir.mkdir(parents=True, exist_ok=True)
         ready_file = self.state_dir / "engine.ready"
         backend = {
@@ -181,6 +194,7 @@ class LocalTinkerServer(ServerEnvironment):
             "--exit-on-stdin-eof",
         ]  # fmt: skip
         started = time.monotonic()
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as out:
             # A session of its own: stop() signals the whole group, the engine included.
             self._process = subprocess.Popen(
@@ -197,6 +211,14 @@ class LocalTinkerServer(ServerEnvironment):
         log.info("tinker-local server pid %d starting on %s", self._process.pid, self.base_url)
         try:
             self._wait_ready(started)
+        except LocalServerError as exc:
+            self.stop()
+            with open(self.log_path, "rb") as fh:
+                fh.seek(offset)
+                # the server's log wraps its lines: compare with the whitespace folded
+                if b"address already in use" in b" ".join(fh.read().lower().split()):
+                    raise _PortTaken(str(exc), log=str(self.log_path)) from exc
+            raise
         except BaseException:
             self.stop()
             raise
@@ -276,6 +298,10 @@ class LocalTinkerServer(ServerEnvironment):
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+class _PortTaken(LocalServerError):
+    """The server exited because something else had bound its port first."""
 
 
 def _free_port() -> int:

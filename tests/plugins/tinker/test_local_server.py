@@ -123,12 +123,38 @@ def test_setup_is_idempotent_and_keyed_on_the_pins(
     assert not LocalTinkerServer(tinker_local_env.env_dir, requirements=changed).is_set_up()
 
 
+#: the ports the module's server was offered, and the one something else held
+OFFERED: dict[str, Any] = {"ports": []}
+
+
 @pytest.fixture(scope="module")
 def server(tinker_server_factory: StartServer) -> Iterator[LocalTinkerServer]:
-    """One server for this module, stopped when the module ends to give its memory back."""
-    started = tinker_server_factory()
+    """One server for this module, stopped when the module ends to give its memory back.
+
+    Its first port is already listened on, as when something binds the probed port before
+    the server does (seconds later, after its imports): it must start on another."""
+    real = local_server_module._free_port
+    with socket.socket() as holder, pytest.MonkeyPatch.context() as mp:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        OFFERED["taken"] = holder.getsockname()[1]
+
+        def offer() -> int:
+            port = OFFERED["taken"] if not OFFERED["ports"] else real()
+            OFFERED["ports"].append(port)
+            return int(port)
+
+        mp.setattr(local_server_module, "_free_port", offer)
+        started = tinker_server_factory()
     yield started
     started.stop()
+
+
+@pytest.mark.slow
+def test_a_port_taken_before_the_server_binds_it_is_replaced(server: LocalTinkerServer) -> None:
+    first, second = OFFERED["ports"]
+    assert first == OFFERED["taken"] and server.port == second != first
+    assert "address already in use" in " ".join(server.log_path.read_text().lower().split())
 
 
 def _listening_addresses(port: int) -> set[str]:
