@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Any
 
 import aiohttp
 import pytest
@@ -29,11 +30,27 @@ def _free_port() -> int:
 @pytest.fixture
 async def rllm(gateway, tmp_path):
     """``python -m rllm_model_gateway`` with the gateway as its only worker."""
-    port = _free_port()
+    # the probed port can be bound by another test's process before the child binds it:
+    # a child that exits for that is started again on another port
+    for attempt in range(3):
+        port = _free_port()
+        proc, log = _launch(tmp_path, gateway.base_url, port)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            if await _healthy(proc, url, tmp_path / "rllm.log"):
+                yield url
+                return
+            assert attempt < 2, "rllm-model-gateway lost its port three times"
+        finally:
+            _stop(proc)
+            log.close()
+
+
+def _launch(tmp_path, worker_url: str, port: int) -> tuple[subprocess.Popen, Any]:
     config = {
         "host": "127.0.0.1", "port": port, "store_worker": "memory", "sync_traces": True,
         "health_check_interval": 0.1, "log_level": "WARNING",
-        "workers": [{"url": gateway.base_url, "worker_id": "0"}],
+        "workers": [{"url": worker_url, "worker_id": "0"}],
     }  # fmt: skip
     path = tmp_path / "rllm.yaml"
     path.write_text(json.dumps(config))  # JSON is valid YAML
@@ -43,29 +60,35 @@ async def rllm(gateway, tmp_path):
          "--host", "127.0.0.1", "--port", str(port), "--store", "memory"],
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "NO_PROXY": "*"},
     )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    return proc, log
+
+
+async def _healthy(proc: subprocess.Popen, url: str, log_path) -> bool:
+    """True once it answers; False if it exited because its port was taken."""
+    async with aiohttp.ClientSession() as http:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                text = log_path.read_text()
+                assert "address already in use" in text.lower(), text[-2000:]
+                return False
+            assert time.monotonic() < deadline, "rllm-model-gateway did not start"
+            try:
+                async with http.get(url + "/health") as r:
+                    if r.status == 200:
+                        return True
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
     try:
-        async with aiohttp.ClientSession() as http:
-            deadline = time.monotonic() + 60
-            while True:
-                assert proc.poll() is None, (tmp_path / "rllm.log").read_text()[-2000:]
-                assert time.monotonic() < deadline, "rllm-model-gateway did not start"
-                try:
-                    async with http.get(url + "/health") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
-        yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 async def test_rllm_model_gateway_records_the_gateways_token_ids(gateway, scripted, ids, rllm):
