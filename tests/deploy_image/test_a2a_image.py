@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 from rollhub.a2a.transports import ContainerTransport
+from rollhub.a2a.wire import INSTANCE_HEADER
 from rollhub.testing import make_hub
 
 from tests.compat.upstream_venv import upstream_python
@@ -126,6 +127,8 @@ def test_014_session_client_drives_the_rollhub_agent_in_a_container(engine, imag
         )  # fmt: skip
         url, _ = await transport.start()
         try:
+            # the container says which session it serves (a port clash is caught by it)
+            assert httpx.get(f"{url}ping").headers[INSTANCE_HEADER] == transport.name
             tasks = [
                 {"id": "p1", "a": 2, "b": 3, "answer": 5},
                 {"id": "p2", "a": 2, "b": 2, "answer": 5},

@@ -171,10 +171,12 @@ class ContainerTransport(Transport):
             await asyncio.sleep(0.2)
 
     def _check_instance(self, url: str, instance: str | None) -> None:
-        """:raises SessionError: another session's server answered at ``url`` (it had
-        bound the port first): this session's messages would have gone to another agent.
-        A server that does not say (an image built by an older rollhub) is taken at its
-        word."""
+        """Check that the server answering at ``url`` is this session's container; one
+        that does not say (an image built by an older rollhub) is taken at its word.
+
+        :raises SessionError: another session's server answered (it had bound the port
+            first): this session's messages would have gone to another agent.
+        """
         if self.command is None and instance is not None and instance != self.name:
             raise SessionError(
                 f"container {self.name}: {url} is served by {instance}, not by this "
@@ -183,19 +185,21 @@ class ContainerTransport(Transport):
             )  # fmt: skip
 
     async def stop(self) -> None:
-        _RESERVED.discard(self._port)
-        self._port = 0
-        await super().stop()
-        if self._started:
-            self._started = False
-            await self._cli("stop", "-t", "2", self.name, timeout=60)
-            code, out = await self._cli("rm", "-f", self.name, timeout=60)
-            if code != 0 and "no such container" not in out.lower():
-                raise SessionError(
-                    f"{self.engine} rm {self.name} failed ({code}): {out.strip()[-500:]}",
-                    phase="shutdown",
-                    session_id=self.name,
-                )
+        try:
+            await super().stop()
+            if self._started:
+                self._started = False
+                await self._cli("stop", "-t", "2", self.name, timeout=60)
+                code, out = await self._cli("rm", "-f", self.name, timeout=60)
+                if code != 0 and "no such container" not in out.lower():
+                    raise SessionError(
+                        f"{self.engine} rm {self.name} failed ({code}): {out.strip()[-500:]}",
+                        phase="shutdown",
+                        session_id=self.name,
+                    )
+        finally:  # once the container is gone: it may still have been binding the port
+            _RESERVED.discard(self._port)
+            self._port = 0
 
 
 #: ports handed to this process's containers until they stop: a port probed and released
@@ -204,13 +208,17 @@ _RESERVED: set[int] = set()
 
 
 def _reserve_port() -> int:
-    while True:
+    """A free loopback port no live container of this process holds (event loop only)."""
+    for _ in range(1000):
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = int(sock.getsockname()[1])
         if port not in _RESERVED:
             _RESERVED.add(port)
             return port
+    raise SessionError(
+        f"no free loopback port outside the {len(_RESERVED)} reserved", phase="setup"
+    )
 
 
 class _Credentials(Protocol):

@@ -47,7 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare this subcommand's arguments."""
     parser.add_argument("config", help="rollhub.toml (agent, token source, [eval] dataset)")
     what = parser.add_mutually_exclusive_group()
-    what.add_argument("--checkpoint", help="RUN_DIR (its latest checkpoint) or a step-N (or trl/checkpoint-N) folder")
+    what.add_argument(
+        "--checkpoint",
+        help="RUN_DIR (its latest checkpoint) or a step-N (or trl/checkpoint-N) folder",
+    )
     what.add_argument("--base-url", help="an OpenAI-compatible endpoint to evaluate instead")
     parser.add_argument("--model-id", help="model name at --base-url")
     parser.add_argument("--dataset", help="held-out prompts (default: [eval] dataset)")

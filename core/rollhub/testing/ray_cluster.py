@@ -315,10 +315,10 @@ class LocalRayCluster:
             if not node.alive:
                 break
             time.sleep(0.1)
-        text = _read_from(node.log_path, offset)
+        exited, text = not node.alive, _read_from(node.log_path, offset)
         tail = "\n".join(text.splitlines()[-20:])
         self.stop_node(node.name)
-        if respawns > 0 and any(sign in text for sign in _PORT_TAKEN):
+        if respawns > 0 and exited and any(sign in text for sign in _PORT_TAKEN):
             log.warning("ray node %s lost one of its ports; starting it on fresh ones", node.name)
             return self._wait_up(self._spawn(node.name), respawns - 1)
         raise RayClusterError(

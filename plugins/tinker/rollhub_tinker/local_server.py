@@ -212,7 +212,10 @@ class LocalTinkerServer(ServerEnvironment):
         try:
             self._wait_ready(started)
         except LocalServerError as exc:
+            exited = self._process is not None and self._process.poll() is not None
             self.stop()
+            if not exited:  # not ready in time: starting again would only wait again
+                raise
             with open(self.log_path, "rb") as fh:
                 fh.seek(offset)
                 # the server's log wraps its lines: compare with the whitespace folded

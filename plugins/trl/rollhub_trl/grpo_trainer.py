@@ -101,10 +101,16 @@ def grpo_trainer_class(base_model: str = "", train_layers: int | None = None) ->
             finally:
                 self._in_checkpoint = False
 
-        def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None,
-                  ) -> None:
-            # a checkpoint keeps the trained parameters only (see trained_weights)
-            if self._in_checkpoint and self.args.should_save:
+        def _save(
+            self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None
+        ) -> None:
+            # a checkpoint keeps the trained parameters only (see trained_weights), unless
+            # something reads it as a whole model: the best-model reload, a push to the Hub,
+            # or a sharded model whose parameters only the gathered state_dict holds
+            args = self.args
+            whole = (args.load_best_model_at_end or args.push_to_hub
+                     or self.is_fsdp_enabled or self.is_deepspeed_enabled)  # fmt: skip
+            if self._in_checkpoint and args.should_save and not whole:
                 folder = Path(output_dir or str(self.args.output_dir))
                 model = self.accelerator.unwrap_model(self.model)
                 if save_trained(folder, model, base_model, train_layers):

@@ -45,9 +45,15 @@ def save_trained(
     if trained is None:
         return False
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: p.detach().contiguous() for k, p in trained.items()}, str(folder / POLICY_FILE))
+    # each file appears whole or not at all (renamed into place): a process killed while
+    # saving leaves no half-written parameters for a resume or an eval to read
     record = {"model": base_model, "train_layers": train_layers}
-    (folder / MODEL_FILE).write_text(json.dumps(record))
+    part = folder / f".{MODEL_FILE}.part"
+    part.write_text(json.dumps(record))
+    part.replace(folder / MODEL_FILE)
+    part = folder / f".{POLICY_FILE}.part"
+    save_file({k: p.detach().contiguous() for k, p in trained.items()}, str(part))
+    part.replace(folder / POLICY_FILE)
     return True
 
 
@@ -58,27 +64,41 @@ def load_trained(
     holds none (a full save, which TRL loads itself).
 
     :raises ConfigError: the checkpoint trained another model or other layers than this
-        run trains (its parameters would land on the wrong base, with no error).
+        run trains (its parameters would land on the wrong base, with no error), or does
+        not say which.
     """
     import torch
     from safetensors.torch import load_file
 
     if not (folder / POLICY_FILE).is_file():
         return False
-    record = json.loads((folder / MODEL_FILE).read_text())
-    if record.get("model") != base_model:
+    try:
+        record = json.loads((folder / MODEL_FILE).read_text())
+        trained_model, trained_layers = record["model"], record["train_layers"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(
-            f"checkpoint {folder} trained {record.get('model')!r}, this run's model is "
-            f"{base_model!r}; resume with the model it trained",
-            field="trainer.model",
-        )
+            f"checkpoint {folder}: {MODEL_FILE} is missing or unreadable ({exc}), so the "
+            f"model its parameters belong to is unknown; resume from another checkpoint or "
+            f"start a new run directory", field="trainer.model",
+        ) from exc  # fmt: skip
+    if trained_model != base_model:
+        raise ConfigError(
+            f"checkpoint {folder} trained {trained_model!r}, this run's model is "
+            f"{base_model!r}; resume with the model it trained", field="trainer.model",
+        )  # fmt: skip
+    if trained_layers != train_layers:
+        raise ConfigError(
+            f"checkpoint {folder} trained train_layers={trained_layers}, this run trains "
+            f"{train_layers}; resume with the same value", field="trainer.train_layers",
+        )  # fmt: skip
     trained = trained_parameters(model) or dict(model.named_parameters())
     tensors = load_file(str(folder / POLICY_FILE))
-    if record.get("train_layers") != train_layers or set(tensors) != set(trained):
+    if set(tensors) != set(trained):
+        missing, unknown = sorted(set(trained) - set(tensors)), sorted(set(tensors) - set(trained))
         raise ConfigError(
-            f"checkpoint {folder} trained train_layers={record.get('train_layers')}, this run "
-            f"trains {train_layers}; resume with the same value",
-            field="trainer.train_layers",
+            f"checkpoint {folder} does not hold this model's trained parameters (missing: "
+            f"{missing[:3]}, unknown: {unknown[:3]}); resume with the model it trained",
+            field="trainer.model",
         )
     with torch.no_grad():
         for name, value in tensors.items():

@@ -167,6 +167,8 @@ class TrlTrainer(LoopDriver):
         super().__init__(options, context=context, run_dir=run_dir, exp_id=exp_id, **kw)
         self.trl_trainer: GRPOTrainer | None = None
         self.rollout: HubRollout | None = None
+        #: the model TRL trains (a name or directory), what its checkpoints belong to
+        self.base_model = ""
 
     def resume_step(self, run_dir: Path) -> int | None:
         """The steps TRL's newest checkpoint holds (:func:`~rollhub_trl.resume.checkpoint_step`)."""
@@ -235,7 +237,7 @@ class TrlTrainer(LoopDriver):
         from rollhub_gateway.models import load_causal_lm, train_top_layers
 
         self._use_threads()
-        name = self.options.model or engine_model(cfg)
+        name = self.base_model = self.options.model or engine_model(cfg)
         model, tokenizer = load_causal_lm(name, field="trainer.model")
         train_top_layers(model, self.options.train_layers)
         if tokenizer.pad_token_id is None:
@@ -294,12 +296,10 @@ class TrlTrainer(LoopDriver):
     ) -> GRPOTrainer:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is the point
         from datasets import Dataset
-        from rollhub_gateway.engines.configured import engine_model
 
         args = self.grpo_config(run.hub.config, run.run_dir, run.recorder.total_steps)
         dataset = Dataset.from_list([{"prompt": as_prompt(p)} for p in run.payloads])
-        base_model = self.options.model or engine_model(run.hub.config)
-        trainer = _grpo_trainer_class(base_model, self.options.train_layers)(
+        trainer = _grpo_trainer_class(self.base_model, self.options.train_layers)(
             model=model,
             reward_funcs=[rollhub_reward],
             args=args,

@@ -70,3 +70,20 @@ def test_rollhub_eval_finds_trls_newest_checkpoint_of_trained_layers(tmp_path: P
     (run / "trl" / "checkpoint-20").mkdir()
     with pytest.raises(UsageError, match=r"trl/checkpoint-N"):
         resolve_checkpoint(run, host)
+
+
+def test_a_checkpoint_that_does_not_say_what_it_trained_is_refused(tmp_path: Path) -> None:
+    save_trained(tmp_path, _model(0), "base", 1)
+    (tmp_path / MODEL_FILE).unlink()  # e.g. copied without it
+    with pytest.raises(ConfigError, match=r"model.json is missing") as info:
+        load_trained(tmp_path, _model(1), "base", 1)
+    assert info.value.field == "trainer.model"
+    assert not list(tmp_path.glob(".*.part"))  # the writes left no temporary file
+
+
+def test_parameters_of_another_architecture_are_named(tmp_path: Path) -> None:
+    save_trained(tmp_path, _model(0), "base", 1)
+    other = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    other[0].requires_grad_(False)  # trains "1.*", where the checkpoint holds "2.*"
+    with pytest.raises(ConfigError, match=r"missing: \['1.bias', '1.weight'\]"):
+        load_trained(tmp_path, other, "base", 1)
