@@ -17,12 +17,12 @@ from tests.cluster.cluster_config import ray  # noqa: F401  (skips these tests w
 
 
 def test_free_ports_are_distinct():
-    ports = ray_cluster._free_ports(64)
+    ports = ray_cluster.free_ports(64)
     assert len(set(ports)) == 64
 
 
 def test_a_node_that_exits_over_a_port_clash_starts_on_fresh_ports(tmp_path, monkeypatch, caplog):
-    real = ray_cluster._free_ports
+    real = ray_cluster.free_ports
     calls: list[list[int]] = []
 
     def clash_once(count: int) -> list[int]:
@@ -32,7 +32,7 @@ def test_a_node_that_exits_over_a_port_clash_starts_on_fresh_ports(tmp_path, mon
         calls.append(ports)
         return ports
 
-    monkeypatch.setattr(ray_cluster, "_free_ports", clash_once)
+    monkeypatch.setattr(ray_cluster, "free_ports", clash_once)
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     caplog.set_level(logging.WARNING, logger=ray_cluster.__name__)
     with LocalRayCluster(tmp_path, workers=0, health_check_s=2.0) as cluster:
@@ -46,13 +46,13 @@ def test_a_node_that_exits_over_a_port_clash_starts_on_fresh_ports(tmp_path, mon
 
 def test_a_node_that_fails_for_another_reason_is_not_retried(tmp_path, monkeypatch):
     calls: list[int] = []
-    real = ray_cluster._free_ports
+    real = ray_cluster.free_ports
 
     def count(n: int) -> list[int]:
         calls.append(n)
         return real(n)
 
-    monkeypatch.setattr(ray_cluster, "_free_ports", count)
+    monkeypatch.setattr(ray_cluster, "free_ports", count)
     # a negative CPU count: `ray start` exits at once, and no port is to blame
     cluster = LocalRayCluster(tmp_path, workers=0, head_cpus=-1)
     with pytest.raises(ray_cluster.RayClusterError, match=r"did not start"):

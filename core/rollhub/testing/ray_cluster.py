@@ -30,7 +30,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rollhub.testing.ports import free_ports
 from rollhub.testing.process_tree import command_name, descendants
 
 __all__ = ["HEAD", "LocalRayCluster", "RayClusterError", "RayNode"]
@@ -257,7 +257,7 @@ class LocalRayCluster:
             "--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
             "--dashboard-agent-grpc-port", "--metrics-export-port", "--runtime-env-agent-port",
         ]  # fmt: skip
-        *free, gcs = _free_ports(len(flags) + 1)
+        *free, gcs = free_ports(len(flags) + 1)
         if head:
             self.port = gcs
         ports = dict(zip(flags, free, strict=True))
@@ -349,16 +349,6 @@ def _sigkill(node: RayNode, pids: list[int]) -> None:
 def _ray_executable() -> str:
     local = Path(sys.executable).with_name("ray")
     return str(local) if local.exists() else "ray"
-
-
-def _free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports: every probe socket stays bound until all are
-    chosen, since a port probed and released can be the kernel's next pick."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 def _read_from(path: Path, offset: int) -> str:

@@ -18,7 +18,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+
+from rollhub.testing.ports import free_ports
 
 __all__ = ["SeaweedError", "find_weed", "seaweedfs_server"]
 
@@ -100,7 +101,7 @@ def seaweedfs_server(
     try:
         last_error = ""
         for attempt in range(1, attempts + 1):
-            ports = _free_ports(len(_PORT_FLAGS))
+            ports = free_ports(len(_PORT_FLAGS))
             s3_port = ports[0]
             logfile = data / f"weed-{attempt}.out"
             cmd = [
@@ -140,20 +141,6 @@ def seaweedfs_server(
             _stop(proc, ports)
         if short_dir is not None:
             shutil.rmtree(short_dir, ignore_errors=True)
-
-
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct free loopback ports (held open together so none repeats)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], endpoint: str, timeout_s: float) -> bool:
