@@ -54,10 +54,9 @@ def rollhub_trained_weights(path: Path) -> Path | None:
     """TRL's checkpoint at ``path`` (a ``checkpoint-N`` folder) or the newest one in the run
     directory ``path``, when it holds the trained parameters (a run with ``train_layers``
     set; one that trained every parameter keeps TRL's full save, for ``from_pretrained``)."""
-    from rollhub_trl.resume import OUTPUT_DIR
+    from rollhub_trl.resume import OUTPUT_DIR, checkpoint_folder, checkpoint_step
     from rollhub_trl.trained_weights import POLICY_FILE
 
-    steps = {int(p.name[11:]): p for p in (path / OUTPUT_DIR).glob("checkpoint-*")
-             if p.name[11:].isdigit()}  # fmt: skip
-    folder = steps[max(steps)] if steps else path
+    step = checkpoint_step(path / OUTPUT_DIR)  # the one a resume continues from
+    folder = path if step is None else checkpoint_folder(path / OUTPUT_DIR, step)
     return folder if (folder / POLICY_FILE).is_file() else None
