@@ -15,11 +15,15 @@ def test_the_processes_below_a_shell_and_their_names():
     # a shell that starts a sleep in the background and waits for it: shell -> sleep
     shell = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])
     below: list[int] = []
+    names: list[str] = []
     try:
+        # the child is a copy of the shell, named sh, until it has exec'd sleep
         deadline = time.monotonic() + 10
-        while not (below := descendants(shell.pid)) and time.monotonic() < deadline:
+        while names != ["sleep"] and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert [command_name(pid) for pid in below] == ["sleep"]
+            below = descendants(shell.pid)
+            names = [command_name(pid) for pid in below]
+        assert names == ["sleep"]
         assert shell.pid not in below and descendants(below[0]) == []
         assert command_name(shell.pid) == "sh"
     finally:
