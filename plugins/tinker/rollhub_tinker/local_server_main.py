@@ -261,8 +261,13 @@ def _exit_when_owner_goes() -> None:
     import signal
     import threading
 
+    # os.read, not sys.stdin: a daemon thread blocked inside the buffered reader holds its
+    # lock, and an API that exits on its own (its port taken) then aborts with "Fatal
+    # Python error: could not acquire lock for <stdin> at interpreter shutdown"
+    fd = sys.stdin.fileno()
+
     def watch() -> None:
-        while sys.stdin.buffer.read(65536):
+        while os.read(fd, 65536):
             pass
         group = os.getpgrp()
         os.killpg(group, signal.SIGTERM)
