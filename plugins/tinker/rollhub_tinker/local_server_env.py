@@ -40,6 +40,14 @@ MODEL_NAME = "smollm2-135m-instruct"
 _STAMP = ".rollhub-stamp"
 # Bumped when what setup produces changes without a change of pins (e.g. the conversion).
 _SETUP_VERSION = "1"
+#: pip compiles bytecode in one process; this compiles the installed modules on every core,
+#: beside the model's conversion (files that are not valid Python 3 are skipped)
+_COMPILE = (
+    "import compileall, sysconfig\n"
+    "paths = sysconfig.get_paths()\n"
+    "for path in sorted({paths['purelib'], paths['platlib']}):\n"
+    "    compileall.compile_dir(path, quiet=2, workers=0)\n"
+)
 
 
 class LocalServerError(RollhubError):
@@ -158,17 +166,28 @@ class ServerEnvironment:
         torch_pin = next((line for line in pins if line.startswith("torch==")), None)
         with open(log_path, "w") as out:
             self._step(out, log_path, [self._find_base_python(), "-m", "venv", str(venv)])
-            pip = [str(self.python), "-m", "pip", "install", "--no-input", "--progress-bar", "off"]
+            pip = [str(self.python), "-m", "pip", "install", "--no-input", "--progress-bar", "off",
+                   "--no-compile"]  # fmt: skip
             if torch_pin:
                 # torch first and with its dependencies: they differ by platform and build.
                 self._step(out, log_path, [*pip, torch_pin])
             self._step(out, log_path, [*pip, "--no-deps", "-r", str(self.requirements)])
-            self._step(
-                out,
-                log_path,
-                [str(self.python), "-P", str(LAUNCHER), "convert", "--out", str(self.model_dir)],
-                env=self._server_env(),
+            compiling = subprocess.Popen(
+                [str(self.python), "-c", _COMPILE], stdout=out, stderr=subprocess.STDOUT
             )
+            try:
+                self._step(
+                    out,
+                    log_path,
+                    [str(self.python), "-P", str(LAUNCHER), "convert", "--out",
+                     str(self.model_dir)],
+                    env=self._server_env(),
+                )  # fmt: skip
+            finally:
+                # bytecode is a cache: a failure costs the first imports their compiling
+                if compiling.wait() != 0:
+                    log.warning("tinker-local setup: compiling bytecode failed (exit %d); "
+                                "continuing", compiling.returncode)  # fmt: skip
         (venv / _STAMP).write_text(self.expected_stamp() + "\n")
 
     def _find_base_python(self) -> str:
