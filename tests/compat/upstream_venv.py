@@ -17,7 +17,9 @@ REQUIREMENTS = Path(__file__).with_name("agentcore-rl-0.1.4.txt")
 
 
 def _install(python: Path) -> None:
-    pip(python, "install", "--quiet", "--no-deps", "-r", str(REQUIREMENTS), cwd=REQUIREMENTS.parent)
+    # bytecode as modules are first imported: the tests import a fraction of them
+    pip(python, "install", "--quiet", "--no-compile", "--no-deps", "-r", str(REQUIREMENTS),
+        cwd=REQUIREMENTS.parent)
 
 
 def upstream_python() -> Path:

@@ -70,8 +70,9 @@ def wheel_venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         pip(python, *args, cwd=cwd, env=clean_env(python.parent.parent))
 
     def install_dependencies(python: Path) -> None:
-        in_isolation(python, "install", "--quiet", *wheels, *EXTRA)
-        in_isolation(python, "install", "--quiet", "--no-deps", *NO_DEPS)
+        # bytecode as modules are first imported: the tests import a fraction of them
+        in_isolation(python, "install", "--quiet", "--no-compile", *wheels, *EXTRA)
+        in_isolation(python, "install", "--quiet", "--no-compile", "--no-deps", *NO_DEPS)
         in_isolation(python, "uninstall", "--quiet", "--yes", *ours)
 
     dependencies = dependency_env("release", key, install_dependencies)
