@@ -129,10 +129,10 @@ def _compile_main_job_imports() -> list[subprocess.Popen[bytes]]:
 
 
 def _compile_everything(python: Path = PY) -> subprocess.Popen[bytes]:
-    """Start writing the bytecode of every installed module, on every core. pip compiles in
-    one process (~55 of a test install's ~100 s on 2 cores); the suite imports too much of
-    what it installs to leave it to first imports, which two workers would do twice. Files
-    that are not valid Python 3 (some packages ship such) are skipped, not failures."""
+    """Start writing the bytecode of every installed module, on every core: the environment
+    ends up compiled as pip leaves it, but pip compiles in one process (~40 of a test
+    install's ~100 s on 2 cores). Files that are not valid Python 3 (some packages ship
+    such) are skipped, not failures."""
     code = (
         "import compileall, sysconfig\n"
         "paths = sysconfig.get_paths()\n"
