@@ -139,8 +139,8 @@ def _compile_everything(python: Path = PY) -> subprocess.Popen[bytes]:
         "for path in sorted({paths['purelib'], paths['platlib']}):\n"
         "    compileall.compile_dir(path, quiet=2, workers=0)\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    return subprocess.Popen([str(python), "-c", code], cwd=ROOT, env=env)
+    # compileall writes bytecode whatever PYTHONDONTWRITEBYTECODE says: no env to clean
+    return subprocess.Popen([str(python), "-c", code], cwd=ROOT)
 
 
 def _workers(pytest_args: list[str]) -> list[str]:
